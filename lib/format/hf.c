@@ -1,0 +1,822 @@
+/* hf.c: Hugging Face model directories (formats.md §3): config.json to
+ * hparams, safetensors weights (one file or an index of shards) renamed to
+ * GGUF names with Q/K rows permuted to interleaved order for llama/mistral,
+ * generation_config.json; the tokenizer is in hf_tokenizer.c. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/io.h"
+#include "file.h"
+#include "hf.h"
+#include "import.h"
+
+#define MAX_CONFIG_JSON ((size_t)64 << 20)
+#define MAX_INDEX_JSON ((size_t)256 << 20)
+/* Hyper-parameters above this are not a real model and would overflow
+ * products of two of them. */
+#define MAX_HPARAM ((int64_t)1 << 30)
+
+/* ------------------------------------------------------------------------ */
+/* helpers shared with hf_tokenizer.c */
+
+llm_status llm_hf_path(char *buf, size_t size, const char *dir, const char *file)
+{
+    size_t dl = strlen(dir);
+    int slash = dl > 0 && dir[dl - 1] == '/';
+    int n = snprintf(buf, size, "%s%s%s", dir, slash ? "" : "/", file);
+    if (n < 0 || (size_t)n >= size)
+        return llm_error_set(LLM_E_INVALID, "%s: path too long", dir);
+    return LLM_OK;
+}
+
+llm_status llm_hf_json_load(struct json_t **out, const char *dir, const char *file, size_t max,
+                            int optional)
+{
+    char path[4096];
+    *out = NULL;
+    LLM_TRY(llm_hf_path(path, sizeof path, dir, file));
+    if (optional && access(path, F_OK) != 0)
+        return LLM_E_NOTFOUND;
+    char *text;
+    size_t len;
+    LLM_TRY(llm_read_file(path, max, &text, &len));
+    json_error_t err;
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    llm_free(text);
+    if (!j)
+        return llm_error_set(LLM_E_FORMAT, "%s: JSON: %s (line %d, column %d)", path, err.text,
+                             err.line, err.column);
+    *out = j;
+    return LLM_OK;
+}
+
+void llm_hf_permute_qk(void *dst, const void *src, uint64_t n_rows, uint64_t row_bytes,
+                       uint64_t n_head)
+{
+    uint64_t hd = n_rows / n_head, half = hd / 2;
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    for (uint64_t h = 0; h < n_head; h++)
+        for (uint64_t i = 0; i < half; i++)
+            for (uint64_t j = 0; j < 2; j++)
+                memcpy(d + (h * hd + 2 * i + j) * row_bytes, s + (h * hd + j * half + i) * row_bytes,
+                       (size_t)row_bytes);
+}
+
+/* ------------------------------------------------------------------------ */
+/* config.json */
+
+struct hf_cfg {
+    const char *arch;
+    const char *path;   /* DIR/config.json, for messages */
+    int permute;        /* Q/K rows from half-split to interleaved order */
+    int qkv_bias;       /* q/k/v biases required (qwen2) */
+    int64_t V, ctx, H, I, L, nH, nKV, hd;
+    int tie;
+};
+
+/* An int key: absent or null gives `def` (or an error when required). */
+static llm_status cfg_int(const json_t *cfg, const struct hf_cfg *c, const char *key, int required,
+                          int64_t def, int64_t *out)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return llm_error_set(LLM_E_FORMAT, "%s: missing key '%s'", c->path, key);
+        *out = def;
+        return LLM_OK;
+    }
+    if (!json_is_integer(v))
+        return llm_error_set(LLM_E_FORMAT, "%s: key '%s' is not an integer", c->path, key);
+    json_int_t i = json_integer_value(v);
+    if (i < 1 || i > MAX_HPARAM)
+        return llm_error_set(LLM_E_FORMAT, "%s: key '%s' is out of range (%lld)", c->path, key,
+                             (long long)i);
+    *out = i;
+    return LLM_OK;
+}
+
+/* A number (int or real); 0 when absent or null, -1 (with a detail) when of
+ * another type. */
+static int cfg_num(const json_t *o, const char *key, const char *path, const char *prefix,
+                   double *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v)) {
+        llm_error_set(LLM_E_FORMAT, "%s: key '%s%s' is not a number", path, prefix, key);
+        return -1;
+    }
+    *out = json_number_value(v);
+    return 1;
+}
+
+static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
+{
+    static const struct { const char *type, *cls; } archs[] = {
+        { "llama", "LlamaForCausalLM" },
+        { "mistral", "MistralForCausalLM" },
+        { "qwen2", "Qwen2ForCausalLM" },
+    };
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    const char *cls = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if ((mt && strcmp(mt, archs[i].type) == 0) ||
+            (!mt && cls && strcmp(cls, archs[i].cls) == 0))
+            c->arch = archs[i].type;
+    if (!c->arch) {
+        if (mt)
+            return llm_error_set(LLM_E_UNSUPPORTED,
+                                 "%s: model_type '%s' is not supported (llama, mistral, qwen2)",
+                                 c->path, mt);
+        if (cls)
+            return llm_error_set(LLM_E_UNSUPPORTED,
+                                 "%s: architecture '%s' is not supported (llama, mistral, qwen2)",
+                                 c->path, cls);
+        return llm_error_set(LLM_E_FORMAT, "%s: missing key 'model_type'", c->path);
+    }
+    /* HF stores Q/K for rotate_half RoPE; GGUF llama (and our "norm" rope)
+     * wants Meta's interleaved order, qwen2 keeps the HF order ("neox"). */
+    c->permute = strcmp(c->arch, "qwen2") != 0;
+    c->qkv_bias = !c->permute;
+    return LLM_OK;
+}
+
+static llm_status read_config(const json_t *cfg, struct hf_cfg *c)
+{
+    if (!json_is_object(cfg))
+        return llm_error_set(LLM_E_FORMAT, "%s: not a JSON object", c->path);
+    LLM_TRY(read_arch(cfg, c));
+    LLM_TRY(cfg_int(cfg, c, "vocab_size", 1, 0, &c->V));
+    LLM_TRY(cfg_int(cfg, c, "hidden_size", 1, 0, &c->H));
+    LLM_TRY(cfg_int(cfg, c, "intermediate_size", 1, 0, &c->I));
+    LLM_TRY(cfg_int(cfg, c, "num_hidden_layers", 1, 0, &c->L));
+    LLM_TRY(cfg_int(cfg, c, "num_attention_heads", 1, 0, &c->nH));
+    LLM_TRY(cfg_int(cfg, c, "max_position_embeddings", 1, 0, &c->ctx));
+    LLM_TRY(cfg_int(cfg, c, "num_key_value_heads", 0, c->nH, &c->nKV));
+    if (!json_object_get(cfg, "head_dim") || json_is_null(json_object_get(cfg, "head_dim")))
+        LLM_CHECK(c->H % c->nH == 0, LLM_E_FORMAT,
+                  "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", c->path,
+                  (long long)c->H, (long long)c->nH);
+    LLM_TRY(cfg_int(cfg, c, "head_dim", 0, c->H / c->nH, &c->hd));
+    LLM_CHECK(c->nH % c->nKV == 0, LLM_E_FORMAT,
+              "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+              c->path, (long long)c->nH, (long long)c->nKV);
+    LLM_CHECK(c->hd % 2 == 0, LLM_E_FORMAT, "%s: head_dim %lld is odd", c->path,
+              (long long)c->hd);
+    LLM_CHECK(c->V <= UINT32_MAX - 1, LLM_E_FORMAT, "%s: vocab_size is too large", c->path);
+    json_t *tie = json_object_get(cfg, "tie_word_embeddings");
+    if (tie && !json_is_null(tie) && !json_is_boolean(tie))
+        return llm_error_set(LLM_E_FORMAT, "%s: key 'tie_word_embeddings' is not a boolean",
+                             c->path);
+    c->tie = json_is_true(tie);
+    return LLM_OK;
+}
+
+/* rope_scaling (or v5-style rope_parameters) to hparams.rope_scaling.* */
+static llm_status set_rope(struct llm_file *f, const json_t *cfg, const struct hf_cfg *c)
+{
+    struct llm_meta *m = f->meta;
+    json_t *rp = json_object_get(cfg, "rope_parameters");
+    json_t *rs = json_object_get(cfg, "rope_scaling");
+    if (!rs || json_is_null(rs))
+        rs = rp;
+    double theta = 10000.0, v;
+    int r = cfg_num(cfg, "rope_theta", c->path, "", &theta);
+    if (r == 0 && json_is_object(rp))
+        r = cfg_num(rp, "rope_theta", c->path, "rope_parameters.", &theta);
+    if (r < 0)
+        return LLM_E_FORMAT;
+    LLM_TRY(llm_meta_set_f32(m, "hparams.rope_theta", (float)theta));
+    LLM_TRY(llm_meta_set_str(m, "hparams.rope_type", c->permute ? "norm" : "neox"));
+    if (!rs || json_is_null(rs))
+        return LLM_OK;
+    if (!json_is_object(rs))
+        return llm_error_set(LLM_E_FORMAT, "%s: rope_scaling is not an object", c->path);
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type)
+        type = json_string_value(json_object_get(rs, "type"));
+    if (!type || strcmp(type, "default") == 0)
+        return LLM_OK;
+    if (strcmp(type, "linear") != 0 && strcmp(type, "yarn") != 0 &&
+        strcmp(type, "llama3") != 0 && strcmp(type, "dynamic") != 0)
+        return llm_error_set(LLM_E_UNSUPPORTED,
+                             "%s: rope_scaling type '%s' is not supported "
+                             "(linear, yarn, llama3, dynamic)",
+                             c->path, type);
+    LLM_TRY(llm_meta_set_str(m, "hparams.rope_scaling.type", type));
+    r = cfg_num(rs, "factor", c->path, "rope_scaling.", &v);
+    if (r < 0)
+        return LLM_E_FORMAT;
+    if (r == 0)
+        return llm_error_set(LLM_E_FORMAT, "%s: missing key 'rope_scaling.factor'", c->path);
+    LLM_TRY(llm_meta_set_f32(m, "hparams.rope_scaling.factor", (float)v));
+    static const char *const keys[][2] = {
+        { "low_freq_factor", "low_freq_factor" },   { "high_freq_factor", "high_freq_factor" },
+        { "attention_factor", "attn_factor" },      { "beta_fast", "beta_fast" },
+        { "beta_slow", "beta_slow" },
+    };
+    char path[96];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        r = cfg_num(rs, keys[i][0], c->path, "rope_scaling.", &v);
+        if (r < 0)
+            return LLM_E_FORMAT;
+        snprintf(path, sizeof path, "hparams.rope_scaling.%s", keys[i][1]);
+        if (r > 0)
+            LLM_TRY(llm_meta_set_f32(m, path, (float)v));
+    }
+    /* Llama 3.1 keeps it inside rope_scaling, older configs at the top. */
+    r = cfg_num(rs, "original_max_position_embeddings", c->path, "rope_scaling.", &v);
+    if (r == 0)
+        r = cfg_num(cfg, "original_max_position_embeddings", c->path, "", &v);
+    if (r < 0)
+        return LLM_E_FORMAT;
+    if (r > 0 && !(v >= 1 && v <= (double)MAX_HPARAM))
+        return llm_error_set(LLM_E_FORMAT,
+                             "%s: original_max_position_embeddings is out of range", c->path);
+    if (r > 0)
+        LLM_TRY(llm_meta_set_i64(m, "hparams.rope_scaling.original_context_length", (int64_t)v));
+    return LLM_OK;
+}
+
+static llm_status set_config_meta(struct llm_file *f, const json_t *cfg, const char *dir,
+                                  const struct hf_cfg *c)
+{
+    struct llm_meta *m = f->meta;
+    LLM_TRY(llm_meta_set_str(m, "architecture", c->arch));
+    const char *name = json_string_value(json_object_get(cfg, "_name_or_path"));
+    if (!name || !*name) {
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/')
+            n--;
+        const char *b = dir + n;
+        while (b > dir && b[-1] != '/')
+            b--;
+        LLM_TRY(llm_meta_set_strn(m, "name", b, (size_t)(dir + n - b)));
+    } else {
+        LLM_TRY(llm_meta_set_str(m, "name", name));
+    }
+    const struct { const char *key; int64_t v; } ints[] = {
+        { "hparams.vocab_size", c->V },         { "hparams.context_length", c->ctx },
+        { "hparams.embedding_length", c->H },   { "hparams.block_count", c->L },
+        { "hparams.feed_forward_length", c->I }, { "hparams.head_count", c->nH },
+        { "hparams.head_count_kv", c->nKV },     { "hparams.head_dim", c->hd },
+        { "hparams.rope_dim", c->hd },
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        LLM_TRY(llm_meta_set_i64(m, ints[i].key, ints[i].v));
+    double eps = 1e-6; /* the transformers config-class default */
+    if (cfg_num(cfg, "rms_norm_eps", c->path, "", &eps) < 0)
+        return LLM_E_FORMAT;
+    LLM_TRY(llm_meta_set_f32(m, "hparams.rms_norm_eps", (float)eps));
+    LLM_TRY(set_rope(f, cfg, c));
+    LLM_TRY(llm_meta_set_str(m, "source.format", "hf"));
+    LLM_TRY(llm_meta_set_str(m, "source.path", dir));
+    return LLM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* weights */
+
+struct hf_w {
+    char name[LLM_MAX_NAME]; /* GGUF name */
+    char *src;               /* HF name (owned) */
+    uint32_t shard;          /* index into the shard paths */
+    int type;
+    uint32_t n_dims;
+    int64_t ne[LLM_MAX_DIMS];
+    const uint8_t *data;
+    uint64_t nbytes;
+    int64_t order;           /* sort key: file position in GGUF order */
+    uint64_t perm_heads;     /* 0: no permutation */
+};
+
+struct hf_load {
+    struct llm_file *f;
+    const struct hf_cfg *c;
+    char **shards;           /* (n_shards) paths */
+    uint32_t n_shards, cur;
+    size_t cap_shards;
+    json_t *weight_map;      /* index mode */
+    const char *shard_file;  /* the current shard's name in the index */
+    size_t n_listed;
+    struct hf_w *w;
+    size_t n, cap;
+};
+
+static const struct {
+    const char *hf, *gguf;
+} layer_names[] = {
+    { "input_layernorm", "attn_norm" },
+    { "self_attn.q_proj", "attn_q" },
+    { "self_attn.k_proj", "attn_k" },
+    { "self_attn.v_proj", "attn_v" },
+    { "self_attn.o_proj", "attn_output" },
+    { "post_attention_layernorm", "ffn_norm" },
+    { "mlp.gate_proj", "ffn_gate" },
+    { "mlp.up_proj", "ffn_up" },
+    { "mlp.down_proj", "ffn_down" },
+};
+#define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && strcmp(s + n - k, suf) == 0;
+}
+
+/* HF name -> GGUF name. 1: mapped; 0: dropped; -1: unknown. *layer is -1
+ * for tensors outside the blocks, *slot the position of the name within
+ * its group, *bias whether it is a bias. */
+static int map_name(const char *hf, char *out, int64_t *layer, size_t *slot, int *bias)
+{
+    *layer = -1;
+    *bias = 0;
+    if (ends_with(hf, ".rotary_emb.inv_freq") || ends_with(hf, ".attention.masked_bias"))
+        return 0;
+    static const char *const globals[][2] = { { "model.embed_tokens.weight", "token_embd.weight" },
+                                              { "model.norm.weight", "output_norm.weight" },
+                                              { "lm_head.weight", "output.weight" } };
+    for (size_t i = 0; i < 3; i++)
+        if (strcmp(hf, globals[i][0]) == 0) {
+            snprintf(out, LLM_MAX_NAME, "%s", globals[i][1]);
+            *slot = i;
+            return 1;
+        }
+    static const char prefix[] = "model.layers.";
+    if (strncmp(hf, prefix, sizeof prefix - 1) != 0)
+        return -1;
+    const char *p = hf + sizeof prefix - 1;
+    int64_t l = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++)
+        l = l * 10 + (*p - '0');
+    if (!digits || *p != '.')
+        return -1;
+    p++;
+    for (size_t i = 0; i < N_LAYER_NAMES; i++) {
+        size_t k = strlen(layer_names[i].hf);
+        if (strncmp(p, layer_names[i].hf, k) != 0)
+            continue;
+        if (strcmp(p + k, ".weight") == 0 || strcmp(p + k, ".bias") == 0) {
+            *bias = p[k + 1] == 'b';
+            snprintf(out, LLM_MAX_NAME, "blk.%lld.%s.%s", (long long)l, layer_names[i].gguf,
+                     *bias ? "bias" : "weight");
+            *layer = l;
+            *slot = i;
+            return 1;
+        }
+    }
+    return -1;
+}
+
+/* The ggml shape config.json implies for a tensor. */
+static uint32_t expected_ne(const struct hf_cfg *c, int64_t layer, size_t slot, int bias,
+                            int64_t *ne)
+{
+    int64_t q = c->nH * c->hd, kv = c->nKV * c->hd;
+    if (layer < 0) {
+        if (slot == 1) { /* output_norm */
+            ne[0] = c->H;
+            return 1;
+        }
+        ne[0] = c->H;
+        ne[1] = c->V;
+        return 2;
+    }
+    /* rows (out) and columns (in) of each projection, by slot */
+    const int64_t rows[N_LAYER_NAMES] = { c->H, q, kv, kv, c->H, c->H, c->I, c->I, c->H };
+    const int64_t cols[N_LAYER_NAMES] = { 0, c->H, c->H, c->H, q, 0, c->H, c->H, c->I };
+    if (bias || !cols[slot]) {
+        ne[0] = rows[slot];
+        return 1;
+    }
+    ne[0] = cols[slot];
+    ne[1] = rows[slot];
+    return 2;
+}
+
+static void shape_str(char *buf, size_t n, uint32_t nd, const int64_t *ne)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf, n, "[");
+    for (uint32_t d = nd; d-- > 0 && k < n;)
+        k += (size_t)snprintf(buf + k, n - k, "%lld%s", (long long)ne[d], d ? ", " : "");
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+}
+
+static llm_status check_index(struct hf_load *ld, const char *name, const char *shard)
+{
+    if (!ld->weight_map)
+        return LLM_OK;
+    const char *want = json_string_value(json_object_get(ld->weight_map, name));
+    if (!want)
+        return llm_error_set(LLM_E_FORMAT,
+                             "%s: tensor '%s' is not listed in model.safetensors.index.json",
+                             shard, name);
+    if (strcmp(want, ld->shard_file) != 0)
+        return llm_error_set(LLM_E_FORMAT,
+                             "%s: tensor '%s' is listed in model.safetensors.index.json "
+                             "under '%s'",
+                             shard, name, want);
+    ld->n_listed++;
+    return LLM_OK;
+}
+
+static llm_status collect(const struct llm_st_entry *e, void *vctx)
+{
+    struct hf_load *ld = vctx;
+    const struct hf_cfg *c = ld->c;
+    const char *shard = ld->shards[ld->cur];
+    LLM_TRY(check_index(ld, e->name, shard));
+    char gname[LLM_MAX_NAME];
+    int64_t layer;
+    size_t slot;
+    int bias;
+    int r = map_name(e->name, gname, &layer, &slot, &bias);
+    if (r == 0)
+        return LLM_OK;
+    if (r < 0)
+        return llm_error_set(LLM_E_UNSUPPORTED,
+                             "%s: tensor '%s': not a %s weight this importer knows", shard,
+                             e->name, c->arch);
+    if (layer >= c->L)
+        return llm_error_set(LLM_E_FORMAT,
+                             "%s: tensor '%s': layer %lld but num_hidden_layers is %lld", shard,
+                             e->name, (long long)layer, (long long)c->L);
+    if (e->type < 0)
+        return llm_error_set(LLM_E_UNSUPPORTED,
+                             "%s: tensor '%s': dtype %s is not supported (F32, F16 and BF16 only)",
+                             shard, e->name, e->dtype);
+    int64_t ne[LLM_MAX_DIMS] = { 1, 1, 1, 1 };
+    uint32_t nd = expected_ne(c, layer, slot, bias, ne);
+    if (nd != e->n_dims || memcmp(ne, e->ne, sizeof ne) != 0) {
+        char got[96], want[96];
+        shape_str(got, sizeof got, e->n_dims, e->ne);
+        shape_str(want, sizeof want, nd, ne);
+        return llm_error_set(LLM_E_FORMAT,
+                             "%s: tensor '%s': shape %s does not match config.json "
+                             "(expected %s)",
+                             shard, e->name, got, want);
+    }
+    LLM_TRY(llm_grow((void **)&ld->w, &ld->cap, ld->n + 1, sizeof *ld->w));
+    struct hf_w *w = &ld->w[ld->n];
+    memset(w, 0, sizeof *w);
+    w->src = llm_strdup(e->name);
+    if (!w->src)
+        return LLM_E_NOMEM;
+    ld->n++;
+    memcpy(w->name, gname, sizeof gname);
+    w->shard = ld->cur;
+    w->type = e->type;
+    w->n_dims = e->n_dims;
+    memcpy(w->ne, e->ne, sizeof w->ne);
+    w->data = e->data;
+    w->nbytes = e->nbytes;
+    /* token_embd first, then the blocks in order, then output_norm, output */
+    w->order = layer < 0 ? (slot == 0 ? -1 : (int64_t)1 << 40 | (int64_t)slot)
+                         : layer * 64 + (int64_t)slot * 2 + bias;
+    if (c->permute && (slot == 1 || slot == 2) && layer >= 0)
+        w->perm_heads = (uint64_t)(slot == 1 ? c->nH : c->nKV);
+    return LLM_OK;
+}
+
+static int w_cmp(const void *a, const void *b)
+{
+    const struct hf_w *x = a, *y = b;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static llm_status add_shard(struct hf_load *ld, const char *dir, const char *file)
+{
+    if (!*file || strchr(file, '/') || strcmp(file, ".") == 0 || strcmp(file, "..") == 0)
+        return llm_error_set(LLM_E_FORMAT,
+                             "%s/model.safetensors.index.json: bad shard file name '%s'", dir,
+                             file);
+    char path[4096];
+    LLM_TRY(llm_hf_path(path, sizeof path, dir, file));
+    for (uint32_t i = 0; i < ld->n_shards; i++)
+        if (strcmp(ld->shards[i], path) == 0)
+            return LLM_OK;
+    LLM_TRY(llm_grow((void **)&ld->shards, &ld->cap_shards, ld->n_shards + 1, sizeof *ld->shards));
+    ld->shards[ld->n_shards] = llm_strdup(path);
+    if (!ld->shards[ld->n_shards])
+        return LLM_E_NOMEM;
+    ld->n_shards++;
+    return LLM_OK;
+}
+
+static llm_status scan_shards(struct hf_load *ld, const char *dir)
+{
+    for (uint32_t i = 0; i < ld->n_shards; i++) {
+        struct llm_map m;
+        LLM_TRY(llm_map_open(&m, ld->shards[i]));
+        const uint8_t *data = m.data;
+        size_t size = m.size;
+        LLM_TRY(llm_file_add_map(ld->f, &m));
+        ld->cur = i;
+        const char *p = ld->shards[i] + strlen(ld->shards[i]);
+        while (p > ld->shards[i] && p[-1] != '/')
+            p--;
+        ld->shard_file = p;
+        LLM_TRY(llm_st_scan(data, size, ld->shards[i], NULL, collect, ld));
+    }
+    if (ld->weight_map && ld->n_listed != json_object_size(ld->weight_map)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(ld->weight_map, key, v) {
+            int found = 0;
+            for (size_t i = 0; i < ld->n && !found; i++)
+                found = strcmp(ld->w[i].src, key) == 0;
+            if (!found && !ends_with(key, ".rotary_emb.inv_freq") &&
+                !ends_with(key, ".attention.masked_bias"))
+                return llm_error_set(LLM_E_FORMAT,
+                                     "%s/model.safetensors.index.json: tensor '%s' is not in "
+                                     "its shard '%s'",
+                                     dir, key, json_string_value(v) ? json_string_value(v) : "?");
+        }
+    }
+    return LLM_OK;
+}
+
+static int have(const struct hf_load *ld, const char *name)
+{
+    for (size_t i = 0; i < ld->n; i++)
+        if (strcmp(ld->w[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+static llm_status check_complete(struct hf_load *ld, const char *dir, struct hf_cfg *c)
+{
+    char name[LLM_MAX_NAME];
+    if (!have(ld, "token_embd.weight"))
+        return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.embed_tokens.weight'", dir);
+    if (!have(ld, "output_norm.weight"))
+        return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.norm.weight'", dir);
+    for (int64_t l = 0; l < c->L; l++)
+        for (size_t i = 0; i < N_LAYER_NAMES + 3; i++) {
+            int bias = i >= N_LAYER_NAMES;
+            size_t slot = bias ? i - N_LAYER_NAMES + 1 : i; /* q, k, v biases */
+            if (bias && !c->qkv_bias)
+                continue;
+            snprintf(name, sizeof name, "blk.%lld.%s.%s", (long long)l, layer_names[slot].gguf,
+                     bias ? "bias" : "weight");
+            if (!have(ld, name))
+                return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.layers.%lld.%s.%s'",
+                                     dir, (long long)l, layer_names[slot].hf,
+                                     bias ? "bias" : "weight");
+        }
+    /* Without lm_head the output layer is the embedding, as in llama.cpp. */
+    if (!have(ld, "output.weight"))
+        c->tie = 1;
+    return LLM_OK;
+}
+
+struct perm_ctx {
+    const uint8_t *src;
+    uint64_t n_rows, row_bytes, n_head;
+};
+
+static llm_status fill_perm(const struct llm_tensor *t, void *dst, void *vctx)
+{
+    (void)t;
+    const struct perm_ctx *p = vctx;
+    llm_hf_permute_qk(dst, p->src, p->n_rows, p->row_bytes, p->n_head);
+    return LLM_OK;
+}
+
+static llm_status fill_copy(const struct llm_tensor *t, void *dst, void *ctx)
+{
+    memcpy(dst, ctx, (size_t)t->nbytes);
+    return LLM_OK;
+}
+
+static llm_status add_weights(struct hf_load *ld, const struct hf_cfg *c)
+{
+    qsort(ld->w, ld->n, sizeof *ld->w, w_cmp);
+    for (size_t i = 0; i < ld->n; i++) {
+        struct hf_w *w = &ld->w[i];
+        if (c->tie && strcmp(w->name, "output.weight") == 0)
+            continue;
+        size_t esize = w->type == LLM_TYPE_F32 ? 4 : 2;
+        int aligned = (uintptr_t)w->data % esize == 0;
+        struct llm_tensor *t;
+        LLM_TRY(llm_file_add_tensor(ld->f, w->name, (enum llm_type)w->type, w->n_dims, w->ne,
+                                    w->perm_heads || !aligned ? NULL : w->data, &t));
+        if (w->perm_heads) {
+            struct perm_ctx *p = llm_malloc(sizeof *p);
+            if (!p)
+                return LLM_E_NOMEM;
+            p->src = w->data;
+            p->n_rows = (uint64_t)(w->n_dims == 1 ? w->ne[0] : w->ne[1]);
+            p->row_bytes = w->n_dims == 1 ? esize : (uint64_t)w->ne[0] * esize;
+            p->n_head = w->perm_heads;
+            LLM_TRY(llm_file_own(ld->f, p));
+            t->fill = fill_perm;
+            t->fill_ctx = p;
+        } else if (!aligned) {
+            t->fill = fill_copy;
+            t->fill_ctx = (void *)(uintptr_t)w->data;
+        }
+    }
+    return LLM_OK;
+}
+
+static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cfg *c)
+{
+    struct hf_load ld = { .f = f, .c = c };
+    json_t *index = NULL;
+    char ipath[4096];
+    llm_status s = llm_hf_path(ipath, sizeof ipath, dir, "model.safetensors.index.json");
+    if (s)
+        return s;
+    s = llm_hf_json_load(&index, dir, "model.safetensors.index.json", MAX_INDEX_JSON, 1);
+    if (s == LLM_E_NOTFOUND) {
+        char path[4096];
+        s = llm_hf_path(path, sizeof path, dir, "model.safetensors");
+        if (!s && access(path, F_OK) != 0) {
+            char bin[4096];
+            int has_bin = llm_hf_path(bin, sizeof bin, dir, "pytorch_model.bin") == LLM_OK &&
+                          access(bin, F_OK) == 0;
+            s = has_bin ? llm_error_set(LLM_E_UNSUPPORTED,
+                                        "%s: only pytorch_model.bin (a pickle) is there; "
+                                        "safetensors weights are needed",
+                                        dir)
+                        : llm_error_set(LLM_E_NOTFOUND,
+                                        "%s: no model.safetensors or "
+                                        "model.safetensors.index.json",
+                                        dir);
+        }
+        if (!s)
+            s = add_shard(&ld, dir, "model.safetensors");
+    } else if (!s) {
+        ld.weight_map = json_object_get(index, "weight_map");
+        if (!json_is_object(ld.weight_map)) {
+            s = llm_error_set(LLM_E_FORMAT, "%s: missing key 'weight_map'", ipath);
+        } else {
+            const char *key;
+            json_t *v;
+            json_object_foreach(ld.weight_map, key, v) {
+                if (!json_is_string(v)) {
+                    s = llm_error_set(LLM_E_FORMAT, "%s: weight_map entry '%s' is not a string",
+                                      ipath, key);
+                    break;
+                }
+                s = add_shard(&ld, dir, json_string_value(v));
+                if (s)
+                    break;
+            }
+            if (!s && ld.n_shards == 0)
+                s = llm_error_set(LLM_E_FORMAT, "%s: weight_map is empty", ipath);
+        }
+    }
+    if (!s)
+        s = scan_shards(&ld, dir);
+    if (!s)
+        s = check_complete(&ld, dir, c);
+    if (!s)
+        s = add_weights(&ld, c);
+    for (size_t i = 0; i < ld.n; i++)
+        llm_free(ld.w[i].src);
+    llm_free(ld.w);
+    for (uint32_t i = 0; i < ld.n_shards; i++)
+        llm_free(ld.shards[i]);
+    llm_free(ld.shards);
+    json_decref(index);
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* generation_config.json */
+
+static llm_status json_to_meta(const json_t *j, const char *path, int depth, struct llm_meta **out)
+{
+    *out = NULL;
+    if (depth > 16)
+        return llm_error_set(LLM_E_FORMAT, "%s: nested too deeply", path);
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        struct llm_meta *m = llm_meta_new(LLM_META_MAP);
+        if (!m)
+            return LLM_E_NOMEM;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)j, k, v) {
+            struct llm_meta *c;
+            llm_status s = json_to_meta(v, path, depth + 1, &c);
+            if (!s)
+                s = llm_meta_put(m, k, c);
+            if (s) {
+                llm_meta_free(m);
+                return s;
+            }
+        }
+        *out = m;
+        return LLM_OK;
+    }
+    case JSON_ARRAY: {
+        struct llm_meta *m = llm_meta_new(LLM_META_SEQ);
+        if (!m)
+            return LLM_E_NOMEM;
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) {
+            struct llm_meta *c;
+            llm_status s = json_to_meta(v, path, depth + 1, &c);
+            if (!s)
+                s = llm_meta_push(m, c);
+            if (s) {
+                llm_meta_free(m);
+                return s;
+            }
+        }
+        *out = m;
+        return LLM_OK;
+    }
+    case JSON_STRING: *out = llm_meta_new_strn(json_string_value(j), json_string_length(j)); break;
+    case JSON_INTEGER: *out = llm_meta_new_i64(json_integer_value(j)); break;
+    case JSON_REAL: *out = llm_meta_new_f64(json_real_value(j)); break;
+    case JSON_TRUE: *out = llm_meta_new_bool(1); break;
+    case JSON_FALSE: *out = llm_meta_new_bool(0); break;
+    case JSON_NULL: *out = llm_meta_new(LLM_META_NULL); break;
+    }
+    return *out ? LLM_OK : LLM_E_NOMEM;
+}
+
+static llm_status read_generation(struct llm_file *f, const char *dir)
+{
+    json_t *g;
+    llm_status s = llm_hf_json_load(&g, dir, "generation_config.json", MAX_CONFIG_JSON, 1);
+    if (s == LLM_E_NOTFOUND)
+        return LLM_OK;
+    if (s)
+        return s;
+    char path[4096];
+    s = llm_hf_path(path, sizeof path, dir, "generation_config.json");
+    struct llm_meta *m = NULL;
+    if (!s && !json_is_object(g))
+        s = llm_error_set(LLM_E_FORMAT, "%s: not a JSON object", path);
+    if (!s)
+        s = json_to_meta(g, path, 0, &m);
+    if (!s)
+        s = llm_meta_set(f->meta, "generation", m);
+    json_decref(g);
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int64_t cfg_id(const json_t *cfg, const char *key)
+{
+    json_t *v = json_object_get(cfg, key);
+    /* A list (several EOS ids) is not a single special id: skip, like the
+     * converter. */
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+}
+
+llm_status llm_hf_open(struct llm_file **out, const char *dir, const struct llm_import_opts *o)
+{
+    (void)o;
+    *out = NULL;
+    char cpath[4096];
+    LLM_TRY(llm_hf_path(cpath, sizeof cpath, dir, "config.json"));
+    if (!llm_is_dir(dir))
+        return llm_error_set(LLM_E_INVALID, "%s: not a directory", dir);
+    if (access(cpath, F_OK) != 0)
+        return llm_error_set(LLM_E_NOTFOUND, "%s: no config.json (not a Hugging Face model "
+                                             "directory)", dir);
+    json_t *cfg;
+    LLM_TRY(llm_hf_json_load(&cfg, dir, "config.json", MAX_CONFIG_JSON, 0));
+    struct hf_cfg c = { .path = cpath };
+    struct llm_file *f = NULL;
+    llm_status s = read_config(cfg, &c);
+    if (!s)
+        s = llm_file_new(&f, dir, "hf");
+    if (!s)
+        s = set_config_meta(f, cfg, dir, &c);
+    if (!s)
+        s = load_weights(f, dir, &c);
+    if (!s)
+        s = llm_meta_set_bool(f->meta, "hparams.tie_embeddings", c.tie);
+    if (!s)
+        s = read_generation(f, dir);
+    if (!s) {
+        struct llm_hf_ids ids = { cfg_id(cfg, "bos_token_id"), cfg_id(cfg, "eos_token_id"),
+                                  cfg_id(cfg, "pad_token_id"), -1 };
+        s = llm_hf_tokenizer_dir(f, dir, (uint32_t)c.V, &ids);
+    }
+    json_decref(cfg);
+    if (s) {
+        llm_file_free(f);
+        return s;
+    }
+    *out = f;
+    return LLM_OK;
+}

@@ -1,0 +1,78 @@
+/* import.h: open any supported model file as a struct llm_file.
+ *
+ * Formats: .llm (our own), GGUF v2/v3, llama2.c checkpoints (legacy and
+ * version 1, tokenizer from a separate tokenizer.bin), Hugging Face model
+ * directories (config.json + safetensors), single safetensors files (for
+ * --info only: no config), and synthetic shapes.
+ */
+#ifndef LLM_FORMAT_IMPORT_H
+#define LLM_FORMAT_IMPORT_H
+
+#include "../common/status.h"
+#include "../quant/types.h"
+#include "file.h"
+
+struct llm_import_opts {
+    enum llm_type dequant_type;  /* for source types we cannot keep (Q4_K...): default f16 */
+    const char *tokenizer_path;  /* llama2.c tokenizer.bin (optional) */
+    int verify;                  /* .llm: verify every checksum while opening */
+};
+
+void llm_import_opts_default(struct llm_import_opts *o);
+
+/* Detect the format of `path` ("-" = stdin) and open it. */
+llm_status llm_import(struct llm_file **out, const char *path, const struct llm_import_opts *o);
+
+/* The individual readers. */
+llm_status llm_llm_open(struct llm_file **out, const char *path, const struct llm_import_opts *o);
+llm_status llm_gguf_open(struct llm_file **out, const char *path, const struct llm_import_opts *o);
+llm_status llm_llama2c_open(struct llm_file **out, const char *path,
+                            const struct llm_import_opts *o);
+llm_status llm_hf_open(struct llm_file **out, const char *dir, const struct llm_import_opts *o);
+llm_status llm_safetensors_open(struct llm_file **out, const char *path,
+                                const struct llm_import_opts *o);
+
+/* Parsers of in-memory buffers (the mapped file), for the fuzz targets. The
+ * file takes no ownership of `data`, which must outlive it. */
+llm_status llm_llm_parse(struct llm_file **out, const uint8_t *data, size_t size,
+                         const char *name, const struct llm_import_opts *o);
+llm_status llm_gguf_parse(struct llm_file **out, const uint8_t *data, size_t size,
+                          const char *name, const struct llm_import_opts *o);
+llm_status llm_llama2c_parse(struct llm_file **out, const uint8_t *data, size_t size,
+                             const char *name, const struct llm_import_opts *o);
+llm_status llm_safetensors_parse(struct llm_file **out, const uint8_t *data, size_t size,
+                                 const char *name, const struct llm_import_opts *o);
+/* llama2.c tokenizer.bin with n_tokens entries, into f's vocabulary. */
+llm_status llm_llama2c_tokenizer_parse(struct llm_file *f, const uint8_t *data, size_t size,
+                                       const char *name, uint32_t n_tokens);
+/* SentencePiece ModelProto (tokenizer.model), into f's vocabulary. */
+llm_status llm_spm_parse(struct llm_file *f, const uint8_t *data, size_t size, const char *name);
+
+/* Synthetic random-weight model of a named shape (stories260k, stories15m,
+ * stories110m, smollm2-135m, llama-2-7b, llama-3-8b, mistral-7b, qwen2-0.5b...)
+ * or of a YAML shape file; deterministic for a given seed. Tensor data is
+ * produced on demand while writing. */
+llm_status llm_synthetic(struct llm_file **out, const char *shape, enum llm_type type,
+                         uint64_t seed);
+const char *llm_synthetic_shapes(void); /* comma-separated names */
+
+/* Writers. */
+struct llm_write_opts {
+    int compress_level;   /* 0: none; 1..22: zstd level for every tensor */
+    enum llm_type type;   /* convert weight matrices to this type ... */
+    int convert;          /* ... when set (norms and 1-D tensors stay f32) */
+};
+void llm_write_opts_default(struct llm_write_opts *o);
+llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_write_opts *o);
+
+/* Check every stored checksum of an opened .llm file (reads every page).
+ * *n_checked (optional) counts the tensors checked. */
+llm_status llm_llm_verify(struct llm_file *f, size_t *n_checked);
+
+/* Convert every weight matrix (2-D or more, not auxiliary, name ending in
+ * ".weight") to `type` on demand (fill callbacks); 1-D tensors (norms,
+ * biases) stay as they are. Tensors already of `type` are untouched. */
+llm_status llm_file_convert(struct llm_file *f, enum llm_type type);
+llm_status llm_gguf_write(struct llm_file *f, const char *path, const struct llm_write_opts *o);
+
+#endif

@@ -1,0 +1,45 @@
+/* llm.h: the public header of libllm, the one header cmd/ includes.
+ *
+ * libllm takes a language model from its published checkpoint to inference:
+ * importers (GGUF, llama2.c, Hugging Face safetensors), the .llm container
+ * (llm-format(5)), quantized block types with CPU references and CUDA
+ * kernels.
+ *
+ * Conventions
+ *   - Every fallible function returns llm_status: LLM_OK (0) or a negative
+ *     LLM_E_* code; llm_error_detail() gives a one-line message that names
+ *     the file and what is wrong. The library never prints and never exits.
+ *   - Tensors are row-major with ggml's dimension order: ne[0] is the number
+ *     of elements in a row (contiguous), ne[1] the number of rows, and so on.
+ *     A PyTorch weight W[out][in] has ne = {in, out}.
+ *   - Objects made by _new/_open are released by _free/_close.
+ *
+ * Example: convert a GGUF file to .llm with f16 weights
+ *
+ *     struct llm_file *f;
+ *     struct llm_write_opts wo;
+ *     llm_write_opts_default(&wo);
+ *     wo.convert = 1, wo.type = LLM_TYPE_F16;
+ *     llm_status s = llm_import(&f, "m.gguf", NULL);
+ *     if (!s) s = llm_llm_write(f, "m.llm", &wo);
+ *     if (s) fprintf(stderr, "%s\n", llm_error_detail(s));
+ *     llm_file_free(f);
+ */
+#ifndef LLM_H
+#define LLM_H
+
+#include "common/alloc.h"  /* llm_malloc, llm_free */
+#include "common/cli.h"    /* option tables for cmd/ */
+#include "common/fp16.h"
+#include "common/io.h"     /* llm_map, llm_out */
+#include "common/status.h"
+#include "format/file.h"   /* struct llm_file, struct llm_tensor */
+#include "format/import.h" /* llm_import, llm_*_write, llm_synthetic */
+#include "format/info.h"
+#include "format/meta.h"
+#include "gpu/gpu.h"       /* llm_gpu_* (LLM_E_CUDA when built without CUDA) */
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/types.h"
+
+#endif

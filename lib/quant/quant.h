@@ -1,0 +1,36 @@
+/* quant.h: round-to-nearest quantization and dequantization of rows, the
+ * CPU references for every llm_type (see blocks.h for the layouts).
+ *
+ * A row is ne0 elements; its bytes (llm_type_row_bytes) include the row
+ * header. When ne0 is not a multiple of the block length, the last block is
+ * quantized as if padded with zeros, and dequantization writes only ne0
+ * values. Every function here is the reference that SIMD and CUDA kernels
+ * are tested against.
+ */
+#ifndef LLM_QUANT_QUANT_H
+#define LLM_QUANT_QUANT_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "types.h"
+
+/* Dequantize one row of type t to float32: dst (ne0). Works for every
+ * type including f32/f16/bf16; LLM_E_INVALID for auxiliary types. */
+llm_status llm_dequantize_row(enum llm_type t, const void *src, float *dst, int64_t ne0);
+
+/* Quantize one row of float32 to type t (round to nearest, the plain RTN
+ * rule of each format: absmax scales for symmetric types, min/max for
+ * zero-point types, nearest code for NF4/FP8). src (ne0), dst (row bytes). */
+llm_status llm_quantize_row(enum llm_type t, const float *src, void *dst, int64_t ne0);
+
+/* Convert nrows rows between types through float32; a plain copy when the
+ * types are equal. */
+llm_status llm_convert_rows(enum llm_type from, const void *src, enum llm_type to, void *dst,
+                            int64_t ne0, int64_t nrows);
+
+/* FP8 E4M3 (OCP "fn") <-> float32, round to nearest even, saturating at 448. */
+float llm_fp8_e4m3_to_fp32(uint8_t v);
+uint8_t llm_fp32_to_fp8_e4m3(float f);
+
+#endif

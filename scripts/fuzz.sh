@@ -1,0 +1,47 @@
+#!/bin/sh
+# fuzz.sh SECONDS: build every libFuzzer target in tests/fuzz with clang
+# (ASan + UBSan) and run each for SECONDS, seeded with real files.
+set -eu
+secs=${1:-20}
+scripts/deps.sh fuzz
+out=build-fuzz
+mkdir -p "$out"
+cflags="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all $(pkg-config --cflags yaml-0.1 libzstd libxxhash jansson)"
+libs="$(pkg-config --libs yaml-0.1 libzstd libxxhash jansson) -lm -lpthread"
+# the library, CPU only, built with clang and the sanitizers
+objs=
+for src in lib/*/*.c; do
+    case $src in lib/gpu/cuda.c) continue ;; esac
+    o=$out/$(echo "$src" | tr / _).o
+    if [ ! -f "$o" ] || [ "$src" -nt "$o" ]; then
+        clang $cflags -c "$src" -o "$o"
+    fi
+    objs="$objs $o"
+done
+data=${LLM_DATA:-../shared/data}
+fail=0 n=0
+for t in tests/fuzz/fuzz_*.c; do
+    name=$(basename "$t" .c)
+    clang $cflags -fsanitize=fuzzer "$t" $objs $libs -o "$out/$name"
+    corpus=$out/corpus-$name
+    mkdir -p "$corpus"
+    # seeds: the checked-in ones, plus real files of the right kind
+    [ -d "tests/fuzz/seeds/$name" ] && cp -n tests/fuzz/seeds/"$name"/* "$corpus"/ 2>/dev/null || true
+    case $name in
+    fuzz_gguf) cp -n "$data"/gguf/*.gguf "$corpus"/ 2>/dev/null || true ;;
+    fuzz_llama2c) cp -n "$data"/llama2c/*.bin "$corpus"/ 2>/dev/null || true ;;
+    fuzz_spm) cp -n "$data"/llama2c/tok512.model "$corpus"/ 2>/dev/null || true ;;
+    esac
+    echo "== $name (${secs}s)"
+    n=$((n + 1))
+    if ! "$out/$name" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+        -print_final_stats=0 "$corpus" >"$out/$name.log" 2>&1; then
+        fail=$((fail + 1))
+        echo "FAIL $name: see $out/$name.log"
+        tail -30 "$out/$name.log"
+    else
+        grep -E '^#[0-9]+.*DONE' "$out/$name.log" | tail -1 || true
+    fi
+done
+echo "fuzz: $((n - fail)) passed, $fail failed"
+[ $fail = 0 ]
