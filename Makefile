@@ -72,6 +72,8 @@ else
 Q := @
 endif
 
+.SECONDARY:
+
 .PHONY: all lib test check unit cli sanitize fuzz demo man install clean deps gpu-tests format
 .DEFAULT_GOAL := all
 

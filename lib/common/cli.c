@@ -141,7 +141,6 @@ int llm_cli_next(struct llm_cli *c, int argc, char **argv, const char **arg)
     static int built;
     if (!built) {
         int k = 0, s = 0;
-        shorts[s++] = '+'; /* stop at the first operand, POSIX style */
         shorts[s++] = ':'; /* report a missing argument as ':' */
         for (int pass = 0; pass < 2; pass++) {
             const struct llm_opt *t = pass ? common : c->opts;

@@ -981,6 +981,17 @@ static llm_status map_meta(struct gguf *g)
             g->arch = NULL; /* a NUL inside: no key can carry this prefix */
     }
     LLM_TRY(map_vocab(g));
+    /* Facts about the encoding of this file's tensors, which the writer
+       recomputes for the file it writes: the file type is kept as
+       provenance ("converted from a Q4_K_M file"), the others dropped. */
+    struct kv *ft = find_kv(g, "general.file_type");
+    if (ft && is_int_type(ft->type)) {
+        LLM_TRY(llm_meta_set_i64(m, "source.gguf_file_type", int_at(ft->type, ft->val, 0)));
+        ft->used = 1;
+    }
+    struct kv *qv = find_kv(g, "general.quantization_version");
+    if (qv && is_int_type(qv->type))
+        qv->used = 1;
     for (size_t i = 0; i < g->n_kv; i++) {
         struct kv *kv = &g->kv[i];
         if (kv->used)

@@ -20,7 +20,10 @@
  * architecture (Hugging Face order -> GGUF llama order). Mistral models are
  * written as architecture "llama", as llama.cpp's converter does. A Llama 3
  * rope scaling (rope_scaling.type llama3) becomes the rope_freqs.weight
- * tensor, which is how GGUF carries it.
+ * tensor, which is how GGUF carries it; dynamic scaling and the yarn
+ * beta_fast/beta_slow values have no GGUF keys and are not written.
+ * write_opts: convert/type apply to tensors of 2 or more dimensions (then
+ * the rule above); compress_level is ignored (GGUF has no compression).
  */
 #include <math.h>
 #include <stdio.h>
@@ -563,9 +566,12 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
         kv_f32(w, key, (float)d);
     }
     LLM_TRY(get_s(w, m, "hparams.rope_scaling.type", &sv));
-    /* llama3 scaling travels as the rope_freqs tensor, and llama.cpp refuses
-       the name as a scaling type */
-    if (!(sv && strcmp(sv->s, "llama3") == 0)) {
+    /* llama.cpp knows the scaling types none, linear, yarn and longrope and
+       aborts on any other name. llama3 scaling travels as the rope_freqs
+       tensor; dynamic (NTK) scaling has no GGUF form and is left out, as
+       llama.cpp's converter does. */
+    if (!sv || strcmp(sv->s, "none") == 0 || strcmp(sv->s, "linear") == 0 ||
+        strcmp(sv->s, "yarn") == 0 || strcmp(sv->s, "longrope") == 0) {
         if (sv) {
             snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
             kv_str(w, key, sv->s, sv->slen);

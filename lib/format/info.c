@@ -73,10 +73,13 @@ llm_status llm_info_print(FILE *o, struct llm_file *f, int json, int with_sums)
 static llm_status print(FILE *o, struct llm_file *f, int json, const uint64_t *sums)
 {
     uint64_t params, bytes, aux = 0;
+    size_t n_aux = 0;
     llm_file_totals(f, &params, &bytes);
     for (size_t i = 0; i < f->n_tensors; i++)
-        if (f->tensors[i].flags & LLM_TENSOR_AUX)
+        if (f->tensors[i].flags & LLM_TENSOR_AUX) {
             aux += f->tensors[i].nbytes;
+            n_aux++;
+        }
     double bpw = params ? 8.0 * (double)bytes / (double)params : 0;
 
     if (json) {
@@ -102,9 +105,9 @@ static llm_status print(FILE *o, struct llm_file *f, int json, const uint64_t *s
             fprintf(o, ", \"aux\": %s}", t->flags & LLM_TENSOR_AUX ? "true" : "false");
         }
         fprintf(o, "%s],\n  \"totals\": {\"tensors\": %zu, \"parameters\": %" PRIu64
-                   ", \"bytes\": %" PRIu64 ", \"aux_bytes\": %" PRIu64
+                   ", \"bytes\": %" PRIu64 ", \"aux_tensors\": %zu, \"aux_bytes\": %" PRIu64
                    ", \"bits_per_weight\": %.4f}\n}\n",
-                f->n_tensors ? "\n  " : "", f->n_tensors, params, bytes, aux, bpw);
+                f->n_tensors ? "\n  " : "", f->n_tensors - n_aux, params, bytes, n_aux, aux, bpw);
         return ferror(o) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
     }
 
@@ -149,7 +152,7 @@ static llm_status print(FILE *o, struct llm_file *f, int json, const uint64_t *s
     }
     fprintf(o,
             "totals:\n  tensors: %zu\n  parameters: %" PRIu64 "\n  bytes: %" PRIu64
-            "\n  aux_bytes: %" PRIu64 "\n  bits_per_weight: %.4f\n",
-            f->n_tensors, params, bytes, aux, bpw);
+            "\n  aux_tensors: %zu\n  aux_bytes: %" PRIu64 "\n  bits_per_weight: %.4f\n",
+            f->n_tensors - n_aux, params, bytes, n_aux, aux, bpw);
     return ferror(o) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
 }

@@ -152,6 +152,17 @@ static uint16_t fp16_down(float v)
     return h;
 }
 
+/* The smallest binary16 scale d with d * L >= need (need >= 0): the
+ * quotient is rounded up, then checked in double so that the float
+ * rounding of need / L cannot leave the largest element outside. */
+static uint16_t fp16_scale_up(double need, double L)
+{
+    uint16_t h = fp16_up((float)(need / L));
+    while (h < 0x7bff && (double)llm_fp16_to_fp32(h) * L < need)
+        h++;
+    return h;
+}
+
 /* round(v) clamped to [lo, hi]; NaN gives nanq. Float-to-int conversion of
  * an out-of-range value is undefined, so the clamp comes first. */
 static inline int clamp_round(float v, int lo, int hi, int nanq)
@@ -314,7 +325,7 @@ static void quant_sym8_block(const float *x, uint8_t *blk, uint32_t G, int ggml)
             qs[j] = (int8_t)clamp_round(nan_to_zero(x[j]) * id, -127, 127, 0);
         return;
     }
-    uint16_t h = fp16_up(a / 127.0f);
+    uint16_t h = fp16_scale_up(a, 127.0);
     float d = llm_fp16_to_fp32(h);
     st16(blk, h);
     for (uint32_t j = 0; j < G; j++)
@@ -337,7 +348,7 @@ static void quant_sym4_block(const float *x, uint8_t *blk, uint32_t G, int ggml)
         for (uint32_t j = 0; j < G; j++)
             codes[j] = (uint8_t)clamp_trunc(nan_to_zero(x[j]) * id + 8.5f, 0, 15, 8);
     } else {
-        uint16_t h = fp16_up(absmax(x, G) / 7.5f);
+        uint16_t h = fp16_scale_up(absmax(x, G), 7.5);
         float d = llm_fp16_to_fp32(h);
         st16(blk, h);
         for (uint32_t j = 0; j < G; j++)
@@ -363,7 +374,7 @@ static void quant_zp_block(const float *x, uint8_t *blk, uint32_t G, int L, int 
     }
     uint16_t mh = fp16_down(mn);
     float m = llm_fp16_to_fp32(mh);
-    uint16_t dh = fp16_up((mx - m) / (float)L);
+    uint16_t dh = fp16_scale_up((double)mx - (double)m, (double)L);
     float d = llm_fp16_to_fp32(dh);
     st16(blk, dh);
     st16(blk + 2, mh);

@@ -89,6 +89,8 @@ uint64_t llm_type_row_bytes(enum llm_type t, uint64_t ne0)
     const struct llm_type_traits *tr = llm_type_traits(t);
     if (!tr)
         return 0;
+    if (ne0 > ((uint64_t)1 << 62))
+        return 0;
     uint64_t nb = (ne0 + tr->blck - 1) / tr->blck, bytes;
     if (!llm_mul_ok(nb, tr->block_bytes, &bytes) || !llm_add_ok(bytes, tr->row_header, &bytes))
         return 0;

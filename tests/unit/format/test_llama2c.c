@@ -724,3 +724,48 @@ Test(llama2c, open_errors)
     cr_assert_eq(llm_llama2c_open(&f, p0, &o), LLM_E_FORMAT);
     cr_assert_eq(llm_llama2c_open(&f, "/nonexistent/m.bin", NULL), LLM_E_IO);
 }
+
+/* The same model through lib/format's GGUF reader: tensors and vocabulary
+ * agree with the llama2.c import (cross-checks both importers). */
+Test(llama2c, equals_gguf_reader)
+{
+    TEST_DATA(p0, "llama2c/stories260K.bin");
+    TEST_DATA(pt, "llama2c/tok512.bin");
+    TEST_DATA(pg, "gguf/stories260K.gguf");
+    struct llm_import_opts o;
+    struct llm_file *a, *g;
+    struct llm_vocab_view va, vg;
+
+    llm_import_opts_default(&o);
+    o.tokenizer_path = pt;
+    cr_assert_eq(llm_llama2c_open(&a, p0, &o), LLM_OK, "%s", llm_error_detail(-1));
+    cr_assert_eq(llm_gguf_open(&g, pg, NULL), LLM_OK, "%s", llm_error_detail(-1));
+    size_t n_weights = 0;
+    for (size_t i = 0; i < a->n_tensors; i++) {
+        struct llm_tensor *x = &a->tensors[i], *y = llm_file_find(g, x->name);
+        if (x->flags & LLM_TENSOR_AUX)
+            continue;
+        n_weights++;
+        cr_assert(y, "%s", x->name);
+        cr_assert_eq(y->type, LLM_TYPE_F32);
+        cr_assert_eq(memcmp(x->ne, y->ne, sizeof x->ne), 0, "%s", x->name);
+        const void *yb;
+        cr_assert_eq(llm_tensor_bytes(g, y, &yb), LLM_OK);
+        cr_assert_eq(memcmp(x->data, yb, x->nbytes), 0, "%s", x->name);
+    }
+    cr_assert_eq(n_weights, 47);
+    cr_assert_eq(llm_file_vocab(a, &va), LLM_OK);
+    cr_assert_eq(llm_file_vocab(g, &vg), LLM_OK);
+    cr_assert_eq(va.n_tokens, vg.n_tokens);
+    cr_assert_eq(memcmp(va.offsets, vg.offsets, 4 * (va.n_tokens + 1)), 0);
+    cr_assert_eq(memcmp(va.bytes, vg.bytes, va.offsets[va.n_tokens]), 0);
+    cr_assert_eq(memcmp(va.scores, vg.scores, 4 * va.n_tokens), 0);
+    cr_assert_eq(memcmp(va.types, vg.types, 4 * va.n_tokens), 0);
+    const char *keys[] = {"tokenizer.bos_id", "tokenizer.eos_id", "tokenizer.unk_id",
+                          "hparams.embedding_length", "hparams.block_count",
+                          "hparams.head_count_kv", "hparams.rope_dim"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        cr_assert_eq(meta_i(a, keys[k]), meta_i(g, keys[k]), "%s", keys[k]);
+    llm_file_free(a);
+    llm_file_free(g);
+}
