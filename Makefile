@@ -155,8 +155,13 @@ install: all
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 644 man/*.7 $(DESTDIR)$(PREFIX)/share/man/man7
-	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
-	install -m 644 completions/llm.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/llm-convert
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	    $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	for b in $(notdir $(BINS)); do \
+	    install -m 644 completions/llm.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$b; \
+	    install -m 644 completions/llm.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/$$b.fish; \
+	done
+	install -m 644 completions/_llm $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_llm
 
 format:
 	clang-format -i lib/*/*.c lib/*/*.h cmd/*.c kernels/*.cu

@@ -172,8 +172,8 @@ int main(int argc, char **argv)
             break;
         case OPT_TOKENIZER: a.tokenizer = arg; break;
         case OPT_META:
-            if (!strchr(arg, '=') || arg[0] == '=')
-                return llm_cli_usage(&cli, "--meta: expected KEY=VALUE, got '%s'", arg);
+            if (!strchr(arg, '=') || arg[0] == '=' || strchr(arg, '=') - arg > 200)
+                return llm_cli_usage(&cli, "--meta: expected KEY=VALUE with a key of 1..200 bytes, got '%s'", arg);
             if (a.n_meta == 64)
                 return llm_cli_usage(&cli, "--meta: at most 64 keys");
             a.meta[a.n_meta++] = arg;

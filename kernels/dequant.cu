@@ -17,7 +17,6 @@
 #include "kernels.h"
 
 extern "C" {
-#include "../lib/quant/types.h" // defines: llm_type_name
 }
 
 // ----------------------------------------------------------------------------
@@ -169,8 +168,8 @@ static llm_status dequant_launch(enum llm_type t, const void *src, float *dst, i
     const uint64_t want = (uint64_t)HDR + (uint64_t)((ne0 + G - 1) / G) * (uint64_t)BB;
     if (row_bytes != want)
         return llm_error_set(LLM_E_INVALID,
-                             "dequant_cuda: %s row of %lld elements given as %llu bytes, the kernel "
-                             "layout has %llu", llm_type_name((uint32_t)t), (long long)ne0,
+                             "dequant_cuda: type %u row of %lld elements given as %llu bytes, the "
+                             "kernel layout has %llu", (unsigned)t, (long long)ne0,
                              (unsigned long long)row_bytes, (unsigned long long)want);
     /* a warp at least, 256 threads at most: short rows waste fewer lanes */
     const int threads = ne0 >= 256 ? 256 : (int)((ne0 + 31) / 32 * 32);

@@ -19,6 +19,7 @@
 #
 # Exit status: 0 done (or up to date), 1 out of date (--check), 2 usage
 # error or a tool that does not run.
+
 # The awk programs below are in single quotes and quote for other shells:
 # shellcheck disable=SC1003,SC2016
 set -eu

@@ -677,6 +677,20 @@ static struct llm_meta *node_of(const struct kv *kv)
     return seq;
 }
 
+/* Add `node` under a key known to be new (keys are unique in the file):
+ * llm_meta_put would look for it first, quadratic in the number of keys. */
+static llm_status append(struct llm_meta *map, const char *key, struct llm_meta *node)
+{
+    if (!node)
+        return LLM_E_NOMEM;
+    node->key = llm_strdup(key);
+    if (!node->key) {
+        llm_meta_free(node);
+        return LLM_E_NOMEM;
+    }
+    return llm_meta_push(map, node);
+}
+
 /* Keep an unmapped key under `gguf`, and its type when the writer would
  * not infer it. */
 static llm_status keep(struct gguf *g, const struct kv *kv)
@@ -693,7 +707,7 @@ static llm_status keep(struct gguf *g, const struct kv *kv)
         LLM_TRY(llm_meta_set(root, "gguf", llm_meta_new(LLM_META_MAP)));
         map = llm_meta_get(root, "gguf");
     }
-    LLM_TRY(llm_meta_put(map, kv->key, node));
+    LLM_TRY(append(map, kv->key, node));
     if (exact)
         return LLM_OK;
     struct llm_meta *types = llm_meta_get(root, "source.gguf_types");
@@ -706,7 +720,7 @@ static llm_status keep(struct gguf *g, const struct kv *kv)
         snprintf(tn, sizeof tn, "%s[]", llm_gguf_type_name(kv->etype));
     else
         snprintf(tn, sizeof tn, "%s", llm_gguf_type_name(kv->type));
-    return llm_meta_put(types, kv->key, llm_meta_new_strn(tn, strlen(tn)));
+    return append(types, kv->key, llm_meta_new_strn(tn, strlen(tn)));
 }
 
 enum vkind { V_INT, V_F32, V_STR, V_BOOL };

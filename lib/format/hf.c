@@ -303,6 +303,7 @@ struct hf_load {
     uint32_t n_shards, cur;
     size_t cap_shards;
     json_t *weight_map;      /* index mode */
+    const char *ipath;       /* DIR/model.safetensors.index.json */
     const char *shard_file;  /* the current shard's name in the index */
     size_t n_listed;
     struct hf_w *w;
@@ -496,9 +497,7 @@ static int w_cmp(const void *a, const void *b)
 static llm_status add_shard(struct hf_load *ld, const char *dir, const char *file)
 {
     if (!*file || strchr(file, '/') || strcmp(file, ".") == 0 || strcmp(file, "..") == 0)
-        return llm_error_set(LLM_E_FORMAT,
-                             "%s/model.safetensors.index.json: bad shard file name '%s'", dir,
-                             file);
+        return llm_error_set(LLM_E_FORMAT, "%s: bad shard file name '%s'", ld->ipath, file);
     char path[4096];
     LLM_TRY(llm_hf_path(path, sizeof path, dir, file));
     for (uint32_t i = 0; i < ld->n_shards; i++)
@@ -512,7 +511,7 @@ static llm_status add_shard(struct hf_load *ld, const char *dir, const char *fil
     return LLM_OK;
 }
 
-static llm_status scan_shards(struct hf_load *ld, const char *dir)
+static llm_status scan_shards(struct hf_load *ld)
 {
     for (uint32_t i = 0; i < ld->n_shards; i++) {
         struct llm_map m;
@@ -536,10 +535,9 @@ static llm_status scan_shards(struct hf_load *ld, const char *dir)
                 found = strcmp(ld->w[i].src, key) == 0;
             if (!found && !ends_with(key, ".rotary_emb.inv_freq") &&
                 !ends_with(key, ".attention.masked_bias"))
-                return llm_error_set(LLM_E_FORMAT,
-                                     "%s/model.safetensors.index.json: tensor '%s' is not in "
-                                     "its shard '%s'",
-                                     dir, key, json_string_value(v) ? json_string_value(v) : "?");
+                return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s' is not in its shard '%s'",
+                                     ld->ipath, key,
+                                     json_string_value(v) ? json_string_value(v) : "?");
         }
     }
     return LLM_OK;
@@ -631,9 +629,9 @@ static llm_status add_weights(struct hf_load *ld, const struct hf_cfg *c)
 
 static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cfg *c)
 {
-    struct hf_load ld = { .f = f, .c = c };
     json_t *index = NULL;
     char ipath[4096];
+    struct hf_load ld = { .f = f, .c = c, .ipath = ipath };
     llm_status s = llm_hf_path(ipath, sizeof ipath, dir, "model.safetensors.index.json");
     if (s)
         return s;
@@ -678,7 +676,7 @@ static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cf
         }
     }
     if (!s)
-        s = scan_shards(&ld, dir);
+        s = scan_shards(&ld);
     if (!s)
         s = check_complete(&ld, dir, c);
     if (!s)

@@ -31,7 +31,7 @@
 #define TRAILER_SIZE 64
 #define ALIGNMENT 64
 #define INDEX_FIXED 80          /* bytes of an index record after its name */
-#define FEATURE_ZSTD (1ull << 0) /* some tensor is zstd-compressed */
+#define FEATURE_ZSTD (1ull << 0) /* tensors may be zstd-compressed (set before they are written) */
 #define KNOWN_FEATURES FEATURE_ZSTD
 #define KNOWN_TENSOR_FLAGS LLM_TENSOR_AUX
 #define MAX_META_SIZE (256u << 20)
@@ -152,7 +152,8 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
         struct llm_tensor *t;
         s = llm_file_add_tensor(f, tname, (enum llm_type)type, n_dims, ne, NULL, &t);
         if (s) {
-            s = LLM_E_FORMAT;
+            if (s != LLM_E_NOMEM)
+                s = LLM_E_FORMAT;
             goto fail;
         }
         if (t->nbytes != nbytes)
@@ -273,7 +274,8 @@ static llm_status write_tensor(struct llm_file *f, struct llm_tensor *t, struct 
         }
         size_t c = ZSTD_compress2(cctx, *cbuf, bound, bytes, n);
         if (ZSTD_isError(c))
-            return llm_error_set(LLM_E_IO, "tensor '%s': zstd: %s", t->name, ZSTD_getErrorName(c));
+            return llm_error_set(LLM_E_IO, "%s: tensor '%s': zstd: %s", w->path ? w->path : "<stdout>",
+                                 t->name, ZSTD_getErrorName(c));
         if (c < n) { /* keep the compressed form only when it is smaller */
             e->compression = LLM_COMPRESS_ZSTD;
             e->stored = c;
@@ -354,6 +356,8 @@ llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_
                 snprintf(pre, sizeof pre, "tensor '%s'", t->name);
                 llm_error_prefix(pre);
             }
+            if (strncmp(llm_error_detail(s), path, strlen(path)) != 0)
+                llm_error_prefix(strcmp(path, "-") ? path : "<stdout>");
             goto fail;
         }
         idx_size += 4 + strlen(t->name) + INDEX_FIXED;

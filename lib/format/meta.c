@@ -335,7 +335,15 @@ static struct llm_meta *resolve_plain(const char *v, size_t n)
     if (base) {
         errno = 0;
         char *end;
-        long long x = base == 10 ? strtoll(v, &end, 10) : (long long)strtoull(v + 2, &end, base);
+        long long x;
+        if (base == 10) {
+            x = strtoll(v, &end, 10);
+        } else {
+            unsigned long long u = strtoull(v + 2, &end, base);
+            if (u > INT64_MAX)
+                errno = ERANGE;
+            x = (long long)u;
+        }
         if (errno == 0 && *end == 0)
             return llm_meta_new_i64(x);
         return llm_meta_new_strn(v, n); /* out of range: keep the text */

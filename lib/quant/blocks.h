@@ -68,7 +68,8 @@ enum llm_type {
     LLM_TYPE_NF4_DQ = 33,  /* double quantization: fp8 E4M3 absmax per block
                               times a float32 row scale in the row header */
     /* FP8 E4M3 (OCP, "fn": no inf, 0x7f/0xff NaN, max 448) times a float32
-       row scale in the row header (per tensor: the same value in every row) */
+       scale in each row's header (llm_quantize_row uses the row's absmax/448;
+       a per-tensor quantizer writes the same scale in every row) */
     LLM_TYPE_FP8_E4M3 = 34,
     LLM_TYPE_COUNT_ = 35   /* one past the largest id (ids 6..15 unused) */
 };
