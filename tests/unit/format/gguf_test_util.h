@@ -279,7 +279,7 @@ static inline void llama_keys(struct spec *s)
     key_u32(s, "llama.block_count", 1);
     key_str(s, "tokenizer.ggml.model", "llama");
     struct gb *b = key(s, "tokenizer.ggml.tokens", 9);
-    static const char *toks[] = { "<unk>", "<s>", "</s>", "a", "b", "\xe2\x96\x81" "ab" };
+    static const char *toks[] = { "<unk>", "<s>", "</s>", "a", "b", "\xe2\x96\x81\x61\x62" }; /* U+2581 "ab" */
     gb_u32(b, 8);
     gb_u64(b, 6);
     for (int i = 0; i < 6; i++)
