@@ -50,6 +50,7 @@ struct args {
     enum llm_type type;
     int have_type, compress, info, json, sums, verify;
     uint64_t seed;
+    int have_seed;
     const char *meta[64];
     int n_meta;
 };
@@ -71,6 +72,16 @@ static llm_status set_user_meta(struct llm_file *f, const struct args *a)
     return LLM_OK;
 }
 
+/* --tokenizer names the separate vocabulary of a llama2.c checkpoint; any
+ * other input carries its own, so the option would be ignored: refuse it. */
+static llm_status check_tokenizer_opt(const struct args *a, const struct llm_file *f)
+{
+    if (a->tokenizer && strcmp(f->format, "llama2c") != 0)
+        return llm_error_set(LLM_E_INVALID, "%s: --tokenizer applies to llama2.c checkpoints, not to "
+                             "%s files", f->path, f->format);
+    return LLM_OK;
+}
+
 static int do_convert(const struct args *a, const char *in)
 {
     struct llm_file *f = NULL;
@@ -81,8 +92,12 @@ static int do_convert(const struct args *a, const char *in)
         io.dequant_type = a->type;
     llm_status s = a->synth ? llm_synthetic(&f, a->synth, a->have_type ? a->type : LLM_TYPE_F32, a->seed)
                             : llm_import(&f, in, &io);
-    if (s)
+    if (!s)
+        s = check_tokenizer_opt(a, f);
+    if (s) {
+        llm_file_free(f);
         return llm_cli_fail(&cli, s);
+    }
     struct llm_write_opts wo;
     llm_write_opts_default(&wo);
     wo.compress_level = a->compress;
@@ -110,6 +125,8 @@ static int do_info(const struct args *a, char **files, int n)
         llm_import_opts_default(&io);
         io.tokenizer_path = a->tokenizer;
         llm_status s = llm_import(&f, files[i], &io);
+        if (!s && (s = check_tokenizer_opt(a, f)))
+            llm_file_free(f);
         if (!s) {
             if (i)
                 fputs(a->json ? "\n" : "---\n", stdout);
@@ -187,6 +204,7 @@ int main(int argc, char **argv)
             if (llm_parse_i64(arg, 0, INT64_MAX, "--seed", &v))
                 return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
             a.seed = (uint64_t)v;
+            a.have_seed = 1;
             break;
         }
     }
@@ -194,6 +212,13 @@ int main(int argc, char **argv)
     int n = argc - llm_cli_optind;
     if (a.info + a.verify + (a.synth != NULL) > 1)
         return llm_cli_usage(&cli, "--info, --verify and --synthetic are separate modes");
+    if (a.have_seed && !a.synth)
+        return llm_cli_usage(&cli, "--seed goes with --synthetic");
+    if ((a.info || a.verify) && (a.n_meta || a.have_type || a.compress || a.to))
+        return llm_cli_usage(&cli, "--meta, --type, --compress and --to make no sense with %s",
+                             a.info ? "--info" : "--verify");
+    if (a.tokenizer && (a.verify || a.synth))
+        return llm_cli_usage(&cli, "--tokenizer goes with a llama2.c checkpoint");
     if ((a.json || a.sums) && !a.info)
         return llm_cli_usage(&cli, "%s goes with --info", a.json ? "--json" : "--checksums");
     if (a.info || a.verify) {

@@ -31,6 +31,7 @@ void llm_file_free(struct llm_file *f)
     for (size_t i = 0; i < f->n_tensors; i++)
         llm_free(f->tensors[i].name);
     llm_free(f->tensors);
+    llm_free(f->name_index);
     for (size_t i = 0; i < f->n_owned; i++)
         llm_free(f->owned[i]);
     llm_free(f->owned);
@@ -66,11 +67,51 @@ llm_status llm_file_add_map(struct llm_file *f, struct llm_map *m)
     return LLM_OK;
 }
 
+/* Names are found through a hash table, so that a file with a hundred
+ * thousand tensors (a crafted one, say) loads in linear time. */
+static size_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+static void index_insert(struct llm_file *f, size_t i)
+{
+    size_t mask = f->cap_index - 1, k = name_hash(f->tensors[i].name) & mask;
+    while (f->name_index[k])
+        k = (k + 1) & mask;
+    f->name_index[k] = (uint32_t)(i + 1);
+}
+
+static llm_status index_rebuild(struct llm_file *f, size_t cap)
+{
+    if (cap == f->cap_index) { /* same size: clear in place, nothing to allocate */
+        memset(f->name_index, 0, cap * sizeof *f->name_index);
+    } else {
+        uint32_t *t = llm_calloc(cap, sizeof *t);
+        if (!t)
+            return LLM_E_NOMEM;
+        llm_free(f->name_index);
+        f->name_index = t;
+        f->cap_index = cap;
+    }
+    for (size_t i = 0; i < f->n_tensors; i++)
+        index_insert(f, i);
+    return LLM_OK;
+}
+
 struct llm_tensor *llm_file_find(const struct llm_file *f, const char *name)
 {
-    for (size_t i = 0; i < f->n_tensors; i++)
-        if (strcmp(f->tensors[i].name, name) == 0)
-            return &f->tensors[i];
+    if (!f->cap_index)
+        return NULL;
+    size_t mask = f->cap_index - 1, k = name_hash(name) & mask;
+    for (; f->name_index[k]; k = (k + 1) & mask) {
+        struct llm_tensor *t = &f->tensors[f->name_index[k] - 1];
+        if (strcmp(t->name, name) == 0)
+            return t;
+    }
     return NULL;
 }
 
@@ -83,6 +124,8 @@ void llm_file_remove(struct llm_file *f, const char *name)
     llm_free(t->name);
     memmove(t, t + 1, (f->n_tensors - i - 1) * sizeof *t);
     f->n_tensors--;
+    /* indexes after i moved down: rebuild in place (removal is rare) */
+    index_rebuild(f, f->cap_index);
 }
 
 llm_status llm_file_add_tensor(struct llm_file *f, const char *name, enum llm_type type,
@@ -118,10 +161,22 @@ llm_status llm_file_add_tensor(struct llm_file *f, const char *name, enum llm_ty
         llm_free(t.name);
         return s;
     }
+    if (f->n_tensors >= UINT32_MAX - 1) {
+        llm_free(t.name);
+        return llm_error_set(LLM_E_FORMAT, "%s: too many tensors", f->path);
+    }
+    if ((f->n_tensors + 1) * 2 > f->cap_index) {
+        s = index_rebuild(f, f->cap_index ? f->cap_index * 2 : 64);
+        if (s) {
+            llm_free(t.name);
+            return s;
+        }
+    }
     f->tensors[f->n_tensors] = t;
     if (out)
         *out = &f->tensors[f->n_tensors];
     f->n_tensors++;
+    index_insert(f, f->n_tensors - 1);
     return LLM_OK;
 }
 

@@ -86,6 +86,8 @@ struct llm_file {
     struct llm_meta *meta;      /* the metadata map */
     struct llm_tensor *tensors; /* (n_tensors), in file order */
     size_t n_tensors, cap_tensors;
+    uint32_t *name_index;       /* (cap_index) open-addressed: tensor index + 1, 0 = empty */
+    size_t cap_index;
     struct llm_map *maps;       /* (n_maps) source mappings, closed on free */
     size_t n_maps, cap_maps;
     void **owned;               /* (n_owned) buffers freed on free */

@@ -22,8 +22,9 @@
  * rope scaling (rope_scaling.type llama3) becomes the rope_freqs.weight
  * tensor, which is how GGUF carries it; dynamic scaling and the yarn
  * beta_fast/beta_slow values have no GGUF keys and are not written.
- * write_opts: convert/type apply to tensors of 2 or more dimensions (then
- * the rule above); compress_level is ignored (GGUF has no compression).
+ * write_opts: convert/type go through llm_file_convert (weight matrices
+ * only, as for .llm output) and must name a type GGUF has;
+ * compress_level is ignored (GGUF has no compression).
  */
 #include <math.h>
 #include <stdio.h>
@@ -373,8 +374,6 @@ static llm_status plan_tensor(struct wctx *c, struct llm_tensor *t, struct otens
         return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': name longer than %u bytes, which "
                              "GGUF readers refuse", nm, t->name, LLM_GGUF_MAX_NAME);
     enum llm_type type = t->type;
-    if (c->opts && c->opts->convert && t->n_dims >= 2)
-        type = c->opts->type;
     const struct llm_type_traits *tr = llm_type_traits(type);
     if (!tr || (tr->is_aux && tr->ggml_type < 0))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: tensor '%s': type %s has no GGUF form", nm,
@@ -709,9 +708,9 @@ static llm_status write_tensor(struct wctx *c, struct llm_out *out, const struct
         }
         s = llm_convert_rows(t->type, p, o->type, conv, t->ne[0], llm_tensor_nrows(t));
         if (s) {
-            llm_error_prefix(t->name);
-            llm_error_prefix("tensor");
-            llm_error_prefix(c->name);
+            char pre[LLM_MAX_NAME + 1024];
+            snprintf(pre, sizeof pre, "%s: tensor '%s'", c->name, t->name);
+            llm_error_prefix(pre);
             goto out;
         }
         p = conv;
@@ -773,6 +772,14 @@ llm_status llm_gguf_write(struct llm_file *f, const char *path, const struct llm
     w.name = c.name;
     struct buf hdr = { 0 };
     llm_status s;
+    if (opts && opts->convert) {
+        /* the same rule as the .llm writer: weight matrices only */
+        const struct llm_type_traits *tr = llm_type_traits(opts->type);
+        if (!tr || tr->ggml_type < 0)
+            return llm_error_set(LLM_E_INVALID, "%s: type %s has no GGUF form (GGUF output takes f32, "
+                                 "f16, bf16, q8_0, q4_0 or q4_1)", c.name, llm_type_name(opts->type));
+        LLM_TRY(llm_file_convert(f, opts->type));
+    }
     if ((s = choose_perm(&c)) || (s = plan_tensors(&c)) || (s = write_meta(&c, &w)))
         goto out;
 

@@ -209,6 +209,21 @@ t_synthetic_quantized_type() {
     "$CONVERT" --synthetic stories15m --type q4_0 -o "$TMP/q.llm" || return 1
     expect 0 "$CONVERT" --info "$TMP/q.llm" && has "$TMP/out" 'type: q4_0' && has "$TMP/out" "block_count: 6"
 }
+t_options_that_would_be_ignored_are_refused() {
+    expect 2 "$CONVERT" x -o y --seed 3 && has "$TMP/err" "--seed goes with --synthetic" || return 1
+    expect 2 "$CONVERT" --info x --meta a=b && has "$TMP/err" "make no sense with --info" || return 1
+    need "$G260"
+    expect 1 "$CONVERT" "$G260" --tokenizer "$TOK" -o "$TMP/x.llm" &&
+    has "$TMP/err" "--tokenizer applies to llama2.c checkpoints" && [ ! -e "$TMP/x.llm" ] || return 1
+    expect 1 "$CONVERT" "$G260" --type nf4 -o "$TMP/x.gguf" && has "$TMP/err" "has no GGUF form" &&
+    [ ! -e "$TMP/x.gguf" ]
+}
+t_gguf_export_with_type() {
+    need "$G260"
+    "$CONVERT" "$G260" --type f16 -o "$TMP/h.gguf" || return 1
+    expect 0 "$CONVERT" --info "$TMP/h.gguf" && has "$TMP/out" 'name: "blk.0.ffn_up.weight", type: f16' &&
+    has "$TMP/out" 'name: "blk.0.ffn_norm.weight", type: f32'
+}
 t_unknown_shape() { expect 1 "$CONVERT" --synthetic no-such-shape -o "$TMP/x.llm" && has "$TMP/err" "no-such-shape"; }
 
 # ---- runner ----------------------------------------------------------------
