@@ -1,0 +1,196 @@
+# llm-convert CLI cases (sourced by tests/cli/run.sh, which defines expect,
+# has, need, skip, $TMP, $DATA, $MODELS, $BIN and $ROOT).
+CONVERT=$BIN/llm-convert
+L2C=$DATA/llama2c/stories260K.bin
+TOK=$DATA/llama2c/tok512.bin
+G260=$DATA/gguf/stories260K.gguf
+SMOL=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf
+
+# ---- the command line ------------------------------------------------------
+t_help() {
+    expect 0 "$CONVERT" --help && has "$TMP/out" "Usage: llm-convert" && has "$TMP/out" "--synthetic" &&
+    [ ! -s "$TMP/err" ]
+}
+t_version() { expect 0 "$CONVERT" -V && has "$TMP/out" "llm-convert "; }
+t_bad_option_exits_2() {
+    expect 2 "$CONVERT" --no-such-option && has "$TMP/err" "unknown option" &&
+    has "$TMP/err" "Try 'llm-convert --help'." && [ "$(wc -l <"$TMP/err")" = 2 ]
+}
+t_missing_argument_exits_2() { expect 2 "$CONVERT" -o && has "$TMP/err" "needs an argument"; }
+t_bad_type_exits_2() { expect 2 "$CONVERT" x -o y -t q9_9 && has "$TMP/err" "unknown type 'q9_9'"; }
+t_no_output_exits_2() { expect 2 "$CONVERT" x && has "$TMP/err" "no output file"; }
+t_synopsis_matches_man() {
+    need "$ROOT/man/llm-convert.1" "$ROOT/scripts/check-synopsis.sh"
+    "$ROOT/scripts/check-synopsis.sh" "$CONVERT" "$ROOT/man/llm-convert.1"
+}
+t_completions_up_to_date() {
+    need "$ROOT/scripts/gen-completions.sh"
+    LLM_BIN="$BIN" "$ROOT/scripts/gen-completions.sh" --check
+}
+
+# ---- bad input -------------------------------------------------------------
+t_missing_file() {
+    expect 1 "$CONVERT" /nonexistent/m.gguf -o "$TMP/x.llm" &&
+    has "$TMP/err" "llm-convert: /nonexistent/m.gguf: cannot open" && [ ! -e "$TMP/x.llm" ]
+}
+t_random_bytes_refused() {
+    head -c 5000 /dev/urandom >"$TMP/rand.bin"
+    expect 1 "$CONVERT" "$TMP/rand.bin" -o "$TMP/x.llm" && has "$TMP/err" "llm-convert: $TMP/rand.bin: " &&
+    [ ! -e "$TMP/x.llm" ]
+}
+t_truncated_gguf_refused() {
+    need "$G260"
+    local n
+    for n in 3 23 24 100 5000 14152 14176 500000 1185375; do
+        head -c $n "$G260" >"$TMP/cut.gguf"
+        expect 1 "$CONVERT" --info "$TMP/cut.gguf" || return 1
+        has "$TMP/err" "llm-convert: $TMP/cut.gguf: " || return 1
+    done
+}
+t_truncated_llm_refused() {
+    need "$G260"
+    "$CONVERT" "$G260" -o "$TMP/m.llm" || return 1
+    local size n
+    size=$(stat -c %s "$TMP/m.llm")
+    for n in 0 8 63 64 500 $((size / 2)) $((size - 64)) $((size - 1)); do
+        head -c $n "$TMP/m.llm" >"$TMP/cut.llm"
+        expect 1 "$CONVERT" --info "$TMP/cut.llm" || return 1
+        has "$TMP/err" "llm-convert: $TMP/cut.llm: " || return 1
+    done
+}
+t_verify_detects_corruption() {
+    need "$G260"
+    "$CONVERT" "$G260" -o "$TMP/m.llm" || return 1
+    expect 0 "$CONVERT" --verify "$TMP/m.llm" && has "$TMP/out" "OK (" || return 1
+    # flip one byte in the middle of the weights (the metadata is at the start)
+    cp "$TMP/m.llm" "$TMP/bad.llm"
+    printf '\x55' | dd of="$TMP/bad.llm" bs=1 seek=600000 conv=notrunc status=none
+    expect 1 "$CONVERT" --verify "$TMP/bad.llm" && has "$TMP/err" "checksum mismatch"
+}
+
+# ---- real models -----------------------------------------------------------
+t_stories_llama2c_info() {
+    need "$L2C" "$TOK"
+    "$CONVERT" "$L2C" --tokenizer "$TOK" -o "$TMP/a.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/a.llm" || return 1
+    local k
+    for k in "embedding_length: 64" "block_count: 5" "head_count: 8" "head_count_kv: 4" \
+             "vocab_size: 512" "feed_forward_length: 172" "n_tokens: 512"; do
+        has "$TMP/out" "$k" || return 1
+    done
+}
+t_stories_gguf_info() {
+    need "$G260"
+    expect 0 "$CONVERT" --info "$G260" || return 1
+    local k
+    for k in "embedding_length: 64" "block_count: 5" "head_count: 8" "head_count_kv: 4" \
+             "vocab_size: 512" "tensors: 48"; do
+        has "$TMP/out" "$k" || return 1
+    done
+}
+t_stories_two_sources_bit_identical() {
+    need "$L2C" "$TOK" "$G260"
+    "$CONVERT" "$L2C" --tokenizer "$TOK" -o "$TMP/a.llm" && "$CONVERT" "$G260" -o "$TMP/b.llm" || return 1
+    tensors "$TMP/a.llm" >"$TMP/ta" && tensors "$TMP/b.llm" | grep -v '"output.weight"' >"$TMP/tb" || return 1
+    [ "$(wc -l <"$TMP/ta")" = 47 ] || { echo "expected 47 weight tensors"; return 1; }
+    diff "$TMP/ta" "$TMP/tb" || return 1
+    # and the tokenizer arrays agree too
+    "$CONVERT" --info --checksums "$TMP/a.llm" | grep 'name: "tokenizer\.' | sort >"$TMP/va"
+    "$CONVERT" --info --checksums "$TMP/b.llm" | grep 'name: "tokenizer\.' | sort >"$TMP/vb"
+    diff "$TMP/va" "$TMP/vb"
+}
+t_gguf_llm_gguf_llm_lossless() {
+    need "$G260"
+    "$CONVERT" "$G260" -o "$TMP/1.llm" && "$CONVERT" "$TMP/1.llm" -o "$TMP/2.gguf" &&
+    "$CONVERT" "$TMP/2.gguf" -o "$TMP/3.llm" || return 1
+    diff <(tensors "$G260") <(tensors "$TMP/2.gguf") && diff <(tensors "$TMP/1.llm") <(tensors "$TMP/3.llm") &&
+    diff <(infosorted "$TMP/1.llm") <(infosorted "$TMP/3.llm")
+}
+t_smollm2_q4_1_blocks_survive() {
+    need "$SMOL"
+    "$CONVERT" "$SMOL" -o "$TMP/s.llm" && "$CONVERT" "$TMP/s.llm" -o "$TMP/s.gguf" || return 1
+    tensors "$SMOL" >"$TMP/t0"
+    grep -q 'type: q4_1' "$TMP/t0" || { echo "no q4_1 tensors in $SMOL"; return 1; }
+    diff "$TMP/t0" <(tensors "$TMP/s.llm") && diff "$TMP/t0" <(tensors "$TMP/s.gguf")
+}
+t_vocab_only_gguf() {
+    need "$DATA/vocab/ggml-vocab-gpt-2.gguf"
+    "$CONVERT" "$DATA/vocab/ggml-vocab-gpt-2.gguf" -o "$TMP/v.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/v.llm" && has "$TMP/out" "n_tokens: 50257" &&
+    has "$TMP/out" "parameters: 0" && has "$TMP/out" "model: gpt2"
+}
+
+# ---- pipes -----------------------------------------------------------------
+t_pipe_in_info() {
+    need "$G260"
+    "$CONVERT" "$G260" -o "$TMP/m.llm" || return 1
+    diff <("$CONVERT" --info "$TMP/m.llm" | tail -n +2) <(cat "$TMP/m.llm" | "$CONVERT" --info - | tail -n +2)
+}
+t_pipe_out_same_bytes() {
+    need "$G260"
+    "$CONVERT" "$G260" -o "$TMP/f.llm" && "$CONVERT" "$G260" -o - >"$TMP/p.llm" && cmp "$TMP/f.llm" "$TMP/p.llm" &&
+    "$CONVERT" "$G260" -o - --compress | cmp - <("$CONVERT" "$G260" -o - --compress) &&
+    "$CONVERT" "$G260" -o - | "$CONVERT" --info - >"$TMP/out" && has "$TMP/out" "block_count: 5"
+}
+t_pipe_through_gguf() {
+    need "$G260"
+    "$CONVERT" "$G260" -o - | "$CONVERT" - --to gguf -o - | "$CONVERT" --info --checksums - >"$TMP/out" || return 1
+    diff <(grep '^  - {name:' "$TMP/out" | grep -v 'aux: true' | sort) <(tensors "$G260")
+}
+
+# ---- options ---------------------------------------------------------------
+t_compress_round_trip() {
+    need "$G260"
+    "$CONVERT" "$G260" --compress=19 -o "$TMP/c.llm" && "$CONVERT" "$G260" -o "$TMP/u.llm" || return 1
+    [ "$(stat -c %s "$TMP/c.llm")" -lt "$(stat -c %s "$TMP/u.llm")" ] || { echo "not smaller"; return 1; }
+    expect 0 "$CONVERT" --verify "$TMP/c.llm" && diff <(tensors "$TMP/c.llm") <(tensors "$TMP/u.llm")
+}
+t_type_conversion() {
+    need "$G260"
+    "$CONVERT" "$G260" -t f16 -o "$TMP/h.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/h.llm" && has "$TMP/out" 'name: "blk.0.attn_q.weight", type: f16' &&
+    has "$TMP/out" 'name: "blk.0.attn_norm.weight", type: f32'
+}
+t_meta_user_keys() {
+    need "$G260"
+    "$CONVERT" "$G260" --meta owner=me --meta note="two words" -o "$TMP/m.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/m.llm" && has "$TMP/out" "owner: me" && has "$TMP/out" "note: two words"
+}
+t_info_json_parses() {
+    need "$G260"
+    command -v python3 >/dev/null || skip "python3 is absent"
+    "$CONVERT" --info --json "$G260" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["metadata"]["hparams"]["block_count"] == 5
+assert d["totals"]["tensors"] == 48, d["totals"]
+assert len([t for t in d["tensors"] if not t["aux"]]) == 48'
+}
+t_synthetic_deterministic() {
+    "$CONVERT" --synthetic stories260k --seed 7 -o "$TMP/s1.llm" &&
+    "$CONVERT" --synthetic stories260k --seed 7 -o "$TMP/s2.llm" &&
+    "$CONVERT" --synthetic stories260k --seed 8 -o "$TMP/s3.llm" || return 1
+    cmp -s "$TMP/s1.llm" "$TMP/s2.llm" && ! cmp -s "$TMP/s1.llm" "$TMP/s3.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/s1.llm" && has "$TMP/out" "block_count: 5"
+}
+t_synthetic_quantized_type() {
+    "$CONVERT" --synthetic stories15m --type q4_0 -o "$TMP/q.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/q.llm" && has "$TMP/out" 'type: q4_0' && has "$TMP/out" "block_count: 6"
+}
+t_options_that_would_be_ignored_are_refused() {
+    expect 2 "$CONVERT" x -o y --seed 3 && has "$TMP/err" "--seed goes with --synthetic" || return 1
+    expect 2 "$CONVERT" --info x --meta a=b && has "$TMP/err" "make no sense with --info" || return 1
+    need "$G260"
+    expect 1 "$CONVERT" "$G260" --tokenizer "$TOK" -o "$TMP/x.llm" &&
+    has "$TMP/err" "--tokenizer applies to llama2.c checkpoints" && [ ! -e "$TMP/x.llm" ] || return 1
+    expect 1 "$CONVERT" "$G260" --type nf4 -o "$TMP/x.gguf" && has "$TMP/err" "has no GGUF form" &&
+    [ ! -e "$TMP/x.gguf" ]
+}
+t_gguf_export_with_type() {
+    need "$G260"
+    "$CONVERT" "$G260" --type f16 -o "$TMP/h.gguf" || return 1
+    expect 0 "$CONVERT" --info "$TMP/h.gguf" && has "$TMP/out" 'name: "blk.0.ffn_up.weight", type: f16' &&
+    has "$TMP/out" 'name: "blk.0.ffn_norm.weight", type: f32'
+}
+t_unknown_shape() { expect 1 "$CONVERT" --synthetic no-such-shape -o "$TMP/x.llm" && has "$TMP/err" "no-such-shape"; }
+
