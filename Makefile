@@ -13,7 +13,7 @@
 PREFIX  ?= /usr/local
 BUILD   ?= build
 CC      ?= cc
-PKGS    := yaml-0.1 libzstd libxxhash jansson
+PKGS    := yaml-0.1 libzstd libxxhash jansson libpcre2-8 libutf8proc
 VERSION := 0.1.0
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
@@ -22,7 +22,7 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wpointer-arith \
                -Wshadow -Wno-missing-field-initializers -Werror -MMD -MP \
                -DLLM_VERSION='"$(VERSION)"' -DLLM_COMMIT='"$(COMMIT)"'
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -lxxhash -ljansson)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -lxxhash -ljansson -lpcre2-8 -lutf8proc)
 CFLAGS  += $(CFLAGS_BASE) $(PKG_CFLAGS) $(SAN_FLAGS)
 LDLIBS  += $(PKG_LIBS) -lm -lpthread
 LDFLAGS += $(SAN_FLAGS)
@@ -170,3 +170,13 @@ clean:
 	rm -rf build build-san build-fuzz bin
 
 -include $(LIB_OBJS:.o=.d) $(UNIT_OBJS:.o=.d) $(BUILD)/cmd/*.d
+
+# ---- CPU matrix-product microbenchmark (GB/s of weights, GFLOP/s) ---------
+.PHONY: bench-matmul
+bench-matmul: $(BUILD)/bench-matmul
+	$(BUILD)/bench-matmul
+
+$(BUILD)/bench-matmul: $(BUILD)/tests/bench/bench_matmul.c.o $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+-include $(BUILD)/tests/bench/bench_matmul.c.d

@@ -51,6 +51,78 @@ _llm_dirs()
     COMPREPLY=($(compgen -d -- "$cur"))
 }
 
+_llm_bench()
+{
+    local cur prev eq
+    _llm_init
+    if ! _llm_options_ended; then
+        case $prev in
+        -m|--model)
+            _llm_files
+            return
+            ;;
+        -p|--n-prompt)
+            :
+            return
+            ;;
+        -n|--n-gen)
+            :
+            return
+            ;;
+        --pg)
+            :
+            return
+            ;;
+        -t|--threads)
+            :
+            return
+            ;;
+        -r|--repetitions)
+            :
+            return
+            ;;
+        --warmup)
+            :
+            return
+            ;;
+        -o|--output)
+            _llm_words 'md csv json jsonl'
+            return
+            ;;
+        --bandwidth)
+            :
+            return
+            ;;
+        --peak)
+            :
+            return
+            ;;
+        --ppl)
+            _llm_files
+            return
+            ;;
+        --ctx)
+            :
+            return
+            ;;
+        --threshold)
+            :
+            return
+            ;;
+        --suite)
+            _llm_files
+            return
+            ;;
+        esac
+        if [[ $cur == -* ]]; then
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --ctx --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            return
+        fi
+    fi
+    _llm_files
+}
+complete -F _llm_bench llm-bench
+
 _llm_convert()
 {
     local cur prev eq
@@ -100,3 +172,163 @@ _llm_convert()
     _llm_files
 }
 complete -F _llm_convert llm-convert
+
+_llm_kvstat()
+{
+    local cur prev eq
+    _llm_init
+    if ! _llm_options_ended; then
+        case $prev in
+        --preset)
+            _llm_words 'llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k'
+            return
+            ;;
+        --config)
+            _llm_files
+            return
+            ;;
+        --kv-type)
+            _llm_words 'f32 f16 bf16 fp8 int8'
+            return
+            ;;
+        --ctx)
+            :
+            return
+            ;;
+        --batch)
+            :
+            return
+            ;;
+        --block-size)
+            :
+            return
+            ;;
+        --mem)
+            :
+            return
+            ;;
+        --weights)
+            :
+            return
+            ;;
+        --lengths)
+            _llm_files
+            return
+            ;;
+        --lengths-synthetic)
+            :
+            return
+            ;;
+        --seed)
+            :
+            return
+            ;;
+        esac
+        if [[ $cur == -* ]]; then
+            _llm_words '--preset --config --kv-type --ctx --batch --block-size --mem --weights --lengths --lengths-synthetic --seed --json --list-presets -h --help -V --version -v --verbose -q --quiet'
+            return
+        fi
+    fi
+    _llm_files
+}
+complete -F _llm_kvstat llm-kvstat
+
+_llm_run()
+{
+    local cur prev eq
+    _llm_init
+    if ! _llm_options_ended; then
+        case $prev in
+        -m|--model)
+            _llm_files
+            return
+            ;;
+        --tokenizer)
+            _llm_files
+            return
+            ;;
+        -p|--prompt)
+            :
+            return
+            ;;
+        -f|--file)
+            _llm_files
+            return
+            ;;
+        -n|--n-predict)
+            :
+            return
+            ;;
+        --temp)
+            :
+            return
+            ;;
+        --top-k)
+            :
+            return
+            ;;
+        --top-p)
+            :
+            return
+            ;;
+        --min-p)
+            :
+            return
+            ;;
+        --repeat-penalty)
+            :
+            return
+            ;;
+        --repeat-last-n)
+            :
+            return
+            ;;
+        --presence-penalty)
+            :
+            return
+            ;;
+        --frequency-penalty)
+            :
+            return
+            ;;
+        -s|--seed)
+            :
+            return
+            ;;
+        --stop)
+            :
+            return
+            ;;
+        --top-logprobs)
+            :
+            return
+            ;;
+        --system)
+            :
+            return
+            ;;
+        --template)
+            _llm_words 'chatml llama2 llama3 mistral zephyr phi3 gemma'
+            return
+            ;;
+        -t|--threads)
+            :
+            return
+            ;;
+        --ctx)
+            :
+            return
+            ;;
+        --kv-type)
+            _llm_words 'f32 f16'
+            return
+            ;;
+        esac
+        if [[ $cur == -* ]]; then
+            _llm_words '-m --model --tokenizer -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
+            return
+        fi
+    fi
+    _llm_files
+}
+complete -F _llm_run llm-run

@@ -38,8 +38,16 @@
 #include "format/info.h"
 #include "format/meta.h"
 #include "gpu/gpu.h"       /* llm_gpu_* (LLM_E_CUDA when built without CUDA) */
+#include "bench/bench.h"    /* llm_bench_*, llm_stats_*, llm_probe_*: llm-bench */
+#include "kv/kvstat.h"      /* llm_kvstat_*: KV-cache arithmetic (llm-kvstat) */
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "kv/kv.h"          /* the paged KV cache */
+#include "model/model.h"    /* llm_model_open, llm_context_new, llm_decode, llm_perplexity */
+#include "model/generate.h" /* llm_generate */
+#include "sample/sample.h"  /* llm_sampler_* */
+#include "tokenizer/tokenizer.h"
+#include "ops/matmul.h"      /* llm_matvec, llm_matmul, llm_pool_*: CPU products and threads */
 
 #endif

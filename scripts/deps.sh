@@ -6,7 +6,7 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -eu
 mode=${1:-build}
-pkgs="gcc make pkg-config libc6-dev libyaml-dev libzstd-dev libxxhash-dev libjansson-dev libcriterion-dev"
+pkgs="gcc make pkg-config libc6-dev libyaml-dev libzstd-dev libxxhash-dev libjansson-dev libpcre2-dev libutf8proc-dev libcriterion-dev"
 case $mode in
 build) ;;
 fuzz) pkgs="$pkgs clang libclang-rt-dev" ;;

@@ -6,8 +6,8 @@ secs=${1:-20}
 scripts/deps.sh fuzz
 out=build-fuzz
 mkdir -p "$out"
-cflags="-std=c11 -D_GNU_SOURCE -DLLM_FUZZING -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all $(pkg-config --cflags yaml-0.1 libzstd libxxhash jansson)"
-libs="$(pkg-config --libs yaml-0.1 libzstd libxxhash jansson) -lm -lpthread"
+cflags="-std=c11 -D_GNU_SOURCE -DLLM_FUZZING -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all $(pkg-config --cflags yaml-0.1 libzstd libxxhash jansson libpcre2-8 libutf8proc)"
+libs="$(pkg-config --libs yaml-0.1 libzstd libxxhash jansson libpcre2-8 libutf8proc) -lm -lpthread"
 # the library, CPU only, built with clang and the sanitizers
 objs=
 for src in lib/*/*.c; do

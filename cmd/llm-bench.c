@@ -1,0 +1,294 @@
+/* llm-bench: measure prefill and decode speed (llama-bench style sweeps),
+ * perplexity on a text file, and compare two result files. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/llm.h"
+
+enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE };
+
+static const struct llm_opt opts[] = {
+    { 'm', "model", LLM_ARG_REQUIRED, "FILE", "model to measure (repeatable)", "file" },
+    { 'p', "n-prompt", LLM_ARG_REQUIRED, "LIST", "pp tests: prompt lengths, e.g. 128,512 (default: 512)", NULL },
+    { 'n', "n-gen", LLM_ARG_REQUIRED, "LIST", "tg tests: tokens generated, e.g. 64 (default: 128)", NULL },
+    { OPT_PG, "pg", LLM_ARG_REQUIRED, "P,G", "a pg test: prefill P then generate G (repeatable)", NULL },
+    { 't', "threads", LLM_ARG_REQUIRED, "LIST", "thread counts, e.g. 1,2 (default: the number of CPUs)", NULL },
+    { 'r', "repetitions", LLM_ARG_REQUIRED, "N", "measured runs per test (default: 5)", NULL },
+    { OPT_WARMUP, "warmup", LLM_ARG_REQUIRED, "N", "unmeasured runs before them (default: 1)", NULL },
+    { 'o', "output", LLM_ARG_REQUIRED, "FORMAT", "md, csv, json or jsonl (default: md)", "md csv json jsonl" },
+    { OPT_BW, "bandwidth", LLM_ARG_REQUIRED, "GB/S", "memory bandwidth for the roofline (default: probe it)", NULL },
+    { OPT_PEAK, "peak", LLM_ARG_REQUIRED, "GFLOP/S", "FMA peak for the roofline (default: probe it)", NULL },
+    { OPT_PPL, "ppl", LLM_ARG_REQUIRED, "FILE", "measure the perplexity of the model on a text file", "file" },
+    { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens (default: 512)", NULL },
+    { OPT_COMPARE, "compare", LLM_ARG_NONE, NULL, "compare two result files (json or jsonl): OLD NEW", NULL },
+    { OPT_THRESHOLD, "threshold", LLM_ARG_REQUIRED, "PCT", "with --compare: a slowdown beyond PCT % fails (default: 5)", NULL },
+    { OPT_SUITE, "suite", LLM_ARG_REQUIRED, "FILE", "run the tests of a YAML suite file", "file" },
+};
+
+static struct llm_cli cli = {
+    .prog = "llm-bench",
+    .synopsis = "[-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
+                "--suite FILE [-o FORMAT]\n"
+                "--ppl FILE [--ctx N] [-t N] -m FILE\n"
+                "--compare [--threshold PCT] OLD NEW",
+    .summary = "Measure prefill (pp) and decode (tg) speed, latency percentiles and the share of\n"
+               "the machine's roofline; perplexity; compare two runs.",
+    .opts = opts,
+    .n_opts = sizeof opts / sizeof opts[0],
+    .footer = "LIST: N, A,B,C, FIRST-LAST, FIRST-LAST+STEP or FIRST-LAST*MULT; every model, test and\n"
+              "thread count is combined.\n\n"
+              "Examples:\n"
+              "  llm-bench -m model.llm -p 128,512 -n 64 -t 1,2\n"
+              "  llm-bench -m model.llm -o jsonl > new.jsonl; llm-bench --compare old.jsonl new.jsonl\n"
+              "  llm-bench -m model.llm --ppl wiki.test.raw --ctx 512\n",
+};
+
+struct args {
+    struct llm_bench_plan plan;
+    int have_tests, have_threads, have_reps, have_warmup;
+    double bw, peak;
+    const char *ppl, *suite;
+    int64_t ctx;
+    int have_ctx, compare, have_threshold;
+    double threshold;
+};
+
+static int do_compare(const struct args *a, char **files)
+{
+    struct llm_bench_row *o = NULL, *n = NULL;
+    size_t no, nn, nc;
+    llm_status s = llm_bench_rows_load(&o, &no, files[0]);
+    if (!s)
+        s = llm_bench_rows_load(&n, &nn, files[1]);
+    if (s) {
+        llm_free(o);
+        return llm_cli_fail(&cli, s);
+    }
+    struct llm_bench_cmp *c = llm_malloc((no + nn) * sizeof *c);
+    size_t reg = 0;
+    if (!c)
+        s = LLM_E_NOMEM;
+    else {
+        reg = llm_bench_compare(c, &nc, o, no, n, nn, a->threshold);
+        s = llm_bench_compare_print(stdout, c, nc, a->threshold);
+    }
+    llm_free(c);
+    llm_free(o);
+    llm_free(n);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    return reg ? 3 : 0;
+}
+
+static int do_ppl(const struct args *a)
+{
+    struct llm_model *m;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    mp.n_threads = a->have_threads ? a->plan.threads[0] : 0;
+    llm_status s = llm_model_open(&m, a->plan.models[0], &mp);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    double ppl = 0, se = 0;
+    size_t n_tok = 0;
+    uint64_t t0 = llm_time_ns();
+    s = llm_bench_perplexity(m, a->ppl, (int32_t)a->ctx, mp.n_threads, &ppl, &se, &n_tok);
+    double sec = (double)(llm_time_ns() - t0) * 1e-9;
+    llm_model_close(m);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    printf("model: %s\ntext: %s, %zu tokens, %zu windows of %lld tokens, %.2f s\n", a->plan.models[0], a->ppl,
+           n_tok, n_tok / (size_t)a->ctx, (long long)a->ctx, sec);
+    printf("PPL = %.4f +/- %.5f\n", ppl, se);
+    return 0;
+}
+
+/* The roofline figures at one thread count: probed (cached) or given. */
+static llm_status roofline(const struct args *a, int threads, double *gbs, double *gflops)
+{
+    static int cached[LLM_BENCH_MAX_LIST];
+    static double cbw[LLM_BENCH_MAX_LIST], cpk[LLM_BENCH_MAX_LIST];
+    static size_t n_cached;
+    for (size_t i = 0; i < n_cached; i++)
+        if (cached[i] == threads) {
+            *gbs = cbw[i], *gflops = cpk[i];
+            return LLM_OK;
+        }
+    *gbs = a->bw, *gflops = a->peak;
+    if (!a->bw)
+        LLM_TRY(llm_probe_bandwidth(gbs, threads, (size_t)256 << 20, 3));
+    if (!a->peak)
+        LLM_TRY(llm_probe_fma(gflops, threads, 0.25));
+    if (n_cached < LLM_BENCH_MAX_LIST)
+        cached[n_cached] = threads, cbw[n_cached] = *gbs, cpk[n_cached++] = *gflops;
+    return LLM_OK;
+}
+
+static int do_bench(struct args *a)
+{
+    struct llm_bench_plan *p = &a->plan;
+    struct llm_bench_header h = { .bw_measured = !a->bw, .peak_measured = !a->peak };
+    llm_machine_detect(&h.machine);
+    time_t now = time(NULL);
+    strftime(h.test_time, sizeof h.test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (!p->n_threads)
+        p->threads[p->n_threads++] = h.machine.n_cpus;
+    size_t total = p->n_models * p->n_tests * p->n_threads, n = 0;
+    struct llm_bench_result *res = llm_calloc(total, sizeof *res);
+    if (!res)
+        return llm_cli_fail(&cli, LLM_E_NOMEM);
+    llm_status s = LLM_OK;
+    int progress = cli.verbose >= 0 && isatty(STDERR_FILENO);
+    for (size_t mi = 0; mi < p->n_models && !s; mi++) {
+        struct llm_model *m;
+        if ((s = llm_model_open(&m, p->models[mi], NULL)))
+            break;
+        for (size_t ti = 0; ti < p->n_threads && !s; ti++)
+            for (size_t k = 0; k < p->n_tests && !s; k++) {
+                struct llm_bench_result *r = &res[n];
+                if ((s = roofline(a, p->threads[ti], &r->roof_gbs, &r->roof_gflops)))
+                    break;
+                if (cli.verbose > 0)
+                    fprintf(stderr, "%s: %s: pp %d tg %d, %d threads\n", cli.prog, p->models[mi],
+                            p->tests[k].n_prompt, p->tests[k].n_gen, p->threads[ti]);
+                else if (progress)
+                    fprintf(stderr, "\r\033[K%s: test %zu of %zu: pp %d tg %d, %d threads", cli.prog, n + 1,
+                            total, p->tests[k].n_prompt, p->tests[k].n_gen, p->threads[ti]);
+                if (!(s = llm_bench_run(r, m, p->models[mi], &p->tests[k], p->threads[ti], p->reps, p->warmup)))
+                    n++;
+            }
+        llm_model_close(m);
+    }
+    if (progress)
+        fputs("\r\033[K", stderr);
+    if (!s)
+        s = llm_bench_print(stdout, p->format, &h, res, n);
+    for (size_t i = 0; i < n; i++)
+        llm_bench_result_release(&res[i]);
+    llm_free(res);
+    return s ? llm_cli_fail(&cli, s) : 0;
+}
+
+static int add_list(struct args *a, int opt, const char *arg)
+{
+    int64_t v[LLM_BENCH_MAX_LIST];
+    size_t n;
+    const char *what = opt == 'p' ? "-p" : opt == 'n' ? "-n" : "-t";
+    llm_status s = llm_bench_parse_list(arg, what, 1, opt == 't' ? 256 : 1048576, v, LLM_BENCH_MAX_LIST, &n);
+    if (!s && opt == 't') {
+        if (a->plan.n_threads + n > LLM_BENCH_MAX_LIST)
+            return llm_cli_usage(&cli, "-t: more than %d thread counts", LLM_BENCH_MAX_LIST);
+        for (size_t i = 0; i < n; i++)
+            a->plan.threads[a->plan.n_threads++] = (int)v[i];
+        a->have_threads = 1;
+    } else if (!s) {
+        s = llm_bench_plan_add(&a->plan, opt == 'n', v, n);
+        a->have_tests = 1;
+    }
+    return s ? llm_cli_usage(&cli, "%s", llm_error_detail(s)) : 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct args a = { .ctx = 512, .threshold = 5 };
+    const char *arg;
+    int r, rc;
+    int64_t v;
+    double d;
+    llm_bench_plan_init(&a.plan);
+    llm_cli_init(&cli);
+    while ((r = llm_cli_next(&cli, argc, argv, &arg)) != LLM_CLI_END) {
+        llm_status s = LLM_OK;
+        switch (r) {
+        case LLM_CLI_EXIT0: return llm_cli_exit(&cli, 0);
+        case LLM_CLI_ERROR: return 2;
+        case 'm':
+            if (a.plan.n_models == LLM_BENCH_MAX_LIST)
+                return llm_cli_usage(&cli, "-m: at most %d models", LLM_BENCH_MAX_LIST);
+            a.plan.models[a.plan.n_models++] = arg;
+            break;
+        case 'p': case 'n': case 't':
+            if ((rc = add_list(&a, r, arg)))
+                return rc;
+            break;
+        case OPT_PG:
+            s = llm_bench_plan_add_pg(&a.plan, arg);
+            a.have_tests = 1;
+            break;
+        case 'r':
+            s = llm_parse_i64(arg, 1, 100000, "-r", &v);
+            a.plan.reps = (int)v, a.have_reps = 1;
+            break;
+        case OPT_WARMUP:
+            s = llm_parse_i64(arg, 0, 100000, "--warmup", &v);
+            a.plan.warmup = (int)v, a.have_warmup = 1;
+            break;
+        case 'o':
+            s = llm_bench_format_parse(arg, &a.plan.format);
+            a.plan.have_format = 1;
+            break;
+        case OPT_BW: s = llm_parse_f64(arg, 1e-3, 1e6, "--bandwidth", &a.bw); break;
+        case OPT_PEAK: s = llm_parse_f64(arg, 1e-3, 1e9, "--peak", &a.peak); break;
+        case OPT_PPL: a.ppl = arg; break;
+        case OPT_CTX:
+            s = llm_parse_i64(arg, 2, 1 << 20, "--ctx", &a.ctx);
+            a.have_ctx = 1;
+            break;
+        case OPT_COMPARE: a.compare = 1; break;
+        case OPT_THRESHOLD:
+            s = llm_parse_f64(arg, 0, 100, "--threshold", &d);
+            a.threshold = d, a.have_threshold = 1;
+            break;
+        case OPT_SUITE: a.suite = arg; break;
+        }
+        if (s)
+            return llm_cli_usage(&cli, "%s", llm_error_detail(s));
+    }
+    int n_ops = argc - llm_cli_optind;
+    struct llm_bench_plan *p = &a.plan;
+    int bench_opts = p->n_models || a.have_tests || a.have_threads || a.have_reps || a.have_warmup ||
+                     p->have_format || a.bw || a.peak;
+    if (a.have_threshold && !a.compare)
+        return llm_cli_usage(&cli, "--threshold goes with --compare");
+    if (a.have_ctx && !a.ppl)
+        return llm_cli_usage(&cli, "--ctx goes with --ppl");
+    if (a.compare) {
+        if (bench_opts || a.ppl || a.suite || n_ops != 2)
+            return llm_cli_usage(&cli, "--compare takes two result files, OLD NEW, and no other option");
+        return llm_cli_exit(&cli, do_compare(&a, argv + llm_cli_optind));
+    }
+    if (n_ops)
+        return llm_cli_usage(&cli, "unexpected operand '%s' (models go with -m)", argv[llm_cli_optind]);
+    if (a.ppl) {
+        if (p->n_models != 1 || a.have_tests || p->n_threads > 1 || a.have_reps || a.have_warmup ||
+            p->have_format || a.bw || a.peak || a.suite)
+            return llm_cli_usage(&cli, "--ppl takes one model (-m), and -t, --ctx only");
+        return llm_cli_exit(&cli, do_ppl(&a));
+    }
+    if (a.suite) {
+        if (p->n_models || a.have_tests || a.have_threads || a.have_reps || a.have_warmup)
+            return llm_cli_usage(&cli, "--suite gives the models and tests: only -o, --bandwidth, --peak go with it");
+        enum llm_bench_format keep = p->format;
+        int have = p->have_format;
+        llm_status s = llm_bench_suite_load(p, a.suite);
+        if (s) {
+            llm_bench_plan_release(p);
+            return llm_cli_exit(&cli, llm_cli_fail(&cli, s));
+        }
+        if (have) /* -o on the command line wins over the suite's output */
+            p->format = keep;
+    } else {
+        if (!p->n_models)
+            return llm_cli_usage(&cli, "no model (-m FILE)");
+        if (!a.have_tests) {
+            llm_bench_plan_add(p, 0, (int64_t[]){ 512 }, 1);
+            llm_bench_plan_add(p, 1, (int64_t[]){ 128 }, 1);
+        }
+    }
+    rc = do_bench(&a);
+    llm_bench_plan_release(p);
+    return llm_cli_exit(&cli, rc);
+}

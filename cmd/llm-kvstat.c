@@ -1,0 +1,154 @@
+/* llm-kvstat: KV-cache arithmetic for a model: bytes per token, sequence and
+ * batch, capacity of a memory budget, paged versus contiguous waste. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/llm.h"
+
+enum { OPT_PRESET = 256, OPT_CONFIG, OPT_KV_TYPE, OPT_CTX, OPT_BATCH, OPT_BLOCK, OPT_MEM, OPT_WEIGHTS,
+       OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST };
+
+static const struct llm_opt opts[] = {
+    { OPT_PRESET, "preset", LLM_ARG_REQUIRED, "NAME", "use the published shape of NAME (see --list-presets)",
+      "llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k" },
+    { OPT_CONFIG, "config", LLM_ARG_REQUIRED, "FILE", "read the shape from a Hugging Face config.json (or DIR/config.json)", "file" },
+    { OPT_KV_TYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV element type (default: f16)", "f32 f16 bf16 fp8 int8" },
+    { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "tokens per sequence (default: the model's trained context)", NULL },
+    { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "N", "sequences in a batch (default: 1)", NULL },
+    { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "B", "tokens per paged KV block (default: 16)", NULL },
+    { OPT_MEM, "mem", LLM_ARG_REQUIRED, "SIZE", "memory budget, e.g. 80G: tokens, blocks and sequences that fit", NULL },
+    { OPT_WEIGHTS, "weights", LLM_ARG_REQUIRED, "SIZE", "bytes of weights to take off --mem (default: a MODEL's, else 0)", NULL },
+    { OPT_LENGTHS, "lengths", LLM_ARG_REQUIRED, "FILE", "sequence lengths, one per line: paged vs contiguous waste", "file" },
+    { OPT_SYNTH, "lengths-synthetic", LLM_ARG_REQUIRED, "SPEC", "uniform:MIN:MAX:N or normal:MEAN:SD:N lengths", NULL },
+    { OPT_SEED, "seed", LLM_ARG_REQUIRED, "N", "seed for --lengths-synthetic (default: 1)", NULL },
+    { OPT_JSON, "json", LLM_ARG_NONE, NULL, "print one JSON object instead of a table", NULL },
+    { OPT_LIST, "list-presets", LLM_ARG_NONE, NULL, "print the presets and their shapes", NULL },
+};
+
+static struct llm_cli cli = {
+    .prog = "llm-kvstat",
+    .synopsis = "[OPTIONS] MODEL\n"
+                "[OPTIONS] --preset NAME\n"
+                "[OPTIONS] --config FILE\n"
+                "--list-presets",
+    .summary = "KV-cache arithmetic: bytes per token, sequence and batch; what fits in a memory\n"
+               "budget; paged versus contiguous allocation.",
+    .opts = opts,
+    .n_opts = sizeof opts / sizeof opts[0],
+    .footer = "MODEL is a .llm or GGUF file, a llama2.c checkpoint or a Hugging Face model directory.\n"
+              "bytes/token = 2 x layers x KV heads x head dim x bytes of the KV type.\n\n"
+              "Examples:\n"
+              "  llm-kvstat --preset llama-2-7b --ctx 4096\n"
+              "  llm-kvstat --preset llama-3-70b --kv-type fp8 --mem 80G --weights 70G --json\n"
+              "  llm-kvstat model.llm --mem 24G --lengths-synthetic normal:800:400:1000\n",
+};
+
+static int list_presets(void)
+{
+    char names[512];
+    snprintf(names, sizeof names, "%s", llm_kvstat_presets());
+    printf("%-14s %7s %6s %9s %9s %8s %12s\n", "preset", "layers", "heads", "kv_heads", "head_dim", "ctx",
+           "f16 B/token");
+    for (char *save, *n = strtok_r(names, ",", &save); n; n = strtok_r(NULL, ",", &save)) {
+        struct llm_kvstat_shape s;
+        struct llm_kvstat_params p;
+        struct llm_kvstat_report r;
+        llm_kvstat_params_default(&p);
+        if (llm_kvstat_preset(&s, n) || llm_kvstat_compute(&r, &s, &p, NULL, 0))
+            return llm_cli_fail(&cli, LLM_E_INVALID);
+        printf("%-14s %7lld %6lld %9lld %9lld %8lld %12llu\n", n, (long long)s.n_layers, (long long)s.n_heads,
+               (long long)s.n_kv_heads, (long long)s.head_dim, (long long)s.ctx_train,
+               (unsigned long long)r.bytes_per_token);
+    }
+    return 0;
+}
+
+static llm_status load_config(struct llm_kvstat_shape *s, const char *path)
+{
+    if (!llm_is_dir(path))
+        return llm_kvstat_shape_load_config(s, path);
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s/config.json", path) >= sizeof buf)
+        return llm_error_set(LLM_E_INVALID, "%s: path too long", path);
+    return llm_kvstat_shape_load_config(s, buf);
+}
+
+int main(int argc, char **argv)
+{
+    struct llm_kvstat_params p;
+    const char *preset = NULL, *config = NULL, *lengths = NULL, *synth = NULL, *arg;
+    int json = 0, list = 0, have_seed = 0, r;
+    int64_t v, seed = 1;
+    llm_kvstat_params_default(&p);
+    llm_cli_init(&cli);
+    while ((r = llm_cli_next(&cli, argc, argv, &arg)) != LLM_CLI_END) {
+        llm_status s = LLM_OK;
+        switch (r) {
+        case LLM_CLI_EXIT0: return llm_cli_exit(&cli, 0);
+        case LLM_CLI_ERROR: return 2;
+        case OPT_PRESET: preset = arg; break;
+        case OPT_CONFIG: config = arg; break;
+        case OPT_KV_TYPE: s = llm_kvstat_type_parse(arg, &p.type); break;
+        case OPT_CTX: s = llm_parse_i64(arg, 1, INT64_C(1) << 40, "--ctx", &p.ctx); break;
+        case OPT_BATCH: s = llm_parse_i64(arg, 1, INT64_C(1) << 32, "--batch", &p.batch); break;
+        case OPT_BLOCK: s = llm_parse_i64(arg, 1, 1 << 20, "--block-size", &p.block_size); break;
+        case OPT_MEM:
+            s = llm_parse_size(arg, "--mem", &p.mem);
+            if (!s && p.mem == 0)
+                s = llm_error_set(LLM_E_INVALID, "--mem: must be more than 0");
+            break;
+        case OPT_WEIGHTS:
+            s = llm_parse_size(arg, "--weights", &p.weights);
+            if (!s && p.weights == UINT64_MAX)
+                p.weights--;
+            break;
+        case OPT_LENGTHS: lengths = arg; break;
+        case OPT_SYNTH: synth = arg; break;
+        case OPT_SEED:
+            s = llm_parse_i64(arg, 0, INT64_MAX, "--seed", &v);
+            seed = v, have_seed = 1;
+            break;
+        case OPT_JSON: json = 1; break;
+        case OPT_LIST: list = 1; break;
+        }
+        if (s)
+            return llm_cli_usage(&cli, "%s", llm_error_detail(s));
+    }
+    int n = argc - llm_cli_optind;
+    if (list) {
+        if (n || preset || config || json)
+            return llm_cli_usage(&cli, "--list-presets takes no model and no other mode");
+        return llm_cli_exit(&cli, list_presets());
+    }
+    if ((n > 0) + (preset != NULL) + (config != NULL) != 1 || n > 1)
+        return llm_cli_usage(&cli, "give one of MODEL, --preset NAME or --config FILE");
+    if (lengths && synth)
+        return llm_cli_usage(&cli, "--lengths and --lengths-synthetic do not go together");
+    if (have_seed && !synth)
+        return llm_cli_usage(&cli, "--seed goes with --lengths-synthetic");
+    if (p.weights != UINT64_MAX && !p.mem)
+        return llm_cli_usage(&cli, "--weights goes with --mem");
+
+    struct llm_kvstat_shape shape;
+    llm_status s = preset ? llm_kvstat_preset(&shape, preset)
+                 : config ? load_config(&shape, config)
+                          : llm_kvstat_shape_load_model(&shape, argv[llm_cli_optind]);
+    if (s == LLM_E_NOTFOUND && preset)
+        return llm_cli_usage(&cli, "%s", llm_error_detail(s));
+    if (s)
+        return llm_cli_fail(&cli, s);
+    int64_t ctx = p.ctx ? p.ctx : shape.ctx_train ? shape.ctx_train : 4096;
+    uint64_t *len = NULL;
+    size_t n_len = 0;
+    if (lengths)
+        s = llm_kvstat_lengths_load(&len, &n_len, lengths, (uint64_t)ctx);
+    else if (synth && (s = llm_kvstat_lengths_synthetic(&len, &n_len, synth, (uint64_t)seed, (uint64_t)ctx)))
+        return llm_cli_usage(&cli, "--lengths-synthetic: %s", llm_error_detail(s));
+    struct llm_kvstat_report rep;
+    if (!s)
+        s = llm_kvstat_compute(&rep, &shape, &p, len, n_len);
+    if (!s)
+        s = json ? llm_kvstat_print_json(stdout, &rep) : llm_kvstat_print_table(stdout, &rep);
+    llm_free(len);
+    return llm_cli_exit(&cli, s ? llm_cli_fail(&cli, s) : 0);
+}

@@ -1,0 +1,650 @@
+/* llm-run: generate text with a model (one prompt or a chat), and the
+ * tokenizer's two directions. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/llm.h"
+
+enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_PRESENCE,
+       OPT_FREQUENCY, OPT_STOP, OPT_IGNORE_EOS, OPT_LOGPROBS, OPT_ECHO, OPT_CHAT, OPT_SYSTEM,
+       OPT_TEMPLATE, OPT_JSON, OPT_CTX, OPT_KVTYPE, OPT_TRUNCATE, OPT_TOKENIZE, OPT_DETOKENIZE,
+       OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER };
+
+static const struct llm_opt opts[] = {
+    { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
+    { OPT_TOKENIZER, "tokenizer", LLM_ARG_REQUIRED, "FILE", "llama2.c tokenizer.bin for a llama2.c checkpoint", "file" },
+    { 'p', "prompt", LLM_ARG_REQUIRED, "TEXT", "the prompt (default: read -f FILE or stdin)", NULL },
+    { 'f', "file", LLM_ARG_REQUIRED, "FILE", "read the prompt from FILE ('-' = stdin)", "file" },
+    { 'n', "n-predict", LLM_ARG_REQUIRED, "N", "generate at most N tokens (default: -1, until EOS or the context is full)", NULL },
+    { OPT_TEMP, "temp", LLM_ARG_REQUIRED, "T", "temperature; 0 is greedy (default: 0.8)", NULL },
+    { OPT_TOPK, "top-k", LLM_ARG_REQUIRED, "N", "keep the N most likely tokens; 0 = off (default: 40)", NULL },
+    { OPT_TOPP, "top-p", LLM_ARG_REQUIRED, "P", "nucleus sampling; 1 = off (default: 0.95)", NULL },
+    { OPT_MINP, "min-p", LLM_ARG_REQUIRED, "P", "drop tokens below P times the best one; 0 = off (default: 0.05)", NULL },
+    { OPT_REPEAT, "repeat-penalty", LLM_ARG_REQUIRED, "F", "penalise repeated tokens; 1 = off (default: 1)", NULL },
+    { OPT_LASTN, "repeat-last-n", LLM_ARG_REQUIRED, "N", "tokens of history the penalties see; -1 = all (default: 64)", NULL },
+    { OPT_PRESENCE, "presence-penalty", LLM_ARG_REQUIRED, "F", "subtract F from seen tokens (default: 0)", NULL },
+    { OPT_FREQUENCY, "frequency-penalty", LLM_ARG_REQUIRED, "F", "subtract F per occurrence (default: 0)", NULL },
+    { 's', "seed", LLM_ARG_REQUIRED, "N", "random seed (default: from the clock; shown by -v and --json)", NULL },
+    { OPT_STOP, "stop", LLM_ARG_REQUIRED, "TEXT", "stop when TEXT is generated (not printed; repeatable)", NULL },
+    { OPT_IGNORE_EOS, "ignore-eos", LLM_ARG_NONE, NULL, "do not stop at end-of-generation tokens", NULL },
+    { OPT_LOGPROBS, "top-logprobs", LLM_ARG_REQUIRED, "N", "report the N most likely tokens at each step (--json, else stderr)", NULL },
+    { OPT_ECHO, "echo", LLM_ARG_NONE, NULL, "print the prompt before the continuation", NULL },
+    { OPT_CHAT, "chat", LLM_ARG_NONE, NULL, "wrap the prompt in the model's chat template (interactive on a terminal)", NULL },
+    { OPT_SYSTEM, "system", LLM_ARG_REQUIRED, "TEXT", "with --chat: the system message", NULL },
+    { OPT_TEMPLATE, "template", LLM_ARG_REQUIRED, "NAME", "with --chat: use a built-in template instead of the model's",
+      "chatml llama2 llama3 mistral zephyr phi3 gemma" },
+    { OPT_JSON, "json", LLM_ARG_NONE, NULL, "print one JSON object (text, token counts, timings) instead of streaming", NULL },
+    { 't', "threads", LLM_ARG_REQUIRED, "N", "threads (default: the number of cores)", NULL },
+    { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "context size in tokens (default: the model's, at most 4096)", NULL },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache element type: f32 or f16 (default: f16)", "f32 f16" },
+    { OPT_TRUNCATE, "truncate", LLM_ARG_NONE, NULL, "keep BOS and the last ctx/2 tokens of a prompt longer than the context", NULL },
+    { OPT_TOKENIZE, "tokenize", LLM_ARG_NONE, NULL, "print the token ids of the text and exit", NULL },
+    { OPT_DETOKENIZE, "detokenize", LLM_ARG_NONE, NULL, "read token ids and print their text", NULL },
+    { OPT_NOBOS, "no-bos", LLM_ARG_NONE, NULL, "with --tokenize: do not add BOS", NULL },
+    { OPT_SPECIAL, "parse-special", LLM_ARG_NONE, NULL, "special tokens written in the text are tokens (--detokenize: print them)", NULL },
+};
+
+static struct llm_cli cli = {
+    .prog = "llm-run",
+    .synopsis = "-m MODEL [-p TEXT | -f FILE] [OPTIONS]\n"
+                "-m MODEL --chat [--system TEXT] [-p TEXT | -f FILE] [OPTIONS]\n"
+                "-m MODEL --tokenize [--no-bos] [--parse-special] [--json] [-p TEXT | -f FILE]\n"
+                "-m MODEL --detokenize [--parse-special] [-p IDS | -f FILE]",
+    .summary = "Generate text with a language model; tokenize and detokenize.",
+    .opts = opts,
+    .n_opts = sizeof opts / sizeof opts[0],
+    .footer = "The continuation is streamed to stdout as it is generated. Without -p or -f the\n"
+              "prompt is read from stdin. Ctrl-C stops generation; the text so far is kept.\n\n"
+              "Examples:\n"
+              "  llm-run -m stories.llm -p 'Once upon a time' -n 100 --temp 0\n"
+              "  llm-run -m smollm2.llm --chat -p 'What is the capital of France?'\n"
+              "  echo 'Hello world' | llm-run -m smollm2.llm --tokenize --json\n"
+              "  llm-run -m smollm2.llm --detokenize -p '19556 905'\n",
+};
+
+struct args {
+    const char *model, *tokenizer, *prompt, *file, *system, *tmpl;
+    int32_t n_predict, n_ctx, top_logprobs;
+    struct llm_sampler_params sp;
+    int have_seed, have_sampling, ignore_eos, echo, chat, json, threads, truncate;
+    int tokenize, detokenize, no_bos, special;
+    enum llm_type kv_type;
+    const char *stop[32];
+    size_t n_stop;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (interrupted)
+        _exit(130);
+    interrupted = 1;
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+struct out_state {
+    const struct args *a;
+    const struct llm_tokenizer *tok;
+    int capture; /* keep the text while streaming it */
+    char *text; /* (len) the whole continuation, for --json and the chat */
+    size_t len, cap;
+    struct llm_gen_token *toks; /* (n_toks) with --top-logprobs and --json */
+    int32_t *top_ids;
+    float *top_lp;
+    size_t n_toks, cap_toks;
+};
+
+static llm_status on_text(void *ctx, const char *b, size_t n)
+{
+    struct out_state *o = ctx;
+    if (o->a->json || o->capture) {
+        void *p = o->text;
+        LLM_TRY(llm_grow(&p, &o->cap, o->len + n + 1, 1));
+        o->text = p;
+        memcpy(o->text + o->len, b, n);
+        o->len += n;
+        o->text[o->len] = 0;
+        if (o->a->json)
+            return LLM_OK;
+    }
+    if (fwrite(b, 1, n, stdout) != n || fflush(stdout))
+        return llm_error_set(LLM_E_IO, "stdout: %s", strerror(errno));
+    return LLM_OK;
+}
+
+static void print_piece_json(FILE *f, const struct llm_tokenizer *t, int32_t id)
+{
+    const char *b;
+    size_t n;
+    char buf[8];
+    if (llm_token_piece(t, id, 1, &b, &n, buf))
+        b = "", n = 0;
+    llm_json_string(f, b, n);
+}
+
+static void print_piece_text(FILE *f, const struct llm_tokenizer *t, int32_t id)
+{
+    const char *b;
+    size_t n;
+    char buf[8];
+    if (llm_token_piece(t, id, 1, &b, &n, buf))
+        b = "", n = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)b[i];
+        if (ch == '\n')
+            fputs("\\n", f);
+        else if (ch == '\t')
+            fputs("\\t", f);
+        else if (ch < 0x20)
+            fprintf(f, "\\x%02x", ch);
+        else
+            fputc(ch, f);
+    }
+}
+
+static llm_status on_token(void *ctx, const struct llm_gen_token *t)
+{
+    struct out_state *o = ctx;
+    if (o->a->top_logprobs <= 0)
+        return LLM_OK;
+    if (!o->a->json) {
+        fprintf(stderr, "%d\t", t->id);
+        print_piece_text(stderr, o->tok, t->id);
+        fprintf(stderr, "\t%.4f", (double)t->logprob);
+        for (int32_t i = 0; i < t->n_top; i++) {
+            fprintf(stderr, "\t%d:", t->top_ids[i]);
+            print_piece_text(stderr, o->tok, t->top_ids[i]);
+            fprintf(stderr, ":%.4f", (double)t->top_lp[i]);
+        }
+        fputc('\n', stderr);
+        return LLM_OK;
+    }
+    size_t k = (size_t)o->a->top_logprobs;
+    void *p = o->toks;
+    size_t cap = o->cap_toks;
+    LLM_TRY(llm_grow(&p, &cap, o->n_toks + 1, sizeof *o->toks));
+    o->toks = p;
+    p = o->top_ids;
+    size_t c2 = o->cap_toks * k;
+    LLM_TRY(llm_grow(&p, &c2, (o->n_toks + 1) * k, sizeof(int32_t)));
+    o->top_ids = p;
+    p = o->top_lp;
+    c2 = o->cap_toks * k;
+    LLM_TRY(llm_grow(&p, &c2, (o->n_toks + 1) * k, sizeof(float)));
+    o->top_lp = p;
+    o->cap_toks = cap;
+    struct llm_gen_token *d = &o->toks[o->n_toks];
+    *d = *t;
+    memcpy(o->top_ids + o->n_toks * k, t->top_ids, (size_t)t->n_top * sizeof(int32_t));
+    memcpy(o->top_lp + o->n_toks * k, t->top_lp, (size_t)t->n_top * sizeof(float));
+    o->n_toks++;
+    return LLM_OK;
+}
+
+static void print_json(const struct out_state *o, const struct llm_gen_result *r, uint64_t seed)
+{
+    printf("{\"text\":");
+    llm_json_string(stdout, o->text ? o->text : "", o->len);
+    printf(",\"prompt_tokens\":%d,\"generated_tokens\":%d,\"stop_reason\":\"%s\",\"seed\":%llu,"
+           "\"timings\":{\"prompt_s\":%.6f,\"generation_s\":%.6f,\"prompt_tokens_per_s\":%.2f,"
+           "\"generation_tokens_per_s\":%.2f}",
+           r->n_prompt, r->n_gen, r->stop_reason, (unsigned long long)seed, r->t_prompt_s,
+           r->t_gen_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
+           r->t_gen_s > 0 ? r->n_gen / r->t_gen_s : 0.0);
+    if (o->a->top_logprobs > 0) {
+        size_t k = (size_t)o->a->top_logprobs;
+        printf(",\"tokens\":[");
+        for (size_t i = 0; i < o->n_toks; i++) {
+            const struct llm_gen_token *t = &o->toks[i];
+            printf("%s{\"id\":%d,\"token\":", i ? "," : "", t->id);
+            print_piece_json(stdout, o->tok, t->id);
+            printf(",\"logprob\":%.6f,\"top_logprobs\":[", (double)t->logprob);
+            for (int32_t j = 0; j < t->n_top; j++) {
+                int32_t id = o->top_ids[i * k + (size_t)j];
+                printf("%s{\"id\":%d,\"token\":", j ? "," : "", id);
+                print_piece_json(stdout, o->tok, id);
+                printf(",\"logprob\":%.6f}", (double)o->top_lp[i * k + (size_t)j]);
+            }
+            printf("]}");
+        }
+        printf("]");
+    }
+    printf("}\n");
+}
+
+/* ---- modes --------------------------------------------------------------- */
+
+static llm_status read_input(const struct args *a, char **text, size_t *len)
+{
+    if (a->prompt) {
+        *len = strlen(a->prompt);
+        *text = llm_strdup(a->prompt);
+        return *text ? LLM_OK : LLM_E_NOMEM;
+    }
+    return llm_read_file(a->file ? a->file : "-", (size_t)1 << 30, text, len);
+}
+
+static int do_tokenize(const struct args *a, struct llm_tokenizer *tok)
+{
+    char *text;
+    size_t len, n;
+    int32_t *ids;
+    llm_status s = read_input(a, &text, &len);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    s = llm_tokenize(tok, text, len, (a->no_bos ? 0 : LLM_TOK_ADD_BOS) |
+                     (a->special ? LLM_TOK_PARSE_SPECIAL : 0), &ids, &n);
+    llm_free(text);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    if (a->json) {
+        printf("{\"ids\":[");
+        for (size_t i = 0; i < n; i++)
+            printf("%s%d", i ? "," : "", ids[i]);
+        printf("],\"pieces\":[");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                putchar(',');
+            print_piece_json(stdout, tok, ids[i]);
+        }
+        printf("]}\n");
+    } else {
+        for (size_t i = 0; i < n; i++)
+            printf("%s%d", i ? " " : "", ids[i]);
+        putchar('\n');
+    }
+    llm_free(ids);
+    return 0;
+}
+
+static int do_detokenize(const struct args *a, struct llm_tokenizer *tok)
+{
+    char *text, *out;
+    size_t len, olen, n = 0, cap = 0;
+    int32_t *ids = NULL;
+    llm_status s = read_input(a, &text, &len);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    const char *p = text;
+    while (!s) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && !strchr(" \t\r\n,", *end))) {
+            s = llm_error_set(LLM_E_INVALID, "--detokenize: '%.20s' is not a token id", p);
+            break;
+        }
+        void *q = ids;
+        if (!(s = llm_grow(&q, &cap, n + 1, sizeof *ids)))
+            ids = q, ids[n++] = (int32_t)v;
+        p = end;
+    }
+    if (!s)
+        s = llm_detokenize(tok, ids, n, a->special, &out, &olen);
+    llm_free(text);
+    llm_free(ids);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    fwrite(out, 1, olen, stdout);
+    putchar('\n');
+    llm_free(out);
+    return 0;
+}
+
+static void report(const struct llm_gen_result *r, uint64_t seed)
+{
+    fprintf(stderr, "%s: seed %llu; prompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d "
+            "tokens in %.3f s (%.1f tokens/s); stop: %s\n", cli.prog, (unsigned long long)seed,
+            r->n_prompt, r->t_prompt_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
+            r->n_gen, r->t_gen_s, r->t_gen_s > 0 ? r->n_gen / r->t_gen_s : 0.0, r->stop_reason);
+}
+
+/* Tokenize, fit into the context and generate one reply. */
+static llm_status run_once(const struct args *a, struct llm_context *c, const char *text,
+                           size_t len, int special, int echo, struct llm_gen_result *r, char **reply)
+{
+    struct llm_tokenizer *tok = llm_model_tokenizer(llm_context_model(c));
+    int32_t *ids;
+    size_t n;
+    int32_t n_ctx = llm_context_n_ctx(c);
+    LLM_TRY(llm_tokenize(tok, text, len, LLM_TOK_ADD_BOS | (special ? LLM_TOK_PARSE_SPECIAL : 0),
+                         &ids, &n));
+    const int32_t *use = ids;
+    if (n > (size_t)n_ctx) {
+        if (!a->truncate) {
+            llm_free(ids);
+            return llm_error_set(LLM_E_INVALID, "the prompt has %zu tokens, more than the context "
+                                 "of %d (use --ctx N or --truncate)", n, n_ctx);
+        }
+        size_t keep = (size_t)n_ctx / 2, bos = ids[0] == llm_tokenizer_bos(tok);
+        if (bos)
+            ids[n - keep - 1] = ids[0];
+        use = ids + n - keep - bos;
+        n = keep + bos;
+    }
+    if (echo && !a->json && fwrite(text, 1, len, stdout) != len)
+        return llm_error_set(LLM_E_IO, "stdout: %s", strerror(errno));
+    struct llm_gen_params gp;
+    llm_gen_params_default(&gp);
+    gp.n_predict = a->n_predict;
+    gp.sp = a->sp;
+    gp.stop = a->stop;
+    gp.n_stop = a->n_stop;
+    gp.ignore_eos = a->ignore_eos;
+    gp.top_logprobs = a->top_logprobs;
+    gp.interrupt = &interrupted;
+    struct out_state o = { .a = a, .tok = tok, .capture = reply != NULL };
+    struct llm_gen_callbacks cb = { on_text, on_token, &o };
+    llm_status s = llm_generate(c, use, n, &gp, &cb, r);
+    llm_free(ids);
+    if (!s && a->json) {
+        if (echo) {
+            /* --echo with --json: the text field starts with the prompt */
+            char *t = llm_malloc(len + o.len + 1);
+            if (!t)
+                s = LLM_E_NOMEM;
+            else {
+                memcpy(t, text, len);
+                if (o.len)
+                    memcpy(t + len, o.text, o.len);
+                llm_free(o.text);
+                o.text = t;
+                o.len += len;
+            }
+        }
+        if (!s)
+            print_json(&o, r, a->sp.seed);
+    }
+    if (!s && reply) {
+        *reply = o.text ? o.text : llm_strdup("");
+        o.text = NULL;
+        if (!*reply)
+            s = LLM_E_NOMEM;
+    }
+    llm_free(o.text);
+    llm_free(o.toks);
+    llm_free(o.top_ids);
+    llm_free(o.top_lp);
+    return s;
+}
+
+static llm_status render_chat(const struct args *a, struct llm_file *f, const struct llm_chat_msg *m,
+                              size_t n, char **out)
+{
+    return llm_chat_render(f, a->tmpl, m, n, 1, out);
+}
+
+/* An interactive chat: each line is a user turn; the whole conversation is
+ * rendered and run again every turn. */
+static int chat_loop(const struct args *a, struct llm_context *c)
+{
+    struct llm_file *f = llm_model_file(llm_context_model(c));
+    struct llm_chat_msg msgs[256];
+    char *owned[256];
+    size_t n = 0, n_owned = 0;
+    char line[8192];
+    llm_status s = LLM_OK;
+    if (a->system)
+        msgs[n++] = (struct llm_chat_msg){ "system", a->system };
+    while (!s && n + 2 < 256 && n_owned + 2 < 256) {
+        fputs("> ", stderr);
+        interrupted = 0;
+        if (!fgets(line, sizeof line, stdin))
+            break;
+        size_t l = strlen(line);
+        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r'))
+            line[--l] = 0;
+        if (!l)
+            continue;
+        char *u = llm_strdup(line);
+        if (!u) {
+            s = LLM_E_NOMEM;
+            break;
+        }
+        owned[n_owned++] = u;
+        msgs[n++] = (struct llm_chat_msg){ "user", u };
+        char *prompt;
+        if ((s = render_chat(a, f, msgs, n, &prompt)))
+            break;
+        struct llm_gen_result r;
+        char *reply = NULL;
+        s = run_once(a, c, prompt, strlen(prompt), 1, 0, &r, &reply);
+        llm_free(prompt);
+        putchar('\n');
+        fflush(stdout);
+        if (s)
+            break;
+        if (cli.verbose > 0)
+            report(&r, a->sp.seed);
+        owned[n_owned++] = reply;
+        msgs[n++] = (struct llm_chat_msg){ "assistant", reply };
+    }
+    for (size_t i = 0; i < n_owned; i++)
+        llm_free(owned[i]);
+    return s ? llm_cli_fail(&cli, s) : 0;
+}
+
+static int do_generate(const struct args *a, struct llm_model *m)
+{
+    struct llm_context *c;
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = a->n_ctx;
+    cp.kv_type = a->kv_type;
+    cp.n_threads = a->threads;
+    llm_status s = llm_context_new(&c, m, &cp);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    if (!llm_model_tokenizer(m)) {
+        llm_context_free(c);
+        return llm_cli_fail(&cli, llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer "
+                                                "(llama2.c checkpoints need --tokenizer)", a->model));
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    if (a->chat && !a->prompt && !a->file && isatty(0)) {
+        int rc = chat_loop(a, c);
+        llm_context_free(c);
+        return rc;
+    }
+    char *text = NULL, *prompt = NULL;
+    size_t len = 0;
+    s = read_input(a, &text, &len);
+    if (!s && a->chat) {
+        struct llm_chat_msg msgs[2];
+        size_t n = 0;
+        if (a->system)
+            msgs[n++] = (struct llm_chat_msg){ "system", a->system };
+        msgs[n++] = (struct llm_chat_msg){ "user", text };
+        s = render_chat(a, llm_model_file(m), msgs, n, &prompt);
+        if (!s) {
+            llm_free(text);
+            text = prompt;
+            len = strlen(prompt);
+        }
+    }
+    struct llm_gen_result r;
+    if (!s)
+        s = run_once(a, c, text, len, a->chat || a->special, a->echo, &r, NULL);
+    llm_free(text);
+    llm_context_free(c);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    if (cli.verbose > 0)
+        report(&r, a->sp.seed);
+    if (interrupted) {
+        fflush(stdout);
+        fprintf(stderr, "%s: interrupted\n", cli.prog);
+        return 130;
+    }
+    return 0;
+}
+
+/* ---- options ------------------------------------------------------------- */
+
+static int parse_f(const char *arg, double lo, double hi, const char *what, float *out)
+{
+    double v;
+    if (llm_parse_f64(arg, lo, hi, what, &v))
+        return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_i(const char *arg, int64_t lo, int64_t hi, const char *what, int32_t *out)
+{
+    int64_t v;
+    if (llm_parse_i64(arg, lo, hi, what, &v))
+        return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
+    *out = (int32_t)v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct args a = { .n_predict = -1, .kv_type = LLM_TYPE_F16 };
+    llm_sampler_params_default(&a.sp);
+    const char *arg;
+    int r, rc = 0;
+    int32_t v32;
+    int64_t v;
+    llm_cli_init(&cli);
+    while ((r = llm_cli_next(&cli, argc, argv, &arg)) != LLM_CLI_END) {
+        switch (r) {
+        case LLM_CLI_EXIT0: return llm_cli_exit(&cli, 0);
+        case LLM_CLI_ERROR: return 2;
+        case 'm': a.model = arg; break;
+        case OPT_TOKENIZER: a.tokenizer = arg; break;
+        case 'p': a.prompt = arg; break;
+        case 'f': a.file = arg; break;
+        case 'n': rc = parse_i(arg, -1, INT32_MAX, "-n", &a.n_predict); break;
+        case OPT_TEMP: rc = parse_f(arg, 0, 100, "--temp", &a.sp.temp), a.have_sampling = 1; break;
+        case OPT_TOPK: rc = parse_i(arg, 0, INT32_MAX, "--top-k", &a.sp.top_k), a.have_sampling = 1; break;
+        case OPT_TOPP: rc = parse_f(arg, 1e-6, 1, "--top-p", &a.sp.top_p), a.have_sampling = 1; break;
+        case OPT_MINP: rc = parse_f(arg, 0, 1, "--min-p", &a.sp.min_p), a.have_sampling = 1; break;
+        case OPT_REPEAT:
+            rc = parse_f(arg, 1e-3, 100, "--repeat-penalty", &a.sp.repeat_penalty), a.have_sampling = 1;
+            break;
+        case OPT_LASTN:
+            rc = parse_i(arg, -1, 1 << 20, "--repeat-last-n", &a.sp.penalty_last_n), a.have_sampling = 1;
+            break;
+        case OPT_PRESENCE:
+            rc = parse_f(arg, -100, 100, "--presence-penalty", &a.sp.presence_penalty), a.have_sampling = 1;
+            break;
+        case OPT_FREQUENCY:
+            rc = parse_f(arg, -100, 100, "--frequency-penalty", &a.sp.frequency_penalty), a.have_sampling = 1;
+            break;
+        case 's':
+            if (llm_parse_i64(arg, 0, INT64_MAX, "--seed", &v))
+                return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
+            a.sp.seed = (uint64_t)v;
+            a.have_seed = 1;
+            break;
+        case OPT_STOP:
+            if (!*arg)
+                return llm_cli_usage(&cli, "--stop: the text is empty");
+            if (a.n_stop == 32)
+                return llm_cli_usage(&cli, "--stop: at most 32 strings");
+            a.stop[a.n_stop++] = arg;
+            a.have_sampling = 1;
+            break;
+        case OPT_IGNORE_EOS: a.ignore_eos = 1, a.have_sampling = 1; break;
+        case OPT_LOGPROBS: rc = parse_i(arg, 1, 100, "--top-logprobs", &a.top_logprobs); break;
+        case OPT_ECHO: a.echo = 1; break;
+        case OPT_CHAT: a.chat = 1; break;
+        case OPT_SYSTEM: a.system = arg; break;
+        case OPT_TEMPLATE: a.tmpl = arg; break;
+        case OPT_JSON: a.json = 1; break;
+        case 't': rc = parse_i(arg, 1, 256, "--threads", &v32), a.threads = v32; break;
+        case OPT_CTX: rc = parse_i(arg, 1, 1 << 24, "--ctx", &a.n_ctx); break;
+        case OPT_KVTYPE:
+            if (!strcmp(arg, "f32"))
+                a.kv_type = LLM_TYPE_F32;
+            else if (!strcmp(arg, "f16"))
+                a.kv_type = LLM_TYPE_F16;
+            else
+                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32 or f16", arg);
+            break;
+        case OPT_TRUNCATE: a.truncate = 1; break;
+        case OPT_TOKENIZE: a.tokenize = 1; break;
+        case OPT_DETOKENIZE: a.detokenize = 1; break;
+        case OPT_NOBOS: a.no_bos = 1; break;
+        case OPT_SPECIAL: a.special = 1; break;
+        }
+        if (rc)
+            return rc;
+    }
+    if (llm_cli_optind < argc)
+        return llm_cli_usage(&cli, "unexpected argument '%s'", argv[llm_cli_optind]);
+    if (!a.model)
+        return llm_cli_usage(&cli, "no model (-m FILE)");
+    if (a.prompt && a.file)
+        return llm_cli_usage(&cli, "-p and -f both give the prompt; use one");
+    if (a.tokenize && a.detokenize)
+        return llm_cli_usage(&cli, "--tokenize and --detokenize are separate modes");
+    int tokmode = a.tokenize || a.detokenize;
+    if (a.no_bos && !a.tokenize)
+        return llm_cli_usage(&cli, "--no-bos goes with --tokenize");
+    if (a.detokenize && a.json)
+        return llm_cli_usage(&cli, "--json does not go with --detokenize");
+    if (tokmode && (a.have_sampling || a.have_seed || a.n_predict != -1 || a.echo || a.chat ||
+                    a.top_logprobs || a.n_ctx || a.threads || a.truncate || a.kv_type != LLM_TYPE_F16))
+        return llm_cli_usage(&cli, "generation options do not go with --%s",
+                             a.tokenize ? "tokenize" : "detokenize");
+    if ((a.system || a.tmpl) && !a.chat)
+        return llm_cli_usage(&cli, "%s goes with --chat", a.system ? "--system" : "--template");
+    if (a.chat && a.echo && !a.prompt && !a.file && isatty(0))
+        return llm_cli_usage(&cli, "--echo does not go with an interactive chat");
+    if (!a.have_seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        a.sp.seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    }
+
+    struct llm_file *f;
+    struct llm_import_opts io;
+    llm_import_opts_default(&io);
+    io.tokenizer_path = a.tokenizer;
+    llm_status s = llm_import(&f, a.model, &io);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    if (a.tokenizer && strcmp(f->format, "llama2c")) {
+        llm_file_free(f);
+        return llm_cli_fail(&cli, llm_error_set(LLM_E_INVALID, "%s: --tokenizer applies to llama2.c "
+                                                "checkpoints, not to %s files", a.model, f->format));
+    }
+    if (tokmode) {
+        struct llm_tokenizer *tok;
+        if ((s = llm_tokenizer_new(&tok, f))) {
+            llm_file_free(f);
+            return llm_cli_fail(&cli, s);
+        }
+        rc = a.tokenize ? do_tokenize(&a, tok) : do_detokenize(&a, tok);
+        llm_tokenizer_free(tok);
+        llm_file_free(f);
+        return llm_cli_exit(&cli, rc);
+    }
+    struct llm_model *m;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    mp.n_threads = a.threads;
+    if ((s = llm_model_from_file(&m, f, &mp)))
+        return llm_cli_fail(&cli, s);
+    rc = do_generate(&a, m);
+    llm_model_close(m);
+    return llm_cli_exit(&cli, rc);
+}

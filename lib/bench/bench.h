@@ -1,0 +1,193 @@
+/* bench.h: the parts of llm-bench: timers and statistics, the machine
+ * header, roofline probes, result printers, regression comparison, plans
+ * (command-line lists and YAML suites) and the runner.
+ *
+ * A plan is a sweep in the manner of llama-bench: every model x every test
+ * (pp N: prefill of N tokens; tg N: N tokens generated one at a time; pg P,G:
+ * a prefill of P then G generated tokens) x every thread count, each run
+ * `warmup` times unmeasured and `reps` times measured. Each combination
+ * gives one struct llm_bench_result; the printers write them as a markdown
+ * table, CSV, a JSON array or JSON lines with the field names listed in
+ * llm-bench(1) (stable: scripts and --compare read them).
+ *
+ * Statistics: the sample standard deviation (n - 1), and percentiles by
+ * linear interpolation between closest ranks (numpy's default: rank
+ * p/100 x (n - 1)).
+ */
+#ifndef LLM_BENCH_BENCH_H
+#define LLM_BENCH_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/status.h"
+
+/* ---- timers and statistics --------------------------------------------------- */
+
+/* Monotonic clock in nanoseconds. */
+uint64_t llm_time_ns(void);
+
+struct llm_stats {
+    size_t n;
+    double mean, sd, min, max, median, p50, p90, p99;
+};
+
+/* Statistics of x (n); x is not modified. n == 0 gives all zeros;
+ * sd is 0 for n == 1. LLM_E_NOMEM when the sorted copy cannot be made. */
+llm_status llm_stats_compute(struct llm_stats *s, const double *x, size_t n);
+/* The p-th percentile (0..100) of sorted (n > 0), interpolated linearly. */
+double llm_percentile_sorted(const double *sorted, size_t n, double p);
+
+/* ---- the machine ------------------------------------------------------------- */
+
+struct llm_machine {
+    char cpu[128];       /* /proc/cpuinfo "model name", or "unknown" */
+    char features[64];   /* "avx2 fma avx512f avx512vnni avxvnni" as present */
+    int n_cpus;          /* online processors */
+    char version[16];    /* LLM_VERSION */
+    char commit[48];     /* LLM_COMMIT: the build's git commit */
+};
+void llm_machine_detect(struct llm_machine *m);
+
+/* Streaming read bandwidth in GB/s (10^9 bytes/s): n_threads threads each
+ * summing its share of a `bytes` buffer, best of `reps` passes. */
+llm_status llm_probe_bandwidth(double *gbs, int n_threads, size_t bytes, int reps);
+/* Peak single-precision FMA rate in GFLOP/s (an FMA counts 2) with the
+ * widest vectors the CPU has (AVX-512, AVX2+FMA, else scalar), n_threads
+ * threads for about `seconds`. */
+llm_status llm_probe_fma(double *gflops, int n_threads, double seconds);
+
+/* ---- results and printers ---------------------------------------------------- */
+
+enum llm_bench_format { LLM_BENCH_MD, LLM_BENCH_CSV, LLM_BENCH_JSON, LLM_BENCH_JSONL };
+llm_status llm_bench_format_parse(const char *s, enum llm_bench_format *out);
+
+struct llm_bench_result {
+    char model[512];           /* path as given */
+    uint64_t model_bytes;      /* weight bytes read per token */
+    uint64_t n_params;
+    char test[48];             /* "pp512", "tg128", "pp512+tg128" */
+    int32_t n_prompt, n_gen;
+    int n_threads;
+    int reps;
+    double *samples_ns;        /* (reps) wall time of each measured repetition */
+    struct llm_stats ns;       /* of samples_ns */
+    struct llm_stats ts;       /* tokens/s of each repetition: (n_prompt + n_gen) / time */
+    struct llm_stats ttft_ms;  /* prefill to first logits, per repetition (pp, pg) */
+    struct llm_stats token_ms; /* each generated token (tg, pg), all repetitions */
+    double roof_gbs;           /* roofline at n_threads: read bandwidth (GB/s) ... */
+    double roof_gflops;        /* ... and FMA peak (GFLOP/s) */
+    double gbs, gbs_pct;       /* decode: model_bytes / mean token time; % of roof_gbs */
+    double gflops, gflops_pct; /* prefill: 2 x n_params x n_prompt / mean prefill time; % of roof_gflops */
+};
+void llm_bench_result_release(struct llm_bench_result *r);
+
+/* What goes above the results (md: a few lines; json/jsonl: fields of every
+ * object; csv: columns). */
+struct llm_bench_header {
+    struct llm_machine machine;
+    int bw_measured, peak_measured; /* roofline figures: 1 probed, 0 given by the user */
+    char test_time[32];   /* UTC, ISO 8601 */
+};
+
+/* Print results as `fmt`. md prints the header lines, the table and nothing
+ * else; csv a header row then one row per result; json one array; jsonl one
+ * object per line. */
+llm_status llm_bench_print(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                           const struct llm_bench_result *r, size_t n);
+
+/* ---- comparison -------------------------------------------------------------- */
+
+/* One row of a results file, as read back for --compare. */
+struct llm_bench_row {
+    char key[640];        /* "MODEL | TEST | t THREADS" */
+    double avg_ts;
+};
+
+/* Read a results file written with -o json or -o jsonl (detected from the
+ * first character). Errors name the file (and line for jsonl). *rows is
+ * freed with llm_free. */
+llm_status llm_bench_rows_load(struct llm_bench_row **rows, size_t *n, const char *path);
+/* The same from a buffer; `name` goes into the details. */
+llm_status llm_bench_rows_parse(struct llm_bench_row **rows, size_t *n, const char *text, size_t len,
+                                const char *name);
+
+struct llm_bench_cmp {
+    const char *key;
+    double old_ts, new_ts;   /* NaN when the row is missing on that side */
+    double change_pct;       /* (new - old) / old x 100 */
+    int regression;          /* change_pct < -threshold */
+};
+
+/* Compare every row of `old` with the row of the same key in `new` (tokens/s;
+ * higher is better). cmp (n_old + n_new entries) receives the rows of old
+ * in order, then those only in new. Returns the number of regressions. */
+size_t llm_bench_compare(struct llm_bench_cmp *cmp, size_t *n_cmp, const struct llm_bench_row *old,
+                         size_t n_old, const struct llm_bench_row *new_, size_t n_new, double threshold);
+llm_status llm_bench_compare_print(FILE *f, const struct llm_bench_cmp *cmp, size_t n, double threshold);
+
+/* ---- plans ------------------------------------------------------------------- */
+
+#define LLM_BENCH_MAX_LIST 64
+
+struct llm_bench_test {
+    int32_t n_prompt, n_gen;
+};
+
+struct llm_bench_plan {
+    const char *models[LLM_BENCH_MAX_LIST]; /* borrowed from argv or owned[] */
+    size_t n_models;
+    struct llm_bench_test tests[3 * LLM_BENCH_MAX_LIST]; /* pp, then tg, then pg */
+    size_t n_tests;
+    int threads[LLM_BENCH_MAX_LIST];
+    size_t n_threads;
+    int reps, warmup;
+    int have_format;
+    enum llm_bench_format format;
+    char *owned[LLM_BENCH_MAX_LIST + 1];      /* strings from a suite file */
+    size_t n_owned;
+};
+
+/* Defaults: no models, no tests, reps 5, warmup 1, md. */
+void llm_bench_plan_init(struct llm_bench_plan *p);
+void llm_bench_plan_release(struct llm_bench_plan *p);
+
+/* Parse an integer list: comma-separated items, each N, FIRST-LAST,
+ * FIRST-LAST+STEP or FIRST-LAST*MULT (as llama-bench). Values must lie in
+ * [min, max]; at most `cap` values. Errors name `what`. */
+llm_status llm_bench_parse_list(const char *s, const char *what, int64_t min, int64_t max,
+                                int64_t *out, size_t cap, size_t *n);
+
+/* Append tests from lists: pp for each of prompt[], tg for each of gen[],
+ * and one pg test per "P,G" pair. */
+llm_status llm_bench_plan_add(struct llm_bench_plan *p, int is_gen, const int64_t *v, size_t n);
+llm_status llm_bench_plan_add_pg(struct llm_bench_plan *p, const char *pair);
+
+/* Read a suite: a YAML map with the keys models (list of paths), prompt,
+ * gen (lists of integers, or a string list "128,512"), pg (list of "P,G"),
+ * threads, repetitions, warmup and output (md, csv, json, jsonl). Errors
+ * are LLM_E_FORMAT naming "NAME:LINE". */
+llm_status llm_bench_suite_parse(struct llm_bench_plan *p, const char *text, size_t len,
+                                 const char *name);
+llm_status llm_bench_suite_load(struct llm_bench_plan *p, const char *path);
+
+/* ---- running (needs the model API) -------------------------------------------- */
+
+struct llm_model;
+
+/* Run one test of `t` on `m` with n_threads: `warmup` unmeasured then `reps`
+ * measured repetitions, each on a fresh sequence of pseudo-random tokens
+ * (fixed seed: the same tokens every run). Fills r (model_bytes, n_params,
+ * samples, statistics; the achieved bandwidth and GFLOP/s against
+ * r->roof_gbs / r->roof_gflops, which the caller sets first). `model` is
+ * the path, for r->model. Release r with llm_bench_result_release. */
+llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const char *model,
+                         const struct llm_bench_test *t, int n_threads, int reps, int warmup);
+
+/* Perplexity of the text file `path` with windows of n_ctx tokens
+ * (llm_perplexity's default protocol). *n_tokens receives the token count. */
+llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
+                                double *ppl, double *stderr_, size_t *n_tokens);
+
+#endif

@@ -1,0 +1,274 @@
+/* report.c: llm-bench result printers (markdown, CSV, JSON, JSON lines).
+ * The field names are a documented interface (llm-bench(1)); --compare
+ * reads model_filename, test, n_threads and avg_ts back. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../common/alloc.h"
+#include "../format/meta.h" /* llm_json_string */
+#include "bench.h"
+
+llm_status llm_bench_format_parse(const char *s, enum llm_bench_format *out)
+{
+    static const char *names[] = { "md", "csv", "json", "jsonl" };
+    for (int i = 0; i < 4; i++)
+        if (strcasecmp(s, names[i]) == 0) {
+            *out = (enum llm_bench_format)i;
+            return LLM_OK;
+        }
+    return llm_error_set(LLM_E_INVALID, "unknown output format '%s' (md, csv, json, jsonl)", s);
+}
+
+void llm_bench_result_release(struct llm_bench_result *r)
+{
+    llm_free(r->samples_ns);
+    r->samples_ns = NULL;
+}
+
+/* ---- values that may be absent ------------------------------------------------ */
+
+/* A figure that does not apply to a test (TTFT of tg) is stored as NaN. */
+enum { FIELD_STR, FIELD_U64, FIELD_INT, FIELD_NUM, FIELD_SAMPLES };
+
+struct field {
+    const char *name;
+    int kind;
+    const char *s;
+    uint64_t u;
+    double d;
+    const double *v;
+    size_t n;
+};
+
+static int has_ttft(const struct llm_bench_result *r) { return r->n_prompt > 0 && r->ttft_ms.n > 0; }
+static int has_tok(const struct llm_bench_result *r) { return r->n_gen > 0 && r->token_ms.n > 0; }
+
+#define NUM(nm, x) (struct field){ .name = nm, .kind = FIELD_NUM, .d = (x) }
+#define U64(nm, x) (struct field){ .name = nm, .kind = FIELD_U64, .u = (x) }
+#define STR(nm, x) (struct field){ .name = nm, .kind = FIELD_STR, .s = (x) }
+
+/* Every field of one result, in output order. */
+static size_t fields_of(struct field *f, const struct llm_bench_header *h, const struct llm_bench_result *r)
+{
+    size_t n = 0;
+    double nan = NAN;
+    int tt = has_ttft(r), tk = has_tok(r);
+    f[n++] = STR("build_version", h->machine.version);
+    f[n++] = STR("build_commit", h->machine.commit);
+    f[n++] = STR("cpu_info", h->machine.cpu);
+    f[n++] = STR("cpu_features", h->machine.features);
+    f[n++] = U64("n_cpus", (uint64_t)h->machine.n_cpus);
+    f[n++] = NUM("roofline_bandwidth_gbs", r->roof_gbs);
+    f[n++] = STR("roofline_bandwidth_source", h->bw_measured ? "probe" : "user");
+    f[n++] = NUM("roofline_peak_gflops", r->roof_gflops);
+    f[n++] = STR("roofline_peak_source", h->peak_measured ? "probe" : "user");
+    f[n++] = STR("test_time", h->test_time);
+    f[n++] = STR("model_filename", r->model);
+    f[n++] = U64("model_size", r->model_bytes);
+    f[n++] = U64("model_n_params", r->n_params);
+    f[n++] = STR("test", r->test);
+    f[n++] = U64("n_prompt", (uint64_t)r->n_prompt);
+    f[n++] = U64("n_gen", (uint64_t)r->n_gen);
+    f[n++] = U64("n_threads", (uint64_t)r->n_threads);
+    f[n++] = U64("repetitions", (uint64_t)r->reps);
+    f[n++] = NUM("avg_ns", r->ns.mean);
+    f[n++] = NUM("stddev_ns", r->ns.sd);
+    f[n++] = NUM("median_ns", r->ns.median);
+    f[n++] = NUM("avg_ts", r->ts.mean);
+    f[n++] = NUM("stddev_ts", r->ts.sd);
+    f[n++] = NUM("median_ts", r->ts.median);
+    f[n++] = NUM("ttft_p50_ms", tt ? r->ttft_ms.p50 : nan);
+    f[n++] = NUM("ttft_p90_ms", tt ? r->ttft_ms.p90 : nan);
+    f[n++] = NUM("ttft_p99_ms", tt ? r->ttft_ms.p99 : nan);
+    f[n++] = NUM("token_mean_ms", tk ? r->token_ms.mean : nan);
+    f[n++] = NUM("token_p50_ms", tk ? r->token_ms.p50 : nan);
+    f[n++] = NUM("token_p90_ms", tk ? r->token_ms.p90 : nan);
+    f[n++] = NUM("token_p99_ms", tk ? r->token_ms.p99 : nan);
+    f[n++] = NUM("bandwidth_gbs", tk ? r->gbs : nan);
+    f[n++] = NUM("bandwidth_pct", tk ? r->gbs_pct : nan);
+    f[n++] = NUM("gflops", tt ? r->gflops : nan);
+    f[n++] = NUM("gflops_pct", tt ? r->gflops_pct : nan);
+    f[n++] = (struct field){ .name = "samples_ns", .kind = FIELD_SAMPLES, .v = r->samples_ns,
+                             .n = r->samples_ns ? (size_t)r->reps : 0 };
+    return n;
+}
+#define MAX_FIELDS 48
+
+static void json_value(FILE *o, const struct field *f)
+{
+    switch (f->kind) {
+    case FIELD_STR: llm_json_string(o, f->s, strlen(f->s)); break;
+    case FIELD_U64: fprintf(o, "%" PRIu64, f->u); break;
+    case FIELD_NUM:
+        if (isfinite(f->d))
+            fprintf(o, "%.6g", f->d);
+        else
+            fputs("null", o);
+        break;
+    case FIELD_SAMPLES:
+        fputc('[', o);
+        for (size_t i = 0; i < f->n; i++)
+            fprintf(o, "%s%.0f", i ? ", " : "", f->v[i]);
+        fputc(']', o);
+        break;
+    }
+}
+
+/* One object on one line. */
+static void print_json_obj(FILE *o, const struct llm_bench_header *h, const struct llm_bench_result *r)
+{
+    struct field f[MAX_FIELDS];
+    size_t n = fields_of(f, h, r);
+    fputc('{', o);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(o, "%s\"%s\": ", i ? ", " : "", f[i].name);
+        json_value(o, &f[i]);
+    }
+    fputc('}', o);
+}
+
+/* RFC 4180: quote when needed, double the quotes. */
+static void csv_string(FILE *o, const char *s)
+{
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, o);
+        return;
+    }
+    fputc('"', o);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', o);
+        fputc(*s, o);
+    }
+    fputc('"', o);
+}
+
+static void print_csv(FILE *o, const struct llm_bench_header *h, const struct llm_bench_result *r, size_t nr)
+{
+    struct field f[MAX_FIELDS];
+    struct llm_bench_result empty = { 0 };
+    size_t n = fields_of(f, h, nr ? &r[0] : &empty);
+    for (size_t i = 0; i < n; i++)
+        fprintf(o, "%s%s", i ? "," : "", f[i].name);
+    fputc('\n', o);
+    for (size_t k = 0; k < nr; k++) {
+        n = fields_of(f, h, &r[k]);
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                fputc(',', o);
+            switch (f[i].kind) {
+            case FIELD_STR: csv_string(o, f[i].s); break;
+            case FIELD_U64: fprintf(o, "%" PRIu64, f[i].u); break;
+            case FIELD_NUM:
+                if (isfinite(f[i].d))
+                    fprintf(o, "%.6g", f[i].d);
+                break;
+            case FIELD_SAMPLES: /* one cell, values separated by ';' */
+                for (size_t j = 0; j < f[i].n; j++)
+                    fprintf(o, "%s%.0f", j ? ";" : "", f[i].v[j]);
+                break;
+            }
+        }
+        fputc('\n', o);
+    }
+}
+
+/* ---- markdown ----------------------------------------------------------------- */
+
+static const char *human_bytes(char *buf, size_t n, double b)
+{
+    static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int i = 0;
+    while (b >= 1024 && i < 4)
+        b /= 1024, i++;
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+
+static const char *human_count(char *buf, size_t n, double c)
+{
+    static const char *u[] = { "", "K", "M", "B", "T" };
+    int i = 0;
+    while (c >= 1000 && i < 4)
+        c /= 1000, i++;
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f%s", c, u[i]);
+    return buf;
+}
+
+/* Markdown cells must not contain '|' or newlines. */
+static void md_cell(FILE *o, const char *s)
+{
+    for (; *s; s++)
+        fputs(*s == '|' ? "\\|" : *s == '\n' ? " " : (char[2]){ *s, 0 }, o);
+}
+
+static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm_bench_result *r, size_t n)
+{
+    fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n", h->machine.cpu, h->machine.features,
+            h->machine.n_cpus, h->machine.version, h->machine.commit, h->test_time);
+    /* one roofline line per thread count, in order of first appearance */
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < i && r[j].n_threads != r[i].n_threads)
+            j++;
+        if (j == i)
+            fprintf(o, "roofline, %d thread%s: read bandwidth %.1f GB/s (%s), FMA peak %.1f GFLOP/s (%s)\n",
+                    r[i].n_threads, r[i].n_threads == 1 ? "" : "s", r[i].roof_gbs,
+                    h->bw_measured ? "probe" : "given", r[i].roof_gflops, h->peak_measured ? "probe" : "given");
+    }
+    fputc('\n', o);
+    fputs("| model | size | params | threads | test | t/s | median t/s | TTFT ms p50/p90/p99 "
+          "| token ms p50/p90/p99 | GB/s (% of bw) | GFLOP/s (% of peak) |\n"
+          "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+          o);
+    for (size_t i = 0; i < n; i++) {
+        const struct llm_bench_result *x = &r[i];
+        char a[32], b[32];
+        const char *base = strrchr(x->model, '/');
+        fputs("| ", o);
+        md_cell(o, base ? base + 1 : x->model);
+        fprintf(o, " | %s | %s | %d | %s | %.2f ± %.2f | %.2f | ", human_bytes(a, sizeof a, (double)x->model_bytes),
+                human_count(b, sizeof b, (double)x->n_params), x->n_threads, x->test, x->ts.mean, x->ts.sd,
+                x->ts.median);
+        if (has_ttft(x))
+            fprintf(o, "%.2f/%.2f/%.2f | ", x->ttft_ms.p50, x->ttft_ms.p90, x->ttft_ms.p99);
+        else
+            fputs("- | ", o);
+        if (has_tok(x))
+            fprintf(o, "%.3f/%.3f/%.3f | %.2f (%.1f%%) | ", x->token_ms.p50, x->token_ms.p90, x->token_ms.p99,
+                    x->gbs, x->gbs_pct);
+        else
+            fputs("- | - | ", o);
+        if (has_ttft(x))
+            fprintf(o, "%.2f (%.1f%%) |\n", x->gflops, x->gflops_pct);
+        else
+            fputs("- |\n", o);
+    }
+}
+
+llm_status llm_bench_print(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                           const struct llm_bench_result *r, size_t n)
+{
+    switch (fmt) {
+    case LLM_BENCH_MD: print_md(f, h, r, n); break;
+    case LLM_BENCH_CSV: print_csv(f, h, r, n); break;
+    case LLM_BENCH_JSON:
+        fputs("[", f);
+        for (size_t i = 0; i < n; i++) {
+            fputs(i ? ",\n  " : "\n  ", f);
+            print_json_obj(f, h, &r[i]);
+        }
+        fputs(n ? "\n]\n" : "]\n", f);
+        break;
+    case LLM_BENCH_JSONL:
+        for (size_t i = 0; i < n; i++) {
+            print_json_obj(f, h, &r[i]);
+            fputc('\n', f);
+        }
+        break;
+    default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
+    }
+    return ferror(f) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+}

@@ -1,0 +1,158 @@
+/* run.c: the measurements of llm-bench: pp / tg / pg tests through
+ * llm_decode, and perplexity through llm_perplexity. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../common/io.h"
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
+#include "bench.h"
+
+static uint64_t next_rand(uint64_t *st)
+{
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    return *st >> 33;
+}
+
+static llm_status run_reps(struct llm_bench_result *r, struct llm_context *c, int32_t n_vocab,
+                           const struct llm_bench_test *t, int reps, int warmup, double *ttft_ms,
+                           double *tok_ms, double *ts)
+{
+    int32_t n_tok = t->n_prompt > 0 ? t->n_prompt : 1;
+    int32_t *toks = llm_malloc((size_t)n_tok * sizeof *toks);
+    float *logits = llm_malloc((size_t)n_vocab * sizeof *logits); // (n_vocab)
+    llm_status s = LLM_OK;
+    if (!toks || !logits) {
+        s = LLM_E_NOMEM;
+        goto out;
+    }
+    uint64_t seed = 1234;
+    size_t k = 0;
+    for (int rep = -warmup; rep < reps && !s; rep++) {
+        for (int32_t i = 0; i < n_tok; i++)
+            toks[i] = (int32_t)(next_rand(&seed) % (uint64_t)n_vocab);
+        llm_context_reset(c, 0);
+        int32_t pos = 0;
+        uint64_t t0 = llm_time_ns(), tp = t0;
+        if (t->n_prompt > 0) {
+            s = llm_decode(c, 0, toks, t->n_prompt, 0, logits, 0);
+            tp = llm_time_ns();
+            pos = t->n_prompt;
+        }
+        for (int32_t g = 0; g < t->n_gen && !s; g++, pos++) {
+            int32_t tok = (int32_t)(next_rand(&seed) % (uint64_t)n_vocab);
+            uint64_t g0 = llm_time_ns();
+            s = llm_decode(c, 0, &tok, 1, pos, logits, 0);
+            if (rep >= 0)
+                tok_ms[k++] = (double)(llm_time_ns() - g0) * 1e-6;
+        }
+        uint64_t dt = llm_time_ns() - t0;
+        if (rep < 0 || s)
+            continue;
+        r->samples_ns[rep] = (double)dt;
+        ttft_ms[rep] = (double)(tp - t0) * 1e-6;
+        ts[rep] = (double)(t->n_prompt + t->n_gen) / ((double)(dt ? dt : 1) * 1e-9);
+    }
+out:
+    llm_free(toks);
+    llm_free(logits);
+    return s;
+}
+
+llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const char *model,
+                         const struct llm_bench_test *t, int n_threads, int reps, int warmup)
+{
+    LLM_CHECK(reps >= 1 && warmup >= 0 && n_threads >= 1, LLM_E_INVALID,
+              "bench: %d repetitions, %d warm-up runs, %d threads", reps, warmup, n_threads);
+    LLM_CHECK(t->n_prompt >= 0 && t->n_gen >= 0 && t->n_prompt + t->n_gen >= 1, LLM_E_INVALID,
+              "bench: empty test");
+    const struct llm_config *cfg = llm_model_config(m);
+    int64_t need = (int64_t)t->n_prompt + t->n_gen;
+    LLM_CHECK(need <= INT32_MAX, LLM_E_INVALID, "%s: test of %lld tokens", model, (long long)need);
+    snprintf(r->model, sizeof r->model, "%s", model);
+    if (t->n_gen == 0)
+        snprintf(r->test, sizeof r->test, "pp%d", t->n_prompt);
+    else if (t->n_prompt == 0)
+        snprintf(r->test, sizeof r->test, "tg%d", t->n_gen);
+    else
+        snprintf(r->test, sizeof r->test, "pp%d+tg%d", t->n_prompt, t->n_gen);
+    r->n_prompt = t->n_prompt;
+    r->n_gen = t->n_gen;
+    r->n_threads = n_threads;
+    r->reps = reps;
+    r->model_bytes = llm_model_weight_bytes(m);
+    r->n_params = llm_model_n_params(m);
+
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = (int32_t)need;
+    cp.n_seq = 1;
+    cp.n_threads = n_threads;
+    struct llm_context *c = NULL;
+    size_t n_tok = (size_t)reps * (size_t)t->n_gen;
+    double *ttft = llm_malloc((size_t)reps * sizeof *ttft);
+    double *ts = llm_malloc((size_t)reps * sizeof *ts);
+    double *tok = llm_malloc((n_tok ? n_tok : 1) * sizeof *tok);
+    r->samples_ns = llm_malloc((size_t)reps * sizeof *r->samples_ns);
+    llm_status s = !ttft || !ts || !tok || !r->samples_ns ? LLM_E_NOMEM : LLM_OK;
+    if (!s)
+        s = llm_context_new(&c, m, &cp);
+    if (!s)
+        s = run_reps(r, c, cfg->n_vocab, t, reps, warmup, ttft, tok, ts);
+    if (!s)
+        s = llm_stats_compute(&r->ns, r->samples_ns, (size_t)reps);
+    if (!s)
+        s = llm_stats_compute(&r->ts, ts, (size_t)reps);
+    if (!s && t->n_prompt)
+        s = llm_stats_compute(&r->ttft_ms, ttft, (size_t)reps);
+    if (!s && t->n_gen)
+        s = llm_stats_compute(&r->token_ms, tok, n_tok);
+    if (!s && t->n_gen && r->token_ms.mean > 0) {
+        /* decode streams every weight once per token */
+        r->gbs = (double)r->model_bytes / (r->token_ms.mean * 1e-3) * 1e-9;
+        r->gbs_pct = r->roof_gbs > 0 ? 100 * r->gbs / r->roof_gbs : 0;
+    }
+    if (!s && t->n_prompt && r->ttft_ms.mean > 0) {
+        /* a matrix-vector product per weight and token: 2 flops per parameter
+         * (attention scores and the embedding lookup are not counted) */
+        r->gflops = 2.0 * (double)r->n_params * t->n_prompt / (r->ttft_ms.mean * 1e-3) * 1e-9;
+        r->gflops_pct = r->roof_gflops > 0 ? 100 * r->gflops / r->roof_gflops : 0;
+    }
+    if (s && s != LLM_E_NOMEM)
+        llm_error_prefix(model);
+    llm_context_free(c);
+    llm_free(ttft);
+    llm_free(ts);
+    llm_free(tok);
+    if (s)
+        llm_bench_result_release(r);
+    return s;
+}
+
+llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
+                                double *ppl, double *stderr_, size_t *n_tokens)
+{
+    struct llm_tokenizer *tk = llm_model_tokenizer(m);
+    LLM_CHECK(tk, LLM_E_INVALID, "the model has no tokenizer: perplexity needs one");
+    char *text = NULL;
+    size_t len;
+    int32_t *ids = NULL;
+    struct llm_context *c = NULL;
+    LLM_TRY(llm_read_file(path, (size_t)1 << 30, &text, &len));
+    llm_status s = llm_tokenize(tk, text, len, LLM_TOK_ADD_BOS, &ids, n_tokens);
+    if (!s) {
+        struct llm_context_params cp;
+        llm_context_params_default(&cp);
+        cp.n_ctx = n_ctx;
+        cp.n_seq = 1;
+        cp.n_threads = n_threads;
+        s = llm_context_new(&c, m, &cp);
+    }
+    if (!s && (s = llm_perplexity(c, ids, *n_tokens, n_ctx, 0, ppl, stderr_)))
+        llm_error_prefix(path);
+    llm_context_free(c);
+    llm_free(ids);
+    llm_free(text);
+    return s;
+}

@@ -1,0 +1,427 @@
+/* cpu.c: the CPU backend. Activations are host memory; weights are read in
+ * place from the mapping by ops/matmul.h. Work big enough to pay for a
+ * barrier is split across the persistent pool; small work (stories260K's
+ * 64-wide layers) runs on the calling thread, because there a barrier costs
+ * more than the arithmetic. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/fp16.h"
+#include "../ops/matmul.h"
+#include "../quant/quant.h"
+#include "backend.h"
+
+/* binary16 -> float by table: the attention loops convert every cached
+ * element, and the portable bit-twiddling conversion costs more than the
+ * multiply-add itself. */
+static float f16_table[65536];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+
+static void f16_init(void)
+{
+    for (uint32_t i = 0; i < 65536; i++)
+        f16_table[i] = llm_fp16_to_fp32((uint16_t)i);
+}
+
+/* Multiply-adds below which an op stays on one thread. */
+#define CPU_SERIAL_WORK (1 << 16)
+
+struct cpu_backend {
+    struct llm_backend base;
+    struct llm_pool *pool;
+    float *scores;          /* (n_threads, scores_cap) attention scratch */
+    size_t scores_cap;
+};
+
+static int work_threads(const struct cpu_backend *cb, double work)
+{
+    int n = llm_pool_size(cb->pool);
+    if (work < CPU_SERIAL_WORK)
+        return 1;
+    double per = work / CPU_SERIAL_WORK;
+    return per < n ? (int)per < 1 ? 1 : (int)per : n;
+}
+
+static void cpu_destroy(struct llm_backend *b)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    llm_pool_free(cb->pool);
+    llm_free(cb->scores);
+    llm_free(cb);
+}
+
+static llm_status cpu_alloc(struct llm_backend *b, size_t bytes, void **out)
+{
+    (void)b;
+    *out = llm_calloc(1, bytes ? bytes : 1);
+    return *out ? LLM_OK : LLM_E_NOMEM;
+}
+
+static void cpu_release(struct llm_backend *b, void *p)
+{
+    (void)b;
+    llm_free(p);
+}
+
+static llm_status cpu_download(struct llm_backend *b, void *dst, const void *src, size_t bytes)
+{
+    (void)b;
+    if (dst != src)
+        memcpy(dst, src, bytes);
+    return LLM_OK;
+}
+
+static llm_status cpu_bind(struct llm_backend *b, struct llm_weight *w)
+{
+    (void)b, (void)w;
+    return LLM_OK;
+}
+
+static llm_status cpu_embed(struct llm_backend *b, const struct llm_weight *W, const int32_t *tokens,
+                            int32_t n, float *x)
+{
+    (void)b;
+    uint64_t rb = llm_type_row_bytes(W->type, (uint64_t)W->ne0);
+    for (int32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= W->rows)
+            return llm_error_set(LLM_E_INVALID, "token id %d out of range (vocabulary of %lld)",
+                                 tokens[i], (long long)W->rows);
+        LLM_TRY(llm_dequantize_row(W->type, (const uint8_t *)W->data + rb * (uint64_t)tokens[i],
+                                   x + (int64_t)i * W->ne0, W->ne0));
+    }
+    return LLM_OK;
+}
+
+static llm_status cpu_rmsnorm(struct llm_backend *b, const float *x, const struct llm_weight *w,
+                              float *y, int32_t n, int64_t dim, float eps)
+{
+    (void)b;
+    const float *g = w->data;
+    for (int32_t i = 0; i < n; i++) {
+        const float *xi = x + (int64_t)i * dim;
+        float *yi = y + (int64_t)i * dim;
+        float ss = 0.0f;
+        for (int64_t j = 0; j < dim; j++)
+            ss += xi[j] * xi[j];
+        ss = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (int64_t j = 0; j < dim; j++)
+            yi[j] = g[j] * (ss * xi[j]);
+    }
+    return LLM_OK;
+}
+
+struct mm_job {
+    int n_w;
+    const struct llm_weight *const *W;
+    const struct llm_weight *const *bias;
+    const float *X;
+    float *const *Y;
+    int32_t n;
+    int64_t total_rows;
+    int use;                /* threads that take a share */
+    llm_status status[64];
+};
+
+/* Thread i takes an equal slice of the weights' rows laid end to end. */
+static void mm_run(int i, int nth, void *arg)
+{
+    struct mm_job *j = arg;
+    int64_t lo = j->total_rows * i / nth, hi = j->total_rows * (i + 1) / nth, base = 0;
+    llm_status s = LLM_OK;
+    for (int w = 0; w < j->n_w && !s; w++) {
+        const struct llm_weight *W = j->W[w];
+        int64_t r0 = lo - base, r1 = hi - base;
+        base += W->rows;
+        if (r0 < 0)
+            r0 = 0;
+        if (r1 > W->rows)
+            r1 = W->rows;
+        if (r0 >= r1)
+            continue;
+        if (j->n == 1)
+            s = llm_matvec(W->type, W->data, j->X, j->Y[w], W->ne0, r0, r1);
+        else
+            s = llm_matmul(W->type, W->data, j->X, j->Y[w], W->ne0, j->n, W->rows, r0, r1);
+        if (!s && j->bias && j->bias[w]) {
+            const float *bv = j->bias[w]->data;
+            for (int32_t t = 0; t < j->n; t++)
+                for (int64_t r = r0; r < r1; r++)
+                    j->Y[w][t * W->rows + r] += bv[r];
+        }
+    }
+    j->status[i] = s;
+}
+
+static void mm_thread(int i, int nth, void *arg)
+{
+    struct mm_job *j = arg;
+    if (i < j->use)
+        mm_run(i, j->use, arg);
+    (void)nth;
+}
+
+static llm_status cpu_matmul(struct llm_backend *b, int n_w, const struct llm_weight *const *W,
+                             const struct llm_weight *const *bias, const float *X, float *const *Y,
+                             int32_t n)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    struct mm_job j = { .n_w = n_w, .W = W, .bias = bias, .X = X, .Y = Y, .n = n };
+    double work = 0;
+    for (int w = 0; w < n_w; w++) {
+        j.total_rows += W[w]->rows;
+        work += (double)W[w]->rows * (double)W[w]->ne0 * n;
+    }
+    int use = work_threads(cb, work);
+    if (use > 63)
+        use = 63;
+    if (use <= 1) {
+        mm_run(0, 1, &j);
+        return j.status[0];
+    }
+    j.use = use;
+    llm_pool_run(cb->pool, mm_thread, &j);
+    for (int i = 0; i < use; i++)
+        if (j.status[i])
+            return j.status[i];
+    return LLM_OK;
+}
+
+static void rope_vec(float *x, int32_t n_heads, int32_t hd, const struct llm_rope *r, const float *c,
+                     const float *s)
+{
+    int32_t half = r->n_dims / 2;
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * hd;
+        for (int32_t i = 0; i < half; i++) {
+            int32_t a = r->neox ? i : 2 * i, bi = r->neox ? i + half : 2 * i + 1;
+            float x0 = v[a], x1 = v[bi];
+            v[a] = x0 * c[i] - x1 * s[i];
+            v[bi] = x0 * s[i] + x1 * c[i];
+        }
+    }
+}
+
+static llm_status cpu_rope(struct llm_backend *b, const struct llm_rope *r,
+                           const struct llm_attn_shape *sh, float *q, float *k, int32_t n,
+                           int32_t pos)
+{
+    (void)b;
+    float c[512], s[512];
+    int32_t half = r->n_dims / 2;
+    if (half > 512 || r->n_dims > sh->head_dim)
+        return llm_error_set(LLM_E_UNSUPPORTED, "rope: %d rotary dimensions (at most 1024 and the "
+                             "head size %d)", r->n_dims, sh->head_dim);
+    int64_t qd = (int64_t)sh->n_heads * sh->head_dim, kd = (int64_t)sh->n_kv_heads * sh->head_dim;
+    for (int32_t t = 0; t < n; t++) {
+        float p = (float)(pos + t);
+        for (int32_t i = 0; i < half; i++) {
+            float th = p * r->inv_freq[i];
+            c[i] = cosf(th) * r->mscale;
+            s[i] = sinf(th) * r->mscale;
+        }
+        rope_vec(q + t * qd, sh->n_heads, sh->head_dim, r, c, s);
+        rope_vec(k + t * kd, sh->n_kv_heads, sh->head_dim, r, c, s);
+    }
+    return LLM_OK;
+}
+
+struct att_job {
+    const struct llm_attn_shape *s;
+    struct llm_kv *kv;
+    int32_t layer, seq, n, pos, use;
+    const float *q;
+    float *out;
+    float *scores;
+    size_t scores_cap;
+};
+
+/* GCC at -O2 leaves these short loops scalar; -O3 vectorizes them. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define CPU_HOT __attribute__((optimize("O3")))
+#else
+#define CPU_HOT
+#endif
+
+/* Causal attention of one query vector over positions [0, len) of one KV
+ * head, walking the sequence's block table block by block (no division per
+ * position). */
+CPU_HOT static void att_one(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh, int32_t hd,
+                    float scale, const float *q, int32_t len, float *sc, float *o)
+{
+    const int32_t bs = kv->p.block_size;
+    const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
+    const int64_t kvd = kv->kv_dim, plane = (int64_t)layer * kv->p.n_blocks;
+    const int f16 = kv->p.type == LLM_TYPE_F16;
+    float mx = -INFINITY;
+    for (int32_t p0 = 0; p0 < len; p0 += bs) {
+        int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
+        int32_t m = len - p0 < bs ? len - p0 : bs;
+        for (int32_t r = 0; r < m; r++, off += kvd) {
+            float d = 0.0f;
+            if (f16) {
+                const uint16_t *kr = (const uint16_t *)kv->k + off;
+                for (int32_t e = 0; e < hd; e++)
+                    d += q[e] * f16_table[kr[e]];
+            } else {
+                const float *kr = (const float *)kv->k + off;
+                for (int32_t e = 0; e < hd; e++)
+                    d += q[e] * kr[e];
+            }
+            d *= scale;
+            sc[p0 + r] = d;
+            mx = d > mx ? d : mx;
+        }
+    }
+    float sum = 0.0f;
+    for (int32_t p = 0; p < len; p++) {
+        sc[p] = expf(sc[p] - mx);
+        sum += sc[p];
+    }
+    float inv = 1.0f / sum;
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int32_t p0 = 0; p0 < len; p0 += bs) {
+        int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
+        int32_t m = len - p0 < bs ? len - p0 : bs;
+        for (int32_t r = 0; r < m; r++, off += kvd) {
+            float w = sc[p0 + r] * inv;
+            if (f16) {
+                const uint16_t *vr = (const uint16_t *)kv->v + off;
+                for (int32_t e = 0; e < hd; e++)
+                    o[e] += w * f16_table[vr[e]];
+            } else {
+                const float *vr = (const float *)kv->v + off;
+                for (int32_t e = 0; e < hd; e++)
+                    o[e] += w * vr[e];
+            }
+        }
+    }
+}
+
+static void att_run(int ti, int nth, void *arg)
+{
+    struct att_job *j = arg;
+    if (ti >= j->use)
+        return;
+    nth = j->use;
+    const struct llm_attn_shape *s = j->s;
+    int32_t hd = s->head_dim, grp = s->n_heads / s->n_kv_heads;
+    int64_t tasks = (int64_t)j->n * s->n_heads;
+    float *sc = j->scores + (size_t)ti * j->scores_cap;
+    for (int64_t task = tasks * ti / nth; task < tasks * (ti + 1) / nth; task++) {
+        int32_t t = (int32_t)(task / s->n_heads), h = (int32_t)(task % s->n_heads);
+        int64_t qo = ((int64_t)t * s->n_heads + h) * hd;
+        att_one(j->kv, j->layer, j->seq, h / grp, hd, s->scale, j->q + qo, j->pos + t + 1, sc,
+                j->out + qo);
+    }
+}
+
+static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_shape *s,
+                                struct llm_kv *kv, int32_t layer, int32_t seq, const float *q,
+                                const float *k, const float *v, float *out, int32_t n, int32_t pos)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    llm_kv_store_host(kv, layer, seq, pos, n, k, v);
+    int nth = llm_pool_size(cb->pool);
+    size_t cap = (size_t)kv->p.max_tokens;
+    if (cb->scores_cap < cap) {
+        llm_free(cb->scores);
+        cb->scores = llm_malloc(cap * (size_t)nth * sizeof(float));
+        cb->scores_cap = cb->scores ? cap : 0;
+        if (!cb->scores)
+            return LLM_E_NOMEM;
+    }
+    double work = 2.0 * n * s->n_heads * (double)(pos + n) * s->head_dim;
+    struct att_job j = { .s = s, .kv = kv, .layer = layer, .seq = seq, .n = n, .pos = pos,
+                         .q = q, .out = out, .scores = cb->scores, .scores_cap = cb->scores_cap };
+    j.use = work_threads(cb, work);
+    if (j.use > n * s->n_heads)
+        j.use = n * s->n_heads;
+    if (j.use <= 1) {
+        j.use = 1;
+        att_run(0, 1, &j);
+    } else {
+        llm_pool_run(cb->pool, att_run, &j);
+    }
+    return LLM_OK;
+}
+
+struct ew_job {
+    float *g;
+    const float *u;
+    int64_t m;
+};
+
+static void swiglu_range(float *g, const float *u, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void swiglu_run(int i, int nth, void *arg)
+{
+    struct ew_job *j = arg;
+    swiglu_range(j->g, j->u, j->m * i / nth, j->m * (i + 1) / nth);
+}
+
+static llm_status cpu_swiglu(struct llm_backend *b, float *gate, const float *up, int64_t m)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    if (m < 32768 || llm_pool_size(cb->pool) == 1) {
+        swiglu_range(gate, up, 0, m);
+    } else {
+        struct ew_job j = { gate, up, m };
+        llm_pool_run(cb->pool, swiglu_run, &j);
+    }
+    return LLM_OK;
+}
+
+static llm_status cpu_add(struct llm_backend *b, float *x, const float *y, int64_t m)
+{
+    (void)b;
+    for (int64_t i = 0; i < m; i++)
+        x[i] += y[i];
+    return LLM_OK;
+}
+
+static const struct llm_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .download = cpu_download,
+    .bind = cpu_bind,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+};
+
+llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads)
+{
+    *out = NULL;
+    if (n_threads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = c > 0 ? (int)c : 1;
+    }
+    if (n_threads > 63)
+        n_threads = 63;
+    struct cpu_backend *cb = llm_calloc(1, sizeof *cb);
+    if (!cb)
+        return LLM_E_NOMEM;
+    pthread_once(&f16_once, f16_init);
+    llm_status s = llm_pool_new(&cb->pool, n_threads);
+    if (s) {
+        llm_free(cb);
+        return s;
+    }
+    cb->base.ops = &cpu_ops;
+    cb->base.n_threads = n_threads;
+    *out = &cb->base;
+    return LLM_OK;
+}

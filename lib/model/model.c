@@ -1,0 +1,620 @@
+/* model.c: configuration from metadata, weight binding, contexts and the
+ * forward pass (written once against model/backend.h). */
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../format/import.h"
+#include "../quant/quant.h"
+#include "../tokenizer/tokenizer.h"
+#include "backend.h"
+
+struct llm_layer_w {
+    struct llm_weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+};
+
+struct llm_model {
+    struct llm_config c;
+    struct llm_file *f;
+    struct llm_tokenizer *tok;
+    struct llm_weight tok_embd, out_norm, output;
+    struct llm_layer_w *layers; /* (n_layers) */
+    float *inv_freq;            /* (rope_dim/2) */
+    float mscale;
+    uint64_t weight_bytes, n_params;
+    int n_threads;
+};
+
+/* ---- configuration ---------------------------------------------------- */
+
+static llm_status get_int(const struct llm_meta *m, const char *path, const char *key, int64_t def,
+                          int64_t lo, int64_t hi, int32_t *out)
+{
+    int64_t v;
+    llm_status s = llm_meta_get_i64(m, key, &v);
+    if (s == LLM_E_NOTFOUND) {
+        if (def < 0)
+            return llm_error_set(LLM_E_FORMAT, "%s: metadata key '%s' is missing", path, key);
+        v = def;
+    } else if (s) {
+        llm_error_prefix(path);
+        return s;
+    }
+    if (v < lo || v > hi)
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata key '%s' = %lld out of range (%lld..%lld)",
+                             path, key, (long long)v, (long long)lo, (long long)hi);
+    *out = (int32_t)v;
+    return LLM_OK;
+}
+
+static llm_status get_float(const struct llm_meta *m, const char *path, const char *key, double def,
+                            float *out)
+{
+    double v;
+    llm_status s = llm_meta_get_f64(m, key, &v);
+    if (s == LLM_E_NOTFOUND)
+        v = def;
+    else if (s) {
+        llm_error_prefix(path);
+        return s;
+    }
+    if (!isfinite(v))
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata key '%s' is not a finite number", path, key);
+    *out = (float)v;
+    return LLM_OK;
+}
+
+llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, const char *path)
+{
+    const char *s;
+    memset(c, 0, sizeof *c);
+    if (!path)
+        path = "model";
+    if (llm_meta_get_str(m, "architecture", &s))
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata key 'architecture' is missing", path);
+    if (!strcmp(s, "none"))
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: the file holds a tokenizer only, no model", path);
+    if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2"))
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, "
+                             "mistral, qwen2)", path, s);
+    snprintf(c->arch, sizeof c->arch, "%s", s);
+    const int64_t big = 1 << 20;
+    LLM_TRY(get_int(m, path, "hparams.vocab_size", 0, 0, INT32_MAX, &c->n_vocab));
+    LLM_TRY(get_int(m, path, "hparams.embedding_length", -1, 1, big, &c->dim));
+    LLM_TRY(get_int(m, path, "hparams.block_count", -1, 1, 4096, &c->n_layers));
+    LLM_TRY(get_int(m, path, "hparams.feed_forward_length", -1, 1, big, &c->ffn_dim));
+    LLM_TRY(get_int(m, path, "hparams.head_count", -1, 1, 4096, &c->n_heads));
+    LLM_TRY(get_int(m, path, "hparams.head_count_kv", c->n_heads, 1, 4096, &c->n_kv_heads));
+    LLM_TRY(get_int(m, path, "hparams.head_dim", c->dim / c->n_heads, 1, 4096, &c->head_dim));
+    LLM_TRY(get_int(m, path, "hparams.rope_dim", c->head_dim, 0, 4096, &c->rope_dim));
+    LLM_TRY(get_int(m, path, "hparams.context_length", 2048, 1, INT32_MAX, &c->n_ctx_train));
+    LLM_TRY(get_float(m, path, "hparams.rope_theta", 10000.0, &c->rope_theta));
+    LLM_TRY(get_float(m, path, "hparams.rms_norm_eps", 1e-5, &c->rms_eps));
+    if (c->n_heads % c->n_kv_heads)
+        return llm_error_set(LLM_E_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
+                             path, c->n_heads, c->n_kv_heads);
+    if (c->rope_dim % 2 || c->rope_dim > c->head_dim)
+        return llm_error_set(LLM_E_FORMAT, "%s: rope_dim %d must be even and at most head_dim %d",
+                             path, c->rope_dim, c->head_dim);
+    c->rope_neox = !strcmp(c->arch, "qwen2");
+    if (!llm_meta_get_str(m, "hparams.rope_type", &s)) {
+        if (strcmp(s, "norm") && strcmp(s, "neox"))
+            return llm_error_set(LLM_E_FORMAT, "%s: hparams.rope_type '%s' (norm, neox)", path, s);
+        c->rope_neox = !strcmp(s, "neox");
+    }
+    int tie = -1;
+    if (llm_meta_get_bool(m, "hparams.tie_embeddings", &tie) == LLM_OK)
+        c->tie_embeddings = tie;
+    snprintf(c->rope_scaling, sizeof c->rope_scaling, "none");
+    if (!llm_meta_get_str(m, "hparams.rope_scaling.type", &s)) {
+        if (strcmp(s, "none") && strcmp(s, "linear") && strcmp(s, "yarn") && strcmp(s, "llama3"))
+            return llm_error_set(LLM_E_UNSUPPORTED, "%s: rope scaling '%s' is not supported (none, "
+                                 "linear, yarn, llama3)", path, s);
+        snprintf(c->rope_scaling, sizeof c->rope_scaling, "%s", s);
+    }
+    LLM_TRY(get_float(m, path, "hparams.rope_scaling.factor", 1.0, &c->rope_factor));
+    LLM_TRY(get_int(m, path, "hparams.rope_scaling.original_context_length",
+                    strcmp(c->rope_scaling, "llama3") ? c->n_ctx_train : 8192, 1, INT32_MAX,
+                    &c->rope_orig_ctx));
+    LLM_TRY(get_float(m, path, "hparams.rope_scaling.low_freq_factor", 1.0, &c->rope_low_freq));
+    LLM_TRY(get_float(m, path, "hparams.rope_scaling.high_freq_factor", 4.0, &c->rope_high_freq));
+    LLM_TRY(get_float(m, path, "hparams.rope_scaling.attn_factor", 1.0, &c->rope_attn_factor));
+    LLM_TRY(get_float(m, path, "hparams.rope_scaling.beta_fast", 32.0, &c->rope_beta_fast));
+    LLM_TRY(get_float(m, path, "hparams.rope_scaling.beta_slow", 1.0, &c->rope_beta_slow));
+    if (strcmp(c->rope_scaling, "none") && !(c->rope_factor > 0))
+        return llm_error_set(LLM_E_FORMAT, "%s: rope scaling factor %g must be positive", path,
+                             (double)c->rope_factor);
+    if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
+        return llm_error_set(LLM_E_FORMAT, "%s: rope_theta %g / rms_norm_eps %g out of range", path,
+                             (double)c->rope_theta, (double)c->rms_eps);
+    return LLM_OK;
+}
+
+/* ---- weights ---------------------------------------------------------- */
+
+/* A tensor that must exist with ne = {ne0, rows} (rows 0: a vector of ne0). */
+static llm_status bind(struct llm_model *m, struct llm_weight *w, const char *name, int64_t ne0,
+                       int64_t rows, int optional)
+{
+    struct llm_file *f = m->f;
+    struct llm_tensor *t = llm_file_find(f, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (optional)
+            return LLM_OK;
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s' is missing", f->path, name);
+    }
+    const struct llm_type_traits *tr = llm_type_traits(t->type);
+    int vec = rows == 0;
+    int64_t want_rows = vec ? 1 : rows;
+    if ((t->flags & LLM_TENSOR_AUX) || !tr || tr->is_aux || t->ne[0] != ne0 ||
+        llm_tensor_nrows(t) != want_rows || (vec && t->n_dims != 1))
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %s [%lld, %lld], expected [%lld%s%lld]",
+                             f->path, name, llm_type_name(t->type), (long long)t->ne[0],
+                             (long long)llm_tensor_nrows(t), (long long)ne0, vec ? "" : ", ",
+                             vec ? 0LL : (long long)rows);
+    const void *data;
+    LLM_TRY(llm_tensor_bytes(f, t, &data));
+    w->type = t->type;
+    w->data = data;
+    w->ne0 = ne0;
+    w->rows = want_rows;
+    if (vec && t->type != LLM_TYPE_F32) {
+        /* Norms and biases are read as float by every op. */
+        float *cv = llm_malloc((size_t)ne0 * sizeof(float));
+        if (!cv)
+            return LLM_E_NOMEM;
+        LLM_TRY(llm_file_own(f, cv));
+        LLM_TRY(llm_dequantize_row(t->type, data, cv, ne0));
+        w->type = LLM_TYPE_F32;
+        w->data = cv;
+    }
+    if (!vec)
+        m->weight_bytes += t->nbytes;
+    return LLM_OK;
+}
+
+static llm_status rope_init(struct llm_model *m)
+{
+    const struct llm_config *c = &m->c;
+    int32_t half = c->rope_dim / 2;
+    m->inv_freq = llm_calloc((size_t)(half ? half : 1), sizeof(float));
+    if (!m->inv_freq)
+        return LLM_E_NOMEM;
+    m->mscale = 1.0f;
+    const float *freqs = NULL;
+    struct llm_tensor *t = llm_file_find(m->f, "rope_freqs.weight");
+    if (t) {
+        struct llm_weight w;
+        LLM_TRY(bind(m, &w, "rope_freqs.weight", half, 0, 0));
+        freqs = w.data;
+    }
+    const char *sc = c->rope_scaling;
+    float factor = c->rope_factor;
+    /* YaRN correction range (ggml_rope_yarn_corr_dims). */
+    float lo = 0, hi = 0;
+    if (!strcmp(sc, "yarn")) {
+        double nd = c->rope_dim, base = c->rope_theta, orig = c->rope_orig_ctx;
+        double cf = nd * log(orig / (c->rope_beta_fast * 2 * M_PI)) / (2 * log(base));
+        double cs = nd * log(orig / (c->rope_beta_slow * 2 * M_PI)) / (2 * log(base));
+        lo = (float)fmax(0, floor(cf));
+        hi = (float)fmin(nd - 1, ceil(cs));
+        m->mscale = c->rope_attn_factor * (1.0f + 0.1f * logf(factor));
+    }
+    for (int32_t i = 0; i < half; i++) {
+        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+        if (freqs) {
+            if (!(freqs[i] > 0))
+                return llm_error_set(LLM_E_FORMAT, "%s: rope_freqs.weight[%d] = %g is not positive",
+                                     m->f->path, i, (double)freqs[i]);
+            f /= freqs[i];
+        } else if (!strcmp(sc, "linear")) {
+            f /= factor;
+        } else if (!strcmp(sc, "llama3")) {
+            float old = (float)c->rope_orig_ctx, wavelen = 2.0f * (float)M_PI / f;
+            if (wavelen > old / c->rope_low_freq) {
+                f /= factor;
+            } else if (wavelen >= old / c->rope_high_freq) {
+                float smooth = (old / wavelen - c->rope_low_freq) /
+                               (c->rope_high_freq - c->rope_low_freq);
+                f = (1 - smooth) * f / factor + smooth * f;
+            }
+        } else if (!strcmp(sc, "yarn")) {
+            float ramp = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+            ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, ramp));
+            f = (f / factor) * (1 - ramp) + f * ramp;
+        }
+        m->inv_freq[i] = f;
+    }
+    return LLM_OK;
+}
+
+static llm_status bind_all(struct llm_model *m)
+{
+    struct llm_config *c = &m->c;
+    struct llm_tensor *emb = llm_file_find(m->f, "token_embd.weight");
+    if (!emb)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor 'token_embd.weight' is missing", m->f->path);
+    if (c->n_vocab == 0)
+        c->n_vocab = (int32_t)(llm_tensor_nrows(emb) > INT32_MAX ? 0 : llm_tensor_nrows(emb));
+    if (c->n_vocab <= 0)
+        return llm_error_set(LLM_E_FORMAT, "%s: no vocabulary size", m->f->path);
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kd = (int64_t)c->n_kv_heads * c->head_dim;
+    LLM_TRY(bind(m, &m->tok_embd, "token_embd.weight", c->dim, c->n_vocab, 0));
+    m->weight_bytes -= emb->nbytes; /* one row per token is read, not the table */
+    LLM_TRY(bind(m, &m->out_norm, "output_norm.weight", c->dim, 0, 0));
+    LLM_TRY(bind(m, &m->output, "output.weight", c->dim, c->n_vocab, 1));
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->weight_bytes += emb->nbytes;
+        c->tie_embeddings = 1;
+    } else {
+        c->tie_embeddings = 0;
+    }
+    m->layers = llm_calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return LLM_E_NOMEM;
+    char name[LLM_MAX_NAME];
+#define B(field, nm, ne0, rows, opt)                                 \
+    do {                                                             \
+        snprintf(name, sizeof name, "blk.%d." nm, l);                \
+        LLM_TRY(bind(m, &L->field, name, (ne0), (rows), (opt)));      \
+    } while (0)
+    for (int l = 0; l < c->n_layers; l++) {
+        struct llm_layer_w *L = &m->layers[l];
+        B(attn_norm, "attn_norm.weight", c->dim, 0, 0);
+        B(wq, "attn_q.weight", c->dim, qd, 0);
+        B(wk, "attn_k.weight", c->dim, kd, 0);
+        B(wv, "attn_v.weight", c->dim, kd, 0);
+        B(wo, "attn_output.weight", qd, c->dim, 0);
+        B(bq, "attn_q.bias", qd, 0, 1);
+        B(bk, "attn_k.bias", kd, 0, 1);
+        B(bv, "attn_v.bias", kd, 0, 1);
+        B(ffn_norm, "ffn_norm.weight", c->dim, 0, 0);
+        B(gate, "ffn_gate.weight", c->dim, c->ffn_dim, 0);
+        B(up, "ffn_up.weight", c->dim, c->ffn_dim, 0);
+        B(down, "ffn_down.weight", c->ffn_dim, c->dim, 0);
+        if (L->bq.data || L->bk.data || L->bv.data)
+            c->qkv_bias = 1;
+    }
+#undef B
+    return rope_init(m);
+}
+
+void llm_model_params_default(struct llm_model_params *p)
+{
+    memset(p, 0, sizeof *p);
+}
+
+llm_status llm_model_from_file(struct llm_model **out, struct llm_file *f,
+                               const struct llm_model_params *p)
+{
+    *out = NULL;
+    struct llm_model *m = llm_calloc(1, sizeof *m);
+    if (!m) {
+        llm_file_free(f);
+        return LLM_E_NOMEM;
+    }
+    m->f = f;
+    m->n_threads = p ? p->n_threads : 0;
+    size_t n_weights = 0;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        n_weights += !(f->tensors[i].flags & LLM_TENSOR_AUX);
+    llm_status s = n_weights ? llm_config_from_meta(&m->c, f->meta, f->path)
+                             : llm_error_set(LLM_E_UNSUPPORTED, "%s: the file holds a tokenizer "
+                                             "only, no model weights", f->path);
+    if (!s)
+        s = bind_all(m);
+    if (!s) {
+        /* A file without a vocabulary runs from token ids alone. */
+        struct llm_vocab_view v;
+        llm_status vs = llm_file_vocab(f, &v);
+        if (vs == LLM_OK)
+            s = llm_tokenizer_new(&m->tok, f);
+        else if (vs == LLM_E_NOTFOUND)
+            llm_error_clear();
+        else
+            s = vs;
+    }
+    if (s) {
+        llm_model_close(m);
+        return s;
+    }
+    uint64_t bytes;
+    llm_file_totals(f, &m->n_params, &bytes);
+    *out = m;
+    return LLM_OK;
+}
+
+llm_status llm_model_open(struct llm_model **out, const char *path, const struct llm_model_params *p)
+{
+    struct llm_file *f;
+    struct llm_import_opts io;
+    *out = NULL;
+    llm_import_opts_default(&io);
+    io.tokenizer_path = p ? p->tokenizer_path : NULL;
+    LLM_TRY(llm_import(&f, path, &io));
+    return llm_model_from_file(out, f, p);
+}
+
+void llm_model_close(struct llm_model *m)
+{
+    if (!m)
+        return;
+    llm_tokenizer_free(m->tok);
+    llm_free(m->layers);
+    llm_free(m->inv_freq);
+    llm_file_free(m->f);
+    llm_free(m);
+}
+
+const struct llm_config *llm_model_config(const struct llm_model *m)
+{
+    return &m->c;
+}
+
+struct llm_file *llm_model_file(struct llm_model *m)
+{
+    return m->f;
+}
+
+struct llm_tokenizer *llm_model_tokenizer(struct llm_model *m)
+{
+    return m->tok;
+}
+
+uint64_t llm_model_weight_bytes(const struct llm_model *m)
+{
+    return m->weight_bytes;
+}
+
+uint64_t llm_model_n_params(const struct llm_model *m)
+{
+    return m->n_params;
+}
+
+/* ---- contexts and the forward pass ------------------------------------ */
+
+struct llm_context {
+    struct llm_model *m;
+    struct llm_backend *be;
+    struct llm_kv *kv;
+    void *kv_k, *kv_v;
+    int32_t n_ctx, n_batch;
+    struct llm_rope rope;
+    struct llm_attn_shape ash;
+    /* activations on the backend, n_batch rows each */
+    float *x;       /* (n_batch, dim) residual stream */
+    float *xb;      /* (n_batch, dim) normed input */
+    float *xb2;     /* (n_batch, dim) branch output */
+    float *q;       /* (n_batch, n_heads*head_dim) */
+    float *k, *v;   /* (n_batch, n_kv_heads*head_dim) */
+    float *att;     /* (n_batch, n_heads*head_dim) */
+    float *hb, *hb2; /* (n_batch, ffn_dim) */
+    float *logits;  /* (logits_rows, n_vocab) */
+    int32_t logits_rows;
+};
+
+void llm_context_params_default(struct llm_context_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->kv_type = LLM_TYPE_F32;
+    p->n_seq = 1;
+    p->block_size = 16;
+}
+
+static llm_status act_alloc(struct llm_context *c, float **out, int64_t rows, int64_t width)
+{
+    uint64_t n;
+    if (!llm_mul_ok((uint64_t)rows, (uint64_t)width * sizeof(float), &n) || n > SIZE_MAX)
+        return llm_error_set(LLM_E_NOMEM, "activation buffer of %lld x %lld floats is too large",
+                             (long long)rows, (long long)width);
+    return c->be->ops->alloc(c->be, (size_t)n, (void **)out);
+}
+
+void llm_context_free(struct llm_context *c)
+{
+    if (!c)
+        return;
+    if (c->be) {
+        float **bufs[] = { &c->x, &c->xb, &c->xb2, &c->q, &c->k, &c->v, &c->att, &c->hb,
+                           &c->hb2, &c->logits };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (*bufs[i])
+                c->be->ops->release(c->be, *bufs[i]);
+        if (c->kv_k)
+            c->be->ops->release(c->be, c->kv_k);
+        if (c->kv_v)
+            c->be->ops->release(c->be, c->kv_v);
+        c->be->ops->destroy(c->be);
+    }
+    llm_kv_free(c->kv);
+    llm_free(c);
+}
+
+llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
+                           const struct llm_context_params *pp)
+{
+    struct llm_context_params p;
+    *out = NULL;
+    if (pp)
+        p = *pp;
+    else
+        llm_context_params_default(&p);
+    const struct llm_config *cf = &m->c;
+    if (p.n_ctx <= 0)
+        p.n_ctx = cf->n_ctx_train < 4096 ? cf->n_ctx_train : 4096;
+    if (p.n_seq <= 0)
+        p.n_seq = 1;
+    if (p.block_size <= 0)
+        p.block_size = 16;
+    if (p.kv_type != LLM_TYPE_F32 && p.kv_type != LLM_TYPE_F16)
+        return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16)",
+                             llm_type_name(p.kv_type));
+    struct llm_context *c = llm_calloc(1, sizeof *c);
+    if (!c)
+        return LLM_E_NOMEM;
+    c->m = m;
+    c->n_ctx = p.n_ctx;
+    c->n_batch = p.n_ctx < 512 ? p.n_ctx : 512;
+    llm_status s = llm_backend_cpu_new(&c->be, p.n_threads > 0 ? p.n_threads : m->n_threads);
+    struct llm_kv_params kp;
+    llm_kv_params_default(&kp);
+    kp.n_layers = cf->n_layers;
+    kp.n_kv_heads = cf->n_kv_heads;
+    kp.head_dim = cf->head_dim;
+    kp.block_size = p.block_size;
+    kp.n_seq = p.n_seq;
+    kp.max_tokens = p.n_ctx;
+    kp.type = p.kv_type;
+    uint64_t kvb = llm_kv_storage_bytes(&kp);
+    if (!s && (!kvb || kvb / 2 > SIZE_MAX))
+        s = llm_error_set(LLM_E_NOMEM, "KV cache for %d tokens x %d sequences is too large",
+                          p.n_ctx, p.n_seq);
+    if (!s)
+        s = c->be->ops->alloc(c->be, (size_t)(kvb / 2), &c->kv_k);
+    if (!s)
+        s = c->be->ops->alloc(c->be, (size_t)(kvb / 2), &c->kv_v);
+    if (!s)
+        s = llm_kv_new_with(&c->kv, &kp, c->kv_k, c->kv_v);
+    int64_t nb = c->n_batch, qd = (int64_t)cf->n_heads * cf->head_dim,
+            kd = (int64_t)cf->n_kv_heads * cf->head_dim;
+    if (!s)
+        s = act_alloc(c, &c->x, nb, cf->dim);
+    if (!s)
+        s = act_alloc(c, &c->xb, nb, cf->dim);
+    if (!s)
+        s = act_alloc(c, &c->xb2, nb, cf->dim);
+    if (!s)
+        s = act_alloc(c, &c->q, nb, qd);
+    if (!s)
+        s = act_alloc(c, &c->k, nb, kd);
+    if (!s)
+        s = act_alloc(c, &c->v, nb, kd);
+    if (!s)
+        s = act_alloc(c, &c->att, nb, qd);
+    if (!s)
+        s = act_alloc(c, &c->hb, nb, cf->ffn_dim);
+    if (!s)
+        s = act_alloc(c, &c->hb2, nb, cf->ffn_dim);
+    if (!s)
+        s = act_alloc(c, &c->logits, 1, cf->n_vocab);
+    if (s) {
+        llm_context_free(c);
+        return s;
+    }
+    c->logits_rows = 1;
+    c->rope = (struct llm_rope){ .n_dims = cf->rope_dim, .neox = cf->rope_neox,
+                                 .inv_freq = m->inv_freq, .mscale = m->mscale };
+    c->ash = (struct llm_attn_shape){ .n_heads = cf->n_heads, .n_kv_heads = cf->n_kv_heads,
+                                      .head_dim = cf->head_dim,
+                                      .scale = 1.0f / sqrtf((float)cf->head_dim) };
+    *out = c;
+    return LLM_OK;
+}
+
+void llm_context_reset(struct llm_context *c, int32_t seq)
+{
+    llm_kv_reset(c->kv, seq);
+}
+
+int32_t llm_context_n_ctx(const struct llm_context *c)
+{
+    return c->n_ctx;
+}
+
+struct llm_model *llm_context_model(struct llm_context *c)
+{
+    return c->m;
+}
+
+uint64_t llm_context_kv_bytes(const struct llm_context *c)
+{
+    return llm_kv_storage_bytes(&c->kv->p);
+}
+
+static llm_status layer_forward(struct llm_context *c, const struct llm_layer_w *L, int32_t l,
+                                int32_t seq, int32_t n, int32_t pos)
+{
+    struct llm_backend *b = c->be;
+    const struct llm_backend_ops *o = b->ops;
+    const struct llm_config *cf = &c->m->c;
+    int64_t dim = cf->dim;
+    LLM_TRY(o->rmsnorm(b, c->x, &L->attn_norm, c->xb, n, dim, cf->rms_eps));
+    const struct llm_weight *qkv[3] = { &L->wq, &L->wk, &L->wv };
+    const struct llm_weight *bias[3] = { L->bq.data ? &L->bq : NULL, L->bk.data ? &L->bk : NULL,
+                                         L->bv.data ? &L->bv : NULL };
+    float *qkv_out[3] = { c->q, c->k, c->v };
+    LLM_TRY(o->matmul(b, 3, qkv, cf->qkv_bias ? bias : NULL, c->xb, qkv_out, n));
+    LLM_TRY(o->rope(b, &c->rope, &c->ash, c->q, c->k, n, pos));
+    LLM_TRY(o->attention(b, &c->ash, c->kv, l, seq, c->q, c->k, c->v, c->att, n, pos));
+    const struct llm_weight *wo[1] = { &L->wo };
+    float *wo_out[1] = { c->xb2 };
+    LLM_TRY(o->matmul(b, 1, wo, NULL, c->att, wo_out, n));
+    LLM_TRY(o->add(b, c->x, c->xb2, n * dim));
+    LLM_TRY(o->rmsnorm(b, c->x, &L->ffn_norm, c->xb, n, dim, cf->rms_eps));
+    const struct llm_weight *gu[2] = { &L->gate, &L->up };
+    float *gu_out[2] = { c->hb, c->hb2 };
+    LLM_TRY(o->matmul(b, 2, gu, NULL, c->xb, gu_out, n));
+    LLM_TRY(o->swiglu(b, c->hb, c->hb2, (int64_t)n * cf->ffn_dim));
+    const struct llm_weight *dn[1] = { &L->down };
+    float *dn_out[1] = { c->xb2 };
+    LLM_TRY(o->matmul(b, 1, dn, NULL, c->hb, dn_out, n));
+    return o->add(b, c->x, c->xb2, n * dim);
+}
+
+/* Final norm and output projection of `rows` rows of x starting at `first`,
+ * downloaded to dst (rows, n_vocab). */
+static llm_status head_forward(struct llm_context *c, int32_t first, int32_t rows, float *dst)
+{
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &c->m->c;
+    if (rows > c->logits_rows) {
+        b->ops->release(b, c->logits);
+        c->logits = NULL;
+        c->logits_rows = 0;
+        LLM_TRY(act_alloc(c, &c->logits, rows, cf->n_vocab));
+        c->logits_rows = rows;
+    }
+    LLM_TRY(b->ops->rmsnorm(b, c->x + (int64_t)first * cf->dim, &c->m->out_norm, c->xb, rows,
+                            cf->dim, cf->rms_eps));
+    const struct llm_weight *w[1] = { &c->m->output };
+    float *y[1] = { c->logits };
+    LLM_TRY(b->ops->matmul(b, 1, w, NULL, c->xb, y, rows));
+    return b->ops->download(b, dst, c->logits, (size_t)rows * (size_t)cf->n_vocab * sizeof(float));
+}
+
+llm_status llm_decode(struct llm_context *c, int32_t seq, const int32_t *tokens, int32_t n,
+                      int32_t pos, float *logits, int all_logits)
+{
+    const struct llm_config *cf = &c->m->c;
+    if (seq < 0 || seq >= c->kv->p.n_seq)
+        return llm_error_set(LLM_E_INVALID, "sequence %d out of range (0..%d)", seq,
+                             c->kv->p.n_seq - 1);
+    if (n <= 0 || pos < 0 || pos > llm_kv_len(c->kv, seq))
+        return llm_error_set(LLM_E_INVALID, "decode: %d tokens at position %d (the cache holds %d)",
+                             n, pos, llm_kv_len(c->kv, seq));
+    if ((int64_t)pos + n > c->n_ctx)
+        return llm_error_set(LLM_E_INVALID, "context full: %lld tokens exceed the context of %d",
+                             (long long)pos + n, c->n_ctx);
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cf->n_vocab)
+            return llm_error_set(LLM_E_INVALID, "token id %d out of range (vocabulary of %d)",
+                                 tokens[i], cf->n_vocab);
+    LLM_TRY(llm_kv_reserve(c->kv, seq, pos + n));
+    llm_kv_set_len(c->kv, seq, pos);
+    for (int32_t off = 0; off < n; off += c->n_batch) {
+        int32_t nb = n - off < c->n_batch ? n - off : c->n_batch;
+        LLM_TRY(c->be->ops->embed(c->be, &c->m->tok_embd, tokens + off, nb, c->x));
+        for (int32_t l = 0; l < cf->n_layers; l++)
+            LLM_TRY(layer_forward(c, &c->m->layers[l], l, seq, nb, pos + off));
+        llm_kv_set_len(c->kv, seq, pos + off + nb);
+        if (all_logits)
+            LLM_TRY(head_forward(c, 0, nb, logits + (int64_t)off * cf->n_vocab));
+        else if (off + nb == n && logits)
+            LLM_TRY(head_forward(c, nb - 1, 1, logits));
+    }
+    return LLM_OK;
+}

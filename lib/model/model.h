@@ -1,0 +1,110 @@
+/* model.h: a Llama-family model bound to its weights, and contexts that run
+ * it (KV cache + scratch).
+ *
+ * The forward pass is written once against a small backend interface
+ * (model/backend.h); the CPU backend is always there. Weights are used in
+ * place from the mmap'd .llm file in their stored type (ops/matmul.h works on
+ * packed blocks). The KV cache is paged: fixed-size blocks and a block table
+ * per sequence.
+ */
+#ifndef LLM_MODEL_MODEL_H
+#define LLM_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "../format/file.h"
+#include "../quant/types.h"
+
+/* Hyper-parameters, from the metadata (format/file.h schema). */
+struct llm_config {
+    char arch[32];            /* llama, mistral, qwen2 */
+    int32_t n_vocab;
+    int32_t n_ctx_train;      /* context_length */
+    int32_t dim;              /* embedding_length */
+    int32_t n_layers;         /* block_count */
+    int32_t ffn_dim;          /* feed_forward_length */
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t rope_dim;
+    float rope_theta;
+    int rope_neox;            /* 1: half-split pairs (neox), 0: interleaved (norm) */
+    char rope_scaling[16];    /* none, linear, yarn, llama3 */
+    float rope_factor;
+    int32_t rope_orig_ctx;
+    float rope_low_freq, rope_high_freq, rope_attn_factor, rope_beta_fast, rope_beta_slow;
+    float rms_eps;
+    int tie_embeddings;
+    int qkv_bias;
+};
+
+/* Fill a config from metadata; LLM_E_FORMAT naming the missing/bad key. */
+llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *meta, const char *path);
+
+struct llm_model;
+
+struct llm_model_params {
+    int n_threads;            /* 0: the number of cores */
+    const char *tokenizer_path; /* llama2.c checkpoints: their tokenizer.bin (optional) */
+};
+void llm_model_params_default(struct llm_model_params *p);
+
+/* Open a .llm file (or anything llm_import reads) and bind its weights. */
+llm_status llm_model_open(struct llm_model **out, const char *path, const struct llm_model_params *p);
+/* Bind the weights of an already opened file; the model takes `f` over
+ * (freed with the model, or at once on failure). */
+llm_status llm_model_from_file(struct llm_model **out, struct llm_file *f,
+                               const struct llm_model_params *p);
+void llm_model_close(struct llm_model *m);
+const struct llm_config *llm_model_config(const struct llm_model *m);
+struct llm_file *llm_model_file(struct llm_model *m);
+struct llm_tokenizer *llm_model_tokenizer(struct llm_model *m); /* NULL when the file has none */
+/* Bytes of weights read per generated token (for bandwidth figures). */
+uint64_t llm_model_weight_bytes(const struct llm_model *m);
+uint64_t llm_model_n_params(const struct llm_model *m);
+
+struct llm_context;
+
+struct llm_context_params {
+    int32_t n_ctx;            /* tokens of KV capacity per sequence (0: min(train ctx, 4096)) */
+    enum llm_type kv_type;    /* LLM_TYPE_F32 or LLM_TYPE_F16 */
+    int32_t n_seq;            /* sequences that may be live at once */
+    int32_t block_size;       /* tokens per KV block (default 16) */
+    int n_threads;            /* 0: the model's */
+};
+void llm_context_params_default(struct llm_context_params *p);
+
+llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
+                           const struct llm_context_params *p);
+void llm_context_free(struct llm_context *c);
+
+/* Run n tokens of sequence `seq` at positions pos .. pos+n-1 (the KV cache
+ * must already hold positions < pos). Writes logits (n_vocab) of the last
+ * token, or of every token (n, n_vocab) when all_logits. Prompts go in one
+ * call (matrix-matrix); generation one token per call. */
+llm_status llm_decode(struct llm_context *c, int32_t seq, const int32_t *tokens, int32_t n,
+                      int32_t pos, float *logits, int all_logits);
+/* Forget a sequence's KV blocks. */
+void llm_context_reset(struct llm_context *c, int32_t seq);
+int32_t llm_context_n_ctx(const struct llm_context *c);
+struct llm_model *llm_context_model(struct llm_context *c);
+/* Bytes of KV storage the context holds. */
+uint64_t llm_context_kv_bytes(const struct llm_context *c);
+
+/* Perplexity of a token stream (tokenized with LLM_TOK_ADD_BOS as the model
+ * wants). Non-overlapping windows of n_ctx tokens; the default protocol is
+ * llama.cpp's llama-perplexity: the first token of each window is replaced
+ * by BOS when the tokenizer adds one, and only the second half of each window
+ * is scored (predictions of tokens n_ctx/2+1 .. n_ctx-1). With score_all,
+ * the protocol of the GPTQ/AWQ evaluations: every prediction of the window
+ * (tokens 1 .. n_ctx-1) is scored and the tokens are left as they are.
+ * *ppl = exp(mean NLL); *stderr_ (optional) = ppl * standard error of the
+ * mean NLL, as llama-perplexity prints it. The context must hold n_ctx
+ * tokens; LLM_E_INVALID when the text has fewer than one window (or fewer than
+ * 2 * n_ctx tokens under the default protocol, as llama.cpp requires). */
+llm_status llm_perplexity(struct llm_context *c, const int32_t *tokens, size_t n, int32_t n_ctx,
+                          int score_all, double *ppl, double *stderr_);
+
+#endif

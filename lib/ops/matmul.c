@@ -1,0 +1,444 @@
+/* matmul.c: the reference products of packed weight rows with float
+ * activations, and the run-time dispatch to the SIMD variants.
+ *
+ * The references work block by block on the packed row: the dot of the
+ * block's codes with x, times the block scale, plus min * sum(x) for the
+ * zero-point types; a row is never dequantized. Sums are kept in double
+ * (the references are also the production path of nf4 and fp8, where a
+ * scalar double FMA costs what a float one does).
+ *
+ * Tolerances (checked by tests/unit/ops/test_matmul.c), with w the row as
+ * llm_dequantize_row returns it and S = sum|w_i x_i| + max|w| sum|x_i|:
+ *   _ref vs a double dot of the dequantized row     2e-6 S (w_i is rounded
+ *                                                    once to float there)
+ *   SIMD f32/f16/bf16/nf4/nf4_dq/fp8 vs _ref        1e-5 S
+ *   SIMD int8/int4 types vs _ref, by the activations they meet
+ *   (llm_matmul_set_act), with A = sum over blocks b of 32 of
+ *   (max|x_b| / 254) sum_{i in b} |w_i|:
+ *       float                                       1e-5 S
+ *       int16 (the default)                         A / 258 + 1e-5 S
+ *       int8 (llama.cpp's W4A8/W8A8)                A + 1e-5 S
+ * A is the int8 rounding of the activations (half a step of
+ * d = max|x_b|/127 per element) and nothing else: the integer dot products
+ * are exact. On Gaussian data int8 costs about 0.55% of |y| (the test
+ * requires ||y_simd - y_ref|| / ||y_ref|| < 1e-2), int16 3e-5 (< 1e-4); on
+ * SmolLM2-135M's activations, whose outliers reach 20x their rms, int8
+ * costs 1-4% per product and changes greedy answers; int16 does not.
+ */
+#include "matmul.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../common/fp16.h"
+#include "../quant/quant.h"
+#include "matmul_impl.h"
+
+// ----------------------------------------------------------------------------
+// type families
+
+enum kind { K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8 };
+
+static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
+    [LLM_TYPE_F32] = K_F32,       [LLM_TYPE_F16] = K_F16,        [LLM_TYPE_BF16] = K_BF16,
+    [LLM_TYPE_Q8_0] = K_SYM8,     [LLM_TYPE_Q8_G64] = K_SYM8,    [LLM_TYPE_Q8_G128] = K_SYM8,
+    [LLM_TYPE_Q8_CH] = K_SYM8,    [LLM_TYPE_Q8Z_G32] = K_ZP8,    [LLM_TYPE_Q8Z_G64] = K_ZP8,
+    [LLM_TYPE_Q8Z_G128] = K_ZP8,  [LLM_TYPE_Q8Z_CH] = K_ZP8,     [LLM_TYPE_Q4_0] = K_SYM4,
+    [LLM_TYPE_Q4_G64] = K_SYM4,   [LLM_TYPE_Q4_G128] = K_SYM4,   [LLM_TYPE_Q4_CH] = K_SYM4,
+    [LLM_TYPE_Q4_1] = K_ZP4,      [LLM_TYPE_Q4Z_G64] = K_ZP4,    [LLM_TYPE_Q4Z_G128] = K_ZP4,
+    [LLM_TYPE_Q4Z_CH] = K_ZP4,    [LLM_TYPE_NF4] = K_NF4,        [LLM_TYPE_NF4_DQ] = K_NF4DQ,
+    [LLM_TYPE_FP8_E4M3] = K_FP8,
+};
+
+static const float nf4_values[16] = LLM_NF4_VALUES;
+
+// rows may sit at any address: read scalars byte by byte
+
+static inline uint16_t ld16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline float ldf(const uint8_t *p)
+{
+    return llm_bits_f32((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                        (uint32_t)p[3] << 24);
+}
+
+static inline float h2f(const uint8_t *p)
+{
+    return llm_fp16_to_fp32(ld16(p));
+}
+
+static float fp8_table[256];
+static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
+
+static void fp8_init(void)
+{
+    for (int i = 0; i < 256; i++)
+        fp8_table[i] = llm_fp8_e4m3_to_fp32((uint8_t)i);
+}
+
+const float *llm_matmul_fp8_table(void)
+{
+    pthread_once(&fp8_once, fp8_init);
+    return fp8_table;
+}
+
+/* Code j of a 4-bit block of G elements (blocks.h nibble order). */
+static inline int nib(const uint8_t *qs, int64_t j, int64_t G)
+{
+    return j < G / 2 ? qs[j] & 15 : qs[j - G / 2] >> 4;
+}
+
+// ----------------------------------------------------------------------------
+// the reference dot of one packed row with x (ne0)
+
+static float dot_row_ref(enum kind k, const struct llm_type_traits *tr, const uint8_t *row,
+                         const float *x, int64_t ne0)
+{
+    const int64_t hdr = tr->row_header, BB = tr->block_bytes;
+    /* per-row types with 1-element "blocks" are one block of ne0 codes */
+    const int64_t G = tr->blck == 1 ? ne0 : (int64_t)tr->blck;
+    double sum = 0.0;
+
+    switch (k) {
+    case K_F32:
+        for (int64_t j = 0; j < ne0; j++)
+            sum += (double)ldf(row + 4 * j) * x[j];
+        return (float)sum;
+    case K_F16:
+        for (int64_t j = 0; j < ne0; j++)
+            sum += (double)llm_fp16_to_fp32(ld16(row + 2 * j)) * x[j];
+        return (float)sum;
+    case K_BF16:
+        for (int64_t j = 0; j < ne0; j++)
+            sum += (double)llm_bf16_to_fp32(ld16(row + 2 * j)) * x[j];
+        return (float)sum;
+    case K_FP8:
+        pthread_once(&fp8_once, fp8_init);
+        for (int64_t j = 0; j < ne0; j++)
+            sum += (double)fp8_table[row[4 + j]] * x[j];
+        return (float)(sum * ldf(row));
+    default:
+        break;
+    }
+
+    pthread_once(&fp8_once, fp8_init);
+    /* row-header scales (per-channel, nf4_dq) */
+    const float rd = hdr >= 4 ? ldf(row) : 0.0f, rm = hdr >= 8 ? ldf(row + 4) : 0.0f;
+    for (int64_t b = 0, e0 = 0; e0 < ne0; b++, e0 += G) {
+        const uint8_t *blk = row + hdr + b * BB;
+        const int64_t n = ne0 - e0 < G ? ne0 - e0 : G; /* the padding is skipped */
+        const float *xb = x + e0;
+        double s = 0.0, sx = 0.0;
+        float d, m = 0.0f;
+        switch (k) {
+        case K_SYM8: {
+            const int8_t *qs = (const int8_t *)(blk + BB - (tr->blck == 1 ? 1 : G));
+            d = hdr ? rd : h2f(blk);
+            for (int64_t j = 0; j < n; j++)
+                s += (double)qs[j] * xb[j];
+            break;
+        }
+        case K_ZP8: {
+            const uint8_t *qs = blk + BB - (tr->blck == 1 ? 1 : G);
+            d = hdr ? rd : h2f(blk);
+            m = hdr ? rm : h2f(blk + 2);
+            for (int64_t j = 0; j < n; j++) {
+                s += (double)qs[j] * xb[j];
+                sx += xb[j];
+            }
+            break;
+        }
+        case K_SYM4: {
+            const uint8_t *qs = blk + BB - G / 2;
+            d = hdr ? rd : h2f(blk);
+            for (int64_t j = 0; j < n; j++)
+                s += (double)(nib(qs, j, G) - 8) * xb[j];
+            break;
+        }
+        case K_ZP4: {
+            const uint8_t *qs = blk + BB - G / 2;
+            d = hdr ? rd : h2f(blk);
+            m = hdr ? rm : h2f(blk + 2);
+            for (int64_t j = 0; j < n; j++) {
+                s += (double)nib(qs, j, G) * xb[j];
+                sx += xb[j];
+            }
+            break;
+        }
+        case K_NF4:
+        case K_NF4DQ: {
+            const uint8_t *qs = blk + BB - 32;
+            d = k == K_NF4 ? h2f(blk) : fp8_table[blk[0]] * rd;
+            for (int64_t j = 0; j < n; j++)
+                s += (double)nf4_values[nib(qs, j, 64)] * xb[j];
+            break;
+        }
+        default:
+            return 0.0f;
+        }
+        sum += s * d + sx * m;
+    }
+    return (float)sum;
+}
+
+/* The 4-bit per-channel types use 32-element blocks (blck 32) but no block
+ * scale; dot_row_ref reads their scale from the header like the others. */
+
+void llm_quantize_x_ref(const float *x, int64_t n, struct llm_qx *out)
+{
+    for (int64_t b = 0; b * 32 < n; b++) {
+        const int64_t e0 = b * 32, m = n - e0 < 32 ? n - e0 : 32;
+        float amax = 0.0f;
+        for (int64_t j = 0; j < m; j++)
+            amax = fmaxf(amax, fabsf(x[e0 + j]));
+        float d = amax / 127.0f;
+        const float id = d > 0 ? 1.0f / d : 0.0f;
+        int sum = 0, nan = 0;
+        for (int64_t j = 0; j < 32; j++) {
+            nan |= j < m && isnan(x[e0 + j]);
+            int q = j < m && !isnan(x[e0 + j]) ? (int)nearbyintf(x[e0 + j] * id) : 0;
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            out[b].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        if (nan) /* as the SIMD quantizers: NaN reaches the products */
+            d = NAN;
+        out[b].d = d;
+        out[b].m8 = -8 * sum;
+        out[b].p128 = 128 * sum;
+        out[b].ds = d * (float)sum;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// argument checks
+
+static llm_status check(enum llm_type t, const void *W, const void *x, const void *y,
+                        int64_t ne0, int64_t r0, int64_t r1, const char *fn,
+                        const struct llm_type_traits **tr, uint64_t *rb)
+{
+    *tr = llm_type_traits((uint32_t)t);
+    if (!*tr || (*tr)->is_aux || kind_of[t] == K_NONE)
+        return llm_error_set(LLM_E_INVALID, "%s: type %s (%u) is not a weight type", fn,
+                             llm_type_name((uint32_t)t), (unsigned)t);
+    if (ne0 <= 0 || ne0 > ((int64_t)1 << 40))
+        return llm_error_set(LLM_E_INVALID, "%s: bad row length %lld", fn, (long long)ne0);
+    if (r0 < 0 || r1 < r0)
+        return llm_error_set(LLM_E_INVALID, "%s: bad row range [%lld, %lld)", fn,
+                             (long long)r0, (long long)r1);
+    if (r1 > r0 && (!W || !x || !y))
+        return llm_error_set(LLM_E_INVALID, "%s: NULL buffer", fn);
+    *rb = llm_type_row_bytes(t, (uint64_t)ne0);
+    uint64_t end;
+    if (!*rb || !llm_mul_ok(*rb, (uint64_t)r1, &end) || end > (uint64_t)INT64_MAX)
+        return llm_error_set(LLM_E_INVALID, "%s: %lld rows of %lld %s elements overflow", fn,
+                             (long long)r1, (long long)ne0, (*tr)->name);
+    return LLM_OK;
+}
+
+static llm_status check_mm(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
+                           int64_t nb, int64_t ldy, int64_t r0, int64_t r1, const char *fn,
+                           const struct llm_type_traits **tr, uint64_t *rb)
+{
+    LLM_TRY(check(t, W, X, Y, ne0, r0, r1, fn, tr, rb));
+    uint64_t n;
+    if (nb < 0 || ldy < r1 || !llm_mul_ok((uint64_t)nb, (uint64_t)ldy, &n) ||
+        !llm_mul_ok((uint64_t)nb, (uint64_t)ne0, &n))
+        return llm_error_set(LLM_E_INVALID, "%s: bad batch %lld or ldy %lld for %lld rows", fn,
+                             (long long)nb, (long long)ldy, (long long)r1);
+    return LLM_OK;
+}
+
+// ----------------------------------------------------------------------------
+// references
+
+llm_status llm_matvec_ref(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
+                          int64_t r0, int64_t r1)
+{
+    const struct llm_type_traits *tr;
+    uint64_t rb;
+    LLM_TRY(check(t, W, x, y, ne0, r0, r1, "matvec", &tr, &rb));
+    const uint8_t *w = W;
+    for (int64_t r = r0; r < r1; r++)
+        y[r] = dot_row_ref((enum kind)kind_of[t], tr, w + (uint64_t)r * rb, x, ne0);
+    return LLM_OK;
+}
+
+llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
+                          int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const struct llm_type_traits *tr;
+    uint64_t rb;
+    LLM_TRY(check_mm(t, W, X, Y, ne0, nb, ldy, r0, r1, "matmul", &tr, &rb));
+    const uint8_t *w = W;
+    /* row-outer: each row is read from memory once and reused from cache
+     * for every token */
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t b = 0; b < nb; b++)
+            Y[b * ldy + r] =
+                dot_row_ref((enum kind)kind_of[t], tr, w + (uint64_t)r * rb, X + b * ne0, ne0);
+    return LLM_OK;
+}
+
+// ----------------------------------------------------------------------------
+// dispatch
+
+/* The activations of the int8/int4 types unless LLM_MATMUL_ACT says: int16
+ * costs 1.2-2.5x less than float per block and gave the scalar reference's
+ * greedy text, token for token, on SmolLM2-135M Q4_1 (4 prompts x 64
+ * tokens), where int8 changed all four. */
+#define LLM_ACT_DEFAULT LLM_ACT_Q16
+
+enum llm_isa llm_isa_detect(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+        return LLM_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return LLM_ISA_AVX2;
+#endif
+    return LLM_ISA_REF;
+}
+
+/* -1: not yet detected */
+static _Atomic int isa_in_use = -1;
+
+/* LLM_ISA=scalar|avx2|avx512 in the environment caps the choice (to
+ * compare the variants in a whole model run, or to rule a kernel out). */
+static enum llm_isa isa_now(void)
+{
+    int v = isa_in_use;
+    if (v < 0) {
+        v = (int)llm_isa_detect();
+        const char *e = getenv("LLM_ISA");
+        if (e && (strcmp(e, "scalar") == 0 || strcmp(e, "ref") == 0))
+            v = LLM_ISA_REF;
+        else if (e && strcmp(e, "avx2") == 0 && v > LLM_ISA_AVX2)
+            v = LLM_ISA_AVX2;
+        isa_in_use = v;
+    }
+    return (enum llm_isa)v;
+}
+
+/* -1: not yet read from the environment */
+static _Atomic int act_mode = -1;
+
+static int act_now(void)
+{
+    int v = act_mode;
+    if (v < 0) {
+        const char *e = getenv("LLM_MATMUL_ACT");
+        v = LLM_ACT_DEFAULT;
+        if (e && strcmp(e, "f32") == 0)
+            v = LLM_ACT_F32;
+        else if (e && strcmp(e, "q16") == 0)
+            v = LLM_ACT_Q16;
+        else if (e && strcmp(e, "q8") == 0)
+            v = LLM_ACT_Q8;
+        act_mode = v;
+    }
+    return v;
+}
+
+int llm_matmul_set_act(int act)
+{
+    int old = act_now();
+    act_mode = act == LLM_ACT_Q8 || act == LLM_ACT_Q16 ? act : LLM_ACT_F32;
+    return old;
+}
+
+enum llm_isa llm_matmul_set_isa(enum llm_isa isa)
+{
+    enum llm_isa best = llm_isa_detect();
+    isa_in_use = (int)(isa < best ? isa : best);
+    return (enum llm_isa)isa_in_use;
+}
+
+const char *llm_matmul_isa_name(void)
+{
+    switch (isa_now()) {
+    case LLM_ISA_AVX512:
+        return "avx512-vnni";
+    case LLM_ISA_AVX2:
+        return "avx2";
+    default:
+        return "scalar";
+    }
+}
+
+int llm_matmul_simd_type(enum llm_type t)
+{
+    if ((uint32_t)t >= LLM_TYPE_COUNT_)
+        return 0;
+    switch ((enum kind)kind_of[t]) {
+    case K_F32:
+    case K_F16:
+    case K_BF16:
+    case K_NF4:
+    case K_NF4DQ:
+    case K_FP8:
+        return LLM_SIMD_FLOAT;
+    case K_SYM8:
+    case K_ZP8:
+    case K_SYM4:
+    case K_ZP4:
+        return LLM_SIMD_INT8;
+    default:
+        return LLM_SIMD_NONE;
+    }
+}
+
+llm_status llm_matvec(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
+                      int64_t r0, int64_t r1)
+{
+    const struct llm_type_traits *tr;
+    uint64_t rb;
+    LLM_TRY(check(t, W, x, y, ne0, r0, r1, "matvec", &tr, &rb));
+    if (r1 == r0)
+        return LLM_OK;
+    if (llm_matmul_simd_type(t)) {
+        switch (isa_now()) {
+        case LLM_ISA_AVX512:
+            return llm_matvec_avx512(t, W, x, y, ne0, rb, r0, r1, act_now());
+        case LLM_ISA_AVX2:
+            return llm_matvec_avx2(t, W, x, y, ne0, rb, r0, r1, act_now());
+        default:
+            break;
+        }
+    }
+    const uint8_t *w = W;
+    for (int64_t r = r0; r < r1; r++)
+        y[r] = dot_row_ref((enum kind)kind_of[t], tr, w + (uint64_t)r * rb, x, ne0);
+    return LLM_OK;
+}
+
+llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
+                      int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const struct llm_type_traits *tr;
+    uint64_t rb;
+    LLM_TRY(check_mm(t, W, X, Y, ne0, nb, ldy, r0, r1, "matmul", &tr, &rb));
+    if (r1 == r0 || nb == 0)
+        return LLM_OK;
+    if (llm_matmul_simd_type(t)) {
+        switch (isa_now()) {
+        case LLM_ISA_AVX512:
+            return llm_matmul_avx512(t, W, X, Y, ne0, rb, nb, ldy, r0, r1, act_now());
+        case LLM_ISA_AVX2:
+            return llm_matmul_avx2(t, W, X, Y, ne0, rb, nb, ldy, r0, r1, act_now());
+        default:
+            break;
+        }
+    }
+    return llm_matmul_ref(t, W, X, Y, ne0, nb, ldy, r0, r1);
+}

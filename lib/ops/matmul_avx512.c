@@ -1,0 +1,38 @@
+/* matmul_avx512.c: the AVX-512 VNNI variant of the products (see
+ * matmul_simd.h): with float activations the int8/int4 codes are converted
+ * and multiplied 16 per instruction (512-bit); with int16 activations a
+ * pair of codes is one vpdpwssd, with int8 ones a block is one vpdpbusd
+ * (256-bit, VL) instead of maddubs + madd. Only this file is compiled for
+ * that target; matmul.c calls it when the CPU has AVX-512 F/BW/VL/VNNI. */
+#if defined(__x86_64__) || defined(__i386__)
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+
+#define SIMD(name) name##_avx512
+/* the float-activation kernels use 512-bit vectors */
+#define SIMD_AVX512 1
+
+#define DOT_U8S8(i, u, s) _mm256_dpbusd_epi32((i), (u), (s))
+
+#include "matmul_simd.h"
+
+#else
+
+#include "matmul_impl.h"
+
+llm_status llm_matvec_avx512(enum llm_type t, const void *W, const float *x, float *y,
+                             int64_t ne0, uint64_t row_bytes, int64_t r0, int64_t r1, int act)
+{
+    (void)t, (void)W, (void)x, (void)y, (void)ne0, (void)row_bytes, (void)r0, (void)r1, (void)act;
+    return llm_error_set(LLM_E_UNSUPPORTED, "matvec: no AVX-512 on this build");
+}
+
+llm_status llm_matmul_avx512(enum llm_type t, const void *W, const float *X, float *Y,
+                             int64_t ne0, uint64_t row_bytes, int64_t nb, int64_t ldy, int64_t r0,
+                             int64_t r1, int act)
+{
+    (void)t, (void)W, (void)X, (void)Y, (void)ne0, (void)row_bytes, (void)nb, (void)ldy;
+    (void)r0, (void)r1, (void)act;
+    return llm_error_set(LLM_E_UNSUPPORTED, "matmul: no AVX-512 on this build");
+}
+
+#endif

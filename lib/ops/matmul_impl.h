@@ -1,0 +1,86 @@
+/* matmul_impl.h: what ops/matmul.c shares with its SIMD variants
+ * (matmul_avx2.c, matmul_avx512.c) and with the tests; not public.
+ *
+ * The SIMD variants quantize the activations once per call to int8 blocks
+ * of 32 (struct llm_qx) and take int8 dot products with the weight codes,
+ * the llama.cpp W4A8 / W8A8 scheme; float types (f32/f16/bf16) use float
+ * FMAs on the float activations.
+ */
+#ifndef LLM_OPS_MATMUL_IMPL_H
+#define LLM_OPS_MATMUL_IMPL_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "../quant/blocks.h"
+
+/* One block of 32 activations: x[j] ~ d * qs[j], qs in [-127, 127]
+ * (never -128, so that the sign trick of the int8 dot cannot overflow);
+ * the offset-code corrections in the integer domain, ready to load:
+ * m8 = -8 sum(qs) (4-bit symmetric codes c - 8), p128 = 128 sum(qs) (8-bit
+ * zero-point codes c - 128 + 128); ds = d * sum(qs) for the min term. */
+struct llm_qx {
+    float d;
+    float ds;
+    int32_t m8, p128;
+    int8_t qs[32];
+};
+
+/* The same with int16 activations: x[j] ~ d * qs[j], qs in [-32767,
+ * 32767]; m8 = -8 sum(qs); ds = d * sum(qs). */
+struct llm_qx16 {
+    float d;
+    float ds;
+    int32_t m8, pad_;
+    int16_t qs[32];
+};
+
+/* Quantize x (n) into ceil(n/32) blocks; the last block is zero-padded.
+ * Plain C; the SIMD variants have their own (same rounding rule: nearest). */
+void llm_quantize_x_ref(const float *x, int64_t n, struct llm_qx *out);
+
+/* The instruction sets a variant may use; llm_matmul_set_isa() limits the
+ * dispatch to one of them (tests and benchmarks compare the variants). */
+enum llm_isa { LLM_ISA_REF = 0, LLM_ISA_AVX2 = 1, LLM_ISA_AVX512 = 2 };
+
+/* The best ISA this CPU runs (LLM_ISA_REF on a non-x86 build). */
+enum llm_isa llm_isa_detect(void);
+/* Limit the dispatch to `isa` (clamped to what the CPU runs); returns the
+ * ISA now in use. Not thread-safe against concurrent products. */
+enum llm_isa llm_matmul_set_isa(enum llm_isa isa);
+
+/* The SIMD variants' path for t: LLM_SIMD_NONE (the dispatch runs the
+ * reference), LLM_SIMD_FLOAT (float FMAs on float x always: f32, f16,
+ * bf16, nf4, nf4_dq, fp8_e4m3) or LLM_SIMD_INT8 (the int8 and int4 types:
+ * float, int16 or int8 activations, llm_matmul_set_act). */
+enum { LLM_SIMD_NONE = 0, LLM_SIMD_FLOAT = 1, LLM_SIMD_INT8 = 2 };
+int llm_matmul_simd_type(enum llm_type t);
+
+/* FP8 E4M3 -> float for each byte (256 entries, built once). */
+const float *llm_matmul_fp8_table(void);
+
+/* The activations the LLM_SIMD_INT8 types meet: float (exact up to float
+ * rounding), int16 blocks of 32 (struct llm_qx16: error at most
+ * max|x_b|/65534 per element, 1/258 of the int8 one) or int8 blocks of 32
+ * (struct llm_qx, the llama.cpp scheme). Int16 is the default (see
+ * LLM_ACT_DEFAULT in matmul.c). The environment variable
+ * LLM_MATMUL_ACT=f32|q16|q8 sets it at the first product. Returns the
+ * previous setting. Not thread-safe against concurrent products. */
+enum llm_act { LLM_ACT_F32 = 0, LLM_ACT_Q8 = 1, LLM_ACT_Q16 = 2 };
+int llm_matmul_set_act(int act);
+
+/* The variants: same contract as llm_matvec / llm_matmul for the types of
+ * llm_matmul_simd_type, arguments already checked; row_bytes from
+ * llm_type_row_bytes; act: an enum llm_act for the LLM_SIMD_INT8 types. */
+llm_status llm_matvec_avx2(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
+                           uint64_t row_bytes, int64_t r0, int64_t r1, int act);
+llm_status llm_matmul_avx2(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
+                           uint64_t row_bytes, int64_t nb, int64_t ldy, int64_t r0, int64_t r1,
+                           int act);
+llm_status llm_matvec_avx512(enum llm_type t, const void *W, const float *x, float *y,
+                             int64_t ne0, uint64_t row_bytes, int64_t r0, int64_t r1, int act);
+llm_status llm_matmul_avx512(enum llm_type t, const void *W, const float *X, float *Y,
+                             int64_t ne0, uint64_t row_bytes, int64_t nb, int64_t ldy, int64_t r0,
+                             int64_t r1, int act);
+
+#endif

@@ -1,0 +1,1018 @@
+/* matmul_simd.h: the body of the SIMD matrix products, included once by
+ * matmul_avx2.c and once by matmul_avx512.c after they set the target ISA
+ * and define
+ *   SIMD(name)        the variant's name for `name` (name##_avx2 ...)
+ *   DOT_U8S8(i, u, s) 8 int32 lanes: i plus lanes whose sum is
+ *                     sum_j u[j]*s[j] over 32 unsigned bytes u (<= 128) and
+ *                     signed bytes s (>= -127)
+ * Not a public header; it holds function definitions.
+ *
+ * Quantized weights meet int16 activations by default (row_q16 below, one
+ * int16 multiply-add per pair of codes), float activations (row_qf), or
+ * int8 activations (struct llm_qx, blocks of 32):
+ * per block of 32 the integer dot is exact, then one float FMA applies
+ * d_w * d_x. Codes that are not plain int8 are shifted into range and the
+ * shift is corrected in the integer domain with the block's sum(q_x), and
+ * the min of the zero-point types with ds = d_x * sum(q_x):
+ *   q4 symmetric   w = d (c - 8)      dot = d d_x (sum(c q) - 8 sum(q))
+ *   q4 zero point  w = d c + m        dot = d d_x sum(c q) + m ds
+ *   q8 zero point  w = d c + m        dot = d d_x (sum((c-128) q) + 128 sum(q)) + m ds
+ *   q8 symmetric   w = d c            sign trick: sum(|c| * sign(q, c))
+ * Prefill (llm_matmul) takes 4 tokens per pass over a weight row, so each
+ * block is loaded and unpacked once for 4 tokens.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "matmul_impl.h"
+
+enum { F_SYM8, F_ZP8, F_SYM4, F_ZP4 };
+
+/* the float vector of the float-activation and int16 kernels */
+#ifdef SIMD_AVX512
+#define SIMD_NV 2
+typedef __m512 SIMD(fv);
+#else
+#define SIMD_NV 4
+typedef __m256 SIMD(fv);
+#endif
+
+
+#define SIMD_INLINE static inline __attribute__((always_inline))
+/* tokens per pass over a weight row in llm_matmul */
+#define SIMD_NT 4
+
+SIMD_INLINE float SIMD(hsum)(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+SIMD_INLINE float SIMD(ldh)(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+SIMD_INLINE float SIMD(ldf)(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+// ----------------------------------------------------------------------------
+// activations -> int8 blocks of 32 (round to nearest even, as the reference
+// rounds with nearbyintf in the default rounding mode)
+
+SIMD_INLINE int SIMD(any_nan)(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m256 ab = _mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+    __m256 cd = _mm256_or_ps(_mm256_cmp_ps(c, c, _CMP_UNORD_Q), _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+    __m256 u = _mm256_or_ps(ab, cd);
+    return _mm256_movemask_ps(u) != 0;
+}
+
+/* A NaN in a block makes its d NaN, so that the products are NaN as in the
+ * reference (the integer codes cannot carry it). */
+static void SIMD(quantize_x)(const float *x, int64_t n, struct llm_qx *out)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b * 32 < n; b++) {
+        const float *src = x + b * 32;
+        float tmp[32];
+        if (n - b * 32 < 32) {
+            memset(tmp, 0, sizeof tmp);
+            memcpy(tmp, src, (size_t)(n - b * 32) * sizeof(float));
+            src = tmp;
+        }
+        __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
+        __m256 v2 = _mm256_loadu_ps(src + 16), v3 = _mm256_loadu_ps(src + 24);
+        __m256 a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+        __m256 a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3));
+        __m256 a = _mm256_max_ps(a01, a23);
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float amax = _mm_cvtss_f32(m);
+        float d = amax / 127.0f;
+        const float id = d > 0 ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_hadd_epi32(s4, s4);
+        s4 = _mm_hadd_epi32(s4, s4);
+        i0 = _mm256_packs_epi32(i0, i1);
+        i2 = _mm256_packs_epi32(i2, i3);
+        i0 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i0, i2), perm);
+        _mm256_storeu_si256((__m256i *)out[b].qs, i0);
+        const int sum = _mm_cvtsi128_si32(s4);
+        if (SIMD(any_nan)(v0, v1, v2, v3)) /* max_ps drops NaNs: keep them */
+            d = NAN;
+        out[b].d = d;
+        out[b].m8 = -8 * sum;
+        out[b].p128 = 128 * sum;
+        out[b].ds = d * (float)sum;
+    }
+}
+
+/* int16 activations: the int8 rule with 32767 levels */
+static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b * 32 < n; b++) {
+        const float *src = x + b * 32;
+        float tmp[32];
+        if (n - b * 32 < 32) {
+            memset(tmp, 0, sizeof tmp);
+            memcpy(tmp, src, (size_t)(n - b * 32) * sizeof(float));
+            src = tmp;
+        }
+        __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
+        __m256 v2 = _mm256_loadu_ps(src + 16), v3 = _mm256_loadu_ps(src + 24);
+        __m256 a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+        __m256 a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3));
+        __m256 a = _mm256_max_ps(a01, a23);
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        float d = _mm_cvtss_f32(m) / 32767.0f;
+        const float id = d > 0 ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_hadd_epi32(s4, s4);
+        s4 = _mm_hadd_epi32(s4, s4);
+        /* packs works within 128-bit lanes: restore element order */
+        __m256i p01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xd8);
+        __m256i p23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i2, i3), 0xd8);
+        _mm256_storeu_si256((__m256i *)out[b].qs, p01);
+        _mm256_storeu_si256((__m256i *)(out[b].qs + 16), p23);
+        const int sum = _mm_cvtsi128_si32(s4);
+        if (SIMD(any_nan)(v0, v1, v2, v3))
+            d = NAN;
+        out[b].d = d;
+        out[b].m8 = -8 * sum;
+        out[b].pad_ = 0;
+        out[b].ds = d * (float)sum;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// weight codes of the 32 elements [32k, 32k+32) of a row
+
+/* 32 nibble codes of a 4-bit block of G elements, elements [32s, 32s+32) */
+SIMD_INLINE __m256i SIMD(nibbles)(const uint8_t *qs, int G, int s)
+{
+    const __m256i lo4 = _mm256_set1_epi8(15);
+    if (G == 32) {
+        __m128i b = _mm_loadu_si128((const __m128i *)qs);
+        __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+        return _mm256_and_si256(v, lo4);
+    }
+    if (32 * s < G / 2)
+        return _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(qs + 32 * s)), lo4);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * s - G / 2));
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+}
+
+/* Codes (as the unsigned operand of DOT_U8S8 after fixups), scale and the
+ * min m of the zero-point types (0 otherwise) for block k. fam, G (0: per
+ * row), BB, hdr are constants after inlining. */
+SIMD_INLINE __m256i SIMD(codes)(const uint8_t *row, int64_t k, int64_t ne0, int fam, int G,
+                                int BB, int hdr, float *dw, float *coef)
+{
+    __m256i c;
+    float d, m = 0.0f;
+    if (G == 0) { /* per-row 8-bit: header d (and m), then ne0 codes */
+        d = SIMD(ldf)(row);
+        if (fam == F_ZP8)
+            m = SIMD(ldf)(row + 4);
+        const uint8_t *q = row + hdr + 32 * k;
+        if (32 * k + 32 <= ne0) {
+            c = _mm256_loadu_si256((const __m256i *)q);
+        } else { /* no padding in per-row rows: do not read past the row */
+            uint8_t tmp[32] = { 0 };
+            memcpy(tmp, q, (size_t)(ne0 - 32 * k));
+            if (fam == F_ZP8) /* code 128 is the zero after the shift below */
+                memset(tmp + (ne0 - 32 * k), 0x80, (size_t)(32 * k + 32 - ne0));
+            c = _mm256_loadu_si256((const __m256i *)tmp);
+        }
+    } else if (fam == F_SYM8 || fam == F_ZP8) {
+        const int spb = G / 32;
+        const uint8_t *blk = row + hdr + (k / spb) * BB;
+        d = SIMD(ldh)(blk);
+        if (fam == F_ZP8)
+            m = SIMD(ldh)(blk + 2);
+        c = _mm256_loadu_si256((const __m256i *)(blk + BB - G + 32 * (k % spb)));
+    } else {
+        const int spb = G / 32;
+        const uint8_t *blk = row + hdr + (k / spb) * BB;
+        if (hdr) { /* q4_ch / q4z_ch: 32-element blocks of bare codes */
+            d = SIMD(ldf)(row);
+            if (fam == F_ZP4)
+                m = SIMD(ldf)(row + 4);
+        } else {
+            d = SIMD(ldh)(blk);
+            if (fam == F_ZP4)
+                m = SIMD(ldh)(blk + 2);
+        }
+        c = SIMD(nibbles)(blk + BB - G / 2, G, (int)(k % spb));
+    }
+    *dw = d;
+    *coef = m;
+    if (fam == F_ZP8)
+        c = _mm256_xor_si256(c, _mm256_set1_epi8((char)0x80));
+    return c;
+}
+
+/* 8 int32 lanes summing to sum_j w[j] * q[j] - (the code offset) * sum(q):
+ * w = c - 8 for q4 symmetric, c for q4 zero point, c - 128 (+128 sum(q)
+ * added back) for q8 zero point, c for q8 symmetric. The offset enters as
+ * the initial value of lane 0. */
+SIMD_INLINE __m256i SIMD(idot)(__m256i c, const struct llm_qx *b, int fam)
+{
+    __m256i a = _mm256_loadu_si256((const __m256i *)b->qs);
+    __m256i init = _mm256_setzero_si256();
+    if (fam == F_SYM4)
+        init = _mm256_castsi128_si256(_mm_cvtsi32_si128(b->m8));
+    else if (fam == F_ZP8)
+        init = _mm256_castsi128_si256(_mm_cvtsi32_si128(b->p128));
+    if (fam == F_SYM8 || fam == F_ZP8)
+        return DOT_U8S8(init, _mm256_abs_epi8(c), _mm256_sign_epi8(a, c));
+    return DOT_U8S8(init, c, a);
+}
+
+/* y[t] = row . x_t for NT tokens whose blocks start at xq + t*nq. Two
+ * blocks per step go to two accumulators, so that the FMA and min-term
+ * chains of one token (decode) overlap. */
+SIMD_INLINE void SIMD(row_q)(const uint8_t *row, const struct llm_qx *xq, int64_t nq, int64_t ne0,
+                             int fam, int G, int BB, int hdr, int NT, float *y)
+{
+    enum { U = 2 };
+    __m256 acc[SIMD_NT][U];
+    float corr[SIMD_NT][U];
+    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    /* the same split for every NT, so that matmul gives matvec's bits */
+    const int nu = U;
+    for (int t = 0; t < NT; t++)
+        for (int u = 0; u < U; u++) {
+            acc[t][u] = _mm256_setzero_ps();
+            corr[t][u] = 0.0f;
+        }
+    int64_t k = 0;
+    for (; k + nu <= nq; k += nu)
+#pragma GCC unroll 2
+        for (int u = 0; u < nu; u++) {
+            float dw, m;
+            __m256i c = SIMD(codes)(row, k + u, ne0, fam, G, BB, hdr, &dw, &m);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const struct llm_qx *b = xq + t * nq + k + u;
+                __m256 p = _mm256_cvtepi32_ps(SIMD(idot)(c, b, fam));
+                acc[t][u] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * b->d), acc[t][u]);
+                if (zp)
+                    corr[t][u] += m * b->ds;
+            }
+        }
+    for (; k < nq; k++) {
+        float dw, m;
+        __m256i c = SIMD(codes)(row, k, ne0, fam, G, BB, hdr, &dw, &m);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const struct llm_qx *b = xq + t * nq + k;
+            __m256 p = _mm256_cvtepi32_ps(SIMD(idot)(c, b, fam));
+            acc[t][0] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * b->d), acc[t][0]);
+            if (zp)
+                corr[t][0] += m * b->ds;
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        y[t] = SIMD(hsum)(_mm256_add_ps(acc[t][0], acc[t][1])) + (corr[t][0] + corr[t][1]);
+}
+
+SIMD_INLINE SIMD(fv) SIMD(fload)(const float *p)
+{
+#ifdef SIMD_AVX512
+    return _mm512_loadu_ps(p);
+#else
+    return _mm256_loadu_ps(p);
+#endif
+}
+
+SIMD_INLINE SIMD(fv) SIMD(fma)(SIMD(fv) a, SIMD(fv) b, SIMD(fv) c)
+{
+#ifdef SIMD_AVX512
+    return _mm512_fmadd_ps(a, b, c);
+#else
+    return _mm256_fmadd_ps(a, b, c);
+#endif
+}
+
+SIMD_INLINE SIMD(fv) SIMD(fzero)(void)
+{
+#ifdef SIMD_AVX512
+    return _mm512_setzero_ps();
+#else
+    return _mm256_setzero_ps();
+#endif
+}
+
+SIMD_INLINE float SIMD(fsum)(SIMD(fv) v)
+{
+#ifdef SIMD_AVX512
+    return _mm512_reduce_add_ps(v);
+#else
+    return SIMD(hsum)(v);
+#endif
+}
+
+SIMD_INLINE SIMD(fv) SIMD(fset1)(float v)
+{
+#ifdef SIMD_AVX512
+    return _mm512_set1_ps(v);
+#else
+    return _mm256_set1_ps(v);
+#endif
+}
+
+/* int16 activations: sum_j w[j] q[j] exactly in 8 int32 lanes (|w| <= 255,
+ * |q| <= 32767, 4 products a lane: below 2^25), with the 4-bit symmetric
+ * offset (-8 sum(q), |.| < 2^23) as lane 0's initial value; codes as
+ * SIMD(codes) gives them. 256-bit even in the AVX-512 variant (vpdpwssd
+ * with VL): measured faster than 512-bit here. */
+SIMD_INLINE __m256 SIMD(idot16)(__m256i c, const struct llm_qx16 *b, int fam)
+{
+    if (fam == F_ZP8) /* undo the int8 path's shift: unsigned codes fit int16 */
+        c = _mm256_xor_si256(c, _mm256_set1_epi8((char)0x80));
+    const int sgn = fam == F_SYM8;
+    const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+    __m256i w0 = sgn ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
+    __m256i w1 = sgn ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
+    __m256i i = fam == F_SYM4 ? _mm256_castsi128_si256(_mm_cvtsi32_si128(b->m8))
+                              : _mm256_setzero_si256();
+#ifdef SIMD_AVX512
+    i = _mm256_dpwssd_epi32(i, w0, _mm256_loadu_si256((const __m256i *)b->qs));
+    i = _mm256_dpwssd_epi32(i, w1, _mm256_loadu_si256((const __m256i *)(b->qs + 16)));
+#else
+    i = _mm256_add_epi32(i, _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)b->qs)));
+    i = _mm256_add_epi32(i,
+                         _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(b->qs + 16))));
+#endif
+    return _mm256_cvtepi32_ps(i);
+}
+
+/* row_q with int16 activations */
+SIMD_INLINE void SIMD(row_q16)(const uint8_t *row, const struct llm_qx16 *xq, int64_t nq,
+                               int64_t ne0, int fam, int G, int BB, int hdr, int NT, float *y)
+{
+    enum { U = 2 };
+    __m256 acc[SIMD_NT][U];
+    float corr[SIMD_NT][U];
+    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    for (int t = 0; t < NT; t++)
+        for (int u = 0; u < U; u++) {
+            acc[t][u] = _mm256_setzero_ps();
+            corr[t][u] = 0.0f;
+        }
+    int64_t k = 0;
+    for (; k + U <= nq; k += U)
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) {
+            float dw, m;
+            __m256i c = SIMD(codes)(row, k + u, ne0, fam, G, BB, hdr, &dw, &m);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const struct llm_qx16 *b = xq + t * nq + k + u;
+                acc[t][u] = _mm256_fmadd_ps(SIMD(idot16)(c, b, fam), _mm256_set1_ps(dw * b->d),
+                                            acc[t][u]);
+                if (zp)
+                    corr[t][u] += m * b->ds;
+            }
+        }
+    for (; k < nq; k++) {
+        float dw, m;
+        __m256i c = SIMD(codes)(row, k, ne0, fam, G, BB, hdr, &dw, &m);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const struct llm_qx16 *b = xq + t * nq + k;
+            acc[t][0] = _mm256_fmadd_ps(SIMD(idot16)(c, b, fam), _mm256_set1_ps(dw * b->d),
+                                        acc[t][0]);
+            if (zp)
+                corr[t][0] += m * b->ds;
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        y[t] = SIMD(hsum)(_mm256_add_ps(acc[t][0], acc[t][1])) + (corr[t][0] + corr[t][1]);
+}
+
+// ----------------------------------------------------------------------------
+// quantized weights, float activations (the default): the 32 codes of a
+// block become floats (offset 8 of q4 symmetric removed in the integer
+// domain first) and meet x in float FMAs; the block's sum is scaled by d,
+// and the min of the zero-point types meets sx = sum of x over the block
+// (once per call, shared by every row). Exact up to float rounding, like
+// the reference; a block costs a few more instructions than the int8 path,
+// which decode, bound by memory bandwidth, does not feel.
+
+/* The 32 codes of block k as bytes in two halves (elements 0-15, 16-31),
+ * signed for the symmetric families (q4: c - 8), unsigned for the
+ * zero-point ones; scale and min as SIMD(codes). */
+SIMD_INLINE void SIMD(codes2)(const uint8_t *row, int64_t k, int64_t ne0, int fam, int G, int BB,
+                              int hdr, float *dw, float *mn, __m128i *c0, __m128i *c1)
+{
+    float d, m = 0.0f;
+    if (G == 0) { /* per-row 8-bit: header d (and m), then ne0 codes */
+        d = SIMD(ldf)(row);
+        if (fam == F_ZP8)
+            m = SIMD(ldf)(row + 4);
+        const uint8_t *q = row + hdr + 32 * k;
+        if (32 * k + 32 <= ne0) {
+            *c0 = _mm_loadu_si128((const __m128i *)q);
+            *c1 = _mm_loadu_si128((const __m128i *)(q + 16));
+        } else { /* no padding in per-row rows: do not read past the row */
+            uint8_t tmp[32] = { 0 };
+            memcpy(tmp, q, (size_t)(ne0 - 32 * k));
+            *c0 = _mm_loadu_si128((const __m128i *)tmp);
+            *c1 = _mm_loadu_si128((const __m128i *)(tmp + 16));
+        }
+    } else {
+        const int spb = G / 32, s = (int)(k % spb);
+        const uint8_t *blk = row + hdr + (k / spb) * BB;
+        if (hdr) { /* q4_ch / q4z_ch: 32-element blocks of bare codes */
+            d = SIMD(ldf)(row);
+            if (fam == F_ZP4)
+                m = SIMD(ldf)(row + 4);
+        } else {
+            d = SIMD(ldh)(blk);
+            if (fam == F_ZP8 || fam == F_ZP4)
+                m = SIMD(ldh)(blk + 2);
+        }
+        if (fam == F_SYM8 || fam == F_ZP8) {
+            const uint8_t *q = blk + BB - G + 32 * s;
+            *c0 = _mm_loadu_si128((const __m128i *)q);
+            *c1 = _mm_loadu_si128((const __m128i *)(q + 16));
+        } else {
+            const __m128i lo4 = _mm_set1_epi8(15);
+            const uint8_t *qs = blk + BB - G / 2;
+            if (G == 32) {
+                __m128i b = _mm_loadu_si128((const __m128i *)qs);
+                *c0 = _mm_and_si128(b, lo4);
+                *c1 = _mm_and_si128(_mm_srli_epi16(b, 4), lo4);
+            } else if (32 * s < G / 2) {
+                *c0 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(qs + 32 * s)), lo4);
+                *c1 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(qs + 32 * s + 16)), lo4);
+            } else {
+                const uint8_t *q = qs + 32 * s - G / 2;
+                *c0 = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)q), 4), lo4);
+                *c1 = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16)), 4),
+                                    lo4);
+            }
+            if (fam == F_SYM4) {
+                *c0 = _mm_sub_epi8(*c0, _mm_set1_epi8(8));
+                *c1 = _mm_sub_epi8(*c1, _mm_set1_epi8(8));
+            }
+        }
+    }
+    *dw = d;
+    *mn = m;
+}
+
+/* two halves of 16 byte codes -> SIMD_NV float vectors in element order */
+SIMD_INLINE void SIMD(codes_to_f)(__m128i c0, __m128i c1, int sgn, SIMD(fv) *f)
+{
+#ifdef SIMD_AVX512
+    if (sgn) {
+        f[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c0));
+        f[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c1));
+    } else {
+        f[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c0));
+        f[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c1));
+    }
+#else
+    const __m128i p[4] = { c0, _mm_srli_si128(c0, 8), c1, _mm_srli_si128(c1, 8) };
+    for (int v = 0; v < 4; v++)
+        f[v] = _mm256_cvtepi32_ps(sgn ? _mm256_cvtepi8_epi32(p[v]) : _mm256_cvtepu8_epi32(p[v]));
+#endif
+}
+
+/* y[t] = row . X[t] for NT tokens of ne0 floats, ldx apart; sx (NT, nq) */
+SIMD_INLINE void SIMD(row_qf)(const uint8_t *row, const float *X, int64_t ldx, const float *sx,
+                              int64_t nq, int64_t ne0, int fam, int G, int BB, int hdr, int NT,
+                              float *y)
+{
+    enum { U = 2 };
+    SIMD(fv) acc[SIMD_NT][U];
+    float corr[SIMD_NT][U];
+    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    for (int t = 0; t < NT; t++)
+        for (int u = 0; u < U; u++) {
+            acc[t][u] = SIMD(fzero)();
+            corr[t][u] = 0.0f;
+        }
+    /* full blocks; a partial last block goes through a zero-padded x */
+    const int64_t nfull = ne0 / 32;
+    int64_t k = 0;
+    for (; k < nq; k += U)
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) {
+            const int64_t kk = k + u;
+            if (kk >= nq)
+                break;
+            float dw, m;
+            __m128i c0, c1;
+            SIMD(codes2)(row, kk, ne0, fam, G, BB, hdr, &dw, &m, &c0, &c1);
+            SIMD(fv) f[SIMD_NV];
+            SIMD(codes_to_f)(c0, c1, fam == F_SYM8 || fam == F_SYM4, f);
+            float pad[SIMD_NT][32];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const float *xb = X + t * ldx + 32 * kk;
+                if (kk >= nfull) {
+                    memset(pad[t], 0, sizeof pad[t]);
+                    memcpy(pad[t], xb, (size_t)(ne0 - 32 * kk) * sizeof(float));
+                    xb = pad[t];
+                }
+                SIMD(fv) b = SIMD(fzero)();
+#pragma GCC unroll 4
+                for (int v = 0; v < SIMD_NV; v++)
+                    b = SIMD(fma)(f[v], SIMD(fload)(xb + v * (32 / SIMD_NV)), b);
+#ifdef SIMD_AVX512
+                acc[t][u] = _mm512_fmadd_ps(b, _mm512_set1_ps(dw), acc[t][u]);
+#else
+                acc[t][u] = _mm256_fmadd_ps(b, _mm256_set1_ps(dw), acc[t][u]);
+#endif
+                if (zp)
+                    corr[t][u] += m * sx[t * nq + kk];
+            }
+        }
+    for (int t = 0; t < NT; t++)
+        y[t] = SIMD(fsum)(acc[t][0]) + SIMD(fsum)(acc[t][1]) + (corr[t][0] + corr[t][1]);
+}
+
+// ----------------------------------------------------------------------------
+// float weights
+
+SIMD_INLINE __m256 SIMD(ldw)(const uint8_t *row, int64_t i, int ft)
+{
+    if (ft == LLM_TYPE_F32)
+        return _mm256_loadu_ps((const float *)(row + 4 * i));
+    __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
+    if (ft == LLM_TYPE_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+SIMD_INLINE float SIMD(ldw1)(const uint8_t *row, int64_t i, int ft)
+{
+    if (ft == LLM_TYPE_F32)
+        return SIMD(ldf)(row + 4 * i);
+    uint16_t h;
+    memcpy(&h, row + 2 * i, 2);
+    if (ft == LLM_TYPE_F16)
+        return _cvtsh_ss(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* y[t] = row . X[t] for NT tokens of ne0 floats, ldx apart */
+SIMD_INLINE void SIMD(row_f)(const uint8_t *row, const float *X, int64_t ldx, int64_t ne0, int ft,
+                             int NT, float *y)
+{
+    __m256 acc[SIMD_NT][2];
+    for (int t = 0; t < NT; t++)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= ne0; i += 16) {
+        __m256 w0 = SIMD(ldw)(row, i, ft), w1 = SIMD(ldw)(row, i + 8, ft);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(X + t * ldx + i), acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(X + t * ldx + i + 8), acc[t][1]);
+        }
+    }
+    for (; i + 8 <= ne0; i += 8) {
+        __m256 w0 = SIMD(ldw)(row, i, ft);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(X + t * ldx + i), acc[t][0]);
+    }
+    for (int t = 0; t < NT; t++) {
+        float s = SIMD(hsum)(_mm256_add_ps(acc[t][0], acc[t][1]));
+        for (int64_t j = i; j < ne0; j++)
+            s += SIMD(ldw1)(row, j, ft) * X[t * ldx + j];
+        y[t] = s;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// NF4: the code book is looked up in registers (two 8-entry permutes and a
+// blend on bit 3 of the code) and multiplied in float with float x, so the
+// result is the reference's up to float rounding
+
+/* y[t] = row . X[t] for NT tokens; dq: nf4_dq (fp8 block scale times the
+ * row header scale) instead of nf4 (fp16 block scale) */
+SIMD_INLINE void SIMD(row_nf4)(const uint8_t *row, const float *X, int64_t ldx, int64_t ne0,
+                               int dq, int NT, const float *fp8, float *y)
+{
+    static const float book[16] = LLM_NF4_VALUES;
+    const __m256 tlo = _mm256_loadu_ps(book), thi = _mm256_loadu_ps(book + 8);
+    const __m256i lo4 = _mm256_set1_epi8(15);
+    const int BB = dq ? 33 : 34, hdr = dq ? 4 : 0;
+    const float r = dq ? SIMD(ldf)(row) : 0.0f;
+    __m256 acc[SIMD_NT];
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t e0 = 0; e0 < ne0; e0 += 64) {
+        const uint8_t *blk = row + hdr + (e0 / 64) * BB;
+        const float d = dq ? fp8[blk[0]] * r : SIMD(ldh)(blk);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + BB - 32));
+        uint8_t codes[64];
+        _mm256_storeu_si256((__m256i *)codes, _mm256_and_si256(q, lo4));
+        _mm256_storeu_si256((__m256i *)(codes + 32),
+                            _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4));
+        const float *xb[SIMD_NT];
+        float pad[SIMD_NT][64];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = X + t * ldx + e0;
+            if (e0 + 64 > ne0) { /* the padding of the last block meets x = 0 */
+                memset(pad[t], 0, sizeof pad[t]);
+                memcpy(pad[t], xb[t], (size_t)(ne0 - e0) * sizeof(float));
+                xb[t] = pad[t];
+            }
+        }
+        /* two chains per token: one FMA chain would be latency-bound */
+        __m256 bacc[SIMD_NT][2];
+        for (int t = 0; t < NT; t++)
+            bacc[t][0] = bacc[t][1] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            __m128i c8 = _mm_loadl_epi64((const __m128i *)(codes + 8 * g));
+            __m256i idx = _mm256_cvtepu8_epi32(c8);
+            __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(tlo, idx),
+                                        _mm256_permutevar8x32_ps(thi, idx),
+                                        _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                bacc[t][g & 1] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xb[t] + 8 * g), bacc[t][g & 1]);
+        }
+        const __m256 vd = _mm256_set1_ps(d);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_add_ps(bacc[t][0], bacc[t][1]), vd, acc[t]);
+    }
+    for (int t = 0; t < NT; t++)
+        y[t] = SIMD(hsum)(acc[t]);
+}
+
+// ----------------------------------------------------------------------------
+// FP8 E4M3: (v & 0x7f) << 7 is a binary16 whose value is 2^-8 times the
+// E4M3 magnitude, subnormals included (both formats have 3 bits of mantissa
+// below the exponent field), so F16C converts 8 codes at once; 2^8 and the
+// row scale are applied once per row. The NaN codes (0x7f, 0xff) would
+// read as 480: they are detected and make the result NaN, as in the
+// reference.
+
+SIMD_INLINE __m256i SIMD(fp8_as_h)(__m128i b16)
+{
+    __m256i v = _mm256_cvtepu8_epi16(b16);
+    __m256i mag = _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7f)), 7);
+    __m256i sgn = _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8);
+    return _mm256_or_si256(mag, sgn);
+}
+
+SIMD_INLINE void SIMD(row_fp8)(const uint8_t *row, const float *X, int64_t ldx, int64_t ne0,
+                               int NT, float *y)
+{
+    const uint8_t *q = row + 4;
+    __m256 acc[SIMD_NT][2];
+    for (int t = 0; t < NT; t++)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    __m128i nan = _mm_setzero_si128();
+    const __m128i m7f = _mm_set1_epi8(0x7f);
+    int64_t i = 0;
+    for (; i + 16 <= ne0; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(q + i));
+        nan = _mm_or_si128(nan, _mm_cmpeq_epi8(_mm_and_si128(b, m7f), m7f));
+        __m256i h = SIMD(fp8_as_h)(b);
+        __m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+        __m256 w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(X + t * ldx + i), acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(X + t * ldx + i + 8), acc[t][1]);
+        }
+    }
+    const float *fp8 = llm_matmul_fp8_table();
+    const float r = SIMD(ldf)(row);
+    const int has_nan = !_mm_testz_si128(nan, nan);
+    for (int t = 0; t < NT; t++) {
+        float s = SIMD(hsum)(_mm256_add_ps(acc[t][0], acc[t][1])) * 256.0f;
+        for (int64_t j = i; j < ne0; j++)
+            s += fp8[q[j]] * X[t * ldx + j];
+        y[t] = has_nan ? NAN : s * r;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// row loops, specialised per type so that the inner loops see constants
+
+struct SIMD(shape) {
+    int fam, G, BB, hdr;
+};
+
+static int SIMD(shape_of)(enum llm_type t, struct SIMD(shape) *s)
+{
+    switch (t) {
+    case LLM_TYPE_Q8_0: *s = (struct SIMD(shape)){ F_SYM8, 32, 34, 0 }; return 1;
+    case LLM_TYPE_Q8_G64: *s = (struct SIMD(shape)){ F_SYM8, 64, 66, 0 }; return 1;
+    case LLM_TYPE_Q8_G128: *s = (struct SIMD(shape)){ F_SYM8, 128, 130, 0 }; return 1;
+    case LLM_TYPE_Q8_CH: *s = (struct SIMD(shape)){ F_SYM8, 0, 1, 4 }; return 1;
+    case LLM_TYPE_Q8Z_G32: *s = (struct SIMD(shape)){ F_ZP8, 32, 36, 0 }; return 1;
+    case LLM_TYPE_Q8Z_G64: *s = (struct SIMD(shape)){ F_ZP8, 64, 68, 0 }; return 1;
+    case LLM_TYPE_Q8Z_G128: *s = (struct SIMD(shape)){ F_ZP8, 128, 132, 0 }; return 1;
+    case LLM_TYPE_Q8Z_CH: *s = (struct SIMD(shape)){ F_ZP8, 0, 1, 8 }; return 1;
+    case LLM_TYPE_Q4_0: *s = (struct SIMD(shape)){ F_SYM4, 32, 18, 0 }; return 1;
+    case LLM_TYPE_Q4_G64: *s = (struct SIMD(shape)){ F_SYM4, 64, 34, 0 }; return 1;
+    case LLM_TYPE_Q4_G128: *s = (struct SIMD(shape)){ F_SYM4, 128, 66, 0 }; return 1;
+    case LLM_TYPE_Q4_CH: *s = (struct SIMD(shape)){ F_SYM4, 32, 16, 4 }; return 1;
+    case LLM_TYPE_Q4_1: *s = (struct SIMD(shape)){ F_ZP4, 32, 20, 0 }; return 1;
+    case LLM_TYPE_Q4Z_G64: *s = (struct SIMD(shape)){ F_ZP4, 64, 36, 0 }; return 1;
+    case LLM_TYPE_Q4Z_G128: *s = (struct SIMD(shape)){ F_ZP4, 128, 68, 0 }; return 1;
+    case LLM_TYPE_Q4Z_CH: *s = (struct SIMD(shape)){ F_ZP4, 32, 16, 8 }; return 1;
+    default: return 0;
+    }
+}
+
+/* Y[b*ldy + r] for tokens b in [0, nb), rows [r0, r1); xq (nb, nq) */
+#define SIMD_ROWS_Q(FAM, G, BB, HDR)                                                            \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+        const uint8_t *row = w + (uint64_t)r * rb;                                              \
+        int64_t b = 0;                                                                          \
+        float out[SIMD_NT];                                                                     \
+        for (; b + SIMD_NT <= nb; b += SIMD_NT) {                                               \
+            SIMD(row_q)(row, xq + b * nq, nq, ne0, FAM, G, BB, HDR, SIMD_NT, out);              \
+            for (int j = 0; j < SIMD_NT; j++)                                                   \
+                Y[(b + j) * ldy + r] = out[j];                                                  \
+        }                                                                                       \
+        for (; b < nb; b++) {                                                                   \
+            SIMD(row_q)(row, xq + b * nq, nq, ne0, FAM, G, BB, HDR, 1, out);                    \
+            Y[b * ldy + r] = out[0];                                                            \
+        }                                                                                       \
+    }
+
+static void SIMD(rows_q)(enum llm_type t, const uint8_t *w, uint64_t rb, const struct llm_qx *xq,
+                         int64_t nq, int64_t ne0, float *Y, int64_t nb, int64_t ldy, int64_t r0,
+                         int64_t r1)
+{
+    switch (t) {
+    case LLM_TYPE_Q8_0: SIMD_ROWS_Q(F_SYM8, 32, 34, 0) break;
+    case LLM_TYPE_Q8_G64: SIMD_ROWS_Q(F_SYM8, 64, 66, 0) break;
+    case LLM_TYPE_Q8_G128: SIMD_ROWS_Q(F_SYM8, 128, 130, 0) break;
+    case LLM_TYPE_Q8_CH: SIMD_ROWS_Q(F_SYM8, 0, 1, 4) break;
+    case LLM_TYPE_Q8Z_G32: SIMD_ROWS_Q(F_ZP8, 32, 36, 0) break;
+    case LLM_TYPE_Q8Z_G64: SIMD_ROWS_Q(F_ZP8, 64, 68, 0) break;
+    case LLM_TYPE_Q8Z_G128: SIMD_ROWS_Q(F_ZP8, 128, 132, 0) break;
+    case LLM_TYPE_Q8Z_CH: SIMD_ROWS_Q(F_ZP8, 0, 1, 8) break;
+    case LLM_TYPE_Q4_0: SIMD_ROWS_Q(F_SYM4, 32, 18, 0) break;
+    case LLM_TYPE_Q4_G64: SIMD_ROWS_Q(F_SYM4, 64, 34, 0) break;
+    case LLM_TYPE_Q4_G128: SIMD_ROWS_Q(F_SYM4, 128, 66, 0) break;
+    case LLM_TYPE_Q4_CH: SIMD_ROWS_Q(F_SYM4, 32, 16, 4) break;
+    case LLM_TYPE_Q4_1: SIMD_ROWS_Q(F_ZP4, 32, 20, 0) break;
+    case LLM_TYPE_Q4Z_G64: SIMD_ROWS_Q(F_ZP4, 64, 36, 0) break;
+    case LLM_TYPE_Q4Z_G128: SIMD_ROWS_Q(F_ZP4, 128, 68, 0) break;
+    case LLM_TYPE_Q4Z_CH: SIMD_ROWS_Q(F_ZP4, 32, 16, 8) break;
+    default: break;
+    }
+}
+
+/* Y[b*ldy + r] for tokens b in [0, nb), rows [r0, r1); X (nb, ne0), sx (nb, nq) */
+#define SIMD_ROWS_QF(FAM, G, BB, HDR)                                                           \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+        const uint8_t *row = w + (uint64_t)r * rb;                                              \
+        int64_t b = 0;                                                                          \
+        float out[SIMD_NT];                                                                     \
+        for (; b + SIMD_NT <= nb; b += SIMD_NT) {                                               \
+            SIMD(row_qf)(row, X + b * ne0, ne0, sx + b * nq, nq, ne0, FAM, G, BB, HDR, SIMD_NT, \
+                         out);                                                                  \
+            for (int j = 0; j < SIMD_NT; j++)                                                   \
+                Y[(b + j) * ldy + r] = out[j];                                                  \
+        }                                                                                       \
+        for (; b < nb; b++) {                                                                   \
+            SIMD(row_qf)(row, X + b * ne0, ne0, sx + b * nq, nq, ne0, FAM, G, BB, HDR, 1, out); \
+            Y[b * ldy + r] = out[0];                                                            \
+        }                                                                                       \
+    }
+
+static void SIMD(rows_qf)(enum llm_type t, const uint8_t *w, uint64_t rb, const float *X,
+                          const float *sx, int64_t nq, int64_t ne0, float *Y, int64_t nb,
+                          int64_t ldy, int64_t r0, int64_t r1)
+{
+    switch (t) {
+    case LLM_TYPE_Q8_0: SIMD_ROWS_QF(F_SYM8, 32, 34, 0) break;
+    case LLM_TYPE_Q8_G64: SIMD_ROWS_QF(F_SYM8, 64, 66, 0) break;
+    case LLM_TYPE_Q8_G128: SIMD_ROWS_QF(F_SYM8, 128, 130, 0) break;
+    case LLM_TYPE_Q8_CH: SIMD_ROWS_QF(F_SYM8, 0, 1, 4) break;
+    case LLM_TYPE_Q8Z_G32: SIMD_ROWS_QF(F_ZP8, 32, 36, 0) break;
+    case LLM_TYPE_Q8Z_G64: SIMD_ROWS_QF(F_ZP8, 64, 68, 0) break;
+    case LLM_TYPE_Q8Z_G128: SIMD_ROWS_QF(F_ZP8, 128, 132, 0) break;
+    case LLM_TYPE_Q8Z_CH: SIMD_ROWS_QF(F_ZP8, 0, 1, 8) break;
+    case LLM_TYPE_Q4_0: SIMD_ROWS_QF(F_SYM4, 32, 18, 0) break;
+    case LLM_TYPE_Q4_G64: SIMD_ROWS_QF(F_SYM4, 64, 34, 0) break;
+    case LLM_TYPE_Q4_G128: SIMD_ROWS_QF(F_SYM4, 128, 66, 0) break;
+    case LLM_TYPE_Q4_CH: SIMD_ROWS_QF(F_SYM4, 32, 16, 4) break;
+    case LLM_TYPE_Q4_1: SIMD_ROWS_QF(F_ZP4, 32, 20, 0) break;
+    case LLM_TYPE_Q4Z_G64: SIMD_ROWS_QF(F_ZP4, 64, 36, 0) break;
+    case LLM_TYPE_Q4Z_G128: SIMD_ROWS_QF(F_ZP4, 128, 68, 0) break;
+    case LLM_TYPE_Q4Z_CH: SIMD_ROWS_QF(F_ZP4, 32, 16, 8) break;
+    default: break;
+    }
+}
+
+#define SIMD_ROWS_Q16(FAM, G, BB, HDR)                                                          \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+        const uint8_t *row = w + (uint64_t)r * rb;                                              \
+        int64_t b = 0;                                                                          \
+        float out[SIMD_NT];                                                                     \
+        for (; b + SIMD_NT <= nb; b += SIMD_NT) {                                               \
+            SIMD(row_q16)(row, xq + b * nq, nq, ne0, FAM, G, BB, HDR, SIMD_NT, out);            \
+            for (int j = 0; j < SIMD_NT; j++)                                                   \
+                Y[(b + j) * ldy + r] = out[j];                                                  \
+        }                                                                                       \
+        for (; b < nb; b++) {                                                                   \
+            SIMD(row_q16)(row, xq + b * nq, nq, ne0, FAM, G, BB, HDR, 1, out);                  \
+            Y[b * ldy + r] = out[0];                                                            \
+        }                                                                                       \
+    }
+
+static void SIMD(rows_q16)(enum llm_type t, const uint8_t *w, uint64_t rb,
+                           const struct llm_qx16 *xq, int64_t nq, int64_t ne0, float *Y, int64_t nb,
+                           int64_t ldy, int64_t r0, int64_t r1)
+{
+    switch (t) {
+    case LLM_TYPE_Q8_0: SIMD_ROWS_Q16(F_SYM8, 32, 34, 0) break;
+    case LLM_TYPE_Q8_G64: SIMD_ROWS_Q16(F_SYM8, 64, 66, 0) break;
+    case LLM_TYPE_Q8_G128: SIMD_ROWS_Q16(F_SYM8, 128, 130, 0) break;
+    case LLM_TYPE_Q8_CH: SIMD_ROWS_Q16(F_SYM8, 0, 1, 4) break;
+    case LLM_TYPE_Q8Z_G32: SIMD_ROWS_Q16(F_ZP8, 32, 36, 0) break;
+    case LLM_TYPE_Q8Z_G64: SIMD_ROWS_Q16(F_ZP8, 64, 68, 0) break;
+    case LLM_TYPE_Q8Z_G128: SIMD_ROWS_Q16(F_ZP8, 128, 132, 0) break;
+    case LLM_TYPE_Q8Z_CH: SIMD_ROWS_Q16(F_ZP8, 0, 1, 8) break;
+    case LLM_TYPE_Q4_0: SIMD_ROWS_Q16(F_SYM4, 32, 18, 0) break;
+    case LLM_TYPE_Q4_G64: SIMD_ROWS_Q16(F_SYM4, 64, 34, 0) break;
+    case LLM_TYPE_Q4_G128: SIMD_ROWS_Q16(F_SYM4, 128, 66, 0) break;
+    case LLM_TYPE_Q4_CH: SIMD_ROWS_Q16(F_SYM4, 32, 16, 4) break;
+    case LLM_TYPE_Q4_1: SIMD_ROWS_Q16(F_ZP4, 32, 20, 0) break;
+    case LLM_TYPE_Q4Z_G64: SIMD_ROWS_Q16(F_ZP4, 64, 36, 0) break;
+    case LLM_TYPE_Q4Z_G128: SIMD_ROWS_Q16(F_ZP4, 128, 68, 0) break;
+    case LLM_TYPE_Q4Z_CH: SIMD_ROWS_Q16(F_ZP4, 32, 16, 8) break;
+    default: break;
+    }
+}
+
+#define SIMD_ROWS_F(KERN)                                                                        \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+        const uint8_t *row = w + (uint64_t)r * rb;                                              \
+        int64_t b = 0;                                                                          \
+        float out[SIMD_NT];                                                                     \
+        for (; b + SIMD_NT <= nb; b += SIMD_NT) {                                               \
+            KERN(row, X + b * ne0, SIMD_NT, out);                                               \
+            for (int j = 0; j < SIMD_NT; j++)                                                   \
+                Y[(b + j) * ldy + r] = out[j];                                                  \
+        }                                                                                       \
+        for (; b < nb; b++) {                                                                   \
+            KERN(row, X + b * ne0, 1, out);                                                     \
+            Y[b * ldy + r] = out[0];                                                            \
+        }                                                                                       \
+    }
+
+static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const float *X,
+                         int64_t ne0, float *Y, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const float *fp8 = llm_matmul_fp8_table();
+#define K_F32_(row, x, nt, out) SIMD(row_f)(row, x, ne0, ne0, LLM_TYPE_F32, nt, out)
+#define K_F16_(row, x, nt, out) SIMD(row_f)(row, x, ne0, ne0, LLM_TYPE_F16, nt, out)
+#define K_BF16_(row, x, nt, out) SIMD(row_f)(row, x, ne0, ne0, LLM_TYPE_BF16, nt, out)
+#define K_NF4_(row, x, nt, out) SIMD(row_nf4)(row, x, ne0, ne0, 0, nt, fp8, out)
+#define K_NF4DQ_(row, x, nt, out) SIMD(row_nf4)(row, x, ne0, ne0, 1, nt, fp8, out)
+#define K_FP8_(row, x, nt, out) SIMD(row_fp8)(row, x, ne0, ne0, nt, out)
+    switch (t) {
+    case LLM_TYPE_F32: SIMD_ROWS_F(K_F32_) break;
+    case LLM_TYPE_F16: SIMD_ROWS_F(K_F16_) break;
+    case LLM_TYPE_BF16: SIMD_ROWS_F(K_BF16_) break;
+    case LLM_TYPE_NF4: SIMD_ROWS_F(K_NF4_) break;
+    case LLM_TYPE_NF4_DQ: SIMD_ROWS_F(K_NF4DQ_) break;
+    case LLM_TYPE_FP8_E4M3: SIMD_ROWS_F(K_FP8_) break;
+    default: break;
+    }
+#undef K_F32_
+#undef K_F16_
+#undef K_BF16_
+#undef K_NF4_
+#undef K_NF4DQ_
+#undef K_FP8_
+}
+
+// ----------------------------------------------------------------------------
+// entry points
+
+/* activation blocks kept on the stack up to this many (20 KiB) */
+#define SIMD_STACK_QX 512
+
+/* gcc cannot see that quantize_x writes every block it later reads */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
+                            uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act)
+{
+    struct SIMD(shape) sh;
+    if (!SIMD(shape_of)(t, &sh)) {
+        SIMD(rows_f)(t, W, rb, X, ne0, Y, nb, ldy, r0, r1);
+        return LLM_OK;
+    }
+    const int64_t nq = (ne0 + 31) / 32;
+    if (act == LLM_ACT_Q16) {
+        struct llm_qx16 stack16[SIMD_STACK_QX / 2], *xq16 = stack16;
+        uint64_t n;
+        if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) ||
+            !llm_mul_ok(n, sizeof(struct llm_qx16), &n))
+            return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
+                                 (long long)nb, (long long)ne0);
+        if (n > sizeof stack16) {
+            xq16 = llm_malloc((size_t)n);
+            if (!xq16)
+                return LLM_E_NOMEM;
+        }
+        for (int64_t b = 0; b < nb; b++)
+            SIMD(quantize_x16)(X + b * ne0, ne0, xq16 + b * nq);
+        SIMD(rows_q16)(t, W, rb, xq16, nq, ne0, Y, nb, ldy, r0, r1);
+        if (xq16 != stack16)
+            llm_free(xq16);
+        return LLM_OK;
+    }
+    if (act == LLM_ACT_F32) {
+        float fstack[SIMD_STACK_QX], *sx = fstack;
+        uint64_t n;
+        if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) || !llm_mul_ok(n, sizeof(float), &n))
+            return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
+                                 (long long)nb, (long long)ne0);
+        if (n > sizeof fstack) {
+            sx = llm_malloc((size_t)n);
+            if (!sx)
+                return LLM_E_NOMEM;
+        }
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t k = 0; k < nq; k++) {
+                const float *xb = X + b * ne0 + 32 * k;
+                float s = 0.0f;
+                for (int64_t j = 0; j < 32 && 32 * k + j < ne0; j++)
+                    s += xb[j];
+                sx[b * nq + k] = s;
+            }
+        SIMD(rows_qf)(t, W, rb, X, sx, nq, ne0, Y, nb, ldy, r0, r1);
+        if (sx != fstack)
+            llm_free(sx);
+        return LLM_OK;
+    }
+    struct llm_qx stack[SIMD_STACK_QX], *xq = stack;
+    uint64_t n;
+    if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) ||
+        !llm_mul_ok(n, sizeof(struct llm_qx), &n))
+        return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
+                             (long long)nb, (long long)ne0);
+    if (n > sizeof stack) {
+        xq = llm_malloc((size_t)n);
+        if (!xq)
+            return LLM_E_NOMEM;
+    }
+    for (int64_t b = 0; b < nb; b++)
+        SIMD(quantize_x)(X + b * ne0, ne0, xq + b * nq);
+    SIMD(rows_q)(t, W, rb, xq, nq, ne0, Y, nb, ldy, r0, r1);
+    if (xq != stack)
+        llm_free(xq);
+    return LLM_OK;
+}
+#pragma GCC diagnostic pop
+
+llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
+                            uint64_t rb, int64_t r0, int64_t r1, int act)
+{
+    /* y (rows) is Y with one token: ldy is never used for b = 0 */
+    return SIMD(llm_matmul)(t, W, x, y, ne0, rb, 1, 0, r0, r1, act);
+}

@@ -1,0 +1,130 @@
+# llm-bench CLI cases (sourced by tests/cli/run.sh, which defines expect,
+# has, need, skip, $TMP, $DATA, $MODELS, $BIN and $ROOT). Speed is never
+# asserted: the cases check what is printed and the exit codes.
+BENCH=$BIN/llm-bench
+B260=$DATA/gguf/stories260K.gguf
+# known roofline figures keep the cases short (no probes)
+BROOF="--bandwidth 10 --peak 100"
+
+t_bench_help() {
+    expect 0 "$BENCH" --help && has "$TMP/out" "Usage: llm-bench" && has "$TMP/out" "--compare" &&
+    [ ! -s "$TMP/err" ]
+}
+t_bench_bad_option_exits_2() {
+    expect 2 "$BENCH" --no-such-option && has "$TMP/err" "unknown option" &&
+    has "$TMP/err" "Try 'llm-bench --help'."
+}
+t_bench_synopsis_matches_man() {
+    need "$ROOT/man/llm-bench.1"
+    "$ROOT/scripts/check-synopsis.sh" "$BENCH" "$ROOT/man/llm-bench.1"
+}
+t_bench_usage_errors_exit_2() {
+    expect 2 "$BENCH" && has "$TMP/err" "no model (-m FILE)" || return 1
+    expect 2 "$BENCH" -m x -p 0 && has "$TMP/err" "-p: 0 is outside" || return 1
+    expect 2 "$BENCH" -m x -p 12,a && has "$TMP/err" "-p: '12,a' is not a list" || return 1
+    expect 2 "$BENCH" -m x -t 1-4*1 || return 1
+    expect 2 "$BENCH" -m x --pg 12 && has "$TMP/err" "pg: '12' is not PROMPT,GEN" || return 1
+    expect 2 "$BENCH" -m x -o xml && has "$TMP/err" "unknown output format 'xml'" || return 1
+    expect 2 "$BENCH" -m x --threshold 5 && has "$TMP/err" "--threshold goes with --compare" || return 1
+    expect 2 "$BENCH" -m x --ctx 64 && has "$TMP/err" "--ctx goes with --ppl" || return 1
+    expect 2 "$BENCH" --compare a.jsonl && has "$TMP/err" "two result files" || return 1
+    expect 2 "$BENCH" --compare -m x a b || return 1
+    expect 2 "$BENCH" --ppl t.txt -m a -m b && has "$TMP/err" "--ppl takes one model" || return 1
+    expect 2 "$BENCH" --suite s.yaml -p 5 && has "$TMP/err" "--suite gives the models" || return 1
+    expect 2 "$BENCH" -m x y && has "$TMP/err" "unexpected operand 'y'"
+}
+t_bench_missing_model() {
+    expect 1 "$BENCH" -m /nonexistent/m.llm $BROOF -p 4 -r 1 && has "$TMP/err" "llm-bench: /nonexistent/m.llm: "
+}
+
+# ---- measurements on stories260K -------------------------------------------------
+t_bench_json_fields() {
+    need "$B260"
+    command -v python3 >/dev/null || skip "no python3"
+    expect 0 "$BENCH" -m "$B260" -p 16 -n 8 --pg 16,4 -t 1 -r 2 -o json $BROOF || return 1
+    python3 - "$TMP/out" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["test"] for r in rows] == ["pp16", "tg8", "pp16+tg4"], rows
+for r in rows:
+    assert r["repetitions"] == 2 and len(r["samples_ns"]) == 2
+    assert r["n_threads"] == 1 and r["roofline_bandwidth_source"] == "user"
+    assert r["roofline_bandwidth_gbs"] == 10 and r["roofline_peak_gflops"] == 100
+    assert r["avg_ts"] > 0 and r["median_ts"] > 0 and r["build_commit"]
+    assert abs(r["avg_ns"] - sum(r["samples_ns"]) / 2) <= 1e-5 * r["avg_ns"] + 1
+pp, tg, pg = rows
+assert pp["n_prompt"] == 16 and pp["n_gen"] == 0 and pp["token_p50_ms"] is None and pp["ttft_p50_ms"] > 0
+assert tg["ttft_p50_ms"] is None and tg["token_p99_ms"] >= tg["token_p50_ms"] > 0
+assert abs(tg["bandwidth_pct"] - tg["bandwidth_gbs"] * 10) < 1e-3 * tg["bandwidth_pct"]
+assert abs(pp["gflops_pct"] - pp["gflops"]) < 1e-3 * pp["gflops"]
+assert pg["n_prompt"] == 16 and pg["n_gen"] == 4 and pg["gflops"] > 0 and pg["bandwidth_gbs"] > 0
+PY
+}
+t_bench_formats() {
+    need "$B260"
+    expect 0 "$BENCH" -m "$B260" -p 8 -n 4 -t 1,2 -r 1 --warmup 0 -o jsonl $BROOF || return 1
+    [ "$(wc -l <"$TMP/out")" = 4 ] || { echo "4 lines expected"; cat "$TMP/out"; return 1; }
+    expect 0 "$BENCH" -m "$B260" -p 8 -n 4 -r 1 -t 1 -o csv $BROOF || return 1
+    [ "$(wc -l <"$TMP/out")" = 3 ] && head -1 "$TMP/out" | grep -q '^build_version,build_commit,cpu_info,' || return 1
+    expect 0 "$BENCH" -m "$B260" -p 8 -r 1 -t 1 $BROOF || return 1
+    has "$TMP/out" "| model | size | params | threads | test | t/s |" && has "$TMP/out" "| stories260K.gguf |" &&
+    has "$TMP/out" "| pp8 |" && has "$TMP/out" "roofline, 1 thread: read bandwidth 10.0 GB/s (given)"
+}
+t_bench_probe() {
+    need "$B260"
+    expect 0 "$BENCH" -m "$B260" -n 4 -t 1 -r 1 -o jsonl || return 1
+    has "$TMP/out" '"roofline_bandwidth_source": "probe"' && has "$TMP/out" '"roofline_peak_source": "probe"'
+}
+t_bench_suite() {
+    need "$B260"
+    printf 'models: ["%s"]\nprompt: "8,16"\ngen: [4]\nthreads: 1\nrepetitions: 1\nwarmup: 0\noutput: csv\n' "$B260" >"$TMP/s.yaml"
+    expect 0 "$BENCH" --suite "$TMP/s.yaml" $BROOF || return 1
+    [ "$(wc -l <"$TMP/out")" = 4 ] && grep -q ',pp16,' "$TMP/out" || { cat "$TMP/out"; return 1; }
+    # -o on the command line wins
+    expect 0 "$BENCH" --suite "$TMP/s.yaml" -o jsonl $BROOF && [ "$(wc -l <"$TMP/out")" = 3 ] || return 1
+    printf 'models: [a.llm]\nprompt: [8]\nthreds: [2]\n' >"$TMP/bad.yaml"
+    expect 1 "$BENCH" --suite "$TMP/bad.yaml" && has "$TMP/err" "llm-bench: $TMP/bad.yaml:3: unknown key 'threds'"
+}
+t_bench_ppl() {
+    need "$B260" "$DATA/text/tinystories_val.txt"
+    head -c 12000 "$DATA/text/tinystories_val.txt" >"$TMP/t.txt"
+    expect 0 "$BENCH" -m "$B260" --ppl "$TMP/t.txt" --ctx 128 -t 1 || return 1
+    tail -1 "$TMP/out" | grep -Eq '^PPL = [0-9]+\.[0-9]{4} \+/- [0-9]+\.[0-9]{5}$' || { cat "$TMP/out"; return 1; }
+    head -c 300 "$DATA/text/tinystories_val.txt" >"$TMP/short.txt"
+    expect 1 "$BENCH" -m "$B260" --ppl "$TMP/short.txt" --ctx 128 && has "$TMP/err" "llm-bench: $TMP/short.txt: "
+}
+
+# ---- comparison --------------------------------------------------------------------
+t_bench_compare_planted_regression() {
+    command -v python3 >/dev/null || skip "no python3"
+    # a baseline by hand; the new run is 20% slower on pp512 only
+    cat >"$TMP/old.jsonl" <<'J'
+{"model_filename": "/a/m.llm", "test": "pp512", "n_threads": 2, "avg_ts": 1000.0}
+{"model_filename": "/a/m.llm", "test": "tg128", "n_threads": 2, "avg_ts": 50.0}
+J
+    python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows[0]["avg_ts"] *= 0.8; rows[1]["avg_ts"] *= 0.98
+json.dump(rows, open(sys.argv[2], "w"))' "$TMP/old.jsonl" "$TMP/new.json" || return 1
+    expect 3 "$BENCH" --compare "$TMP/old.jsonl" "$TMP/new.json" || return 1
+    has "$TMP/out" "| m.llm | pp512 | 2 | 1000.00 | 800.00 | -20.00% | REGRESSION |" &&
+    has "$TMP/out" "| m.llm | tg128 | 2 | 50.00 | 49.00 | -2.00% | ok |" && has "$TMP/out" "1 regression beyond 5%" || return 1
+    expect 0 "$BENCH" --compare --threshold 25 "$TMP/old.jsonl" "$TMP/new.json" || return 1
+    expect 0 "$BENCH" --compare "$TMP/old.jsonl" "$TMP/old.jsonl" && has "$TMP/out" "0 regressions"
+}
+t_bench_compare_real_runs() {
+    need "$B260"
+    expect 0 "$BENCH" -m "$B260" -p 8 -n 4 -t 1 -r 1 -o jsonl $BROOF && cp "$TMP/out" "$TMP/a.jsonl" || return 1
+    expect 0 "$BENCH" -m "$B260" -p 8 -n 4 -t 1 -r 1 -o json $BROOF && cp "$TMP/out" "$TMP/b.json" || return 1
+    # timing noise may or may not exceed 100%; the rows must match either way
+    "$BENCH" --compare --threshold 100 "$TMP/a.jsonl" "$TMP/b.json" >"$TMP/out" 2>"$TMP/err"
+    [ $? = 0 ] && has "$TMP/out" "| stories260K.gguf | pp8 | 1 |" && has "$TMP/out" "| stories260K.gguf | tg4 | 1 |" &&
+    ! grep -q "missing\|new |" "$TMP/out"
+}
+t_bench_compare_bad_file() {
+    printf '{"model_filename": "m", "test": "pp1", "n_threads": 1, "avg_ts": 5}\n{"test": 1}\n' >"$TMP/bad.jsonl"
+    expect 1 "$BENCH" --compare "$TMP/bad.jsonl" "$TMP/bad.jsonl" &&
+        has "$TMP/err" "llm-bench: $TMP/bad.jsonl:2: no string 'model_filename'" || return 1
+    expect 1 "$BENCH" --compare "$TMP/none.jsonl" "$TMP/bad.jsonl" && has "$TMP/err" "$TMP/none.jsonl"
+}

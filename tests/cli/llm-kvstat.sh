@@ -1,0 +1,114 @@
+# llm-kvstat CLI cases (sourced by tests/cli/run.sh, which defines expect,
+# has, need, skip, $TMP, $DATA, $MODELS, $BIN and $ROOT).
+KVSTAT=$BIN/llm-kvstat
+KVGOLD=$ROOT/tests/cli/golden/llm-kvstat
+
+# golden NAME ARGS...: stdout of llm-kvstat ARGS must equal $KVGOLD/NAME
+# (LLM_GOLDEN_UPDATE=1 rewrites the file instead)
+kv_golden() {
+    local name=$1; shift
+    expect 0 "$KVSTAT" "$@" || return 1
+    if [ "${LLM_GOLDEN_UPDATE:-}" = 1 ]; then cp "$TMP/out" "$KVGOLD/$name"; fi
+    diff -u "$KVGOLD/$name" "$TMP/out"
+}
+# kv_json_field ARGS... FIELD: the integer value of a top-level field
+kv_field() { grep -o "\"$1\": [0-9]*" "$TMP/out" | head -1 | sed 's/.*: //'; }
+
+# ---- the command line ------------------------------------------------------
+t_kvstat_help() {
+    expect 0 "$KVSTAT" -h && has "$TMP/out" "Usage: llm-kvstat" && has "$TMP/out" "--lengths-synthetic" &&
+    [ ! -s "$TMP/err" ]
+}
+t_kvstat_bad_option_exits_2() {
+    expect 2 "$KVSTAT" --no-such-option && has "$TMP/err" "unknown option" &&
+    has "$TMP/err" "Try 'llm-kvstat --help'."
+}
+t_kvstat_usage_errors_exit_2() {
+    expect 2 "$KVSTAT" || return 1; has "$TMP/err" "give one of MODEL" || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --config x.json || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --kv-type q4_0 && has "$TMP/err" "unknown KV type 'q4_0'" || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --ctx 0 && has "$TMP/err" "--ctx" || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --mem 12Q && has "$TMP/err" "--mem" || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --weights 1G && has "$TMP/err" "--weights goes with --mem" || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --seed 3 && has "$TMP/err" "--seed goes with" || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --lengths-synthetic poisson:1:2:3 &&
+        has "$TMP/err" "poisson:1:2:3" || return 1
+    expect 2 "$KVSTAT" --preset llama-2-7b --lengths a --lengths-synthetic uniform:1:2:3
+}
+t_kvstat_synopsis_matches_man() {
+    need "$ROOT/man/llm-kvstat.1"
+    "$ROOT/scripts/check-synopsis.sh" "$KVSTAT" "$ROOT/man/llm-kvstat.1"
+}
+
+# ---- published figures -----------------------------------------------------
+t_kvstat_known_figures() {
+    expect 0 "$KVSTAT" --preset llama-2-7b --ctx 4096 --json || return 1
+    [ "$(kv_field bytes_per_token)" = 524288 ] && [ "$(kv_field bytes_per_sequence)" = 2147483648 ] || return 1
+    expect 0 "$KVSTAT" --preset llama-2-70b --json && [ "$(kv_field bytes_per_token)" = 327680 ] || return 1
+    expect 0 "$KVSTAT" --preset llama-3-8b --json && [ "$(kv_field bytes_per_token)" = 131072 ] || return 1
+    expect 0 "$KVSTAT" --preset llama-3-8b --kv-type fp8 --json && [ "$(kv_field bytes_per_token)" = 65536 ]
+}
+t_kvstat_json_parses() {
+    command -v python3 >/dev/null || skip "no python3"
+    expect 0 "$KVSTAT" --preset mistral-7b --mem 24G --lengths-synthetic normal:1000:500:200 --json || return 1
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["capacity"]["tokens"] == 24*2**30//131072; assert d["fragmentation"]["sequences"] == 200' "$TMP/out"
+}
+
+# ---- golden outputs --------------------------------------------------------
+t_kvstat_golden_table() { kv_golden llama-2-7b.txt --preset llama-2-7b --ctx 4096; }
+t_kvstat_golden_json() { kv_golden llama-2-7b.json --preset llama-2-7b --ctx 4096 --json; }
+t_kvstat_golden_capacity_waste() {
+    kv_golden llama-3-70b-waste.txt --preset llama-3-70b --ctx 4096 --kv-type fp8 --mem 80G --weights 70G \
+        --lengths "$KVGOLD/lengths.txt"
+}
+t_kvstat_golden_capacity_waste_json() {
+    kv_golden llama-3-70b-waste.json --preset llama-3-70b --ctx 4096 --kv-type fp8 --mem 80G --weights 70G \
+        --lengths "$KVGOLD/lengths.txt" --json
+}
+t_kvstat_golden_synthetic() {
+    kv_golden smollm2-uniform.txt --preset smollm2-135m --ctx 2048 --batch 4 --block-size 32 --mem 1G \
+        --lengths-synthetic uniform:1:2048:500 --seed 7
+}
+t_kvstat_golden_presets() { kv_golden presets.txt --list-presets; }
+
+# ---- inputs ----------------------------------------------------------------
+t_kvstat_config_json() {
+    printf '{"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,\n"hidden_size": 8192, "max_position_embeddings": 4096}\n' >"$TMP/config.json"
+    expect 0 "$KVSTAT" --config "$TMP/config.json" --json && [ "$(kv_field bytes_per_token)" = 327680 ] || return 1
+    has "$TMP/out" '"source": "config"' || return 1
+    # a directory means DIR/config.json
+    expect 0 "$KVSTAT" --config "$TMP" --json && [ "$(kv_field bytes_per_token)" = 327680 ]
+}
+t_kvstat_malformed_config_names_file() {
+    printf '{"num_hidden_layers": 80,\n "num_attention_heads": }\n' >"$TMP/bad.json"
+    expect 1 "$KVSTAT" --config "$TMP/bad.json" && has "$TMP/err" "llm-kvstat: $TMP/bad.json:2: not valid JSON" || return 1
+    printf '{"num_attention_heads": 8, "hidden_size": 64}\n' >"$TMP/bad.json"
+    expect 1 "$KVSTAT" --config "$TMP/bad.json" &&
+        has "$TMP/err" "llm-kvstat: $TMP/bad.json: missing key 'num_hidden_layers'" || return 1
+    expect 1 "$KVSTAT" --config "$TMP/none.json" && has "$TMP/err" "$TMP/none.json"
+}
+t_kvstat_unknown_preset() {
+    expect 2 "$KVSTAT" --preset llama-9-1t && has "$TMP/err" "unknown preset 'llama-9-1t'" &&
+    has "$TMP/err" "llama-2-7b"
+}
+t_kvstat_bad_lengths_file() {
+    printf '12\n\nabc\n' >"$TMP/len.txt"
+    expect 1 "$KVSTAT" --preset llama-2-7b --lengths "$TMP/len.txt" &&
+        has "$TMP/err" "llm-kvstat: $TMP/len.txt:3: 'abc' is not a positive integer" || return 1
+    printf '12\n5000\n' >"$TMP/len.txt"
+    expect 1 "$KVSTAT" --preset llama-2-7b --ctx 4096 --lengths "$TMP/len.txt" &&
+        has "$TMP/err" "$TMP/len.txt:2: length 5000 exceeds the context (4096)"
+}
+t_kvstat_missing_model() {
+    expect 1 "$KVSTAT" /nonexistent/m.llm && has "$TMP/err" "llm-kvstat: /nonexistent/m.llm: "
+}
+t_kvstat_real_model() {
+    local g=$DATA/gguf/stories260K.gguf
+    need "$g"
+    # 2 x 5 layers x 4 KV heads x 8 x 2 bytes; weights 292,800 f32 values
+    expect 0 "$KVSTAT" "$g" --mem 2M --json && [ "$(kv_field bytes_per_token)" = 640 ] || return 1
+    has "$TMP/out" '"weights": 1171200' && has "$TMP/out" '"kv_mem": 925952' || return 1
+    # the same through .llm
+    "$BIN/llm-convert" "$g" -o "$TMP/s.llm" || return 1
+    expect 0 "$KVSTAT" "$TMP/s.llm" --json && [ "$(kv_field bytes_per_token)" = 640 ]
+}

@@ -1,0 +1,653 @@
+/* test_matmul.c: the products of lib/ops/matmul.c and its SIMD variants.
+ *
+ * Independent reference: llm_dequantize_row (lib/quant) and a double dot
+ * product. Bounds, with w the dequantized row and
+ * S = sum|w_i x_i| + max|w| sum|x_i|:
+ *   _ref            |y - w.x| <= 2e-6 S  (one float rounding of each
+ *                                         dequantized w_i, ~6e-8, plus the
+ *                                         final float rounding)
+ *   SIMD, float activations (f32/f16/bf16/nf4/fp8 always; the int8/int4
+ *                   types with llm_matmul_set_act(LLM_ACT_F32))
+ *                   |y - ref| <= 1e-5 S
+ *   SIMD, int8 activations (llm_matmul_set_act(LLM_ACT_Q8); int8/int4 types)
+ *                   |y - ref| <= A + 1e-5 S,
+ *                   A = sum_b (max|x_b|/254) sum_{i in b}|w_i| * (1 + 1e-3)
+ *                   and ||y - ref|| / ||ref|| < 1e-2 over 256 Gaussian rows
+ *   SIMD, int16 activations (LLM_ACT_Q16, the default)
+ *                   |y - ref| <= A / 258 + 1e-5 S, relative < 1e-4
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../lib/common/fp16.h"
+#include "../../../lib/ops/matmul.h"
+#include "../../../lib/ops/matmul_impl.h"
+#include "../../../lib/quant/quant.h"
+#include "../helpers.h"
+
+static const enum llm_type weight_types[] = {
+    LLM_TYPE_F32,      LLM_TYPE_F16,      LLM_TYPE_BF16,     LLM_TYPE_Q8_0,     LLM_TYPE_Q8_G64,
+    LLM_TYPE_Q8_G128,  LLM_TYPE_Q8_CH,    LLM_TYPE_Q8Z_G32,  LLM_TYPE_Q8Z_G64,  LLM_TYPE_Q8Z_G128,
+    LLM_TYPE_Q8Z_CH,   LLM_TYPE_Q4_0,     LLM_TYPE_Q4_G64,   LLM_TYPE_Q4_G128,  LLM_TYPE_Q4_CH,
+    LLM_TYPE_Q4_1,     LLM_TYPE_Q4Z_G64,  LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH,   LLM_TYPE_NF4,
+    LLM_TYPE_NF4_DQ,   LLM_TYPE_FP8_E4M3,
+};
+#define N_TYPES (sizeof weight_types / sizeof weight_types[0])
+
+static const int64_t lengths[] = { 32, 64, 172, 576, 1000, 1536 };
+#define N_LENGTHS (sizeof lengths / sizeof lengths[0])
+static const int64_t row_counts[] = { 1, 7, 64 };
+#define N_ROWS (sizeof row_counts / sizeof row_counts[0])
+
+// ----------------------------------------------------------------------------
+// random data
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_unit(void)
+{
+    return (float)((rng_next() >> 40) + 0.5) / 16777216.0f;
+}
+
+static float rng_gauss(void)
+{
+    return sqrtf(-2.0f * logf(rng_unit())) * cosf(6.2831853f * rng_unit());
+}
+
+/* A quantized matrix and its dequantized rows. */
+struct mat {
+    enum llm_type t;
+    int64_t ne0, rows;
+    uint64_t rb;
+    uint8_t *w;   // (rows, rb)
+    float *deq;   // (rows, ne0)
+};
+
+static void mat_make(struct mat *m, enum llm_type t, int64_t ne0, int64_t rows, float offset)
+{
+    m->t = t;
+    m->ne0 = ne0;
+    m->rows = rows;
+    m->rb = llm_type_row_bytes(t, (uint64_t)ne0);
+    cr_assert(m->rb > 0);
+    m->w = malloc(m->rb * (uint64_t)rows);
+    m->deq = malloc(sizeof(float) * (size_t)(ne0 * rows));
+    float *src = malloc(sizeof(float) * (size_t)ne0);
+    for (int64_t r = 0; r < rows; r++) {
+        /* an offset per row so that the zero-point types have a real minimum */
+        for (int64_t i = 0; i < ne0; i++)
+            src[i] = rng_gauss() * 0.05f + offset * (float)(r % 3);
+        cr_assert_eq(llm_quantize_row(t, src, m->w + m->rb * (uint64_t)r, ne0), LLM_OK);
+        cr_assert_eq(llm_dequantize_row(t, m->w + m->rb * (uint64_t)r, m->deq + r * ne0, ne0),
+                     LLM_OK);
+    }
+    free(src);
+}
+
+static void mat_free(struct mat *m)
+{
+    free(m->w);
+    free(m->deq);
+}
+
+static float *vec_make(int64_t n, float scale)
+{
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_gauss() * scale;
+    return x;
+}
+
+/* S = sum|w x| + max|w| sum|x| for row r */
+static double scale_of(const struct mat *m, int64_t r, const float *x)
+{
+    const float *w = m->deq + r * m->ne0;
+    double s = 0, sx = 0, wmax = 0;
+    for (int64_t i = 0; i < m->ne0; i++) {
+        s += fabs((double)w[i] * x[i]);
+        sx += fabs(x[i]);
+        wmax = fmax(wmax, fabs(w[i]));
+    }
+    return s + wmax * sx;
+}
+
+static double dot_deq(const struct mat *m, int64_t r, const float *x)
+{
+    double s = 0;
+    for (int64_t i = 0; i < m->ne0; i++)
+        s += (double)m->deq[r * m->ne0 + i] * x[i];
+    return s;
+}
+
+/* the int8 activation rounding bound of the quantized SIMD paths */
+static double act_bound(const struct mat *m, int64_t r, const float *x)
+{
+    const float *w = m->deq + r * m->ne0;
+    double b = 0;
+    for (int64_t e0 = 0; e0 < m->ne0; e0 += 32) {
+        double amax = 0, sw = 0;
+        for (int64_t i = e0; i < e0 + 32 && i < m->ne0; i++) {
+            amax = fmax(amax, fabs(x[i]));
+            sw += fabs(w[i]);
+        }
+        b += amax / 254.0 * sw;
+    }
+    return b * (1 + 1e-3);
+}
+
+static int default_act = -1;
+
+/* The variants this CPU runs; also remembers the default activations so
+ * that restore_isa can put them back. */
+static int n_isas(enum llm_isa *isas)
+{
+    if (default_act < 0) {
+        default_act = llm_matmul_set_act(LLM_ACT_Q16);
+        llm_matmul_set_act(default_act);
+    }
+    int n = 0;
+    enum llm_isa best = llm_isa_detect();
+    for (int i = LLM_ISA_AVX2; i <= (int)best; i++)
+        isas[n++] = (enum llm_isa)i;
+    return n;
+}
+
+static void restore_isa(void)
+{
+    llm_matmul_set_isa(LLM_ISA_AVX512);
+    if (default_act >= 0)
+        llm_matmul_set_act(default_act);
+}
+
+// ----------------------------------------------------------------------------
+// the reference against the dequantized rows
+
+Test(matmul, ref_matches_dequantized_dot)
+{
+    rng_state = 1;
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t li = 0; li < N_LENGTHS; li++)
+            for (size_t ri = 0; ri < N_ROWS; ri++) {
+                struct mat m;
+                mat_make(&m, weight_types[ti], lengths[li], row_counts[ri], 0.1f);
+                float *x = vec_make(m.ne0, 1.0f);
+                float *y = malloc(sizeof(float) * (size_t)m.rows);
+                cr_assert_eq(llm_matvec_ref(m.t, m.w, x, y, m.ne0, 0, m.rows), LLM_OK);
+                for (int64_t r = 0; r < m.rows; r++) {
+                    double want = dot_deq(&m, r, x), tol = 2e-6 * scale_of(&m, r, x);
+                    cr_assert(fabs(y[r] - want) <= tol,
+                              "%s ne0=%lld row %lld: ref %.9g, dequantized dot %.9g (tol %.3g)",
+                              llm_type_name(m.t), (long long)m.ne0, (long long)r, y[r], want,
+                              tol);
+                }
+                free(x);
+                free(y);
+                mat_free(&m);
+            }
+}
+
+/* Hand-made blocks: values a reader can check on paper. */
+Test(matmul, ref_known_values)
+{
+    /* q4_1: d = 0.5, m = -1, codes 0..15 then 15..0 -> w_j = 0.5 c_j - 1 */
+    uint8_t blk[20];
+    uint16_t d = llm_fp32_to_fp16(0.5f), mn = llm_fp32_to_fp16(-1.0f);
+    memcpy(blk, &d, 2);
+    memcpy(blk + 2, &mn, 2);
+    for (int j = 0; j < 16; j++)
+        blk[4 + j] = (uint8_t)(j | ((15 - j) << 4));
+    float x[32], y;
+    double want = 0;
+    for (int j = 0; j < 32; j++) {
+        x[j] = (float)(j % 5) - 2.0f;
+        int c = j < 16 ? j : 31 - j;
+        want += (0.5 * c - 1.0) * x[j];
+    }
+    cr_assert_eq(llm_matvec_ref(LLM_TYPE_Q4_1, blk, x, &y, 32, 0, 1), LLM_OK);
+    cr_assert_float_eq(y, want, 1e-6);
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q4_1, blk, x, &y, 32, 0, 1), LLM_OK);
+    /* x is small integers: the int8 activations are exact (max|x_b| = 2,
+     * codes q = x * 127/2 are not integers, so allow the stated bound) */
+    cr_assert(fabs(y - want) <= 32 * 7.0 * 2.0 / 254.0, "%g vs %g", y, want);
+
+    /* q8_0: d = 0.25, codes -16..15 -> sum d * c * 1 = 0.25 * -16 = -4 */
+    uint8_t b8[34];
+    uint16_t d8 = llm_fp32_to_fp16(0.25f);
+    memcpy(b8, &d8, 2);
+    for (int j = 0; j < 32; j++) {
+        b8[2 + j] = (uint8_t)(int8_t)(j - 16);
+        x[j] = 1.0f;
+    }
+    cr_assert_eq(llm_matvec_ref(LLM_TYPE_Q8_0, b8, x, &y, 32, 0, 1), LLM_OK);
+    cr_assert_float_eq(y, -4.0f, 0);
+    /* x = 1 quantizes exactly (d_x = 1/127, q = 127): the int8 path is exact */
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q8_0, b8, x, &y, 32, 0, 1), LLM_OK);
+    cr_assert_float_eq(y, -4.0f, 1e-6);
+}
+
+Test(matmul, quantize_x_ref_rounding)
+{
+    rng_state = 7;
+    float *x = vec_make(100, 3.0f);
+    struct llm_qx q[4];
+    llm_quantize_x_ref(x, 100, q);
+    for (int64_t i = 0; i < 128; i++) {
+        const struct llm_qx *b = &q[i / 32];
+        float v = i < 100 ? x[i] : 0.0f;
+        cr_assert(b->qs[i % 32] >= -127);
+        cr_assert(fabsf(v - b->d * b->qs[i % 32]) <= b->d * 0.5f * (1 + 1e-5f) + 1e-30f);
+    }
+    for (int k = 0; k < 4; k++) {
+        int s = 0;
+        for (int j = 0; j < 32; j++)
+            s += q[k].qs[j];
+        cr_assert_float_eq(q[k].ds, q[k].d * (float)s, 1e-6f * fabsf(q[k].d) * 32 * 127);
+        cr_assert_eq(q[k].m8, -8 * s);
+        cr_assert_eq(q[k].p128, 128 * s);
+    }
+    free(x);
+}
+
+// ----------------------------------------------------------------------------
+// the SIMD variants against the reference
+
+Test(matmul, simd_matches_ref, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    if (!ni) {
+        cr_skip_test("no AVX2 on this CPU");
+        return;
+    }
+    rng_state = 2;
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t li = 0; li < N_LENGTHS; li++)
+            for (size_t ri = 0; ri < N_ROWS; ri++) {
+                struct mat m;
+                mat_make(&m, weight_types[ti], lengths[li], row_counts[ri], 0.1f);
+                float *x = vec_make(m.ne0, 1.0f);
+                float *y = malloc(sizeof(float) * (size_t)m.rows);
+                float *yr = malloc(sizeof(float) * (size_t)m.rows);
+                double *tol = malloc(sizeof(double) * (size_t)m.rows);
+                double *tol8 = malloc(sizeof(double) * (size_t)m.rows);
+                double *tol16 = malloc(sizeof(double) * (size_t)m.rows);
+                for (int64_t r = 0; r < m.rows; r++) {
+                    tol[r] = 1e-5 * scale_of(&m, r, x);
+                    tol8[r] = tol[r] + act_bound(&m, r, x);
+                    tol16[r] = tol[r] + act_bound(&m, r, x) / 258.0;
+                }
+                cr_assert_eq(llm_matvec_ref(m.t, m.w, x, yr, m.ne0, 0, m.rows), LLM_OK);
+                for (int act = 0; act < 3; act++)
+                    for (int ii = 0; ii < ni; ii++) {
+                        cr_assert_eq(llm_matmul_set_isa(isas[ii]), isas[ii]);
+                        llm_matmul_set_act(act);
+                        cr_assert_eq(llm_matvec(m.t, m.w, x, y, m.ne0, 0, m.rows), LLM_OK);
+                        const int q = llm_matmul_simd_type(m.t) == LLM_SIMD_INT8;
+                        const double *tl = q && act == LLM_ACT_Q8    ? tol8
+                                           : q && act == LLM_ACT_Q16 ? tol16
+                                                                     : tol;
+                        for (int64_t r = 0; r < m.rows; r++)
+                            cr_assert(fabs(y[r] - yr[r]) <= tl[r],
+                                      "isa %d act %d %s ne0=%lld row %lld: %.9g vs ref %.9g "
+                                      "(tol %.3g)",
+                                      isas[ii], act, llm_type_name(m.t), (long long)m.ne0,
+                                      (long long)r, y[r], yr[r], tl[r]);
+                    }
+                free(x);
+                free(y);
+                free(yr);
+                free(tol);
+                free(tol8);
+                free(tol16);
+                mat_free(&m);
+            }
+}
+
+/* The accuracy cost of the activation quantization on zero-mean Gaussian
+ * rows (independent dot products), ||y - ref|| / ||ref||: int8 < 1e-2
+ * (about 0.55% is expected: rounding error of std d/sqrt(12),
+ * d = max|x_b|/127), int16 < 1e-4 (258 times less), float < 1e-6. */
+Test(matmul, simd_relative_error, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    if (!ni) {
+        cr_skip_test("no AVX2 on this CPU");
+        return;
+    }
+    rng_state = 6;
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t li = 3; li < N_LENGTHS; li++) {
+            struct mat m;
+            mat_make(&m, weight_types[ti], lengths[li], 256, 0.0f);
+            float *x = vec_make(m.ne0, 1.0f);
+            float y[256], yr[256];
+            cr_assert_eq(llm_matvec_ref(m.t, m.w, x, yr, m.ne0, 0, m.rows), LLM_OK);
+            for (int act = 0; act < 3; act++)
+                for (int ii = 0; ii < ni; ii++) {
+                    llm_matmul_set_isa(isas[ii]);
+                    llm_matmul_set_act(act);
+                    cr_assert_eq(llm_matvec(m.t, m.w, x, y, m.ne0, 0, m.rows), LLM_OK);
+                    double e2 = 0, r2 = 0;
+                    for (int64_t r = 0; r < m.rows; r++) {
+                        e2 += (double)(y[r] - yr[r]) * (y[r] - yr[r]);
+                        r2 += (double)yr[r] * yr[r];
+                    }
+                    double rel = sqrt(e2 / r2);
+                    if (getenv("MM_VERBOSE"))
+                        fprintf(stderr, "isa %d act %d %s ne0=%lld rel %.3g\n", isas[ii], act,
+                                llm_type_name(m.t), (long long)m.ne0, rel);
+                    const int q = llm_matmul_simd_type(m.t) == LLM_SIMD_INT8;
+                    const double lim = q && act == LLM_ACT_Q8    ? 1e-2
+                                       : q && act == LLM_ACT_Q16 ? 1e-4
+                                                                 : 1e-6;
+                    cr_assert(rel < lim, "isa %d act %d %s ne0=%lld: relative error %.3g",
+                              isas[ii], act, llm_type_name(m.t), (long long)m.ne0, rel);
+                }
+            free(x);
+            mat_free(&m);
+        }
+}
+
+/* The activation quantizer of each variant rounds as the reference does
+ * (nearest even; the products then see the same int8 blocks). */
+Test(matmul, simd_quantized_x_matches_ref_on_integers, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    if (!ni) {
+        cr_skip_test("no AVX2 on this CPU");
+        return;
+    }
+    /* x whose blocks have max 127: x quantizes exactly, so the int8 path
+     * must give the reference result up to float rounding */
+    rng_state = 3;
+    const int64_t ne0 = 1000, rows = 7;
+    float *x = malloc(sizeof(float) * ne0);
+    for (int64_t i = 0; i < ne0; i++)
+        x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(rng_next() % 255) - 127);
+    llm_matmul_set_act(LLM_ACT_Q8);
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(isas[ii]);
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            if (llm_matmul_simd_type(weight_types[ti]) != LLM_SIMD_INT8)
+                continue;
+            struct mat m;
+            mat_make(&m, weight_types[ti], ne0, rows, 0.1f);
+            float y[7], yr[7];
+            cr_assert_eq(llm_matvec_ref(m.t, m.w, x, yr, ne0, 0, rows), LLM_OK);
+            cr_assert_eq(llm_matvec(m.t, m.w, x, y, ne0, 0, rows), LLM_OK);
+            for (int64_t r = 0; r < rows; r++)
+                cr_assert(fabs(y[r] - yr[r]) <= 1e-5 * scale_of(&m, r, x),
+                          "isa %d %s row %lld: %.9g vs %.9g", isas[ii], llm_type_name(m.t),
+                          (long long)r, y[r], yr[r]);
+            mat_free(&m);
+        }
+    }
+    free(x);
+}
+
+// ----------------------------------------------------------------------------
+// matmul = matvec per token, sub-ranges, errors
+
+static void check_matmul_vs_matvec(int use_ref)
+{
+    rng_state = 4;
+    const int64_t nbs[] = { 1, 3, 4, 5, 9 };
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t li = 0; li < N_LENGTHS; li += 2) {
+            const int64_t ne0 = lengths[li], rows = 7, ldy = rows + 3;
+            struct mat m;
+            mat_make(&m, weight_types[ti], ne0, rows, 0.1f);
+            for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++) {
+                const int64_t nb = nbs[bi];
+                float *X = vec_make(nb * ne0, 1.0f);
+                float *Y = malloc(sizeof(float) * (size_t)(nb * ldy));
+                for (int64_t i = 0; i < nb * ldy; i++)
+                    Y[i] = -12345.0f;
+                /* rows [2, 6) only */
+                llm_status s = use_ref ? llm_matmul_ref(m.t, m.w, X, Y, ne0, nb, ldy, 2, 6)
+                                       : llm_matmul(m.t, m.w, X, Y, ne0, nb, ldy, 2, 6);
+                cr_assert_eq(s, LLM_OK);
+                for (int64_t b = 0; b < nb; b++) {
+                    float y[7];
+                    s = use_ref ? llm_matvec_ref(m.t, m.w, X + b * ne0, y, ne0, 0, rows)
+                                : llm_matvec(m.t, m.w, X + b * ne0, y, ne0, 0, rows);
+                    cr_assert_eq(s, LLM_OK);
+                    for (int64_t r = 0; r < ldy; r++) {
+                        if (r >= 2 && r < 6)
+                            cr_assert_eq(Y[b * ldy + r], y[r],
+                                         "%s ne0=%lld nb=%lld token %lld row %lld: %.9g vs %.9g",
+                                         llm_type_name(m.t), (long long)ne0, (long long)nb,
+                                         (long long)b, (long long)r, Y[b * ldy + r], y[r]);
+                        else
+                            cr_assert_eq(Y[b * ldy + r], -12345.0f, "row %lld written",
+                                         (long long)r);
+                    }
+                }
+                free(X);
+                free(Y);
+            }
+            mat_free(&m);
+        }
+}
+
+Test(matmul, matmul_equals_matvec_per_token, .fini = restore_isa)
+{
+    for (int act = 0; act < 3; act++) {
+        llm_matmul_set_act(act);
+        check_matmul_vs_matvec(0);
+    }
+}
+
+Test(matmul, matmul_ref_equals_matvec_ref_per_token)
+{
+    check_matmul_vs_matvec(1);
+}
+
+Test(matmul, sub_ranges_write_only_their_rows)
+{
+    rng_state = 5;
+    const int64_t ne0 = 172, rows = 64;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        struct mat m;
+        mat_make(&m, weight_types[ti], ne0, rows, 0.1f);
+        float *x = vec_make(ne0, 1.0f);
+        float full[64], part[64];
+        cr_assert_eq(llm_matvec(m.t, m.w, x, full, ne0, 0, rows), LLM_OK);
+        const int64_t ranges[][2] = { { 0, 1 }, { 5, 12 }, { 63, 64 }, { 10, 10 }, { 0, 64 } };
+        for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+            for (int64_t r = 0; r < rows; r++)
+                part[r] = NAN;
+            cr_assert_eq(llm_matvec(m.t, m.w, x, part, ne0, ranges[k][0], ranges[k][1]), LLM_OK);
+            for (int64_t r = 0; r < rows; r++) {
+                if (r >= ranges[k][0] && r < ranges[k][1])
+                    cr_assert_eq(part[r], full[r], "%s row %lld", llm_type_name(m.t),
+                                 (long long)r);
+                else
+                    cr_assert(isnan(part[r]), "%s row %lld written outside [%lld, %lld)",
+                              llm_type_name(m.t), (long long)r, (long long)ranges[k][0],
+                              (long long)ranges[k][1]);
+            }
+        }
+        free(x);
+        mat_free(&m);
+    }
+}
+
+Test(matmul, bad_arguments)
+{
+    float x[32] = { 0 }, y[4];
+    uint8_t w[34 * 4] = { 0 };
+    cr_assert_eq(llm_matvec(LLM_TYPE_U8, w, x, y, 32, 0, 1), LLM_E_INVALID);
+    cr_assert_eq(llm_matvec_ref((enum llm_type)7, w, x, y, 32, 0, 1), LLM_E_INVALID);
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q8_0, w, x, y, 0, 0, 1), LLM_E_INVALID);
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q8_0, w, x, y, 32, 2, 1), LLM_E_INVALID);
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q8_0, w, x, y, 32, -1, 1), LLM_E_INVALID);
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q8_0, NULL, x, y, 32, 0, 1), LLM_E_INVALID);
+    cr_assert_eq(llm_matmul(LLM_TYPE_Q8_0, w, x, y, 32, 1, 2, 0, 4), LLM_E_INVALID); /* ldy < r1 */
+    cr_assert_eq(llm_matmul(LLM_TYPE_Q8_0, w, x, y, 32, -1, 4, 0, 4), LLM_E_INVALID);
+    cr_assert_eq(llm_matmul_ref(LLM_TYPE_Q8_0, w, x, y, 32, 1, 2, 0, 4), LLM_E_INVALID);
+    /* an empty range touches nothing, even with NULL buffers */
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q8_0, NULL, NULL, NULL, 32, 3, 3), LLM_OK);
+    cr_assert(strstr(llm_error_detail(llm_matvec(LLM_TYPE_Q8_0, w, x, y, 32, 2, 1)), "matvec"));
+}
+
+/* FP8 NaN codes (0x7f, 0xff) make the product NaN in every path, both in
+ * the 16-code SIMD body and in the scalar tail. */
+Test(matmul, fp8_nan_code_gives_nan, .fini = restore_isa)
+{
+    const int64_t ne0 = 40;
+    uint8_t row[4 + 40];
+    float r = 0.5f, x[40], y;
+    memcpy(row, &r, 4);
+    for (int64_t i = 0; i < ne0; i++) {
+        row[4 + i] = (uint8_t)(0x30 + i); /* finite codes */
+        x[i] = 1.0f;
+    }
+    cr_assert_eq(llm_matvec_ref(LLM_TYPE_FP8_E4M3, row, x, &y, ne0, 0, 1), LLM_OK);
+    cr_assert(isfinite(y));
+    const int64_t at[] = { 5, 37 };
+    const uint8_t codes[] = { 0x7f, 0xff };
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    for (size_t k = 0; k < 2; k++) {
+        row[4 + at[k]] = codes[k];
+        cr_assert_eq(llm_matvec_ref(LLM_TYPE_FP8_E4M3, row, x, &y, ne0, 0, 1), LLM_OK);
+        cr_assert(isnan(y));
+        for (int ii = 0; ii < ni; ii++) {
+            llm_matmul_set_isa(isas[ii]);
+            cr_assert_eq(llm_matvec(LLM_TYPE_FP8_E4M3, row, x, &y, ne0, 0, 1), LLM_OK);
+            cr_assert(isnan(y), "isa %d: NaN code at %lld gave %g", isas[ii], (long long)at[k], y);
+        }
+        row[4 + at[k]] = 0x30;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// real weights: stories260K (all F32), quantized to every type
+
+#include "../../../lib/format/import.h"
+
+Test(matmul, stories260k_weights_every_type, .fini = restore_isa)
+{
+    TEST_DATA(path, "gguf/stories260K.gguf");
+    struct llm_import_opts o;
+    llm_import_opts_default(&o);
+    struct llm_file *f;
+    cr_assert_eq(llm_import(&f, path, &o), LLM_OK, "%s", llm_error_detail(-1));
+    /* ffn_down: ne0 = 172 (not a multiple of 32), 64 rows; x = the
+     * activation-like embedding rows padded out with ffn_gate */
+    struct llm_tensor *wt = llm_file_find(f, "blk.0.ffn_down.weight");
+    struct llm_tensor *et = llm_file_find(f, "token_embd.weight");
+    cr_assert(wt && et);
+    cr_assert_eq(wt->type, LLM_TYPE_F32);
+    cr_assert_eq(wt->ne[0], 172);
+    cr_assert_eq(wt->ne[1], 64);
+    const void *wd, *ed;
+    cr_assert_eq(llm_tensor_bytes(f, wt, &wd), LLM_OK);
+    cr_assert_eq(llm_tensor_bytes(f, et, &ed), LLM_OK);
+    const int64_t ne0 = 172, rows = 64;
+    float *wf = malloc(sizeof(float) * ne0 * rows), x[172];
+    memcpy(wf, wd, sizeof(float) * ne0 * rows);
+    memcpy(x, (const float *)ed + 64 * 7, sizeof(float) * 64);
+    memcpy(x + 64, (const float *)ed + 64 * 100, sizeof(float) * 64);
+    memcpy(x + 128, (const float *)ed + 64 * 300, sizeof(float) * 44);
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        struct mat m = { weight_types[ti], ne0, rows, llm_type_row_bytes(weight_types[ti], ne0),
+                         NULL, NULL };
+        m.w = malloc(m.rb * rows);
+        m.deq = malloc(sizeof(float) * ne0 * rows);
+        for (int64_t r = 0; r < rows; r++) {
+            cr_assert_eq(llm_quantize_row(m.t, wf + r * ne0, m.w + m.rb * r, ne0), LLM_OK);
+            cr_assert_eq(llm_dequantize_row(m.t, m.w + m.rb * r, m.deq + r * ne0, ne0), LLM_OK);
+        }
+        float yr[64], y[64];
+        cr_assert_eq(llm_matvec_ref(m.t, m.w, x, yr, ne0, 0, rows), LLM_OK);
+        for (int64_t r = 0; r < rows; r++)
+            cr_assert(fabs(yr[r] - dot_deq(&m, r, x)) <= 2e-6 * scale_of(&m, r, x), "%s row %lld",
+                      llm_type_name(m.t), (long long)r);
+        for (int act = 0; act < 3; act++)
+        for (int ii = 0; ii < ni; ii++) {
+            llm_matmul_set_isa(isas[ii]);
+            llm_matmul_set_act(act);
+            cr_assert_eq(llm_matvec(m.t, m.w, x, y, ne0, 0, rows), LLM_OK);
+            for (int64_t r = 0; r < rows; r++) {
+                double tol = 1e-5 * scale_of(&m, r, x);
+                if (llm_matmul_simd_type(m.t) == LLM_SIMD_INT8 && act == LLM_ACT_Q8)
+                    tol += act_bound(&m, r, x);
+                if (llm_matmul_simd_type(m.t) == LLM_SIMD_INT8 && act == LLM_ACT_Q16)
+                    tol += act_bound(&m, r, x) / 258.0;
+                cr_assert(fabs(y[r] - yr[r]) <= tol, "isa %d %s row %lld: %g vs %g", isas[ii],
+                          llm_type_name(m.t), (long long)r, y[r], yr[r]);
+            }
+        }
+        mat_free(&m);
+    }
+    free(wf);
+    llm_file_free(f);
+}
+
+/* The defaults the forward pass gets: int16 activations for the int8/int4
+ * types (int8 changed SmolLM2's greedy answers), the best ISA by name. */
+Test(matmul, defaults)
+{
+    if (getenv("LLM_MATMUL_ACT") || getenv("LLM_ISA")) {
+        cr_skip_test("LLM_MATMUL_ACT or LLM_ISA is set");
+        return;
+    }
+    int act = llm_matmul_set_act(LLM_ACT_Q16);
+    cr_assert_eq(act, LLM_ACT_Q16);
+    cr_assert_eq(llm_matmul_set_act(LLM_ACT_Q8), LLM_ACT_Q16);
+    cr_assert_eq(llm_matmul_set_act(act), LLM_ACT_Q8);
+    const char *want = llm_isa_detect() == LLM_ISA_AVX512 ? "avx512-vnni"
+                       : llm_isa_detect() == LLM_ISA_AVX2 ? "avx2"
+                                                          : "scalar";
+    llm_matmul_set_isa(LLM_ISA_AVX512);
+    cr_assert_str_eq(llm_matmul_isa_name(), want);
+    cr_assert_eq(llm_matmul_simd_type(LLM_TYPE_Q4_1), LLM_SIMD_INT8);
+    cr_assert_eq(llm_matmul_simd_type(LLM_TYPE_NF4), LLM_SIMD_FLOAT);
+    cr_assert_eq(llm_matmul_simd_type(LLM_TYPE_U8), LLM_SIMD_NONE);
+}
+
+/* A NaN activation gives NaN, as in the reference, whatever the
+ * activations the SIMD path quantizes to. */
+Test(matmul, nan_activation_propagates, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    rng_state = 9;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        struct mat m;
+        mat_make(&m, weight_types[ti], 100, 3, 0.1f);
+        float *x = vec_make(100, 1.0f);
+        x[70] = NAN;
+        float y[3];
+        cr_assert_eq(llm_matvec_ref(m.t, m.w, x, y, 100, 0, 3), LLM_OK);
+        for (int r = 0; r < 3; r++)
+            cr_assert(isnan(y[r]), "ref %s", llm_type_name(m.t));
+        for (int act = 0; act < 3; act++)
+            for (int ii = 0; ii < ni; ii++) {
+                llm_matmul_set_isa(isas[ii]);
+                llm_matmul_set_act(act);
+                cr_assert_eq(llm_matvec(m.t, m.w, x, y, 100, 0, 3), LLM_OK);
+                for (int r = 0; r < 3; r++)
+                    cr_assert(isnan(y[r]), "isa %d act %d %s row %d: %g", isas[ii], act,
+                              llm_type_name(m.t), r, y[r]);
+            }
+        free(x);
+        mat_free(&m);
+    }
+}
