@@ -1,4 +1,5 @@
 /* llm-bench: measure prefill and decode speed (llama-bench style sweeps),
+ * kernel microbenchmarks (--kernels), KL divergence from a base model (--base),
  * perplexity on a text file, and compare two result files. */
 #include <math.h>
 #include <stdlib.h>
@@ -8,7 +9,8 @@
 
 #include "../lib/llm.h"
 
-enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE };
+enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE, OPT_KERNELS,
+       OPT_TYPES, OPT_BASE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "model to measure (repeatable)", "file" },
@@ -22,7 +24,10 @@ static const struct llm_opt opts[] = {
     { OPT_BW, "bandwidth", LLM_ARG_REQUIRED, "GB/S", "memory bandwidth for the roofline (default: probe it)", NULL },
     { OPT_PEAK, "peak", LLM_ARG_REQUIRED, "GFLOP/S", "FMA peak for the roofline (default: probe it)", NULL },
     { OPT_PPL, "ppl", LLM_ARG_REQUIRED, "FILE", "measure the perplexity of the model on a text file", "file" },
-    { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens (default: 512)", NULL },
+    { OPT_BASE, "base", LLM_ARG_REQUIRED, "FILE", "with --ppl: KL divergence of -m's predictions from this model's", "file" },
+    { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens; with --kernels: KV tokens of attn (default: 512)", NULL },
+    { OPT_KERNELS, "kernels", LLM_ARG_NONE, NULL, "microbenchmark the matrix kernels and attention (shapes of -m, or stories110m)", NULL },
+    { OPT_TYPES, "types", LLM_ARG_REQUIRED, "LIST", "with --kernels: weight types (default: f32,f16,bf16,q8_0,q4_0,...)", NULL },
     { OPT_COMPARE, "compare", LLM_ARG_NONE, NULL, "compare two result files (json or jsonl): OLD NEW", NULL },
     { OPT_THRESHOLD, "threshold", LLM_ARG_REQUIRED, "PCT", "with --compare: a slowdown beyond PCT % fails (default: 5)", NULL },
     { OPT_SUITE, "suite", LLM_ARG_REQUIRED, "FILE", "run the tests of a YAML suite file", "file" },
@@ -32,7 +37,8 @@ static struct llm_cli cli = {
     .prog = "llm-bench",
     .synopsis = "[-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
                 "--suite FILE [-o FORMAT]\n"
-                "--ppl FILE [--ctx N] [-t N] -m FILE\n"
+                "--ppl FILE [--ctx N] [-t N] [--base FILE] -m FILE\n"
+                "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--compare [--threshold PCT] OLD NEW",
     .summary = "Measure prefill (pp) and decode (tg) speed, latency percentiles and the share of\n"
                "the machine's roofline; perplexity; compare two runs.",
@@ -43,14 +49,17 @@ static struct llm_cli cli = {
               "Examples:\n"
               "  llm-bench -m model.llm -p 128,512 -n 64 -t 1,2\n"
               "  llm-bench -m model.llm -o jsonl > new.jsonl; llm-bench --compare old.jsonl new.jsonl\n"
-              "  llm-bench -m model.llm --ppl wiki.test.raw --ctx 512\n",
+              "  llm-bench -m model.llm --ppl wiki.test.raw --ctx 512\n"
+              "  llm-bench -m q4.llm --base f16.llm --ppl wiki.test.raw\n"
+              "  llm-bench --kernels --types q4_0,q8_0 -t 1,2\n",
 };
 
 struct args {
     struct llm_bench_plan plan;
     int have_tests, have_threads, have_reps, have_warmup;
     double bw, peak;
-    const char *ppl, *suite;
+    const char *ppl, *suite, *base, *types;
+    int kernels;
     int64_t ctx;
     int have_ctx, compare, have_threshold;
     double threshold;
@@ -83,8 +92,40 @@ static int do_compare(const struct args *a, char **files)
     return reg ? 3 : 0;
 }
 
+static int do_kld(const struct args *a)
+{
+    struct llm_model *m = NULL, *b = NULL;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    mp.n_threads = a->have_threads ? a->plan.threads[0] : 0;
+    llm_status s = llm_model_open(&m, a->plan.models[0], &mp);
+    if (!s)
+        s = llm_model_open(&b, a->base, &mp);
+    struct llm_kld_summary k;
+    size_t n_tok = 0;
+    uint64_t t0 = llm_time_ns();
+    if (!s)
+        s = llm_bench_kld(b, m, a->ppl, (int32_t)a->ctx, mp.n_threads, &k, &n_tok);
+    double sec = (double)(llm_time_ns() - t0) * 1e-9;
+    if (b)
+        llm_model_close(b);
+    if (m)
+        llm_model_close(m);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    printf("model: %s\nbase: %s\ntext: %s, %zu tokens, %zu windows of %lld tokens, %zu scored, %.2f s\n",
+           a->plan.models[0], a->base, a->ppl, n_tok, n_tok / (size_t)a->ctx, (long long)a->ctx, k.n, sec);
+    printf("PPL(base) = %.4f +/- %.5f\nPPL(model) = %.4f +/- %.5f\n", k.ppl_base, k.ppl_base_stderr,
+           k.ppl_model, k.ppl_model_stderr);
+    printf("KLD mean = %.6f +/- %.6f\nKLD median = %.6f\nKLD p99 = %.6f\ntop-1 agreement = %.3f %%\n",
+           k.kld_mean, k.kld_stderr, k.kld_median, k.kld_p99, k.top1_pct);
+    return 0;
+}
+
 static int do_ppl(const struct args *a)
 {
+    if (a->base)
+        return do_kld(a);
     struct llm_model *m;
     struct llm_model_params mp;
     llm_model_params_default(&mp);
@@ -125,6 +166,52 @@ static llm_status roofline(const struct args *a, int threads, double *gbs, doubl
     if (n_cached < LLM_BENCH_MAX_LIST)
         cached[n_cached] = threads, cbw[n_cached] = *gbs, cpk[n_cached++] = *gflops;
     return LLM_OK;
+}
+
+static int do_kernels(struct args *a)
+{
+    struct llm_bench_plan *p = &a->plan;
+    struct llm_bench_header h = { .bw_measured = !a->bw, .peak_measured = !a->peak };
+    llm_machine_detect(&h.machine);
+    snprintf(h.isa, sizeof h.isa, "%s", llm_matmul_isa_name());
+    time_t now = time(NULL);
+    strftime(h.test_time, sizeof h.test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (!p->n_threads)
+        p->threads[p->n_threads++] = h.machine.n_cpus;
+    struct llm_bench_kspec k = { .threads = p->threads, .n_threads = p->n_threads, .reps = p->reps,
+                                 .warmup = p->warmup, .nb = 128, .n_ctx = a->ctx };
+    int32_t dim = LLM_BENCH_KDEF_DIM, ffn = LLM_BENCH_KDEF_FFN, vocab = LLM_BENCH_KDEF_VOCAB;
+    k.n_heads = k.n_kv_heads = LLM_BENCH_KDEF_HEADS;
+    k.head_dim = LLM_BENCH_KDEF_DIM / LLM_BENCH_KDEF_HEADS;
+    llm_status s = llm_bench_parse_types(a->types ? a->types : LLM_BENCH_KTYPES_DEFAULT, k.types,
+                                         LLM_BENCH_MAX_LIST, &k.n_types);
+    if (s)
+        return llm_cli_usage(&cli, "%s", llm_error_detail(s));
+    if (p->n_models) {
+        struct llm_model *m;
+        if ((s = llm_model_open(&m, p->models[0], NULL)))
+            return llm_cli_fail(&cli, s);
+        const struct llm_config *c = llm_model_config(m);
+        dim = c->dim, ffn = c->ffn_dim, vocab = c->n_vocab;
+        k.n_heads = c->n_heads, k.n_kv_heads = c->n_kv_heads, k.head_dim = c->head_dim;
+        llm_model_close(m);
+    }
+    if ((s = llm_bench_kernel_shapes(k.shapes, dim, ffn, vocab)))
+        return llm_cli_fail(&cli, s);
+    double gbs[LLM_BENCH_MAX_LIST], gfl[LLM_BENCH_MAX_LIST];
+    for (size_t i = 0; i < p->n_threads && !s; i++)
+        s = roofline(a, p->threads[i], &gbs[i], &gfl[i]);
+    k.roof_gbs = gbs, k.roof_gflops = gfl;
+    struct llm_bench_kresult *res = NULL;
+    size_t n = 0;
+    if (!s)
+        s = llm_bench_kernels(&k, &res, &n);
+    if (!s)
+        s = llm_bench_kprint(stdout, p->format, &h, res, n);
+    for (size_t i = 0; i < n; i++)
+        llm_bench_kresult_release(&res[i]);
+    llm_free(res);
+    return s ? llm_cli_fail(&cli, s) : 0;
 }
 
 static int do_bench(struct args *a)
@@ -243,6 +330,9 @@ int main(int argc, char **argv)
             a.threshold = d, a.have_threshold = 1;
             break;
         case OPT_SUITE: a.suite = arg; break;
+        case OPT_KERNELS: a.kernels = 1; break;
+        case OPT_TYPES: a.types = arg; break;
+        case OPT_BASE: a.base = arg; break;
         }
         if (s)
             return llm_cli_usage(&cli, "%s", llm_error_detail(s));
@@ -253,19 +343,30 @@ int main(int argc, char **argv)
                      p->have_format || a.bw || a.peak;
     if (a.have_threshold && !a.compare)
         return llm_cli_usage(&cli, "--threshold goes with --compare");
-    if (a.have_ctx && !a.ppl)
-        return llm_cli_usage(&cli, "--ctx goes with --ppl");
+    if (a.have_ctx && !a.ppl && !a.kernels)
+        return llm_cli_usage(&cli, "--ctx goes with --ppl or --kernels");
+    if (a.types && !a.kernels)
+        return llm_cli_usage(&cli, "--types goes with --kernels");
+    if (a.base && !a.ppl)
+        return llm_cli_usage(&cli, "--base goes with --ppl");
     if (a.compare) {
-        if (bench_opts || a.ppl || a.suite || n_ops != 2)
+        if (bench_opts || a.ppl || a.suite || a.kernels || n_ops != 2)
             return llm_cli_usage(&cli, "--compare takes two result files, OLD NEW, and no other option");
         return llm_cli_exit(&cli, do_compare(&a, argv + llm_cli_optind));
     }
     if (n_ops)
         return llm_cli_usage(&cli, "unexpected operand '%s' (models go with -m)", argv[llm_cli_optind]);
+    if (a.kernels) {
+        if (p->n_models > 1 || a.have_tests || a.ppl || a.suite)
+            return llm_cli_usage(&cli, "--kernels takes at most one model (-m) and no tests, --ppl or --suite");
+        rc = do_kernels(&a);
+        llm_bench_plan_release(p);
+        return llm_cli_exit(&cli, rc);
+    }
     if (a.ppl) {
         if (p->n_models != 1 || a.have_tests || p->n_threads > 1 || a.have_reps || a.have_warmup ||
             p->have_format || a.bw || a.peak || a.suite)
-            return llm_cli_usage(&cli, "--ppl takes one model (-m), and -t, --ctx only");
+            return llm_cli_usage(&cli, "--ppl takes one model (-m), and -t, --ctx, --base only");
         return llm_cli_exit(&cli, do_ppl(&a));
     }
     if (a.suite) {

@@ -101,7 +101,15 @@ _llm_bench()
             _llm_files
             return
             ;;
+        --base)
+            _llm_files
+            return
+            ;;
         --ctx)
+            :
+            return
+            ;;
+        --types)
             :
             return
             ;;
@@ -115,7 +123,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --ctx --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --ctx --kernels --types --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "../common/status.h"
+#include "../quant/types.h"
 
 /* ---- timers and statistics --------------------------------------------------- */
 
@@ -89,6 +90,7 @@ struct llm_bench_header {
     struct llm_machine machine;
     int bw_measured, peak_measured; /* roofline figures: 1 probed, 0 given by the user */
     char test_time[32];   /* UTC, ISO 8601 */
+    char isa[16];         /* --kernels: llm_matmul_isa_name() */
 };
 
 /* Print results as `fmt`. md prints the header lines, the table and nothing
@@ -189,5 +191,121 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
  * (llm_perplexity's default protocol). *n_tokens receives the token count. */
 llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
                                 double *ppl, double *stderr_, size_t *n_tokens);
+
+/* ---- kernel microbenchmarks (--kernels) -------------------------------------- */
+
+/* The weight matrices of one decoder layer and the output head at a model's
+ * shapes: attn (dim rows of dim: q and o), ffn_up (ffn_dim rows of dim: gate
+ * and up), ffn_down (dim rows of ffn_dim) and output (n_vocab rows of dim). */
+struct llm_bench_kshape {
+    char name[16];
+    int64_t rows, ne0;
+};
+#define LLM_BENCH_N_KSHAPES 4
+/* The shapes without a model: stories110m. */
+#define LLM_BENCH_KDEF_DIM 768
+#define LLM_BENCH_KDEF_FFN 2048
+#define LLM_BENCH_KDEF_VOCAB 32000
+#define LLM_BENCH_KDEF_HEADS 12
+/* Fills out[LLM_BENCH_N_KSHAPES]; LLM_E_INVALID when a size is not positive. */
+llm_status llm_bench_kernel_shapes(struct llm_bench_kshape *out, int32_t dim, int32_t ffn_dim,
+                                   int32_t n_vocab);
+
+/* The types --kernels measures by default. */
+#define LLM_BENCH_KTYPES_DEFAULT "f32,f16,bf16,q8_0,q4_0,q4_1,q8_g128,q4_g128,q4z_g128,nf4,fp8_e4m3"
+/* Parse a comma-separated type list (at most cap); LLM_E_INVALID naming a bad item. */
+llm_status llm_bench_parse_types(const char *s, enum llm_type *out, size_t cap, size_t *n);
+
+/* One kernel measurement. kernel "matvec" (decode: y = W x, batch 1),
+ * "matmul" (prefill: batch activations at once) or "attn" (one decode step
+ * of single-query attention: rows = KV tokens, cols = head_dim, batch =
+ * query heads; the KV is f32). */
+struct llm_bench_kresult {
+    char kernel[8];
+    char type[16];        /* weight type; "f32" (the KV) for attn */
+    char shape[16];       /* llm_bench_kshape name, or "attn" */
+    int64_t rows, cols, batch;
+    int32_t n_kv_heads;   /* attn only (0 otherwise) */
+    int n_threads, reps;
+    double *samples_ns;   /* (reps) one call each */
+    struct llm_stats ns;
+    uint64_t bytes;       /* read per call: the packed weights, or K and V */
+    double flops;         /* per call: 2 per multiply-add */
+    double roof_gbs, roof_gflops;
+    double gbs, gbs_pct, gflops, gflops_pct;
+};
+void llm_bench_kresult_release(struct llm_bench_kresult *r);
+
+/* Cost of one call: a product reads rows x row_bytes(t, ne0) weight bytes
+ * and does 2 x rows x ne0 x nb flops; attention reads K and V (2 x n_ctx x
+ * n_kv_heads x head_dim floats) and does 4 x n_heads x n_ctx x head_dim
+ * flops (scores and weighted sum; the softmax is not counted). */
+llm_status llm_bench_product_cost(enum llm_type t, int64_t rows, int64_t ne0, int64_t nb,
+                                  uint64_t *bytes, double *flops);
+void llm_bench_attn_cost(int64_t n_ctx, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+                         uint64_t *bytes, double *flops);
+/* From r->ns.mean, bytes, flops and the roofs: gbs = bytes / mean ns,
+ * gflops = flops / mean ns, and their shares (%) of the roofs (0 for a roof of 0). */
+void llm_bench_kernel_figures(struct llm_bench_kresult *r);
+
+/* Single-query attention of heads [h0, h1): q (n_heads, hd), K and V
+ * (n_ctx, n_kv_heads, hd), out (n_heads, hd), scores (n_heads, n_ctx)
+ * scratch. Query head h reads KV head h / (n_heads / n_kv_heads); scores are
+ * scaled by 1/sqrt(hd). The reference loop the attn benchmark times. */
+void llm_bench_attention(const float *q, const float *K, const float *V, float *out, float *scores,
+                         int64_t n_ctx, int32_t n_heads, int32_t n_kv_heads, int32_t hd, int32_t h0,
+                         int32_t h1);
+
+struct llm_bench_kspec {
+    struct llm_bench_kshape shapes[LLM_BENCH_N_KSHAPES];
+    enum llm_type types[LLM_BENCH_MAX_LIST];
+    size_t n_types;
+    const int *threads;   /* (n_threads) */
+    const double *roof_gbs, *roof_gflops; /* (n_threads) roofs at each thread count */
+    size_t n_threads;
+    int reps, warmup;
+    int64_t nb;           /* matmul batch (128) */
+    int64_t n_ctx;        /* attention: KV tokens */
+    int32_t n_heads, n_kv_heads, head_dim;
+};
+
+/* Run every type x shape x thread count (matvec then matmul), then attention
+ * at each thread count. *out (allocated, *n entries) is released with
+ * llm_bench_kresult_release on each and llm_free. Weights are random
+ * (fixed seed), quantized with llm_quantize_row. */
+llm_status llm_bench_kernels(const struct llm_bench_kspec *k, struct llm_bench_kresult **out, size_t *n);
+
+llm_status llm_bench_kprint(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                            const struct llm_bench_kresult *r, size_t n);
+
+/* ---- KL divergence against a base model (--base) ------------------------------ */
+
+/* lp[i] = log softmax(logits)[i], in double; n > 0. */
+void llm_log_softmax(const float *logits, int64_t n, double *lp);
+/* KL(P || Q) = sum_i p_i (log p_i - log q_i) from log-probabilities; terms
+ * with p_i = 0 count 0. */
+double llm_kl_divergence(const double *lp, const double *lq, int64_t n);
+/* Index of the largest value (the first of equal ones). */
+int64_t llm_argmax(const float *x, int64_t n);
+
+struct llm_kld_summary {
+    size_t n;                        /* tokens scored */
+    double kld_mean, kld_stderr;     /* stderr = sample sd / sqrt(n) */
+    double kld_median, kld_p99;
+    double top1_pct;                 /* % of tokens where both argmaxes agree */
+    double ppl_base, ppl_base_stderr, ppl_model, ppl_model_stderr; /* as llm_perplexity */
+};
+/* Summarize per-token values (n > 0): kld, nll_base, nll_model (the
+ * negative log-probabilities of the true next token) and agree (0/1). */
+llm_status llm_kld_summarize(struct llm_kld_summary *s, const double *kld, const double *nll_base,
+                             const double *nll_model, const unsigned char *agree, size_t n);
+
+/* Run base and m over the same windows of the text file `path` (the
+ * llama-perplexity protocol: windows of n_ctx tokens, BOS first when the
+ * tokenizer adds one, the second half scored) and summarize KL(base || m).
+ * The text is tokenized with m's tokenizer; the vocabularies must have the
+ * same size. */
+llm_status llm_bench_kld(struct llm_model *base, struct llm_model *m, const char *path, int32_t n_ctx,
+                         int n_threads, struct llm_kld_summary *s, size_t *n_tokens);
 
 #endif

@@ -116,11 +116,18 @@ static void json_value(FILE *o, const struct field *f)
     }
 }
 
+/* The fields of one item (a struct llm_bench_result or llm_bench_kresult). */
+typedef size_t (*fields_fn)(struct field *f, const struct llm_bench_header *h, const void *item);
+static size_t fields_of_run(struct field *f, const struct llm_bench_header *h, const void *item)
+{
+    return fields_of(f, h, item);
+}
+
 /* One object on one line. */
-static void print_json_obj(FILE *o, const struct llm_bench_header *h, const struct llm_bench_result *r)
+static void print_json_obj(FILE *o, const struct llm_bench_header *h, fields_fn ff, const void *r)
 {
     struct field f[MAX_FIELDS];
-    size_t n = fields_of(f, h, r);
+    size_t n = ff(f, h, r);
     fputc('{', o);
     for (size_t i = 0; i < n; i++) {
         fprintf(o, "%s\"%s\": ", i ? ", " : "", f[i].name);
@@ -145,16 +152,17 @@ static void csv_string(FILE *o, const char *s)
     fputc('"', o);
 }
 
-static void print_csv(FILE *o, const struct llm_bench_header *h, const struct llm_bench_result *r, size_t nr)
+/* items: nr items of `size` bytes; empty: a zeroed item for the header row. */
+static void print_csv(FILE *o, const struct llm_bench_header *h, fields_fn ff, const void *items, size_t size,
+                      size_t nr, const void *empty)
 {
     struct field f[MAX_FIELDS];
-    struct llm_bench_result empty = { 0 };
-    size_t n = fields_of(f, h, nr ? &r[0] : &empty);
+    size_t n = ff(f, h, nr ? items : empty);
     for (size_t i = 0; i < n; i++)
         fprintf(o, "%s%s", i ? "," : "", f[i].name);
     fputc('\n', o);
     for (size_t k = 0; k < nr; k++) {
-        n = fields_of(f, h, &r[k]);
+        n = ff(f, h, (const char *)items + k * size);
         for (size_t i = 0; i < n; i++) {
             if (i)
                 fputc(',', o);
@@ -248,26 +256,110 @@ static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm
     }
 }
 
+static void print_json_all(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h, fields_fn ff,
+                           const void *items, size_t size, size_t n)
+{
+    if (fmt == LLM_BENCH_JSON)
+        fputs("[", f);
+    for (size_t i = 0; i < n; i++) {
+        if (fmt == LLM_BENCH_JSON)
+            fputs(i ? ",\n  " : "\n  ", f);
+        print_json_obj(f, h, ff, (const char *)items + i * size);
+        if (fmt == LLM_BENCH_JSONL)
+            fputc('\n', f);
+    }
+    if (fmt == LLM_BENCH_JSON)
+        fputs(n ? "\n]\n" : "]\n", f);
+}
+
 llm_status llm_bench_print(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
                            const struct llm_bench_result *r, size_t n)
 {
+    static const struct llm_bench_result empty;
     switch (fmt) {
     case LLM_BENCH_MD: print_md(f, h, r, n); break;
-    case LLM_BENCH_CSV: print_csv(f, h, r, n); break;
+    case LLM_BENCH_CSV: print_csv(f, h, fields_of_run, r, sizeof *r, n, &empty); break;
     case LLM_BENCH_JSON:
-        fputs("[", f);
-        for (size_t i = 0; i < n; i++) {
-            fputs(i ? ",\n  " : "\n  ", f);
-            print_json_obj(f, h, &r[i]);
-        }
-        fputs(n ? "\n]\n" : "]\n", f);
-        break;
-    case LLM_BENCH_JSONL:
-        for (size_t i = 0; i < n; i++) {
-            print_json_obj(f, h, &r[i]);
-            fputc('\n', f);
-        }
-        break;
+    case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_run, r, sizeof *r, n); break;
+    default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
+    }
+    return ferror(f) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+}
+
+/* ---- kernel results ------------------------------------------------------------ */
+
+static size_t fields_of_kernel(struct field *f, const struct llm_bench_header *h, const void *item)
+{
+    const struct llm_bench_kresult *r = item;
+    size_t n = 0;
+    f[n++] = STR("build_version", h->machine.version);
+    f[n++] = STR("build_commit", h->machine.commit);
+    f[n++] = STR("cpu_info", h->machine.cpu);
+    f[n++] = STR("cpu_features", h->machine.features);
+    f[n++] = U64("n_cpus", (uint64_t)h->machine.n_cpus);
+    f[n++] = STR("isa", h->isa);
+    f[n++] = NUM("roofline_bandwidth_gbs", r->roof_gbs);
+    f[n++] = STR("roofline_bandwidth_source", h->bw_measured ? "probe" : "user");
+    f[n++] = NUM("roofline_peak_gflops", r->roof_gflops);
+    f[n++] = STR("roofline_peak_source", h->peak_measured ? "probe" : "user");
+    f[n++] = STR("test_time", h->test_time);
+    f[n++] = STR("kernel", r->kernel);
+    f[n++] = STR("type", r->type);
+    f[n++] = STR("shape", r->shape);
+    f[n++] = U64("rows", (uint64_t)r->rows);
+    f[n++] = U64("cols", (uint64_t)r->cols);
+    f[n++] = U64("batch", (uint64_t)r->batch);
+    f[n++] = U64("n_kv_heads", (uint64_t)r->n_kv_heads);
+    f[n++] = U64("n_threads", (uint64_t)r->n_threads);
+    f[n++] = U64("repetitions", (uint64_t)r->reps);
+    f[n++] = U64("bytes", r->bytes);
+    f[n++] = U64("flops", (uint64_t)r->flops);
+    f[n++] = NUM("avg_ns", r->ns.mean);
+    f[n++] = NUM("stddev_ns", r->ns.sd);
+    f[n++] = NUM("median_ns", r->ns.median);
+    f[n++] = NUM("bandwidth_gbs", r->gbs);
+    f[n++] = NUM("bandwidth_pct", r->gbs_pct);
+    f[n++] = NUM("gflops", r->gflops);
+    f[n++] = NUM("gflops_pct", r->gflops_pct);
+    f[n++] = (struct field){ .name = "samples_ns", .kind = FIELD_SAMPLES, .v = r->samples_ns,
+                             .n = r->samples_ns ? (size_t)r->reps : 0 };
+    return n;
+}
+
+static void print_kmd(FILE *o, const struct llm_bench_header *h, const struct llm_bench_kresult *r, size_t n)
+{
+    fprintf(o, "cpu: %s (%s), %d cpus, kernels %s; llm-tools %s (%s); %s\n", h->machine.cpu, h->machine.features,
+            h->machine.n_cpus, h->isa, h->machine.version, h->machine.commit, h->test_time);
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < i && r[j].n_threads != r[i].n_threads)
+            j++;
+        if (j == i)
+            fprintf(o, "roofline, %d thread%s: read bandwidth %.1f GB/s (%s), FMA peak %.1f GFLOP/s (%s)\n",
+                    r[i].n_threads, r[i].n_threads == 1 ? "" : "s", r[i].roof_gbs,
+                    h->bw_measured ? "probe" : "given", r[i].roof_gflops, h->peak_measured ? "probe" : "given");
+    }
+    fputc('\n', o);
+    fputs("| kernel | type | shape | rows x cols | batch | threads | us | GB/s (% of bw) | GFLOP/s (% of peak) |\n"
+          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+          o);
+    for (size_t i = 0; i < n; i++) {
+        const struct llm_bench_kresult *x = &r[i];
+        fprintf(o, "| %s | %s | %s | %lld x %lld | %lld | %d | %.1f ± %.1f | %.2f (%.1f%%) | %.2f (%.1f%%) |\n",
+                x->kernel, x->type, x->shape, (long long)x->rows, (long long)x->cols, (long long)x->batch,
+                x->n_threads, x->ns.mean * 1e-3, x->ns.sd * 1e-3, x->gbs, x->gbs_pct, x->gflops, x->gflops_pct);
+    }
+}
+
+llm_status llm_bench_kprint(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                            const struct llm_bench_kresult *r, size_t n)
+{
+    static const struct llm_bench_kresult empty;
+    switch (fmt) {
+    case LLM_BENCH_MD: print_kmd(f, h, r, n); break;
+    case LLM_BENCH_CSV: print_csv(f, h, fields_of_kernel, r, sizeof *r, n, &empty); break;
+    case LLM_BENCH_JSON:
+    case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_kernel, r, sizeof *r, n); break;
     default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
     }
     return ferror(f) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;

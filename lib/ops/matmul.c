@@ -28,6 +28,9 @@
 #include "matmul.h"
 
 #include <math.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,9 +203,10 @@ void llm_quantize_x_ref(const float *x, int64_t n, struct llm_qx *out)
         float d = amax / 127.0f;
         const float id = d > 0 ? 1.0f / d : 0.0f;
         int sum = 0, nan = 0;
+        for (int64_t j = 0; j < m; j++)
+            nan |= !isfinite(x[e0 + j]);
         for (int64_t j = 0; j < 32; j++) {
-            nan |= j < m && isnan(x[e0 + j]);
-            int q = j < m && !isnan(x[e0 + j]) ? (int)nearbyintf(x[e0 + j] * id) : 0;
+            int q = j < m && !nan ? (int)nearbyintf(x[e0 + j] * id) : 0;
             q = q > 127 ? 127 : q < -127 ? -127 : q;
             out[b].qs[j] = (int8_t)q;
             sum += q;
@@ -295,19 +299,29 @@ llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float 
  * tokens), where int8 changed all four. */
 #define LLM_ACT_DEFAULT LLM_ACT_Q16
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does
+ * not know the name */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 enum llm_isa llm_isa_detect(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !has_f16c())
+        return LLM_ISA_REF;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         return LLM_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        return LLM_ISA_AVX2;
-#endif
+    return LLM_ISA_AVX2;
+#else
     return LLM_ISA_REF;
+#endif
 }
 
 /* -1: not yet detected */

@@ -2,7 +2,12 @@
  * matmul_simd.h). Only this file is compiled for that target, so the rest
  * of the build stays generic; matmul.c calls it when the CPU has AVX2. */
 #if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h> /* before the target switch: clang's intrinsics carry their own */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 #define SIMD(name) name##_avx2
 
@@ -12,6 +17,10 @@
     _mm256_add_epi32((i), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 
 #include "matmul_simd.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 
 #else
 

@@ -5,7 +5,14 @@
  * (256-bit, VL) instead of maddubs + madd. Only this file is compiled for
  * that target; matmul.c calls it when the CPU has AVX-512 F/BW/VL/VNNI. */
 #if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h> /* before the target switch: clang's intrinsics carry their own */
+#if defined(__clang__)
+#pragma clang attribute push(                                                           \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \
+    apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#endif
 
 #define SIMD(name) name##_avx512
 /* the float-activation kernels use 512-bit vectors */
@@ -14,6 +21,10 @@
 #define DOT_U8S8(i, u, s) _mm256_dpbusd_epi32((i), (u), (s))
 
 #include "matmul_simd.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 
 #else
 

@@ -78,8 +78,16 @@ SIMD_INLINE int SIMD(any_nan)(__m256 a, __m256 b, __m256 c, __m256 d)
     return _mm256_movemask_ps(u) != 0;
 }
 
-/* A NaN in a block makes its d NaN, so that the products are NaN as in the
- * reference (the integer codes cannot carry it). */
+/* A block with a NaN or an infinity: zero codes and a NaN scale, so that
+ * the products are NaN (the reference gives NaN or an infinity; the integer
+ * codes cannot carry either, and max_ps drops NaNs). */
+static void SIMD(nonfinite)(float *d, float *ds, void *qs, size_t qs_bytes)
+{
+    *d = NAN;
+    *ds = NAN;
+    memset(qs, 0, qs_bytes);
+}
+
 static void SIMD(quantize_x)(const float *x, int64_t n, struct llm_qx *out)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -101,7 +109,12 @@ static void SIMD(quantize_x)(const float *x, int64_t n, struct llm_qx *out)
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
         const float amax = _mm_cvtss_f32(m);
-        float d = amax / 127.0f;
+        if (SIMD(any_nan)(v0, v1, v2, v3) || !isfinite(amax)) {
+            SIMD(nonfinite)(&out[b].d, &out[b].ds, out[b].qs, 32);
+            out[b].m8 = out[b].p128 = 0;
+            continue;
+        }
+        const float d = amax / 127.0f;
         const float id = d > 0 ? 1.0f / d : 0.0f;
         const __m256 vid = _mm256_set1_ps(id);
         __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
@@ -117,8 +130,6 @@ static void SIMD(quantize_x)(const float *x, int64_t n, struct llm_qx *out)
         i0 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i0, i2), perm);
         _mm256_storeu_si256((__m256i *)out[b].qs, i0);
         const int sum = _mm_cvtsi128_si32(s4);
-        if (SIMD(any_nan)(v0, v1, v2, v3)) /* max_ps drops NaNs: keep them */
-            d = NAN;
         out[b].d = d;
         out[b].m8 = -8 * sum;
         out[b].p128 = 128 * sum;
@@ -146,7 +157,12 @@ static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
-        float d = _mm_cvtss_f32(m) / 32767.0f;
+        if (SIMD(any_nan)(v0, v1, v2, v3) || !isfinite(_mm_cvtss_f32(m))) {
+            SIMD(nonfinite)(&out[b].d, &out[b].ds, out[b].qs, 64);
+            out[b].m8 = out[b].pad_ = 0;
+            continue;
+        }
+        const float d = _mm_cvtss_f32(m) / 32767.0f;
         const float id = d > 0 ? 1.0f / d : 0.0f;
         const __m256 vid = _mm256_set1_ps(id);
         __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
@@ -163,8 +179,6 @@ static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
         _mm256_storeu_si256((__m256i *)out[b].qs, p01);
         _mm256_storeu_si256((__m256i *)(out[b].qs + 16), p23);
         const int sum = _mm_cvtsi128_si32(s4);
-        if (SIMD(any_nan)(v0, v1, v2, v3))
-            d = NAN;
         out[b].d = d;
         out[b].m8 = -8 * sum;
         out[b].pad_ = 0;
@@ -936,8 +950,10 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 #define SIMD_STACK_QX 512
 
 /* gcc cannot see that quantize_x writes every block it later reads */
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
                             uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act)
 {
@@ -1008,7 +1024,9 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
         llm_free(xq);
     return LLM_OK;
 }
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
                             uint64_t rb, int64_t r0, int64_t r1, int act)

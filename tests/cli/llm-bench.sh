@@ -128,3 +128,62 @@ t_bench_compare_bad_file() {
         has "$TMP/err" "llm-bench: $TMP/bad.jsonl:2: no string 'model_filename'" || return 1
     expect 1 "$BENCH" --compare "$TMP/none.jsonl" "$TMP/bad.jsonl" && has "$TMP/err" "$TMP/none.jsonl"
 }
+
+# ---- kernel microbenchmarks ------------------------------------------------------------
+t_bench_kernels_usage_errors() {
+    expect 2 "$BENCH" -m x --types q4_0 && has "$TMP/err" "--types goes with --kernels" || return 1
+    expect 2 "$BENCH" --kernels --types q4_0,q5_k && has "$TMP/err" "q5_k" || return 1
+    expect 2 "$BENCH" --kernels --types u8 && has "$TMP/err" "unknown type 'u8'" || return 1
+    expect 2 "$BENCH" --kernels -p 8 && has "$TMP/err" "--kernels takes at most one model" || return 1
+    expect 2 "$BENCH" --kernels -m a -m b && has "$TMP/err" "--kernels takes at most one model" || return 1
+    expect 2 "$BENCH" --kernels --compare a b || return 1
+    expect 1 "$BENCH" --kernels -m /nonexistent/m.llm && has "$TMP/err" "llm-bench: /nonexistent/m.llm: "
+}
+t_bench_kernels_columns() {
+    need "$B260"
+    # stories260K: dim 64, ffn 172, vocab 512, 8 heads of 8
+    expect 0 "$BENCH" --kernels --types q4_0,f32 -r 1 -m "$B260" -t 1 --ctx 32 $BROOF || return 1
+    has "$TMP/out" "| kernel | type | shape | rows x cols | batch | threads | us | GB/s (% of bw) | GFLOP/s (% of peak) |" &&
+    has "$TMP/out" "| matvec | q4_0 | attn | 64 x 64 | 1 | 1 |" && has "$TMP/out" "| matmul | f32 | ffn_up | 172 x 64 | 128 | 1 |" &&
+    has "$TMP/out" "| matvec | f32 | ffn_down | 64 x 172 | 1 | 1 |" && has "$TMP/out" "| matmul | q4_0 | output | 512 x 64 | 128 | 1 |" &&
+    has "$TMP/out" "| attn | f32 | attn | 32 x 8 | 8 | 1 |" || { cat "$TMP/out"; return 1; }
+    [ "$(grep -c '^| mat' "$TMP/out")" = 16 ] || return 1
+    command -v python3 >/dev/null || skip "no python3"
+    expect 0 "$BENCH" --kernels --types q4_0,f32 -r 1 -m "$B260" -t 1,2 --ctx 32 -o csv $BROOF || return 1
+    python3 - "$TMP/out" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == (2 * 4 * 2 + 1) * 2, len(rows)
+want = "kernel type shape rows cols batch n_kv_heads n_threads repetitions bytes flops avg_ns bandwidth_gbs bandwidth_pct gflops gflops_pct isa".split()
+assert all(k in rows[0] for k in want), list(rows[0])
+for r in rows:
+    ns, b, f = float(r["avg_ns"]), int(r["bytes"]), int(r["flops"])
+    assert ns > 0 and abs(float(r["bandwidth_gbs"]) - b / ns) <= 1e-4 * b / ns, r
+    assert abs(float(r["gflops_pct"]) - f / ns) <= 1e-4 * f / ns, r   # peak 100 GFLOP/s
+q4 = [r for r in rows if r["type"] == "q4_0" and r["shape"] == "output"][0]
+assert q4["bytes"] == str(512 * 2 * 18) and q4["flops"] == str(2 * 512 * 64), q4
+mm = [r for r in rows if r["kernel"] == "matmul" and r["type"] == "f32" and r["shape"] == "attn"][0]
+assert mm["batch"] == "128" and mm["bytes"] == str(64 * 64 * 4) and mm["flops"] == str(2 * 64 * 64 * 128), mm
+at = [r for r in rows if r["kernel"] == "attn"]
+assert [r["n_threads"] for r in at] == ["1", "2"] and at[0]["n_kv_heads"] == "4" and at[0]["bytes"] == str(2 * 32 * 4 * 8 * 4), at
+PY
+}
+
+# ---- KL divergence against a base model -------------------------------------------------
+t_bench_kld() {
+    need "$B260" "$DATA/text/tinystories_val.txt"
+    head -c 5000 "$DATA/text/tinystories_val.txt" >"$TMP/t.txt"
+    expect 0 "$BENCH" -m "$B260" --base "$B260" --ppl "$TMP/t.txt" --ctx 64 -t 1 || return 1
+    has "$TMP/out" "KLD mean = 0.000000 +/- 0.000000" && has "$TMP/out" "KLD p99 = 0.000000" &&
+    has "$TMP/out" "top-1 agreement = 100.000 %" || { cat "$TMP/out"; return 1; }
+    b=$(sed -n 's/^PPL(base) = //p' "$TMP/out") && [ -n "$b" ] && has "$TMP/out" "PPL(model) = $b" || return 1
+    "$BIN/llm-convert" "$B260" --type q4_0 -o "$TMP/q4.llm" >/dev/null 2>&1 || return 1
+    expect 0 "$BENCH" -m "$TMP/q4.llm" --base "$B260" --ppl "$TMP/t.txt" --ctx 64 -t 1 || return 1
+    # the base's perplexity is the same as without --base; the model's as --ppl alone
+    has "$TMP/out" "PPL(base) = $b" || return 1
+    awk '/^KLD mean = / { k = $4 } /^top-1 agreement = / { a = $4 } END { exit !(k > 0 && a < 100 && a > 20) }' "$TMP/out" ||
+        { cat "$TMP/out"; return 1; }
+    m=$(sed -n 's/^PPL(model) = //p' "$TMP/out")
+    expect 0 "$BENCH" -m "$TMP/q4.llm" --ppl "$TMP/t.txt" --ctx 64 -t 1 && has "$TMP/out" "PPL = $m" || return 1
+    expect 2 "$BENCH" -m "$B260" --base "$B260" && has "$TMP/err" "--base goes with --ppl"
+}

@@ -651,3 +651,30 @@ Test(matmul, nan_activation_propagates, .fini = restore_isa)
         mat_free(&m);
     }
 }
+
+/* An infinite activation: NaN from the quantized-activation paths (the
+ * integer codes cannot carry it), never a finite number. */
+Test(matmul, inf_activation_is_not_finite, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    rng_state = 10;
+    struct mat m;
+    mat_make(&m, LLM_TYPE_Q4_1, 64, 2, 0.1f);
+    float *x = vec_make(64, 1.0f), y[2];
+    x[3] = INFINITY;
+    for (int act = 0; act < 3; act++)
+        for (int ii = 0; ii < ni; ii++) {
+            llm_matmul_set_isa(isas[ii]);
+            llm_matmul_set_act(act);
+            cr_assert_eq(llm_matvec(m.t, m.w, x, y, 64, 0, 2), LLM_OK);
+            cr_assert(!isfinite(y[0]) && !isfinite(y[1]), "isa %d act %d: %g %g", isas[ii], act,
+                      y[0], y[1]);
+        }
+    struct llm_qx q[2];
+    llm_quantize_x_ref(x, 64, q);
+    cr_assert(isnan(q[0].d));
+    cr_assert(!isnan(q[1].d));
+    free(x);
+    mat_free(&m);
+}
