@@ -10,10 +10,12 @@ cflags="-std=c11 -D_GNU_SOURCE -DLLM_FUZZING -g -O1 -fsanitize=fuzzer-no-link,ad
 libs="$(pkg-config --libs yaml-0.1 libzstd libxxhash jansson libpcre2-8 libutf8proc) -lm -lpthread"
 # the library, CPU only, built with clang and the sanitizers
 objs=
+# an object is stale when its source or any library header is newer
+newest_h=$(ls -t lib/*.h lib/*/*.h | head -1)
 for src in lib/*/*.c; do
     case $src in lib/gpu/cuda.c) continue ;; esac
     o=$out/$(echo "$src" | tr / _).o
-    if [ ! -f "$o" ] || [ "$src" -nt "$o" ]; then
+    if [ ! -f "$o" ] || [ "$src" -nt "$o" ] || [ "$newest_h" -nt "$o" ]; then
         clang $cflags -c "$src" -o "$o"
     fi
     objs="$objs $o"
