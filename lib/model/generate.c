@@ -61,31 +61,6 @@ static size_t find_stop(const char *s, size_t len, const char *const *stop, size
     return best;
 }
 
-/* The text token `id` adds after token `prev`: the SentencePiece leading
- * space rule depends on what comes before, so it is the difference of two
- * detokenizations. */
-static llm_status token_text(const struct llm_tokenizer *t, int32_t prev, int32_t id, char **out,
-                             size_t *len)
-{
-    int32_t pair[2] = { prev, id };
-    char *a = NULL, *b = NULL;
-    size_t la = 0, lb = 0;
-    llm_status s = llm_detokenize(t, pair, 1, 0, &a, &la);
-    if (!s)
-        s = llm_detokenize(t, pair, 2, 0, &b, &lb);
-    if (!s && (lb < la || memcmp(a, b, la) != 0))
-        la = 0; /* not a prefix: fall back to the whole pair's text */
-    if (!s) {
-        memmove(b, b + la, lb - la);
-        *out = b;
-        *len = lb - la;
-        b = NULL;
-    }
-    llm_free(a);
-    llm_free(b);
-    return s;
-}
-
 llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_prompt,
                         const struct llm_gen_params *p, const struct llm_gen_callbacks *cb,
                         struct llm_gen_result *res)
@@ -153,20 +128,17 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
             res->stop_reason = "eos";
             break;
         }
-        char *txt;
+        const char *txt;
         size_t tl;
-        if ((s = token_text(tok, prev, id, &txt, &tl)))
+        if ((s = llm_token_piece_after(tok, prev, id, 0, &txt, &tl)))
             break;
         void *buf = pend.buf;
         s = llm_grow(&buf, &pend.cap, pend.len + tl + 1, 1);
         pend.buf = buf;
-        if (!s) {
-            memcpy(pend.buf + pend.len, txt, tl);
-            pend.len += tl;
-        }
-        llm_free(txt);
         if (s)
             break;
+        memcpy(pend.buf + pend.len, txt, tl);
+        pend.len += tl;
         size_t at = find_stop(pend.buf, pend.len, p->stop, p->n_stop);
         size_t emit = at < pend.len ? at : safe_len(pend.buf, pend.len, p->stop, p->n_stop);
         if (emit && cb->text && (s = cb->text(cb->ctx, pend.buf, emit)))

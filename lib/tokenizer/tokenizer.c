@@ -903,6 +903,15 @@ llm_status llm_token_piece(const struct llm_tokenizer *t, int32_t id, int specia
     return LLM_OK;
 }
 
+llm_status llm_token_piece_after(const struct llm_tokenizer *t, int32_t prev, int32_t id,
+                                 int special, const char **bytes, size_t *len)
+{
+    LLM_TRY(llm_token_piece(t, id, special, bytes, len, NULL));
+    if (t->add_space_prefix && prev == t->bos && *len > 0 && (*bytes)[0] == ' ')
+        (*bytes)++, (*len)--;
+    return LLM_OK;
+}
+
 llm_status llm_detokenize(const struct llm_tokenizer *t, const int32_t *ids, size_t n,
                           int special, char **text, size_t *len)
 {

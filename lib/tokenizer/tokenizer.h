@@ -59,6 +59,12 @@ llm_status llm_tokenize(const struct llm_tokenizer *t, const char *text, size_t 
 llm_status llm_token_piece(const struct llm_tokenizer *t, int32_t id, int special,
                            const char **bytes, size_t *len, char buf[8]);
 
+/* The bytes token `id` adds to streamed text when it follows token `prev`:
+ * its piece, less the SentencePiece dummy-prefix space right after BOS. No
+ * allocation: for printing generated tokens one at a time. */
+llm_status llm_token_piece_after(const struct llm_tokenizer *t, int32_t prev, int32_t id,
+                                 int special, const char **bytes, size_t *len);
+
 /* Detokenize a whole sequence (malloc'd, NUL-terminated). Applies the
  * leading-space rule of SentencePiece models (a space after BOS is dropped). */
 llm_status llm_detokenize(const struct llm_tokenizer *t, const int32_t *ids, size_t n,
