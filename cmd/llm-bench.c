@@ -10,7 +10,7 @@
 #include "../lib/llm.h"
 
 enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE, OPT_KERNELS,
-       OPT_TYPES, OPT_BASE };
+       OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "model to measure (repeatable)", "file" },
@@ -25,6 +25,8 @@ static const struct llm_opt opts[] = {
     { OPT_PEAK, "peak", LLM_ARG_REQUIRED, "GFLOP/S", "FMA peak for the roofline (default: probe it)", NULL },
     { OPT_PPL, "ppl", LLM_ARG_REQUIRED, "FILE", "measure the perplexity of the model on a text file", "file" },
     { OPT_BASE, "base", LLM_ARG_REQUIRED, "FILE", "with --ppl: KL divergence of -m's predictions from this model's", "file" },
+    { OPT_CHUNKS, "chunks", LLM_ARG_REQUIRED, "N", "with --ppl: score only the first N windows (llama-perplexity --chunks)", NULL },
+    { OPT_SCORE_ALL, "score-all", LLM_ARG_NONE, NULL, "with --ppl: score every token of each window (the GPTQ/AWQ papers' protocol)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens; with --kernels: KV tokens of attn (default: 512)", NULL },
     { OPT_KERNELS, "kernels", LLM_ARG_NONE, NULL, "microbenchmark the matrix kernels and attention (shapes of -m, or stories110m)", NULL },
     { OPT_TYPES, "types", LLM_ARG_REQUIRED, "LIST", "with --kernels: weight types (default: f32,f16,bf16,q8_0,q4_0,...)", NULL },
@@ -37,7 +39,7 @@ static struct llm_cli cli = {
     .prog = "llm-bench",
     .synopsis = "[-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
                 "--suite FILE [-o FORMAT]\n"
-                "--ppl FILE [--ctx N] [-t N] [--base FILE] -m FILE\n"
+                "--ppl FILE [--ctx N] [--chunks N] [--score-all] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--compare [--threshold PCT] OLD NEW",
     .summary = "Measure prefill (pp) and decode (tg) speed, latency percentiles and the share of\n"
@@ -60,8 +62,8 @@ struct args {
     double bw, peak;
     const char *ppl, *suite, *base, *types;
     int kernels;
-    int64_t ctx;
-    int have_ctx, compare, have_threshold;
+    int64_t ctx, chunks;
+    int have_ctx, compare, have_threshold, score_all;
     double threshold;
 };
 
@@ -105,7 +107,7 @@ static int do_kld(const struct args *a)
     size_t n_tok = 0;
     uint64_t t0 = llm_time_ns();
     if (!s)
-        s = llm_bench_kld(b, m, a->ppl, (int32_t)a->ctx, mp.n_threads, &k, &n_tok);
+        s = llm_bench_kld(b, m, a->ppl, (int32_t)a->ctx, mp.n_threads, a->chunks, &k, &n_tok);
     double sec = (double)(llm_time_ns() - t0) * 1e-9;
     if (b)
         llm_model_close(b);
@@ -136,7 +138,8 @@ static int do_ppl(const struct args *a)
     double ppl = 0, se = 0;
     size_t n_tok = 0;
     uint64_t t0 = llm_time_ns();
-    s = llm_bench_perplexity(m, a->ppl, (int32_t)a->ctx, mp.n_threads, &ppl, &se, &n_tok);
+    s = llm_bench_perplexity(m, a->ppl, (int32_t)a->ctx, mp.n_threads, a->chunks, a->score_all, &ppl,
+                             &se, &n_tok);
     double sec = (double)(llm_time_ns() - t0) * 1e-9;
     llm_model_close(m);
     if (s)
@@ -333,6 +336,8 @@ int main(int argc, char **argv)
         case OPT_KERNELS: a.kernels = 1; break;
         case OPT_TYPES: a.types = arg; break;
         case OPT_BASE: a.base = arg; break;
+        case OPT_CHUNKS: s = llm_parse_i64(arg, 1, INT64_MAX, "--chunks", &a.chunks); break;
+        case OPT_SCORE_ALL: a.score_all = 1; break;
         }
         if (s)
             return llm_cli_usage(&cli, "%s", llm_error_detail(s));
@@ -349,6 +354,11 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--types goes with --kernels");
     if (a.base && !a.ppl)
         return llm_cli_usage(&cli, "--base goes with --ppl");
+    if ((a.chunks || a.score_all) && !a.ppl)
+        return llm_cli_usage(&cli, "--chunks and --score-all go with --ppl");
+    if (a.score_all && a.base)
+        return llm_cli_usage(&cli, "--score-all does not go with --base (the KL divergence uses "
+                             "llama-perplexity's protocol)");
     if (a.compare) {
         if (bench_opts || a.ppl || a.suite || a.kernels || n_ops != 2)
             return llm_cli_usage(&cli, "--compare takes two result files, OLD NEW, and no other option");
@@ -366,7 +376,7 @@ int main(int argc, char **argv)
     if (a.ppl) {
         if (p->n_models != 1 || a.have_tests || p->n_threads > 1 || a.have_reps || a.have_warmup ||
             p->have_format || a.bw || a.peak || a.suite)
-            return llm_cli_usage(&cli, "--ppl takes one model (-m), and -t, --ctx, --base only");
+            return llm_cli_usage(&cli, "--ppl takes one model (-m), and -t, --ctx, --chunks, --score-all, --base only");
         return llm_cli_exit(&cli, do_ppl(&a));
     }
     if (a.suite) {

@@ -6,13 +6,14 @@
 #include "../lib/llm.h"
 
 enum { OPT_TO = 256, OPT_JSON, OPT_SUMS, OPT_VERIFY, OPT_SYNTH, OPT_SEED, OPT_META, OPT_TOKENIZER,
-       OPT_COMPRESS, OPT_INFO };
+       OPT_COMPRESS, OPT_INFO, OPT_DEQUANT };
 
 static const struct llm_opt opts[] = {
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the converted model to FILE ('-' = stdout)", "file" },
     { 't', "type", LLM_ARG_REQUIRED, "TYPE", "convert every weight matrix to TYPE (default: keep; K-quants become f16)",
       "f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_ch q8z_g32 q8z_g64 q8z_g128 q8z_ch q4_0 q4_g64 q4_g128 q4_ch q4_1 q4z_g64 q4z_g128 q4z_ch nf4 nf4_dq fp8_e4m3" },
-    { OPT_TO, "to", LLM_ARG_REQUIRED, "FORMAT", "output format: llm or gguf (default: from the file name, else llm)", "llm gguf" },
+    { OPT_TO, "to", LLM_ARG_REQUIRED, "FORMAT", "output format: llm, gguf; gptq, gptq_v2, awq write a HF directory (default: from the file name, else llm)", "llm gguf gptq gptq_v2 awq" },
+    { OPT_DEQUANT, "dequant", LLM_ARG_NONE, NULL, "with --to gptq/gptq_v2/awq: write what cannot stay quantized as f16", NULL },
     { OPT_COMPRESS, "compress", LLM_ARG_OPTIONAL, "LEVEL", "zstd-compress each tensor (.llm; default level 3)", NULL },
     { OPT_TOKENIZER, "tokenizer", LLM_ARG_REQUIRED, "FILE", "llama2.c tokenizer.bin for a llama2.c checkpoint", "file" },
     { OPT_META, "meta", LLM_ARG_REQUIRED, "KEY=VALUE", "set user.KEY in the metadata (repeatable)", NULL },
@@ -30,9 +31,10 @@ static struct llm_cli cli = {
     .synopsis = "[OPTIONS] IN -o OUT\n"
                 "--info [--json] [--checksums] FILE...\n"
                 "--verify FILE...\n"
-                "--synthetic SHAPE [--type TYPE] [--seed N] -o OUT",
-    .summary = "Convert GGUF, llama2.c and Hugging Face models to .llm (and .llm to GGUF);\n"
-               "inspect, verify and make synthetic models.",
+                "--synthetic SHAPE [--type TYPE] [--seed N] -o OUT\n"
+                "IN --to gptq|gptq_v2|awq [--dequant] -o DIR",
+    .summary = "Convert GGUF, llama2.c and Hugging Face models (float, GPTQ, AWQ) to .llm, and\n"
+               ".llm to GGUF or to GPTQ/AWQ directories; inspect, verify and make synthetic models.",
     .opts = opts,
     .n_opts = sizeof opts / sizeof opts[0],
     .footer = "IN is a .llm or GGUF file, a llama2.c checkpoint, a Hugging Face model directory\n"
@@ -42,13 +44,14 @@ static struct llm_cli cli = {
               "  llm-convert stories260K.bin --tokenizer tok512.bin -o stories.llm\n"
               "  llm-convert model.gguf -o - | llm-convert --info -\n"
               "  llm-convert stories.llm -o stories.gguf\n"
-              "  llm-convert --synthetic llama-2-7b --type q4_0 -o 7b.llm\n",
+              "  llm-convert --synthetic llama-2-7b --type q4_0 -o 7b.llm\n"
+              "  llm-convert model-gptq.llm --to gptq -o model-gptq/\n",
 };
 
 struct args {
     const char *out, *to, *synth, *tokenizer;
     enum llm_type type;
-    int have_type, compress, info, json, sums, verify;
+    int have_type, compress, info, json, sums, verify, dequant;
     uint64_t seed;
     int have_seed;
     const char *meta[64];
@@ -82,6 +85,16 @@ static llm_status check_tokenizer_opt(const struct args *a, const struct llm_fil
     return LLM_OK;
 }
 
+/* --to gptq|gptq_v2|awq: 0 for the single-file formats */
+static int hf_method(const char *to)
+{
+    if (!to)
+        return 0;
+    if (!strcmp(to, "gptq") || !strcmp(to, "gptq_v2"))
+        return LLM_HFQ_GPTQ;
+    return strcmp(to, "awq") == 0 ? LLM_HFQ_AWQ : 0;
+}
+
 static int do_convert(const struct args *a, const char *in)
 {
     struct llm_file *f = NULL;
@@ -104,8 +117,17 @@ static int do_convert(const struct args *a, const char *in)
     wo.convert = a->have_type && !a->synth;
     wo.type = a->type;
     int gguf = a->to ? strcmp(a->to, "gguf") == 0 : ends_with(a->out, ".gguf");
-    if (!(s = set_user_meta(f, a)))
-        s = gguf ? llm_gguf_write(f, a->out, &wo) : llm_llm_write(f, a->out, &wo);
+    struct llm_hfq_write_opts ho;
+    llm_hfq_write_opts_default(&ho);
+    ho.method = hf_method(a->to);
+    ho.gptq_v2 = a->to && strcmp(a->to, "gptq_v2") == 0;
+    ho.dequant = a->dequant;
+    if (!(s = set_user_meta(f, a)) && ho.method && wo.convert)
+        s = llm_file_convert(f, wo.type);
+    if (!s)
+        s = ho.method ? llm_hfq_write(f, a->out, &ho)
+            : gguf    ? llm_gguf_write(f, a->out, &wo)
+                      : llm_llm_write(f, a->out, &wo);
     if (!s && cli.verbose > 0) {
         uint64_t params, bytes;
         llm_file_totals(f, &params, &bytes);
@@ -176,8 +198,8 @@ int main(int argc, char **argv)
             a.have_type = 1;
             break;
         case OPT_TO:
-            if (strcmp(arg, "llm") && strcmp(arg, "gguf"))
-                return llm_cli_usage(&cli, "--to: unknown format '%s' (llm, gguf)", arg);
+            if (strcmp(arg, "llm") && strcmp(arg, "gguf") && !hf_method(arg))
+                return llm_cli_usage(&cli, "--to: unknown format '%s' (llm, gguf, gptq, gptq_v2, awq)", arg);
             a.to = arg;
             break;
         case OPT_COMPRESS:
@@ -196,6 +218,7 @@ int main(int argc, char **argv)
             a.meta[a.n_meta++] = arg;
             break;
         case OPT_INFO: a.info = 1; break;
+        case OPT_DEQUANT: a.dequant = 1; break;
         case OPT_JSON: a.json = 1; break;
         case OPT_SUMS: a.sums = 1; break;
         case OPT_VERIFY: a.verify = 1; break;
@@ -214,8 +237,8 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--info, --verify and --synthetic are separate modes");
     if (a.have_seed && !a.synth)
         return llm_cli_usage(&cli, "--seed goes with --synthetic");
-    if ((a.info || a.verify) && (a.n_meta || a.have_type || a.compress || a.to))
-        return llm_cli_usage(&cli, "--meta, --type, --compress and --to make no sense with %s",
+    if ((a.info || a.verify) && (a.n_meta || a.have_type || a.compress || a.to || a.dequant))
+        return llm_cli_usage(&cli, "--meta, --type, --compress, --to and --dequant make no sense with %s",
                              a.info ? "--info" : "--verify");
     if (a.tokenizer && (a.verify || a.synth))
         return llm_cli_usage(&cli, "--tokenizer goes with a llama2.c checkpoint");
@@ -233,7 +256,11 @@ int main(int argc, char **argv)
     if (a.synth ? n != 0 : n != 1)
         return llm_cli_usage(&cli, a.synth ? "--synthetic takes no input file" : "expected one input");
     int gguf = a.to ? strcmp(a.to, "gguf") == 0 : ends_with(a.out, ".gguf");
-    if (gguf && a.compress)
+    if ((gguf || hf_method(a.to)) && a.compress)
         return llm_cli_usage(&cli, "--compress applies to .llm output only");
+    if (a.dequant && !hf_method(a.to))
+        return llm_cli_usage(&cli, "--dequant goes with --to gptq, gptq_v2 or awq");
+    if (hf_method(a.to) && strcmp(a.out, "-") == 0)
+        return llm_cli_usage(&cli, "--to %s writes a directory: -o DIR, not '-'", a.to);
     return llm_cli_exit(&cli, do_convert(&a, a.synth ? NULL : files[0]));
 }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,11 +13,12 @@
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_PRESENCE,
        OPT_FREQUENCY, OPT_STOP, OPT_IGNORE_EOS, OPT_LOGPROBS, OPT_ECHO, OPT_CHAT, OPT_SYSTEM,
        OPT_TEMPLATE, OPT_JSON, OPT_CTX, OPT_KVTYPE, OPT_TRUNCATE, OPT_TOKENIZE, OPT_DETOKENIZE,
-       OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER };
+       OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
     { OPT_TOKENIZER, "tokenizer", LLM_ARG_REQUIRED, "FILE", "llama2.c tokenizer.bin for a llama2.c checkpoint", "file" },
+    { OPT_NOVERIFY, "no-verify", LLM_ARG_NONE, NULL, "do not check the tensor checksums of a .llm model while loading", NULL },
     { 'p', "prompt", LLM_ARG_REQUIRED, "TEXT", "the prompt (default: read -f FILE or stdin)", NULL },
     { 'f', "file", LLM_ARG_REQUIRED, "FILE", "read the prompt from FILE ('-' = stdin)", "file" },
     { 'n', "n-predict", LLM_ARG_REQUIRED, "N", "generate at most N tokens (default: -1, until EOS or the context is full)", NULL },
@@ -71,13 +73,22 @@ struct args {
     int32_t n_predict, n_ctx, top_logprobs;
     struct llm_sampler_params sp;
     int have_seed, have_sampling, ignore_eos, echo, chat, json, threads, truncate;
-    int tokenize, detokenize, no_bos, special;
+    int tokenize, detokenize, no_bos, special, no_verify;
     enum llm_type kv_type;
     const char *stop[32];
     size_t n_stop;
 };
 
 static volatile sig_atomic_t interrupted;
+
+/* The most memory the process has had resident, in bytes (0 if unknown). */
+static uint64_t peak_rss(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) || ru.ru_maxrss < 0)
+        return 0;
+    return (uint64_t)ru.ru_maxrss * 1024; /* Linux counts kilobytes */
+}
 
 static void on_sigint(int sig)
 {
@@ -188,7 +199,8 @@ static llm_status on_token(void *ctx, const struct llm_gen_token *t)
     return LLM_OK;
 }
 
-static void print_json(const struct out_state *o, const struct llm_gen_result *r, uint64_t seed)
+static void print_json(const struct out_state *o, const struct llm_gen_result *r, uint64_t seed,
+                       uint64_t kv_bytes)
 {
     printf("{\"text\":");
     llm_json_string(stdout, o->text ? o->text : "", o->len);
@@ -198,6 +210,8 @@ static void print_json(const struct out_state *o, const struct llm_gen_result *r
            r->n_prompt, r->n_gen, r->stop_reason, (unsigned long long)seed, r->t_prompt_s,
            r->t_gen_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
            r->t_gen_s > 0 ? r->n_gen / r->t_gen_s : 0.0);
+    printf(",\"memory\":{\"peak_rss_bytes\":%llu,\"kv_cache_bytes\":%llu}",
+           (unsigned long long)peak_rss(), (unsigned long long)kv_bytes);
     if (o->a->top_logprobs > 0) {
         size_t k = (size_t)o->a->top_logprobs;
         printf(",\"tokens\":[");
@@ -303,12 +317,25 @@ static int do_detokenize(const struct args *a, struct llm_tokenizer *tok)
     return 0;
 }
 
-static void report(const struct llm_gen_result *r, uint64_t seed)
+static void report(const struct llm_gen_result *r, uint64_t seed, uint64_t kv_bytes)
 {
     fprintf(stderr, "%s: seed %llu; prompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d "
-            "tokens in %.3f s (%.1f tokens/s); stop: %s\n", cli.prog, (unsigned long long)seed,
+            "tokens in %.3f s (%.1f tokens/s); stop: %s; peak RSS %.1f MB (KV cache %.1f MB)\n",
+            cli.prog, (unsigned long long)seed,
             r->n_prompt, r->t_prompt_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
-            r->n_gen, r->t_gen_s, r->t_gen_s > 0 ? r->n_gen / r->t_gen_s : 0.0, r->stop_reason);
+            r->n_gen, r->t_gen_s, r->t_gen_s > 0 ? r->n_gen / r->t_gen_s : 0.0, r->stop_reason,
+            (double)peak_rss() / 1e6, (double)kv_bytes / 1e6);
+}
+
+/* -n N asked for more tokens than the KV cache had room for. */
+static llm_status check_room(const struct args *a, const struct llm_context *c,
+                             const struct llm_gen_result *r)
+{
+    if (a->n_predict < 0 || strcmp(r->stop_reason, "context"))
+        return LLM_OK;
+    return llm_error_set(LLM_E_INVALID, "the KV cache is full: the context of %d tokens ended "
+                         "after %d of the %d tokens asked for (use --ctx N or a smaller -n)",
+                         llm_context_n_ctx(c), r->n_gen, a->n_predict);
 }
 
 /* Tokenize, fit into the context and generate one reply. */
@@ -334,8 +361,11 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
         use = ids + n - keep - bos;
         n = keep + bos;
     }
-    if (echo && !a->json && fwrite(text, 1, len, stdout) != len)
+    /* flushed now: a second Ctrl-C during the prefill exits at once */
+    if (echo && !a->json && (fwrite(text, 1, len, stdout) != len || fflush(stdout))) {
+        llm_free(ids);
         return llm_error_set(LLM_E_IO, "stdout: %s", strerror(errno));
+    }
     struct llm_gen_params gp;
     llm_gen_params_default(&gp);
     gp.n_predict = a->n_predict;
@@ -365,7 +395,7 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
             }
         }
         if (!s)
-            print_json(&o, r, a->sp.seed);
+            print_json(&o, r, a->sp.seed, llm_context_kv_bytes(c));
     }
     if (!s && reply) {
         *reply = o.text ? o.text : llm_strdup("");
@@ -424,10 +454,12 @@ static int chat_loop(const struct args *a, struct llm_context *c)
         llm_free(prompt);
         putchar('\n');
         fflush(stdout);
+        if (!s && (s = check_room(a, c, &r)))
+            llm_free(reply);
         if (s)
             break;
         if (cli.verbose > 0)
-            report(&r, a->sp.seed);
+            report(&r, a->sp.seed, llm_context_kv_bytes(c));
         owned[n_owned++] = reply;
         msgs[n++] = (struct llm_chat_msg){ "assistant", reply };
     }
@@ -445,6 +477,16 @@ static int do_generate(const struct args *a, struct llm_model *m)
     cp.kv_type = a->kv_type;
     cp.n_threads = a->threads;
     llm_status s = llm_context_new(&c, m, &cp);
+    if (s == LLM_E_NOMEM) {
+        /* name the problem: almost always the KV cache of a large --ctx */
+        const struct llm_config *cf = llm_model_config(m);
+        int32_t n_ctx = cp.n_ctx > 0 ? cp.n_ctx : (cf->n_ctx_train < 4096 ? cf->n_ctx_train : 4096);
+        double kvb = 2.0 * cf->n_layers * cf->n_kv_heads * cf->head_dim * (double)n_ctx *
+                     (a->kv_type == LLM_TYPE_F32 ? 4 : 2);
+        s = llm_error_set(LLM_E_NOMEM, "no memory for the KV cache of %d tokens (%.2f GB of %s) "
+                          "and the buffers: use a smaller --ctx", n_ctx, kvb / 1e9,
+                          llm_type_name(a->kv_type));
+    }
     if (s)
         return llm_cli_fail(&cli, s);
     if (!llm_model_tokenizer(m)) {
@@ -480,12 +522,15 @@ static int do_generate(const struct args *a, struct llm_model *m)
     struct llm_gen_result r;
     if (!s)
         s = run_once(a, c, text, len, a->chat || a->special, a->echo, &r, NULL);
+    uint64_t kv_bytes = llm_context_kv_bytes(c);
+    if (!s && cli.verbose > 0)
+        report(&r, a->sp.seed, kv_bytes);
+    if (!s)
+        s = check_room(a, c, &r);
     llm_free(text);
     llm_context_free(c);
     if (s)
         return llm_cli_fail(&cli, s);
-    if (cli.verbose > 0)
-        report(&r, a->sp.seed);
     if (interrupted) {
         fflush(stdout);
         fprintf(stderr, "%s: interrupted\n", cli.prog);
@@ -584,6 +629,7 @@ int main(int argc, char **argv)
         case OPT_DETOKENIZE: a.detokenize = 1; break;
         case OPT_NOBOS: a.no_bos = 1; break;
         case OPT_SPECIAL: a.special = 1; break;
+        case OPT_NOVERIFY: a.no_verify = 1; break;
         }
         if (rc)
             return rc;
@@ -602,7 +648,8 @@ int main(int argc, char **argv)
     if (a.detokenize && a.json)
         return llm_cli_usage(&cli, "--json does not go with --detokenize");
     if (tokmode && (a.have_sampling || a.have_seed || a.n_predict != -1 || a.echo || a.chat ||
-                    a.top_logprobs || a.n_ctx || a.threads || a.truncate || a.kv_type != LLM_TYPE_F16))
+                    a.top_logprobs || a.n_ctx || a.threads || a.truncate || a.no_verify ||
+                    a.kv_type != LLM_TYPE_F16))
         return llm_cli_usage(&cli, "generation options do not go with --%s",
                              a.tokenize ? "tokenize" : "detokenize");
     if ((a.system || a.tmpl) && !a.chat)
@@ -613,12 +660,15 @@ int main(int argc, char **argv)
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         a.sp.seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+        /* 53 bits: a JSON reader that keeps numbers as doubles reads it back exactly */
+        a.sp.seed &= (1ull << 53) - 1;
     }
 
     struct llm_file *f;
     struct llm_import_opts io;
     llm_import_opts_default(&io);
     io.tokenizer_path = a.tokenizer;
+    io.verify = !a.no_verify && !tokmode; /* the tokenizer modes never read the weights */
     llm_status s = llm_import(&f, a.model, &io);
     if (s)
         return llm_cli_fail(&cli, s);

@@ -105,6 +105,10 @@ _llm_bench()
             _llm_files
             return
             ;;
+        --chunks)
+            :
+            return
+            ;;
         --ctx)
             :
             return
@@ -123,7 +127,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --ctx --kernels --types --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi
@@ -146,7 +150,7 @@ _llm_convert()
             return
             ;;
         --to)
-            _llm_words 'llm gguf'
+            _llm_words 'llm gguf gptq gptq_v2 awq'
             return
             ;;
         --compress)
@@ -173,7 +177,7 @@ _llm_convert()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-o --output -t --type --to --compress --tokenizer --meta --info --json --checksums --verify --synthetic --seed -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-o --output -t --type --to --dequant --compress --tokenizer --meta --info --json --checksums --verify --synthetic --seed -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi
@@ -240,6 +244,96 @@ _llm_kvstat()
     _llm_files
 }
 complete -F _llm_kvstat llm-kvstat
+
+_llm_quantize()
+{
+    local cur prev eq
+    _llm_init
+    if ! _llm_options_ended; then
+        case $prev in
+        -m|--model)
+            _llm_files
+            return
+            ;;
+        -o|--output)
+            _llm_files
+            return
+            ;;
+        --method)
+            _llm_words 'rtn gptq awq nf4 fp8'
+            return
+            ;;
+        --bits)
+            _llm_words '4 8'
+            return
+            ;;
+        --group)
+            _llm_words '32 64 128 channel'
+            return
+            ;;
+        --fp8-scale)
+            _llm_words 'channel tensor'
+            return
+            ;;
+        --calib)
+            _llm_files
+            return
+            ;;
+        --samples)
+            :
+            return
+            ;;
+        --seq-len)
+            :
+            return
+            ;;
+        --seed)
+            :
+            return
+            ;;
+        --damp)
+            :
+            return
+            ;;
+        --block-size)
+            :
+            return
+            ;;
+        --awq-grid)
+            :
+            return
+            ;;
+        --awq-tokens)
+            :
+            return
+            ;;
+        --recipe)
+            _llm_files
+            return
+            ;;
+        --report)
+            _llm_files
+            return
+            ;;
+        -t|--threads)
+            :
+            return
+            ;;
+        --compress)
+            if ((eq)); then
+                :
+                return
+            fi
+            ;;
+        esac
+        if [[ $cur == -* ]]; then
+            _llm_words '-m --model -o --output --method --bits --group --sym --asym --double-quant --fp8-scale --calib --samples --seq-len --seed --damp --act-order --static-groups --block-size --awq-grid --no-duo-scaling --no-clip --awq-tokens --recipe --report --allow-requantize -t --threads --compress --progress -h --help -V --version -v --verbose -q --quiet'
+            return
+        fi
+    fi
+    _llm_files
+}
+complete -F _llm_quantize llm-quantize
 
 _llm_run()
 {
@@ -333,7 +427,7 @@ _llm_run()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model --tokenizer -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

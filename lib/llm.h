@@ -35,6 +35,7 @@
 #include "common/status.h"
 #include "format/file.h"   /* struct llm_file, struct llm_tensor */
 #include "format/import.h" /* llm_import, llm_*_write, llm_synthetic */
+#include "format/hf_quant.h" /* llm_hfq_write: GPTQ/AWQ directories */
 #include "format/info.h"
 #include "format/meta.h"
 #include "gpu/gpu.h"       /* llm_gpu_* (LLM_E_CUDA when built without CUDA) */
@@ -49,5 +50,10 @@
 #include "sample/sample.h"  /* llm_sampler_* */
 #include "tokenizer/tokenizer.h"
 #include "ops/matmul.h"      /* llm_matvec, llm_matmul, llm_pool_*: CPU products and threads */
+#include "quantize/awq.h"    /* llm_awq_*: AWQ scale and clip search, folding (llm-quantize) */
+#include "quantize/quantize.h" /* llm_quantize, recipes: llm-quantize */
+#include "quantize/calib.h"  /* llm_calib_*: calibration windows */
+#include "quant/grid.h"   /* llm_qgrid_*: integer grids with explicit scales and zeros */
+#include "quantize/gptq.h"   /* llm_gptq_quantize: GPTQ on one matrix */
 
 #endif

@@ -188,9 +188,12 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
                          const struct llm_bench_test *t, int n_threads, int reps, int warmup);
 
 /* Perplexity of the text file `path` with windows of n_ctx tokens
- * (llm_perplexity's default protocol). *n_tokens receives the token count. */
+ * (llm_perplexity's default protocol, or every prediction with score_all);
+ * max_chunks > 0 keeps only the first max_chunks windows (llama-perplexity
+ * --chunks). *n_tokens receives the token count used. */
 llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
-                                double *ppl, double *stderr_, size_t *n_tokens);
+                                int64_t max_chunks, int score_all, double *ppl, double *stderr_,
+                                size_t *n_tokens);
 
 /* ---- kernel microbenchmarks (--kernels) -------------------------------------- */
 
@@ -306,6 +309,7 @@ llm_status llm_kld_summarize(struct llm_kld_summary *s, const double *kld, const
  * The text is tokenized with m's tokenizer; the vocabularies must have the
  * same size. */
 llm_status llm_bench_kld(struct llm_model *base, struct llm_model *m, const char *path, int32_t n_ctx,
-                         int n_threads, struct llm_kld_summary *s, size_t *n_tokens);
+                         int n_threads, int64_t max_chunks, struct llm_kld_summary *s,
+                         size_t *n_tokens);
 
 #endif

@@ -160,7 +160,8 @@ static llm_status kld_run(struct llm_context *cb, struct llm_context *cm, const 
 }
 
 llm_status llm_bench_kld(struct llm_model *base, struct llm_model *m, const char *path, int32_t n_ctx,
-                         int n_threads, struct llm_kld_summary *s, size_t *n_tokens)
+                         int n_threads, int64_t max_chunks, struct llm_kld_summary *s,
+                         size_t *n_tokens)
 {
     struct llm_tokenizer *tk = llm_model_tokenizer(m);
     LLM_CHECK(tk, LLM_E_INVALID, "the model has no tokenizer: the KL divergence needs one");
@@ -175,6 +176,8 @@ llm_status llm_bench_kld(struct llm_model *base, struct llm_model *m, const char
     struct llm_context *cb = NULL, *cm = NULL;
     LLM_TRY(llm_read_file(path, (size_t)1 << 30, &text, &len));
     llm_status st = llm_tokenize(tk, text, len, LLM_TOK_ADD_BOS, &ids, n_tokens);
+    if (!st && max_chunks > 0 && (uint64_t)*n_tokens / (uint64_t)n_ctx > (uint64_t)max_chunks)
+        *n_tokens = (size_t)max_chunks * (size_t)n_ctx;
     if (!st && *n_tokens < 2 * (size_t)n_ctx)
         st = llm_error_set(LLM_E_INVALID, "%s: %zu tokens, at least %zu needed for a context of %d", path,
                            *n_tokens, 2 * (size_t)n_ctx, n_ctx);

@@ -131,7 +131,8 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
 }
 
 llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
-                                double *ppl, double *stderr_, size_t *n_tokens)
+                                int64_t max_chunks, int score_all, double *ppl, double *stderr_,
+                                size_t *n_tokens)
 {
     struct llm_tokenizer *tk = llm_model_tokenizer(m);
     LLM_CHECK(tk, LLM_E_INVALID, "the model has no tokenizer: perplexity needs one");
@@ -141,6 +142,8 @@ llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n
     struct llm_context *c = NULL;
     LLM_TRY(llm_read_file(path, (size_t)1 << 30, &text, &len));
     llm_status s = llm_tokenize(tk, text, len, LLM_TOK_ADD_BOS, &ids, n_tokens);
+    if (!s && max_chunks > 0 && (uint64_t)*n_tokens / (uint64_t)n_ctx > (uint64_t)max_chunks)
+        *n_tokens = (size_t)max_chunks * (size_t)n_ctx;
     if (!s) {
         struct llm_context_params cp;
         llm_context_params_default(&cp);
@@ -149,7 +152,7 @@ llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n
         cp.n_threads = n_threads;
         s = llm_context_new(&c, m, &cp);
     }
-    if (!s && (s = llm_perplexity(c, ids, *n_tokens, n_ctx, 0, ppl, stderr_)))
+    if (!s && (s = llm_perplexity(c, ids, *n_tokens, n_ctx, score_all, ppl, stderr_)))
         llm_error_prefix(path);
     llm_context_free(c);
     llm_free(ids);

@@ -1,7 +1,8 @@
 /* hf.c: Hugging Face model directories (formats.md §3): config.json to
  * hparams, safetensors weights (one file or an index of shards) renamed to
  * GGUF names with Q/K rows permuted to interleaved order for llama/mistral,
- * generation_config.json; the tokenizer is in hf_tokenizer.c. */
+ * generation_config.json; the tokenizer is in hf_tokenizer.c, GPTQ/AWQ
+ * packed weights in hf_quant.c. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "../common/io.h"
 #include "file.h"
 #include "hf.h"
+#include "hf_quant.h"
 #include "import.h"
 
 #define MAX_CONFIG_JSON ((size_t)64 << 20)
@@ -294,6 +296,8 @@ struct hf_w {
     uint64_t nbytes;
     int64_t order;           /* sort key: file position in GGUF order */
     uint64_t perm_heads;     /* 0: no permutation */
+    llm_fill_fn fill;        /* GPTQ/AWQ weights: made by hf_quant.c */
+    void *fill_ctx;
 };
 
 struct hf_load {
@@ -308,6 +312,7 @@ struct hf_load {
     size_t n_listed;
     struct hf_w *w;
     size_t n, cap;
+    struct llm_hfq *q;       /* GPTQ/AWQ checkpoint, or NULL */
 };
 
 static const struct {
@@ -430,12 +435,50 @@ static llm_status check_index(struct hf_load *ld, const char *name, const char *
     return LLM_OK;
 }
 
+/* token_embd first, then the blocks in order, then output_norm, output */
+static int64_t w_order(int64_t layer, size_t slot, int bias)
+{
+    return layer < 0 ? (slot == 0 ? -1 : (int64_t)1 << 40 | (int64_t)slot)
+                     : layer * 64 + (int64_t)slot * 2 + bias;
+}
+
+/* qweight/qzeros/scales/g_idx of a GPTQ/AWQ linear layer, to hf_quant.c */
+static llm_status collect_quant(struct hf_load *ld, const struct llm_st_entry *e, int part,
+                                size_t blen, const char *shard)
+{
+    const struct hf_cfg *c = ld->c;
+    char hf[LLM_MAX_NAME + 8], gname[LLM_MAX_NAME];
+    int64_t layer, ne[LLM_MAX_DIMS] = { 1, 1, 1, 1 };
+    size_t slot;
+    int bias;
+    LLM_CHECK(blen < LLM_MAX_NAME, LLM_E_FORMAT, "%s: tensor name of %zu bytes", shard, blen);
+    snprintf(hf, sizeof hf, "%.*s.weight", (int)blen, e->name);
+    if (map_name(hf, gname, &layer, &slot, &bias) != 1 ||
+        expected_ne(c, layer, slot, 0, ne) != 2)
+        return llm_error_set(LLM_E_UNSUPPORTED,
+                             "%s: tensor '%s': not a quantized linear layer of %s", shard,
+                             e->name, c->arch);
+    if (layer >= c->L)
+        return llm_error_set(LLM_E_FORMAT,
+                             "%s: tensor '%s': layer %lld but num_hidden_layers is %lld", shard,
+                             e->name, (long long)layer, (long long)c->L);
+    uint64_t heads = c->permute && (slot == 1 || slot == 2) && layer >= 0
+                         ? (uint64_t)(slot == 1 ? c->nH : c->nKV)
+                         : 0;
+    return llm_hfq_add(ld->q, e, part, shard, gname, ne[0], ne[1], heads,
+                       w_order(layer, slot, 0));
+}
+
 static llm_status collect(const struct llm_st_entry *e, void *vctx)
 {
     struct hf_load *ld = vctx;
     const struct hf_cfg *c = ld->c;
     const char *shard = ld->shards[ld->cur];
     LLM_TRY(check_index(ld, e->name, shard));
+    size_t blen;
+    int part = ld->q ? llm_hfq_part(e->name, &blen) : -1;
+    if (part >= 0)
+        return collect_quant(ld, e, part, blen, shard);
     char gname[LLM_MAX_NAME];
     int64_t layer;
     size_t slot;
@@ -480,9 +523,7 @@ static llm_status collect(const struct llm_st_entry *e, void *vctx)
     memcpy(w->ne, e->ne, sizeof w->ne);
     w->data = e->data;
     w->nbytes = e->nbytes;
-    /* token_embd first, then the blocks in order, then output_norm, output */
-    w->order = layer < 0 ? (slot == 0 ? -1 : (int64_t)1 << 40 | (int64_t)slot)
-                         : layer * 64 + (int64_t)slot * 2 + bias;
+    w->order = w_order(layer, slot, bias);
     if (c->permute && (slot == 1 || slot == 2) && layer >= 0)
         w->perm_heads = (uint64_t)(slot == 1 ? c->nH : c->nKV);
     return LLM_OK;
@@ -530,7 +571,8 @@ static llm_status scan_shards(struct hf_load *ld)
         const char *key;
         json_t *v;
         json_object_foreach(ld->weight_map, key, v) {
-            int found = 0;
+            size_t blen;
+            int found = ld->q && llm_hfq_part(key, &blen) >= 0; /* checked by hf_quant.c */
             for (size_t i = 0; i < ld->n && !found; i++)
                 found = strcmp(ld->w[i].src, key) == 0;
             if (!found && !ends_with(key, ".rotary_emb.inv_freq") &&
@@ -603,9 +645,16 @@ static llm_status add_weights(struct hf_load *ld, const struct hf_cfg *c)
         struct hf_w *w = &ld->w[i];
         if (c->tie && strcmp(w->name, "output.weight") == 0)
             continue;
-        size_t esize = w->type == LLM_TYPE_F32 ? 4 : 2;
+        size_t esize = w->type == LLM_TYPE_F32 || w->type == LLM_TYPE_I32 ? 4 : 2;
         int aligned = (uintptr_t)w->data % esize == 0;
         struct llm_tensor *t;
+        if (w->fill) {
+            LLM_TRY(llm_file_add_tensor(ld->f, w->name, (enum llm_type)w->type, w->n_dims, w->ne,
+                                        NULL, &t));
+            t->fill = w->fill;
+            t->fill_ctx = w->fill_ctx;
+            continue;
+        }
         LLM_TRY(llm_file_add_tensor(ld->f, w->name, (enum llm_type)w->type, w->n_dims, w->ne,
                                     w->perm_heads || !aligned ? NULL : w->data, &t));
         if (w->perm_heads) {
@@ -627,11 +676,37 @@ static llm_status add_weights(struct hf_load *ld, const struct hf_cfg *c)
     return LLM_OK;
 }
 
-static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cfg *c)
+/* The GPTQ/AWQ weights (and act-order .perm tensors) hf_quant.c made. */
+static llm_status add_quant(struct hf_load *ld)
+{
+    LLM_TRY(llm_hfq_finish(ld->q, ld->f));
+    for (size_t i = 0; i < llm_hfq_count(ld->q); i++) {
+        struct llm_hfq_tensor t;
+        llm_hfq_tensor(ld->q, i, &t);
+        LLM_TRY(llm_grow((void **)&ld->w, &ld->cap, ld->n + 1, sizeof *ld->w));
+        struct hf_w *w = &ld->w[ld->n];
+        memset(w, 0, sizeof *w);
+        if (!(w->src = llm_strdup(t.name)))
+            return LLM_E_NOMEM;
+        ld->n++;
+        snprintf(w->name, sizeof w->name, "%s", t.name);
+        w->type = (int)t.type;
+        w->n_dims = t.n_dims;
+        memcpy(w->ne, t.ne, sizeof w->ne);
+        w->data = t.data;
+        w->order = t.order;
+        w->fill = t.fill;
+        w->fill_ctx = t.fill_ctx;
+    }
+    return LLM_OK;
+}
+
+static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cfg *c,
+                               struct llm_hfq *q)
 {
     json_t *index = NULL;
     char ipath[4096];
-    struct hf_load ld = { .f = f, .c = c, .ipath = ipath };
+    struct hf_load ld = { .f = f, .c = c, .ipath = ipath, .q = q };
     llm_status s = llm_hf_path(ipath, sizeof ipath, dir, "model.safetensors.index.json");
     if (s)
         return s;
@@ -677,6 +752,8 @@ static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cf
     }
     if (!s)
         s = scan_shards(&ld);
+    if (!s && q)
+        s = add_quant(&ld);
     if (!s)
         s = check_complete(&ld, dir, c);
     if (!s)
@@ -794,13 +871,17 @@ llm_status llm_hf_open(struct llm_file **out, const char *dir, const struct llm_
     LLM_TRY(llm_hf_json_load(&cfg, dir, "config.json", MAX_CONFIG_JSON, 0));
     struct hf_cfg c = { .path = cpath };
     struct llm_file *f = NULL;
+    struct llm_hfq *q = NULL;
     llm_status s = read_config(cfg, &c);
+    if (!s)
+        s = llm_hfq_new(&q, cfg, dir);
     if (!s)
         s = llm_file_new(&f, dir, "hf");
     if (!s)
         s = set_config_meta(f, cfg, dir, &c);
     if (!s)
-        s = load_weights(f, dir, &c);
+        s = load_weights(f, dir, &c, q);
+    llm_hfq_free(q);
     if (!s)
         s = llm_meta_set_bool(f->meta, "hparams.tie_embeddings", c.tie);
     if (!s)

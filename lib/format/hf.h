@@ -46,8 +46,8 @@ typedef llm_status (*llm_st_fn)(const struct llm_st_entry *e, void *ctx);
 llm_status llm_st_scan(const uint8_t *data, size_t size, const char *name, struct llm_meta *meta,
                        llm_st_fn fn, void *ctx);
 
-/* Write the weight tensors of f (F32, F16 or BF16; auxiliary tensors are
- * skipped) as a safetensors file under their names, shapes in PyTorch order,
+/* Write the weight tensors of f (F32, F16, BF16, or I32 for GPTQ/AWQ packed
+ * words; auxiliary tensors are skipped) as a safetensors file under their names, shapes in PyTorch order,
  * header padded with spaces to a multiple of 8 and tensors sorted as the
  * reference writer does (by element size, then name). f's safetensors.<key>
  * strings become __metadata__, with "format": "pt". */

@@ -270,7 +270,7 @@ static llm_status fill_copy(const struct llm_tensor *t, void *dst, void *ctx)
 
 static size_t type_align(enum llm_type t)
 {
-    return t == LLM_TYPE_F32 ? 4 : 2;
+    return t == LLM_TYPE_F32 || t == LLM_TYPE_I32 ? 4 : 2;
 }
 
 struct st_open_ctx {
@@ -350,6 +350,7 @@ static const char *st_dtype_name(enum llm_type t)
     case LLM_TYPE_F32: return "F32";
     case LLM_TYPE_F16: return "F16";
     case LLM_TYPE_BF16: return "BF16";
+    case LLM_TYPE_I32: return "I32"; /* GPTQ/AWQ packed words (hf_quant_write.c) */
     default: return NULL;
     }
 }

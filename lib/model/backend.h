@@ -24,6 +24,11 @@ struct llm_weight {
     const void *data;   /* host bytes (the mapping) */
     int64_t ne0, rows;
     void *dev;          /* the backend's copy, when it keeps one */
+    /* GPTQ act-order: the columns are stored permuted so that quantization
+     * groups are contiguous, and the product reads x[perm[i]] for stored
+     * column i (the "<name>.perm" tensor). NULL: identity. Weights that read
+     * the same input share one pointer when their permutations are equal. */
+    const int32_t *perm; /* (ne0) host */
 };
 
 /* Rotary embedding: θ_i = inv_freq[i] for pair i of n_dims/2; cos and sin
@@ -79,6 +84,9 @@ struct llm_backend_ops {
     llm_status (*swiglu)(struct llm_backend *b, float *gate, const float *up, int64_t m);
     /* x (m) += y. */
     llm_status (*add)(struct llm_backend *b, float *x, const float *y, int64_t m);
+    /* y (n, width)[t][i] = x[t][perm[i]]: the input of an act-order weight. */
+    llm_status (*gather)(struct llm_backend *b, const float *x, const int32_t *perm, float *y,
+                         int32_t n, int64_t width);
 };
 
 struct llm_backend {

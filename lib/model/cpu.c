@@ -386,6 +386,19 @@ static llm_status cpu_add(struct llm_backend *b, float *x, const float *y, int64
     return LLM_OK;
 }
 
+static llm_status cpu_gather(struct llm_backend *b, const float *x, const int32_t *perm, float *y,
+                             int32_t n, int64_t width)
+{
+    (void)b;
+    for (int32_t t = 0; t < n; t++) {
+        const float *xr = x + (int64_t)t * width;
+        float *yr = y + (int64_t)t * width;
+        for (int64_t i = 0; i < width; i++)
+            yr[i] = xr[perm[i]];
+    }
+    return LLM_OK;
+}
+
 static const struct llm_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -400,6 +413,7 @@ static const struct llm_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .gather = cpu_gather,
 };
 
 llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads)

@@ -14,6 +14,10 @@ void llm_gen_params_default(struct llm_gen_params *p)
     llm_sampler_params_default(&p->sp);
 }
 
+/* Prompt tokens per llm_decode call: llm_context_new's batch for contexts of
+ * 512 tokens or more (a shorter context takes the whole prompt in one). */
+#define GEN_PREFILL_SLICE ((size_t)512)
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -93,14 +97,25 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
     res->stop_reason = "length";
     double t0 = now_s();
     llm_context_reset(c, 0);
-    if (!s)
-        s = llm_decode(c, 0, prompt, (int32_t)n_prompt, 0, logits, 0);
-    for (size_t i = 0; !s && i < n_prompt; i++)
+    /* The prompt goes in slices so that Ctrl-C is seen during a long prefill;
+     * a slice is the context's batch, so the arithmetic is the same as in one
+     * call. */
+    int done = 0;
+    for (size_t off = 0; !s && off < n_prompt; off += GEN_PREFILL_SLICE) {
+        if (p->interrupt && *p->interrupt) {
+            res->stop_reason = "interrupted";
+            res->n_prompt = (int32_t)off;
+            done = 1;
+            break;
+        }
+        size_t nb = n_prompt - off < GEN_PREFILL_SLICE ? n_prompt - off : GEN_PREFILL_SLICE;
+        s = llm_decode(c, 0, prompt + off, (int32_t)nb, (int32_t)off, logits, 0);
+    }
+    for (size_t i = 0; !s && !done && i < n_prompt; i++)
         llm_sampler_accept(smp, prompt[i]);
     double t1 = now_s();
     res->t_prompt_s = t1 - t0;
     int32_t pos = (int32_t)n_prompt, prev = prompt[n_prompt - 1];
-    int done = 0;
     while (!s && !done) {
         if (p->n_predict >= 0 && res->n_gen >= p->n_predict)
             break;

@@ -1,6 +1,7 @@
-/* generate.h: the single-sequence generation loop behind llm-run: prompt
- * as one batch, then one token per step through the sampler, streaming the
- * text of each token as soon as no stop string can still begin in it. */
+/* generate.h: the single-sequence generation loop behind llm-run: the
+ * prompt in batches of 512 tokens, then one token per step through the
+ * sampler, streaming the text of each token as soon as no stop string can
+ * still begin in it. */
 #ifndef LLM_MODEL_GENERATE_H
 #define LLM_MODEL_GENERATE_H
 
@@ -19,7 +20,8 @@ struct llm_gen_params {
     size_t n_stop;
     int ignore_eos;                 /* keep going past end-of-generation tokens */
     int32_t top_logprobs;           /* > 0: report that many alternatives per token */
-    volatile sig_atomic_t *interrupt; /* stop cleanly when it becomes non-zero */
+    volatile sig_atomic_t *interrupt; /* stop cleanly when it becomes non-zero (seen between
+                                         prompt batches and between tokens) */
 };
 void llm_gen_params_default(struct llm_gen_params *p);
 
@@ -41,7 +43,9 @@ struct llm_gen_callbacks {
 };
 
 struct llm_gen_result {
-    int32_t n_prompt, n_gen;
+    int32_t n_prompt;               /* prompt tokens processed: fewer than given when
+                                       interrupted during the prefill */
+    int32_t n_gen;
     double t_prompt_s, t_gen_s;     /* prompt processing, then generation */
     const char *stop_reason;        /* "eos", "stop", "length", "context", "interrupted" */
 };

@@ -10,22 +10,7 @@
 #include "../quant/quant.h"
 #include "../tokenizer/tokenizer.h"
 #include "backend.h"
-
-struct llm_layer_w {
-    struct llm_weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
-};
-
-struct llm_model {
-    struct llm_config c;
-    struct llm_file *f;
-    struct llm_tokenizer *tok;
-    struct llm_weight tok_embd, out_norm, output;
-    struct llm_layer_w *layers; /* (n_layers) */
-    float *inv_freq;            /* (rope_dim/2) */
-    float mscale;
-    uint64_t weight_bytes, n_params;
-    int n_threads;
-};
+#include "model_impl.h"
 
 /* ---- configuration ---------------------------------------------------- */
 
@@ -134,6 +119,52 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
 
 /* ---- weights ---------------------------------------------------------- */
 
+/* The act-order permutation "<base>.perm" of weight "<base>.weight", when
+ * the file has one: i32 (ne0), each column exactly once. */
+static llm_status bind_perm(struct llm_model *m, struct llm_weight *w, const char *name)
+{
+    char pname[LLM_MAX_NAME];
+    size_t len = strlen(name);
+    if (len < 7 || strcmp(name + len - 7, ".weight") || len - 7 + 6 >= sizeof pname)
+        return LLM_OK;
+    memcpy(pname, name, len - 7);
+    memcpy(pname + len - 7, ".perm", 6);
+    struct llm_tensor *t = llm_file_find(m->f, pname);
+    if (!t)
+        return LLM_OK;
+    if (t->type != LLM_TYPE_I32 || t->n_dims != 1 || t->ne[0] != w->ne0)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %s [%lld], expected i32 [%lld]",
+                             m->f->path, pname, llm_type_name(t->type), (long long)t->ne[0],
+                             (long long)w->ne0);
+    const void *data;
+    LLM_TRY(llm_tensor_bytes(m->f, t, &data));
+    const int32_t *perm = data;
+    uint8_t *seen = llm_calloc((size_t)w->ne0, 1);
+    if (!seen)
+        return LLM_E_NOMEM;
+    for (int64_t i = 0; i < w->ne0; i++) {
+        if (perm[i] < 0 || perm[i] >= w->ne0 || seen[perm[i]]) {
+            llm_free(seen);
+            return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': element %lld = %d is not a "
+                                 "permutation of 0..%lld", m->f->path, pname, (long long)i,
+                                 perm[i], (long long)w->ne0 - 1);
+        }
+        seen[perm[i]] = 1;
+    }
+    llm_free(seen);
+    w->perm = perm;
+    return LLM_OK;
+}
+
+/* Weights that read the same input and carry equal permutations share one
+ * pointer, so the forward pass gathers the input once. */
+static void share_perm(struct llm_weight *a, struct llm_weight *b)
+{
+    if (a->perm && b->perm && a->ne0 == b->ne0 &&
+        !memcmp(a->perm, b->perm, (size_t)a->ne0 * sizeof(int32_t)))
+        b->perm = a->perm;
+}
+
 /* A tensor that must exist with ne = {ne0, rows} (rows 0: a vector of ne0). */
 static llm_status bind(struct llm_model *m, struct llm_weight *w, const char *name, int64_t ne0,
                        int64_t rows, int optional)
@@ -171,8 +202,10 @@ static llm_status bind(struct llm_model *m, struct llm_weight *w, const char *na
         w->type = LLM_TYPE_F32;
         w->data = cv;
     }
-    if (!vec)
+    if (!vec) {
         m->weight_bytes += t->nbytes;
+        LLM_TRY(bind_perm(m, w, name));
+    }
     return LLM_OK;
 }
 
@@ -244,6 +277,9 @@ static llm_status bind_all(struct llm_model *m)
     int64_t qd = (int64_t)c->n_heads * c->head_dim, kd = (int64_t)c->n_kv_heads * c->head_dim;
     LLM_TRY(bind(m, &m->tok_embd, "token_embd.weight", c->dim, c->n_vocab, 0));
     m->weight_bytes -= emb->nbytes; /* one row per token is read, not the table */
+    if (m->tok_embd.perm)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor 'token_embd.perm': the embedding table "
+                             "cannot have permuted columns", m->f->path);
     LLM_TRY(bind(m, &m->out_norm, "output_norm.weight", c->dim, 0, 0));
     LLM_TRY(bind(m, &m->output, "output.weight", c->dim, c->n_vocab, 1));
     if (!m->output.data) {
@@ -278,6 +314,10 @@ static llm_status bind_all(struct llm_model *m)
         B(down, "ffn_down.weight", c->ffn_dim, c->dim, 0);
         if (L->bq.data || L->bk.data || L->bv.data)
             c->qkv_bias = 1;
+        share_perm(&L->wq, &L->wk);
+        share_perm(&L->wq, &L->wv);
+        share_perm(&L->wk, &L->wv);
+        share_perm(&L->gate, &L->up);
     }
 #undef B
     return rope_init(m);
@@ -288,16 +328,18 @@ void llm_model_params_default(struct llm_model_params *p)
     memset(p, 0, sizeof *p);
 }
 
-llm_status llm_model_from_file(struct llm_model **out, struct llm_file *f,
-                               const struct llm_model_params *p)
+static llm_status model_from_file(struct llm_model **out, struct llm_file *f,
+                                  const struct llm_model_params *p, int borrowed)
 {
     *out = NULL;
     struct llm_model *m = llm_calloc(1, sizeof *m);
     if (!m) {
-        llm_file_free(f);
+        if (!borrowed)
+            llm_file_free(f);
         return LLM_E_NOMEM;
     }
     m->f = f;
+    m->borrowed = borrowed;
     m->n_threads = p ? p->n_threads : 0;
     size_t n_weights = 0;
     for (size_t i = 0; i < f->n_tensors; i++)
@@ -328,6 +370,18 @@ llm_status llm_model_from_file(struct llm_model **out, struct llm_file *f,
     return LLM_OK;
 }
 
+llm_status llm_model_from_file(struct llm_model **out, struct llm_file *f,
+                               const struct llm_model_params *p)
+{
+    return model_from_file(out, f, p, 0);
+}
+
+llm_status llm_model_from_file_borrowed(struct llm_model **out, struct llm_file *f,
+                                        const struct llm_model_params *p)
+{
+    return model_from_file(out, f, p, 1);
+}
+
 llm_status llm_model_open(struct llm_model **out, const char *path, const struct llm_model_params *p)
 {
     struct llm_file *f;
@@ -346,7 +400,8 @@ void llm_model_close(struct llm_model *m)
     llm_tokenizer_free(m->tok);
     llm_free(m->layers);
     llm_free(m->inv_freq);
-    llm_file_free(m->f);
+    if (!m->borrowed)
+        llm_file_free(m->f);
     llm_free(m);
 }
 
@@ -377,26 +432,6 @@ uint64_t llm_model_n_params(const struct llm_model *m)
 
 /* ---- contexts and the forward pass ------------------------------------ */
 
-struct llm_context {
-    struct llm_model *m;
-    struct llm_backend *be;
-    struct llm_kv *kv;
-    void *kv_k, *kv_v;
-    int32_t n_ctx, n_batch;
-    struct llm_rope rope;
-    struct llm_attn_shape ash;
-    /* activations on the backend, n_batch rows each */
-    float *x;       /* (n_batch, dim) residual stream */
-    float *xb;      /* (n_batch, dim) normed input */
-    float *xb2;     /* (n_batch, dim) branch output */
-    float *q;       /* (n_batch, n_heads*head_dim) */
-    float *k, *v;   /* (n_batch, n_kv_heads*head_dim) */
-    float *att;     /* (n_batch, n_heads*head_dim) */
-    float *hb, *hb2; /* (n_batch, ffn_dim) */
-    float *logits;  /* (logits_rows, n_vocab) */
-    int32_t logits_rows;
-};
-
 void llm_context_params_default(struct llm_context_params *p)
 {
     memset(p, 0, sizeof *p);
@@ -420,7 +455,7 @@ void llm_context_free(struct llm_context *c)
         return;
     if (c->be) {
         float **bufs[] = { &c->x, &c->xb, &c->xb2, &c->q, &c->k, &c->v, &c->att, &c->hb,
-                           &c->hb2, &c->logits };
+                           &c->hb2, &c->logits, &c->xp };
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i])
                 c->be->ops->release(c->be, *bufs[i]);
@@ -501,6 +536,11 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         s = act_alloc(c, &c->hb2, nb, cf->ffn_dim);
     if (!s)
         s = act_alloc(c, &c->logits, 1, cf->n_vocab);
+    int64_t xpw = cf->dim > qd ? cf->dim : qd;
+    if (cf->ffn_dim > xpw)
+        xpw = cf->ffn_dim;
+    if (!s)
+        s = act_alloc(c, &c->xp, nb, xpw);
     if (s) {
         llm_context_free(c);
         return s;
@@ -535,6 +575,43 @@ uint64_t llm_context_kv_bytes(const struct llm_context *c)
     return llm_kv_storage_bytes(&c->kv->p);
 }
 
+/* o->matmul of weights that read X, gathering X first for act-order weights
+ * (one gather and one product per distinct permutation). */
+static llm_status matmul_perm(struct llm_context *c, int n_w, const struct llm_weight *const *W,
+                              const struct llm_weight *const *bias, const float *X,
+                              float *const *Y, int32_t n)
+{
+    struct llm_backend *b = c->be;
+    int any = 0;
+    for (int j = 0; j < n_w; j++)
+        any |= W[j]->perm != NULL;
+    if (!any)
+        return b->ops->matmul(b, n_w, W, bias, X, Y, n);
+    uint32_t done = 0;
+    for (int j = 0; j < n_w; j++) {
+        if (done >> j & 1)
+            continue;
+        const struct llm_weight *gw[3], *gb[3];
+        float *gy[3];
+        int k = 0;
+        for (int i = j; i < n_w && k < 3; i++) {
+            if ((done >> i & 1) || W[i]->perm != W[j]->perm)
+                continue;
+            gw[k] = W[i];
+            gb[k] = bias ? bias[i] : NULL;
+            gy[k++] = Y[i];
+            done |= 1u << i;
+        }
+        const float *in = X;
+        if (W[j]->perm) {
+            LLM_TRY(b->ops->gather(b, X, W[j]->perm, c->xp, n, W[j]->ne0));
+            in = c->xp;
+        }
+        LLM_TRY(b->ops->matmul(b, k, gw, bias ? gb : NULL, in, gy, n));
+    }
+    return LLM_OK;
+}
+
 static llm_status layer_forward(struct llm_context *c, const struct llm_layer_w *L, int32_t l,
                                 int32_t seq, int32_t n, int32_t pos)
 {
@@ -547,21 +624,21 @@ static llm_status layer_forward(struct llm_context *c, const struct llm_layer_w 
     const struct llm_weight *bias[3] = { L->bq.data ? &L->bq : NULL, L->bk.data ? &L->bk : NULL,
                                          L->bv.data ? &L->bv : NULL };
     float *qkv_out[3] = { c->q, c->k, c->v };
-    LLM_TRY(o->matmul(b, 3, qkv, cf->qkv_bias ? bias : NULL, c->xb, qkv_out, n));
+    LLM_TRY(matmul_perm(c, 3, qkv, cf->qkv_bias ? bias : NULL, c->xb, qkv_out, n));
     LLM_TRY(o->rope(b, &c->rope, &c->ash, c->q, c->k, n, pos));
     LLM_TRY(o->attention(b, &c->ash, c->kv, l, seq, c->q, c->k, c->v, c->att, n, pos));
     const struct llm_weight *wo[1] = { &L->wo };
     float *wo_out[1] = { c->xb2 };
-    LLM_TRY(o->matmul(b, 1, wo, NULL, c->att, wo_out, n));
+    LLM_TRY(matmul_perm(c, 1, wo, NULL, c->att, wo_out, n));
     LLM_TRY(o->add(b, c->x, c->xb2, n * dim));
     LLM_TRY(o->rmsnorm(b, c->x, &L->ffn_norm, c->xb, n, dim, cf->rms_eps));
     const struct llm_weight *gu[2] = { &L->gate, &L->up };
     float *gu_out[2] = { c->hb, c->hb2 };
-    LLM_TRY(o->matmul(b, 2, gu, NULL, c->xb, gu_out, n));
+    LLM_TRY(matmul_perm(c, 2, gu, NULL, c->xb, gu_out, n));
     LLM_TRY(o->swiglu(b, c->hb, c->hb2, (int64_t)n * cf->ffn_dim));
     const struct llm_weight *dn[1] = { &L->down };
     float *dn_out[1] = { c->xb2 };
-    LLM_TRY(o->matmul(b, 1, dn, NULL, c->hb, dn_out, n));
+    LLM_TRY(matmul_perm(c, 1, dn, NULL, c->hb, dn_out, n));
     return o->add(b, c->x, c->xb2, n * dim);
 }
 
@@ -582,7 +659,7 @@ static llm_status head_forward(struct llm_context *c, int32_t first, int32_t row
                             cf->dim, cf->rms_eps));
     const struct llm_weight *w[1] = { &c->m->output };
     float *y[1] = { c->logits };
-    LLM_TRY(b->ops->matmul(b, 1, w, NULL, c->xb, y, rows));
+    LLM_TRY(matmul_perm(c, 1, w, NULL, c->xb, y, rows));
     return b->ops->download(b, dst, c->logits, (size_t)rows * (size_t)cf->n_vocab * sizeof(float));
 }
 

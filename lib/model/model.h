@@ -57,6 +57,9 @@ llm_status llm_model_open(struct llm_model **out, const char *path, const struct
  * (freed with the model, or at once on failure). */
 llm_status llm_model_from_file(struct llm_model **out, struct llm_file *f,
                                const struct llm_model_params *p);
+/* The same, but `f` stays the caller's (freed after the model is closed). */
+llm_status llm_model_from_file_borrowed(struct llm_model **out, struct llm_file *f,
+                                        const struct llm_model_params *p);
 void llm_model_close(struct llm_model *m);
 const struct llm_config *llm_model_config(const struct llm_model *m);
 struct llm_file *llm_model_file(struct llm_model *m);

@@ -22,7 +22,11 @@ llm_status llm_matvec(enum llm_type t, const void *W, const float *x, float *y, 
                       int64_t r0, int64_t r1);
 
 /* Y[b][r] = dot(W[r], X[b]) for b in [0, nb), r in [r0, r1):
- * X (nb, ne0) row-major, Y (nb, ldy) row-major with ldy >= rows. */
+ * X (nb, ne0) row-major, Y (nb, ldy) row-major with ldy >= rows. From 8
+ * tokens on the SIMD path is a register-blocked float GEMM (prefill, and
+ * the quantizer's products), so the caller should pass many tokens in one
+ * call rather than a few at a time; it allocates a packing buffer of up
+ * to about 300 KiB per call. */
 llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
                           int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
 llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,

@@ -45,6 +45,9 @@ enum llm_isa { LLM_ISA_REF = 0, LLM_ISA_AVX2 = 1, LLM_ISA_AVX512 = 2 };
 
 /* The best ISA this CPU runs (LLM_ISA_REF on a non-x86 build). */
 enum llm_isa llm_isa_detect(void);
+/* The ISA the dispatch uses now (LLM_ISA and llm_matmul_set_isa applied);
+ * vec.c follows it too. */
+enum llm_isa llm_matmul_isa(void);
 /* Limit the dispatch to `isa` (clamped to what the CPU runs); returns the
  * ISA now in use. Not thread-safe against concurrent products. */
 enum llm_isa llm_matmul_set_isa(enum llm_isa isa);
@@ -68,6 +71,13 @@ const float *llm_matmul_fp8_table(void);
  * previous setting. Not thread-safe against concurrent products. */
 enum llm_act { LLM_ACT_F32 = 0, LLM_ACT_Q8 = 1, LLM_ACT_Q16 = 2 };
 int llm_matmul_set_act(int act);
+
+/* From this many tokens on, the variants' llm_matmul runs a register-
+ * blocked float GEMM (matmul_gemm.h) on float activations for every type
+ * (so within the float bound, 1e-5 S, of the reference) except the int8 /
+ * int4 types under LLM_ACT_Q8, which keep llama.cpp's int8 scheme. Fewer
+ * tokens go row by row, as llm_matvec does, with the same bits. */
+#define LLM_MATMUL_GEMM_MIN_NB 8
 
 /* The variants: same contract as llm_matvec / llm_matmul for the types of
  * llm_matmul_simd_type, arguments already checked; row_bytes from

@@ -18,8 +18,10 @@
  *   q4 zero point  w = d c + m        dot = d d_x sum(c q) + m ds
  *   q8 zero point  w = d c + m        dot = d d_x (sum((c-128) q) + 128 sum(q)) + m ds
  *   q8 symmetric   w = d c            sign trick: sum(|c| * sign(q, c))
- * Prefill (llm_matmul) takes 4 tokens per pass over a weight row, so each
- * block is loaded and unpacked once for 4 tokens.
+ * llm_matmul with fewer than LLM_MATMUL_GEMM_MIN_NB tokens (and any number
+ * under LLM_ACT_Q8) takes 4 tokens per pass over a weight row, so each
+ * block is loaded and unpacked once for 4 tokens; from that many tokens on
+ * it runs the float GEMM of matmul_gemm.h.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -364,19 +366,86 @@ SIMD_INLINE SIMD(fv) SIMD(fset1)(float v)
 #endif
 }
 
+/* Scale and min of a block as the low lanes of a vector, [d, m, ...]:
+ * both fp16 at blk (one 4-byte load and conversion), or the row header's
+ * floats; lane 1 is meaningless for the symmetric families. */
+SIMD_INLINE __m128 SIMD(dm_h)(const uint8_t *blk)
+{
+    int32_t v;
+    memcpy(&v, blk, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+
+SIMD_INLINE __m128 SIMD(dm_f)(const uint8_t *row, int zp)
+{
+    return zp ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)row))
+              : _mm_set_ss(SIMD(ldf)(row));
+}
+
+/* The 32 codes of block k widened straight into int16 lanes in element
+ * order (w0: elements 0-15, w1: 16-31): one zero/sign-extending 16-byte
+ * load per 16 codes and no cross-lane shuffle, so that decode spends its
+ * port-5 slots on little else; signed for q8 symmetric, unsigned (0..255,
+ * 0..15) otherwise (the -8 of q4 symmetric goes in through m8). Scale and
+ * min as SIMD(dm_h) / SIMD(dm_f) give them. */
+SIMD_INLINE void SIMD(codes16)(const uint8_t *row, int64_t k, int64_t ne0, int fam, int G, int BB,
+                               int hdr, __m128 *dm, __m256i *w0, __m256i *w1)
+{
+    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    if (G == 0 || fam == F_SYM8 || fam == F_ZP8) {
+        const uint8_t *q;
+        uint8_t tmp[32];
+        if (G == 0) { /* per-row 8-bit: header d (and m), then ne0 codes */
+            *dm = SIMD(dm_f)(row, zp);
+            q = row + hdr + 32 * k;
+            if (32 * k + 32 > ne0) { /* no padding in per-row rows: do not read past the row;
+                                      * the zero codes meet zero activations */
+                memset(tmp, 0, sizeof tmp);
+                memcpy(tmp, q, (size_t)(ne0 - 32 * k));
+                q = tmp;
+            }
+        } else {
+            const int spb = G / 32;
+            const uint8_t *blk = row + hdr + (k / spb) * BB;
+            *dm = SIMD(dm_h)(blk);
+            q = blk + BB - G + 32 * (k % spb);
+        }
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)q);
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(q + 16));
+        *w0 = fam == F_SYM8 ? _mm256_cvtepi8_epi16(q0) : _mm256_cvtepu8_epi16(q0);
+        *w1 = fam == F_SYM8 ? _mm256_cvtepi8_epi16(q1) : _mm256_cvtepu8_epi16(q1);
+    } else {
+        const int spb = G / 32, s = (int)(k % spb);
+        const uint8_t *blk = row + hdr + (k / spb) * BB;
+        /* q4_ch / q4z_ch: 32-element blocks of bare codes, scales in the header */
+        *dm = hdr ? SIMD(dm_f)(row, zp) : SIMD(dm_h)(blk);
+        const uint8_t *qs = blk + BB - G / 2;
+        const __m256i lo4 = _mm256_set1_epi16(15);
+        if (G == 32) { /* byte j: element j (low nibble), j + 16 (high) */
+            const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
+            *w0 = _mm256_and_si256(v, lo4);
+            *w1 = _mm256_srli_epi16(v, 4);
+        } else if (32 * s < G / 2) {
+            const uint8_t *q = qs + 32 * s;
+            *w0 = _mm256_and_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q)), lo4);
+            *w1 = _mm256_and_si256(
+                _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))), lo4);
+        } else {
+            const uint8_t *q = qs + 32 * s - G / 2;
+            *w0 = _mm256_srli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q)), 4);
+            *w1 = _mm256_srli_epi16(
+                _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))), 4);
+        }
+    }
+}
+
 /* int16 activations: sum_j w[j] q[j] exactly in 8 int32 lanes (|w| <= 255,
  * |q| <= 32767, 4 products a lane: below 2^25), with the 4-bit symmetric
  * offset (-8 sum(q), |.| < 2^23) as lane 0's initial value; codes as
- * SIMD(codes) gives them. 256-bit even in the AVX-512 variant (vpdpwssd
+ * SIMD(codes16) gives them. 256-bit even in the AVX-512 variant (vpdpwssd
  * with VL): measured faster than 512-bit here. */
-SIMD_INLINE __m256 SIMD(idot16)(__m256i c, const struct llm_qx16 *b, int fam)
+SIMD_INLINE __m256 SIMD(idot16)(__m256i w0, __m256i w1, const struct llm_qx16 *b, int fam)
 {
-    if (fam == F_ZP8) /* undo the int8 path's shift: unsigned codes fit int16 */
-        c = _mm256_xor_si256(c, _mm256_set1_epi8((char)0x80));
-    const int sgn = fam == F_SYM8;
-    const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
-    __m256i w0 = sgn ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
-    __m256i w1 = sgn ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
     __m256i i = fam == F_SYM4 ? _mm256_castsi128_si256(_mm_cvtsi32_si128(b->m8))
                               : _mm256_setzero_si256();
 #ifdef SIMD_AVX512
@@ -390,48 +459,131 @@ SIMD_INLINE __m256 SIMD(idot16)(__m256i c, const struct llm_qx16 *b, int fam)
     return _mm256_cvtepi32_ps(i);
 }
 
-/* row_q with int16 activations */
+/* row_q with int16 activations. Per block and token, [d_w, m] times
+ * [d_x, ds] (adjacent in struct llm_qx16) gives the scale in lane 0 and
+ * the min term in lane 1 with one multiply; lane 1 accumulates as a
+ * vector. */
 SIMD_INLINE void SIMD(row_q16)(const uint8_t *row, const struct llm_qx16 *xq, int64_t nq,
                                int64_t ne0, int fam, int G, int BB, int hdr, int NT, float *y)
 {
     enum { U = 2 };
     __m256 acc[SIMD_NT][U];
-    float corr[SIMD_NT][U];
+    __m128 corr[SIMD_NT][U];
     const int zp = fam == F_ZP8 || fam == F_ZP4;
     for (int t = 0; t < NT; t++)
         for (int u = 0; u < U; u++) {
             acc[t][u] = _mm256_setzero_ps();
-            corr[t][u] = 0.0f;
+            corr[t][u] = _mm_setzero_ps();
         }
     int64_t k = 0;
     for (; k + U <= nq; k += U)
 #pragma GCC unroll 2
         for (int u = 0; u < U; u++) {
-            float dw, m;
-            __m256i c = SIMD(codes)(row, k + u, ne0, fam, G, BB, hdr, &dw, &m);
+            __m128 dm;
+            __m256i w0, w1;
+            SIMD(codes16)(row, k + u, ne0, fam, G, BB, hdr, &dm, &w0, &w1);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 const struct llm_qx16 *b = xq + t * nq + k + u;
-                acc[t][u] = _mm256_fmadd_ps(SIMD(idot16)(c, b, fam), _mm256_set1_ps(dw * b->d),
+                __m128 pr;
+                if (zp) {
+                    pr = _mm_mul_ps(dm, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)&b->d)));
+                    corr[t][u] = _mm_add_ps(corr[t][u], pr);
+                } else {
+                    pr = _mm_mul_ss(dm, _mm_load_ss(&b->d));
+                }
+                acc[t][u] = _mm256_fmadd_ps(SIMD(idot16)(w0, w1, b, fam), _mm256_broadcastss_ps(pr),
                                             acc[t][u]);
-                if (zp)
-                    corr[t][u] += m * b->ds;
             }
         }
     for (; k < nq; k++) {
-        float dw, m;
-        __m256i c = SIMD(codes)(row, k, ne0, fam, G, BB, hdr, &dw, &m);
+        __m128 dm;
+        __m256i w0, w1;
+        SIMD(codes16)(row, k, ne0, fam, G, BB, hdr, &dm, &w0, &w1);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const struct llm_qx16 *b = xq + t * nq + k;
-            acc[t][0] = _mm256_fmadd_ps(SIMD(idot16)(c, b, fam), _mm256_set1_ps(dw * b->d),
+            __m128 pr;
+            if (zp) {
+                pr = _mm_mul_ps(dm, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)&b->d)));
+                corr[t][0] = _mm_add_ps(corr[t][0], pr);
+            } else {
+                pr = _mm_mul_ss(dm, _mm_load_ss(&b->d));
+            }
+            acc[t][0] = _mm256_fmadd_ps(SIMD(idot16)(w0, w1, b, fam), _mm256_broadcastss_ps(pr),
                                         acc[t][0]);
-            if (zp)
-                corr[t][0] += m * b->ds;
         }
     }
-    for (int t = 0; t < NT; t++)
-        y[t] = SIMD(hsum)(_mm256_add_ps(acc[t][0], acc[t][1])) + (corr[t][0] + corr[t][1]);
+    for (int t = 0; t < NT; t++) {
+        const float c0 = _mm_cvtss_f32(_mm_movehdup_ps(corr[t][0]));
+        const float c1 = _mm_cvtss_f32(_mm_movehdup_ps(corr[t][1]));
+        y[t] = SIMD(hsum)(_mm256_add_ps(acc[t][0], acc[t][1])) + (c0 + c1);
+    }
+}
+
+/* Decode: row_q16 for one token and two rows at once, which share the
+ * activation loads (a block of x16 is three loads, as many as the codes
+ * and scales of a row); each row sums in row_q16's order, so the bits are
+ * row_q16's. */
+SIMD_INLINE void SIMD(row2_q16)(const uint8_t *row0, const uint8_t *row1,
+                                const struct llm_qx16 *xq, int64_t nq, int64_t ne0, int fam,
+                                int G, int BB, int hdr, float *y0, float *y1)
+{
+    enum { U = 2 };
+    __m256 acc[2][U];
+    __m128 corr[2][U];
+    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    for (int i = 0; i < 2; i++)
+        for (int u = 0; u < U; u++) {
+            acc[i][u] = _mm256_setzero_ps();
+            corr[i][u] = _mm_setzero_ps();
+        }
+    const uint8_t *rows[2] = { row0, row1 };
+    int64_t k = 0;
+    for (; k < nq; k += U)
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) {
+            if (k + u >= nq)
+                break;
+            const struct llm_qx16 *b = xq + k + u;
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)b->qs);
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(b->qs + 16));
+            const __m128 xs = zp ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)&b->d))
+                                 : _mm_load_ss(&b->d);
+            const __m256i init = fam == F_SYM4
+                                     ? _mm256_castsi128_si256(_mm_cvtsi32_si128(b->m8))
+                                     : _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) {
+                __m128 dm;
+                __m256i w0, w1;
+                SIMD(codes16)(rows[i], k + u, ne0, fam, G, BB, hdr, &dm, &w0, &w1);
+                __m128 pr;
+                if (zp) {
+                    pr = _mm_mul_ps(dm, xs);
+                    corr[i][u] = _mm_add_ps(corr[i][u], pr);
+                } else {
+                    pr = _mm_mul_ss(dm, xs);
+                }
+#ifdef SIMD_AVX512
+                __m256i d = _mm256_dpwssd_epi32(init, w0, x0);
+                d = _mm256_dpwssd_epi32(d, w1, x1);
+#else
+                __m256i d = _mm256_add_epi32(init, _mm256_madd_epi16(w0, x0));
+                d = _mm256_add_epi32(d, _mm256_madd_epi16(w1, x1));
+#endif
+                acc[i][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_broadcastss_ps(pr),
+                                            acc[i][u]);
+            }
+        }
+    float out[2];
+    for (int i = 0; i < 2; i++) {
+        const float c0 = _mm_cvtss_f32(_mm_movehdup_ps(corr[i][0]));
+        const float c1 = _mm_cvtss_f32(_mm_movehdup_ps(corr[i][1]));
+        out[i] = SIMD(hsum)(_mm256_add_ps(acc[i][0], acc[i][1])) + (c0 + c1);
+    }
+    *y0 = out[0];
+    *y1 = out[1];
 }
 
 // ----------------------------------------------------------------------------
@@ -860,6 +1012,10 @@ static void SIMD(rows_qf)(enum llm_type t, const uint8_t *w, uint64_t rb, const 
 }
 
 #define SIMD_ROWS_Q16(FAM, G, BB, HDR)                                                          \
+    if (nb == 1)                                                                                \
+        for (; r0 + 2 <= r1; r0 += 2)                                                           \
+            SIMD(row2_q16)(w + (uint64_t)r0 * rb, w + (uint64_t)(r0 + 1) * rb, xq, nq, ne0,     \
+                           FAM, G, BB, HDR, Y + r0, Y + r0 + 1);                                \
     for (int64_t r = r0; r < r1; r++) {                                                         \
         const uint8_t *row = w + (uint64_t)r * rb;                                              \
         int64_t b = 0;                                                                          \
@@ -943,6 +1099,8 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 #undef K_FP8_
 }
 
+#include "matmul_gemm.h"
+
 // ----------------------------------------------------------------------------
 // entry points
 
@@ -958,7 +1116,10 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
                             uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act)
 {
     struct SIMD(shape) sh;
-    if (!SIMD(shape_of)(t, &sh)) {
+    const int quant = SIMD(shape_of)(t, &sh);
+    if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
+        return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
+    if (!quant) {
         SIMD(rows_f)(t, W, rb, X, ne0, Y, nb, ldy, r0, r1);
         return LLM_OK;
     }

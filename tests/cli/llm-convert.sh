@@ -194,3 +194,64 @@ t_gguf_export_with_type() {
 }
 t_unknown_shape() { expect 1 "$CONVERT" --synthetic no-such-shape -o "$TMP/x.llm" && has "$TMP/err" "no-such-shape"; }
 
+
+# ---- GPTQ / AWQ directories -------------------------------------------------
+hfq_shape() {
+    printf '%s\n' "architecture: llama" "embedding_length: 128" "feed_forward_length: 256" \
+        "block_count: 2" "head_count: 4" "head_count_kv: 2" "vocab_size: 96" "context_length: 128" \
+        "rope_theta: 10000.0" "rms_norm_eps: 0.00001" "tie_embeddings: false" >"$TMP/shape.yaml"
+}
+# blk.* tensors of two files: same names, types, shapes and checksums
+hfq_same_blocks() {
+    "$CONVERT" --info --checksums "$1" | grep '"blk\.' | sort >"$TMP/a.txt" &&
+    "$CONVERT" --info --checksums "$2" | grep '"blk\.' | sort >"$TMP/b.txt" &&
+    [ -s "$TMP/a.txt" ] && cmp -s "$TMP/a.txt" "$TMP/b.txt"
+}
+t_gptq_export_round_trip() {
+    hfq_shape
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_g128 -o "$TMP/s.llm" || return 1
+    expect 0 "$CONVERT" "$TMP/s.llm" --to gptq --dequant -o "$TMP/gptq" || return 1
+    has "$TMP/gptq/config.json" '"quant_method": "gptq"' && has "$TMP/gptq/config.json" '"checkpoint_format": "gptq"' &&
+    has "$TMP/gptq/quantize_config.json" '"group_size": 128' && [ -s "$TMP/gptq/model.safetensors" ] || return 1
+    expect 0 "$CONVERT" "$TMP/gptq" -o "$TMP/r.llm" && hfq_same_blocks "$TMP/s.llm" "$TMP/r.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/r.llm" && has "$TMP/out" 'method: gptq' &&
+    ! grep -q 'model\.layers' "$TMP/out"
+}
+t_gptq_v2_and_awq_round_trip() {
+    hfq_shape
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_0 -o "$TMP/s.llm" || return 1
+    expect 0 "$CONVERT" "$TMP/s.llm" --to gptq_v2 --dequant -o "$TMP/v2" &&
+    has "$TMP/v2/config.json" '"checkpoint_format": "gptq_v2"' || return 1
+    expect 0 "$CONVERT" "$TMP/v2" -o "$TMP/r2.llm" && hfq_same_blocks "$TMP/s.llm" "$TMP/r2.llm" || return 1
+    expect 0 "$CONVERT" "$TMP/s.llm" --to awq --dequant -o "$TMP/awq" &&
+    has "$TMP/awq/config.json" '"version": "gemm"' && [ ! -e "$TMP/awq/quantize_config.json" ] || return 1
+    expect 0 "$CONVERT" "$TMP/awq" -o "$TMP/r3.llm" && hfq_same_blocks "$TMP/s.llm" "$TMP/r3.llm"
+}
+t_gptq_export_refusals() {
+    hfq_shape
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_0 -o "$TMP/s.llm" || return 1
+    # the embedding is q4_0: refused unless --dequant
+    expect 1 "$CONVERT" "$TMP/s.llm" --to gptq -o "$TMP/refused" && has "$TMP/err" "tensor 'token_embd.weight'" &&
+    has "$TMP/err" "--dequant" && [ ! -e "$TMP/refused" ] || return 1
+    expect 1 "$CONVERT" "$TMP/s.llm" --to awq --type q8_0 --dequant -o "$TMP/refused" &&
+    has "$TMP/err" "no linear weight of an integer grid type" && [ ! -e "$TMP/refused" ] || return 1
+    expect 2 "$CONVERT" "$TMP/s.llm" --to gptq -o - && has "$TMP/err" "writes a directory" || return 1
+    expect 2 "$CONVERT" "$TMP/s.llm" --dequant -o "$TMP/x.llm" && has "$TMP/err" "--dequant goes with" || return 1
+    expect 2 "$CONVERT" "$TMP/s.llm" --to gptq --compress -o "$TMP/refused" && has "$TMP/err" "--compress applies"
+}
+t_gptq_bad_checkpoint_one_line() {
+    hfq_shape
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_g64 -o "$TMP/s.llm" &&
+    "$CONVERT" "$TMP/s.llm" --to gptq --dequant -o "$TMP/g" || return 1
+    head -c 20000 "$TMP/g/model.safetensors" >"$TMP/cut" && mv "$TMP/cut" "$TMP/g/model.safetensors"
+    expect 1 "$CONVERT" "$TMP/g" -o "$TMP/x.llm" && has "$TMP/err" "$TMP/g/model.safetensors" &&
+    [ "$(wc -l <"$TMP/err")" = 1 ] && [ ! -e "$TMP/x.llm" ]
+}
+t_gptq_export_keeps_the_tokenizer() {
+    need "$SMOL"
+    expect 0 "$CONVERT" "$SMOL" --type q4_g128 --to gptq --dequant -o "$TMP/smol-gptq" || return 1
+    [ -s "$TMP/smol-gptq/tokenizer.json" ] && has "$TMP/smol-gptq/tokenizer_config.json" '"eos_token": "<|im_end|>"' || return 1
+    local text='Hello world! 12345 apples, $3.50 each.'
+    "$BIN/llm-run" -m "$SMOL" --tokenize -p "$text" >"$TMP/t1" &&
+    "$BIN/llm-run" -m "$TMP/smol-gptq" --tokenize -p "$text" >"$TMP/t2" && [ -s "$TMP/t1" ] && cmp -s "$TMP/t1" "$TMP/t2"
+}

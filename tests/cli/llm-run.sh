@@ -151,17 +151,168 @@ t_run_smollm2_chat_stops_at_im_end() {
 }
 t_run_sigint_stops_cleanly() {
     r_smol
+    # its own output file, removed first (other tests leave this text in $TMP/out)
+    rm -f "$TMP/sigint2.out"
     "$RUN" -m "$TMP/smol.llm" -p 'Once upon a time' --ignore-eos -n 100000 --temp 0 -t 1 \
-        >"$TMP/out" 2>"$TMP/err" &
+        >"$TMP/sigint2.out" 2>"$TMP/err" &
     local pid=$! i
     # interrupt only once generation has started (a sanitizer build loads slowly)
     for i in $(seq 1200); do
-        grep -q '^, the city of Nova Haven' "$TMP/out" 2>/dev/null && break
+        grep -q '^, the city of Nova Haven' "$TMP/sigint2.out" 2>/dev/null && break
         sleep 0.1
     done
     kill -INT $pid
     wait $pid
     local rc=$?
     [ $rc = 130 ] || { echo "exit $rc, expected 130"; cat "$TMP/err"; return 1; }
-    has "$TMP/err" "llm-run: interrupted" && grep -q '^, the city of Nova Haven' "$TMP/out"
+    has "$TMP/err" "llm-run: interrupted" && grep -q '^, the city of Nova Haven' "$TMP/sigint2.out"
+}
+
+# ---- SmolLM2 near-ties with llama.cpp ----------------------------------------
+# llama.cpp quantizes activations to int8 before its Q4_1 dot products; we keep
+# int16. Where the top two candidates are nearly tied that rounding can flip
+# the greedy choice, after which the two texts part. The golden files hold
+# llama.cpp b4748's 32 tokens and the step where we first part from it. The
+# test: our tokens equal llama.cpp's before that step; at the first difference
+# (that step or later) our top two are our token and llama.cpp's, with
+# log-probabilities within R_TIE nats. The tolerance: observed gaps are 0.218
+# (France, step 6) and 0.130 (fibonacci, step 14); llama.cpp's own gaps there
+# are 0.330 and 0.065 the other way; switching our activations to int8
+# (LLM_MATMUL_ACT=q8) moves the top-two gap by up to 0.44 nats on these
+# prompts (0.08-0.14 on average) and flips both steps to llama.cpp's token.
+# A median greedy step has a gap of 1.4 nats, and 15% of steps one below 0.25.
+R_TIE=0.25
+r_near_tie() {
+    local g=$ROOT/tests/cli/golden/llm-run/$1 prompt pids ids at
+    r_smol && need "$g"
+    prompt=$(sed -n 's/^prompt: //p' "$g")
+    pids=$(sed -n 's/^prompt_ids: //p' "$g")
+    ids=$(sed -n 's/^gen_ids: //p' "$g")
+    at=$(sed -n 's/^diverge_at: //p' "$g")
+    [ -n "$prompt" ] && [ -n "$ids" ] && [ -n "$at" ] || { echo "$g: incomplete"; return 1; }
+    expect 0 "$RUN" -m "$TMP/smol.llm" --tokenize -p "$prompt" && [ "$(cat "$TMP/out")" = "$pids" ] ||
+        { echo "prompt ids $(cat "$TMP/out"), llama.cpp $pids"; return 1; }
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "$prompt" --temp 0 -n 32 -t 2 --top-logprobs 2 || return 1
+    # stderr: one line per step, "id<TAB>piece<TAB>logprob<TAB>id:piece:lp<TAB>id:piece:lp"
+    awk -F'\t' -v want="$ids" -v at="$at" -v tol="$R_TIE" '
+        function id_of(f) { sub(/:.*/, "", f); return f + 0 }
+        function lp_of(f) { sub(/.*:/, "", f); return f + 0 }
+        BEGIN { n = split(want, w, " ") }
+        {
+            if ($1 + 0 == w[NR]) next
+            if (NR < at) { printf "step %d: %s, llama.cpp %s (expected to agree before step %d)\n", NR, $1, w[NR], at; bad = 1; exit }
+            a = id_of($4); b = id_of($5); gap = lp_of($4) - lp_of($5)
+            if (a != $1 + 0 || b != w[NR]) { printf "step %d: top two %d %d, want ours %d then llama.cpp %d\n", NR, a, b, $1, w[NR]; bad = 1; exit }
+            if (gap > tol) { printf "step %d: gap %.4f nats > %s: not a near-tie\n", NR, gap, tol; bad = 1; exit }
+            parted = 1; exit
+        }
+        END { if (bad) exit 1; if (!parted && NR < n) { printf "%d steps, expected %d\n", NR, n; exit 1 } }
+    ' "$TMP/err"
+}
+t_run_smollm2_france_near_tie() { r_near_tie smollm2-q4_1-france.txt; }
+t_run_smollm2_fibonacci_near_tie() { r_near_tie smollm2-q4_1-fibonacci.txt; }
+
+# ---- bad input, memory, Ctrl-C, interactive chat -------------------------------
+t_run_corrupt_model_exits_1() {
+    r_smol
+    head -c 1000000 "$TMP/smol.llm" >"$TMP/cut.llm"
+    expect 1 "$RUN" -m "$TMP/cut.llm" -p hi && has "$TMP/err" "llm-run: $TMP/cut.llm: " || return 1
+    # four bytes changed inside a weight: only the checksums can tell
+    cp "$TMP/smol.llm" "$TMP/flip.llm"
+    printf '\377\377\377\377' | dd of="$TMP/flip.llm" bs=1 seek=60000000 conv=notrunc status=none
+    expect 1 "$RUN" -m "$TMP/flip.llm" -p hi -n 1 &&
+    has "$TMP/err" "llm-run: $TMP/flip.llm: tensor 'blk." && has "$TMP/err" "checksum mismatch" &&
+    [ ! -s "$TMP/out" ] &&
+    expect 0 "$RUN" -m "$TMP/flip.llm" -p hi -n 1 --no-verify &&
+    expect 2 "$RUN" -m "$TMP/smol.llm" --tokenize --no-verify -p hi
+}
+t_run_kv_cache_too_small_exits_1() {
+    r_smol
+    # room for 8 - 4 + 1 = 5 tokens: -n 5 fits, -n 6 does not
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p 'Once upon a time' --ctx 8 -n 5 --temp 0 &&
+    expect 1 "$RUN" -m "$TMP/smol.llm" -p 'Once upon a time' --ctx 8 -n 6 --temp 0 &&
+    has "$TMP/err" "llm-run: the KV cache is full: the context of 8 tokens ended after 5 of the 6 tokens" &&
+    [ "$(cat "$TMP/out")" = ", the city of Nova" ] || return 1
+    # until EOS or a full context (-n -1): a full context is a normal end
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p 'Once upon a time' --ctx 8 --temp 0 --json &&
+    has "$TMP/out" '"stop_reason":"context"' || return 1
+    # 16M tokens x 30 layers x 3 KV heads x 64 x 2 x 2 bytes = 387 GB (a sanitizer
+    # build must be told to return NULL rather than abort)
+    expect 1 env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1" \
+        "$RUN" -m "$TMP/smol.llm" -p hi --ctx 16777216 -n 1 &&
+    has "$TMP/err" "no memory for the KV cache of 16777216 tokens (386.55 GB of f16)"
+}
+t_run_reports_peak_rss_and_kv_bytes() {
+    r_smol
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p 'Once upon a time' -n 4 --temp 0 --ctx 256 --json -v || return 1
+    # K and V: 30 layers x 3 KV heads x 64 x 256 tokens x 2 bytes each
+    has "$TMP/out" '"kv_cache_bytes":5898240}' && has "$TMP/err" "(KV cache 5.9 MB)" || return 1
+    # every weight is read, so the peak is at least the file, and not 2x it
+    local rss size
+    rss=$(sed -n 's/.*"peak_rss_bytes":\([0-9]*\).*/\1/p' "$TMP/out")
+    size=$(wc -c <"$TMP/smol.llm")
+    [ -n "$rss" ] && [ "$rss" -gt "$size" ] && [ "$rss" -lt $((2 * size)) ] ||
+        { echo "peak RSS $rss, file $size"; return 1; }
+}
+t_run_json_seed_reproduces_the_run() {
+    r_stories
+    command -v jq >/dev/null || skip "no jq"
+    expect 0 "$RUN" -m "$TMP/s.llm" -p 'Once' -n 30 --temp 1.2 --json || return 1
+    local seed text
+    seed=$(jq -r .seed "$TMP/out") && text=$(jq -r .text "$TMP/out") || return 1
+    expect 0 "$RUN" -m "$TMP/s.llm" -p 'Once' -n 30 --temp 1.2 --seed "$seed" --json &&
+    [ "$(jq -r .text "$TMP/out")" = "$text" ] || { echo "seed $seed: '$text' then '$(jq -r .text "$TMP/out")'"; return 1; }
+}
+t_run_sigint_during_prefill() {
+    r_smol && need "$DATA/text/wiki.test.raw"
+    # about 2000 tokens: four slices of prefill, of which -v counts those done
+    head -c 8200 "$DATA/text/wiki.test.raw" >"$TMP/long.txt"
+    # a file of its own, removed first: the shell may test it before the
+    # child's redirection has truncated a previous test's output
+    rm -f "$TMP/sigint.out"
+    "$RUN" -m "$TMP/smol.llm" -f "$TMP/long.txt" --ctx 2048 -n 10 --temp 0 -t 1 --echo -v \
+        >"$TMP/sigint.out" 2>"$TMP/err" &
+    local pid=$! i
+    # the echoed prompt is written out before the prefill starts
+    for i in $(seq 600); do
+        [ -s "$TMP/sigint.out" ] && break
+        sleep 0.1
+    done
+    kill -INT $pid
+    wait $pid
+    local rc=$?
+    [ $rc = 130 ] || { echo "exit $rc, expected 130"; cat "$TMP/err"; return 1; }
+    has "$TMP/err" "llm-run: interrupted" && head -c 8200 "$TMP/sigint.out" | cmp - "$TMP/long.txt" &&
+    has "$TMP/err" "generation: 0 tokens" &&
+    grep -Eq 'prompt: (512|1024|1536) tokens in' "$TMP/err" || { cat "$TMP/err"; return 1; }
+}
+t_run_chat_interactive_on_a_terminal() {
+    r_smol
+    command -v script >/dev/null || skip "no script(1) for a pseudo-terminal"
+    # two user turns; the second only makes sense with the first in the context
+    printf 'What is the capital of France?\nAnd of Italy?\n' |
+        script -qfec "'$RUN' -m '$TMP/smol.llm' --chat --temp 0 -n 30 -t 2" /dev/null >"$TMP/out" 2>&1
+    tr -d '\r' <"$TMP/out" >"$TMP/chat"
+    grep -qx '> The capital of France is Paris.' "$TMP/chat" &&
+    grep -qx '> The capital of Italy is Rome.' "$TMP/chat" || { cat "$TMP/chat"; return 1; }
+}
+t_run_sampler_options_take_effect() {
+    r_stories && need "$R_EXP"
+    # at a high temperature each truncation, pushed to its limit, leaves only
+    # the best token: the greedy text
+    local o
+    for o in '--top-k 1' '--top-p 0.000001 --top-k 0' '--min-p 1 --top-k 0'; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/s.llm" -p '' -n 200 --temp 5 --seed 3 $o && cmp -s "$TMP/out" "$R_EXP" ||
+            { echo "$o: not the greedy text"; return 1; }
+    done
+    # and the same temperature without them is not greedy
+    expect 0 "$RUN" -m "$TMP/s.llm" -p '' -n 200 --temp 5 --seed 3 --top-k 0 --top-p 1 --min-p 0 &&
+    ! cmp -s "$TMP/out" "$R_EXP" || return 1
+    # each penalty changes the (repetitive) greedy text
+    for o in '--repeat-penalty 1.3' '--presence-penalty 1' '--frequency-penalty 1'; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/s.llm" -p '' -n 200 --temp 0 $o && ! cmp -s "$TMP/out" "$R_EXP" ||
+            { echo "$o: no effect"; return 1; }
+    done
 }

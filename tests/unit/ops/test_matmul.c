@@ -403,7 +403,7 @@ Test(matmul, simd_quantized_x_matches_ref_on_integers, .fini = restore_isa)
 static void check_matmul_vs_matvec(int use_ref)
 {
     rng_state = 4;
-    const int64_t nbs[] = { 1, 3, 4, 5, 9 };
+    const int64_t nbs[] = { 1, 3, 4, 5, 9, 13 };
     for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t li = 0; li < N_LENGTHS; li += 2) {
             const int64_t ne0 = lengths[li], rows = 7, ldy = rows + 3;
@@ -425,11 +425,18 @@ static void check_matmul_vs_matvec(int use_ref)
                                 : llm_matvec(m.t, m.w, X + b * ne0, y, ne0, 0, rows);
                     cr_assert_eq(s, LLM_OK);
                     for (int64_t r = 0; r < ldy; r++) {
-                        if (r >= 2 && r < 6)
+                        if (r >= 2 && r < 6 && (use_ref || nb < LLM_MATMUL_GEMM_MIN_NB))
                             cr_assert_eq(Y[b * ldy + r], y[r],
                                          "%s ne0=%lld nb=%lld token %lld row %lld: %.9g vs %.9g",
                                          llm_type_name(m.t), (long long)ne0, (long long)nb,
                                          (long long)b, (long long)r, Y[b * ldy + r], y[r]);
+                        else if (r >= 2 && r < 6) /* the GEMM: both within their bounds */
+                            cr_assert(fabs(Y[b * ldy + r] - y[r]) <=
+                                          2e-5 * scale_of(&m, r, X + b * ne0) +
+                                              act_bound(&m, r, X + b * ne0),
+                                      "%s ne0=%lld nb=%lld token %lld row %lld: %.9g vs %.9g",
+                                      llm_type_name(m.t), (long long)ne0, (long long)nb,
+                                      (long long)b, (long long)r, Y[b * ldy + r], y[r]);
                         else
                             cr_assert_eq(Y[b * ldy + r], -12345.0f, "row %lld written",
                                          (long long)r);
@@ -531,6 +538,124 @@ Test(matmul, fp8_nan_code_gives_nan, .fini = restore_isa)
             cr_assert(isnan(y), "isa %d: NaN code at %lld gave %g", isas[ii], (long long)at[k], y);
         }
         row[4 + at[k]] = 0x30;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the prefill GEMM (LLM_MATMUL_GEMM_MIN_NB tokens and more)
+
+/* Every type, rows and tokens that are not multiples of the micro-tile
+ * (AVX-512 32 x 12, AVX2 16 x 6), row blocks past 256 rows, k panels of 256
+ * with a short last one, ne0 not a multiple of the block, sub-ranges of
+ * rows and ldy > rows: llm_matmul against llm_matmul_ref for nb = 1..17 and
+ * 40, within the float bound from LLM_MATMUL_GEMM_MIN_NB tokens on (except
+ * int8 activations), the row kernels' bounds below; rows outside [r0, r1)
+ * and columns past them are never written. */
+Test(matmul, gemm_matches_ref, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    if (!ni) {
+        cr_skip_test("no AVX2 on this CPU");
+        return;
+    }
+    rng_state = 11;
+    /* ne0, rows, r0, r1 */
+    const int64_t shapes[][4] = { { 32, 33, 0, 33 },
+                                  { 172, 45, 3, 45 },
+                                  { 600, 300, 17, 290 },
+                                  { 1000, 20, 0, 20 } };
+    const int64_t NBMAX = 40;
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t ne0 = shapes[si][0], rows = shapes[si][1], r0 = shapes[si][2],
+                          r1 = shapes[si][3], ldy = rows + 5;
+            struct mat m;
+            mat_make(&m, weight_types[ti], ne0, rows, 0.1f);
+            float *X = vec_make(NBMAX * ne0, 1.0f);
+            float *Yr = malloc(sizeof(float) * (size_t)(NBMAX * ldy));
+            float *Y = malloc(sizeof(float) * (size_t)(NBMAX * ldy));
+            double *tol = malloc(sizeof(double) * (size_t)(NBMAX * rows));
+            double *ab = malloc(sizeof(double) * (size_t)(NBMAX * rows));
+            cr_assert_eq(llm_matmul_ref(m.t, m.w, X, Yr, ne0, NBMAX, ldy, r0, r1), LLM_OK);
+            for (int64_t b = 0; b < NBMAX; b++)
+                for (int64_t r = r0; r < r1; r++) {
+                    tol[b * rows + r] = 1e-5 * scale_of(&m, r, X + b * ne0);
+                    ab[b * rows + r] = act_bound(&m, r, X + b * ne0);
+                }
+            const int q = llm_matmul_simd_type(m.t) == LLM_SIMD_INT8;
+            for (int64_t nb = 1; nb <= NBMAX; nb = nb == 17 ? NBMAX : nb + 1)
+                for (int act = 0; act < 3; act++)
+                    for (int ii = 0; ii < ni; ii++) {
+                        llm_matmul_set_isa(isas[ii]);
+                        llm_matmul_set_act(act);
+                        for (int64_t i = 0; i < NBMAX * ldy; i++)
+                            Y[i] = -12345.0f;
+                        cr_assert_eq(llm_matmul(m.t, m.w, X, Y, ne0, nb, ldy, r0, r1), LLM_OK);
+                        const int gemm = nb >= LLM_MATMUL_GEMM_MIN_NB && !(q && act == LLM_ACT_Q8);
+                        for (int64_t b = 0; b < NBMAX; b++)
+                            for (int64_t r = 0; r < ldy; r++) {
+                                const float y = Y[b * ldy + r];
+                                if (b >= nb || r < r0 || r >= r1) {
+                                    cr_assert_eq(y, -12345.0f, "%s nb=%lld: token %lld row %lld "
+                                                 "written", llm_type_name(m.t), (long long)nb,
+                                                 (long long)b, (long long)r);
+                                    continue;
+                                }
+                                double tl = tol[b * rows + r];
+                                if (!gemm && q && act == LLM_ACT_Q8)
+                                    tl += ab[b * rows + r];
+                                else if (!gemm && q && act == LLM_ACT_Q16)
+                                    tl += ab[b * rows + r] / 258.0;
+                                cr_assert(fabs(y - Yr[b * ldy + r]) <= tl,
+                                          "isa %d act %d %s ne0=%lld nb=%lld token %lld row %lld: "
+                                          "%.9g vs ref %.9g (tol %.3g)",
+                                          isas[ii], act, llm_type_name(m.t), (long long)ne0,
+                                          (long long)nb, (long long)b, (long long)r, y,
+                                          Yr[b * ldy + r], tl);
+                            }
+                    }
+            free(X);
+            free(Y);
+            free(Yr);
+            free(tol);
+            free(ab);
+            mat_free(&m);
+        }
+}
+
+/* In the GEMM the tokens stay independent: a NaN in one token's
+ * activations, or an FP8 NaN code in one row, makes exactly that token's,
+ * or that row's, outputs NaN. */
+Test(matmul, gemm_nan_stays_in_its_token_and_row, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    rng_state = 12;
+    const int64_t ne0 = 300, rows = 40, nb = 20;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        struct mat m;
+        mat_make(&m, weight_types[ti], ne0, rows, 0.1f);
+        if (m.t == LLM_TYPE_FP8_E4M3) /* row 5, element 290: a NaN code */
+            m.w[m.rb * 5 + 4 + 290] = 0x7f;
+        float *X = vec_make(nb * ne0, 1.0f);
+        X[13 * ne0 + 260] = NAN;
+        float *Y = malloc(sizeof(float) * (size_t)(nb * rows));
+        for (int ii = 0; ii < ni; ii++) {
+            llm_matmul_set_isa(isas[ii]);
+            llm_matmul_set_act(LLM_ACT_F32);
+            cr_assert_eq(llm_matmul(m.t, m.w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t r = 0; r < rows; r++) {
+                    const int nan = b == 13 || (m.t == LLM_TYPE_FP8_E4M3 && r == 5);
+                    cr_assert(nan ? isnan(Y[b * rows + r]) : isfinite(Y[b * rows + r]),
+                              "isa %d %s token %lld row %lld: %g", isas[ii], llm_type_name(m.t),
+                              (long long)b, (long long)r, Y[b * rows + r]);
+                }
+        }
+        free(X);
+        free(Y);
+        mat_free(&m);
     }
 }
 

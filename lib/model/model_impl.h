@@ -1,0 +1,48 @@
+/* model_impl.h: the insides of a model and a context, for the code in lib/
+ * that runs parts of the forward pass itself (quantize/: layer-by-layer
+ * calibration). Everything else uses model.h. */
+#ifndef LLM_MODEL_MODEL_IMPL_H
+#define LLM_MODEL_MODEL_IMPL_H
+#include "../kv/kv.h"
+#include "backend.h"
+#include "model.h"
+
+struct llm_layer_w {
+    struct llm_weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+};
+
+struct llm_model {
+    struct llm_config c;
+    struct llm_file *f;
+    struct llm_tokenizer *tok;
+    struct llm_weight tok_embd, out_norm, output;
+    struct llm_layer_w *layers; /* (n_layers) */
+    float *inv_freq;            /* (rope_dim/2) */
+    float mscale;
+    uint64_t weight_bytes, n_params;
+    int n_threads;
+    int borrowed;               /* f is the caller's */
+};
+
+struct llm_context {
+    struct llm_model *m;
+    struct llm_backend *be;
+    struct llm_kv *kv;
+    void *kv_k, *kv_v;
+    int32_t n_ctx, n_batch;
+    struct llm_rope rope;
+    struct llm_attn_shape ash;
+    /* activations on the backend, n_batch rows each */
+    float *x;       /* (n_batch, dim) residual stream */
+    float *xb;      /* (n_batch, dim) normed input */
+    float *xb2;     /* (n_batch, dim) branch output */
+    float *q;       /* (n_batch, n_heads*head_dim) */
+    float *k, *v;   /* (n_batch, n_kv_heads*head_dim) */
+    float *att;     /* (n_batch, n_heads*head_dim) */
+    float *hb, *hb2; /* (n_batch, ffn_dim) */
+    float *xp;      /* (n_batch, max(dim, q dim, ffn_dim)) gathered input of act-order weights */
+    float *logits;  /* (logits_rows, n_vocab) */
+    int32_t logits_rows;
+};
+
+#endif

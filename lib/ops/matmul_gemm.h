@@ -1,0 +1,346 @@
+/* matmul_gemm.h: the prefill product (llm_matmul with many tokens) as a
+ * register-blocked float GEMM; included by matmul_simd.h, so compiled once
+ * per ISA variant. Not a public header; it holds function definitions.
+ *
+ * Y (nb, ldy) = X (nb, ne0) . W^T, W (rows, ne0) of any weight type:
+ *   - k is cut into panels of GM_KC; the activations stay where they are
+ *     (the micro-kernel broadcasts them from their rows: packing them
+ *     cost more than it saved, up to 40% of the time at 96 rows a call);
+ *   - the rows are cut into tiles of GM_MR, and a block of GM_RB tiles is
+ *     packed k-major (P[k][i], rows in vector lanes): the 8x8 transposes of
+ *     float rows, or of 32-element blocks dequantized to float in registers
+ *     for the other types (only this L2-sized tile, never the matrix);
+ *   - the micro-kernel holds a GM_MR x GM_NR tile of Y in registers
+ *     (AVX-512: 32 rows x 12 tokens, 24 zmm accumulators; AVX2: 16 x 6) and
+ *     per k loads GM_MV weight vectors and broadcasts GM_NR activations, so
+ *     that each loaded value feeds several FMAs; its rows are contiguous in
+ *     Y, so results are stored (or added, after the first panel) as vectors.
+ * Every type meets float activations here: exact up to float rounding
+ * (the 1e-5 S bound of the float path), finer than the int16 and int8
+ * activations of the row kernels, which llm_matmul keeps for few tokens
+ * and for LLM_ACT_Q8.
+ */
+
+#ifdef SIMD_AVX512
+#define GM_V 16
+#define GM_NR 12
+#else
+#define GM_V 8
+#define GM_NR 6
+#endif
+#define GM_MV 2
+#define GM_MR (GM_MV * GM_V)
+/* k per panel: a multiple of every block size (32, 64, 128) */
+#define GM_KC 256
+/* row tiles per packed block: 256 rows x GM_KC floats = 256 KiB, in L2 */
+#define GM_RB (256 / GM_MR)
+
+SIMD_INLINE void SIMD(fstore)(float *p, SIMD(fv) v)
+{
+#ifdef SIMD_AVX512
+    _mm512_storeu_ps(p, v);
+#else
+    _mm256_storeu_ps(p, v);
+#endif
+}
+
+SIMD_INLINE SIMD(fv) SIMD(fadd)(SIMD(fv) a, SIMD(fv) b)
+{
+#ifdef SIMD_AVX512
+    return _mm512_add_ps(a, b);
+#else
+    return _mm256_add_ps(a, b);
+#endif
+}
+
+/* out (NT, ldo) = (add ? out : 0) + X^T P over kc: P (kc, GM_MR), token t
+ * at xr[t] (kc floats) */
+SIMD_INLINE void SIMD(gemm_micro)(const float *P, const float *const *xr, int64_t kc, int NT,
+                                  float *out, int64_t ldo, int add)
+{
+    SIMD(fv) c[GM_NR][GM_MV];
+    const float *x[GM_NR];
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++) {
+        x[t] = xr[t];
+#pragma GCC unroll 4
+        for (int v = 0; v < GM_MV; v++)
+            c[t][v] = SIMD(fzero)();
+    }
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < kc; k++) {
+        const float *p = P + k * GM_MR;
+        SIMD(fv) w[GM_MV];
+#pragma GCC unroll 4
+        for (int v = 0; v < GM_MV; v++)
+            w[v] = SIMD(fload)(p + v * GM_V);
+#pragma GCC unroll 12
+        for (int t = 0; t < NT; t++) {
+            const SIMD(fv) xt = SIMD(fset1)(x[t][k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < GM_MV; v++)
+                c[t][v] = SIMD(fma)(w[v], xt, c[t][v]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int v = 0; v < GM_MV; v++) {
+            float *o = out + t * ldo + v * GM_V;
+            SIMD(fstore)(o, add ? SIMD(fadd)(c[t][v], SIMD(fload)(o)) : c[t][v]);
+        }
+}
+
+/* gemm_micro with NT a constant */
+static void SIMD(gemm_micro_n)(const float *P, const float *const *xr, int64_t kc, int nt,
+                               float *out, int64_t ldo, int add)
+{
+    switch (nt) {
+#define GM_CASE(n)                                          \
+    case n:                                                 \
+        SIMD(gemm_micro)(P, xr, kc, n, out, ldo, add); \
+        break;
+        GM_CASE(1) GM_CASE(2) GM_CASE(3) GM_CASE(4) GM_CASE(5) GM_CASE(6)
+#if GM_NR > 6
+        GM_CASE(7) GM_CASE(8) GM_CASE(9) GM_CASE(10) GM_CASE(11) GM_CASE(12)
+#endif
+#undef GM_CASE
+    default:
+        break;
+    }
+}
+
+/* 8 rows of 8 floats -> 8 columns */
+SIMD_INLINE void SIMD(tr8)(__m256 r[8])
+{
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* out[j - k0] = w(j) for j in [k0, k1) of one row of an int8/int4 type
+ * (k0 a multiple of 32); fam, G, BB, hdr constants after inlining */
+SIMD_INLINE void SIMD(gemm_deq_q)(const uint8_t *row, int64_t ne0, int64_t k0, int64_t k1,
+                                  int fam, int G, int BB, int hdr, float *out)
+{
+    const int sgn = fam == F_SYM8 || fam == F_SYM4;
+    for (int64_t k = k0 / 32; 32 * k < k1; k++) {
+        float dw, m, tmp[32];
+        __m128i c0, c1;
+        SIMD(codes2)(row, k, ne0, fam, G, BB, hdr, &dw, &m, &c0, &c1);
+        SIMD(fv) f[SIMD_NV];
+        SIMD(codes_to_f)(c0, c1, sgn, f);
+        const int full = 32 * k + 32 <= k1;
+        float *o = full ? out + (32 * k - k0) : tmp;
+        /* w = d c + m, rounded once as llm_dequantize_row rounds it */
+        for (int v = 0; v < SIMD_NV; v++)
+            SIMD(fstore)(o + v * (32 / SIMD_NV), SIMD(fma)(f[v], SIMD(fset1)(dw), SIMD(fset1)(m)));
+        if (!full)
+            memcpy(out + (32 * k - k0), tmp, (size_t)(k1 - 32 * k) * sizeof(float));
+    }
+}
+
+/* out[j] = w(k0 + j) for j < kc of one row of a type other than f32, as
+ * float (k0 a multiple of GM_KC; k0 + kc <= ne0) */
+static void SIMD(gemm_deq)(enum llm_type t, const uint8_t *row, int64_t ne0, int64_t k0,
+                           int64_t kc, float *out)
+{
+    const int64_t k1 = k0 + kc;
+    switch (t) {
+    case LLM_TYPE_F16:
+    case LLM_TYPE_BF16: {
+        int64_t i = k0;
+        for (; i + 8 <= k1; i += 8)
+            _mm256_storeu_ps(out + i - k0, SIMD(ldw)(row, i, t));
+        for (; i < k1; i++)
+            out[i - k0] = SIMD(ldw1)(row, i, t);
+        return;
+    }
+    case LLM_TYPE_FP8_E4M3: { /* the table keeps the NaN codes NaN */
+        const float *tab = llm_matmul_fp8_table();
+        const __m256 r = _mm256_set1_ps(SIMD(ldf)(row));
+        const uint8_t *q = row + 4;
+        int64_t i = k0;
+        for (; i + 8 <= k1; i += 8) {
+            __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+            _mm256_storeu_ps(out + i - k0, _mm256_mul_ps(_mm256_i32gather_ps(tab, idx, 4), r));
+        }
+        for (; i < k1; i++)
+            out[i - k0] = tab[q[i]] * SIMD(ldf)(row);
+        return;
+    }
+    case LLM_TYPE_NF4:
+    case LLM_TYPE_NF4_DQ: {
+        static const float book[16] = LLM_NF4_VALUES;
+        const int dq = t == LLM_TYPE_NF4_DQ, BB = dq ? 33 : 34, hdr = dq ? 4 : 0;
+        const float *fp8 = llm_matmul_fp8_table();
+        const float rs = dq ? SIMD(ldf)(row) : 0.0f;
+        for (int64_t e0 = k0; e0 < k1; e0 += 64) {
+            const uint8_t *blk = row + hdr + (e0 / 64) * BB;
+            const __m256 d = _mm256_set1_ps(dq ? fp8[blk[0]] * rs : SIMD(ldh)(blk));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + BB - 32));
+            const __m256i lo4 = _mm256_set1_epi8(15);
+            uint8_t codes[64];
+            _mm256_storeu_si256((__m256i *)codes, _mm256_and_si256(q, lo4));
+            _mm256_storeu_si256((__m256i *)(codes + 32),
+                                _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4));
+            /* the code book in two registers: permute each half, blend on bit 3 */
+            const __m256 tlo = _mm256_loadu_ps(book), thi = _mm256_loadu_ps(book + 8);
+            float v[64];
+            for (int g = 0; g < 8; g++) {
+                __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + 8 * g)));
+                __m256 b = _mm256_blendv_ps(_mm256_permutevar8x32_ps(tlo, idx),
+                                            _mm256_permutevar8x32_ps(thi, idx),
+                                            _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+                _mm256_storeu_ps(v + 8 * g, _mm256_mul_ps(b, d));
+            }
+            const int64_t n = k1 - e0 < 64 ? k1 - e0 : 64;
+            memcpy(out + (e0 - k0), v, (size_t)n * sizeof(float));
+        }
+        return;
+    }
+    default:
+        break;
+    }
+    switch (t) {
+#define GM_DEQ(T, FAM, G, BB, HDR)                                      \
+    case T:                                                             \
+        SIMD(gemm_deq_q)(row, ne0, k0, k1, FAM, G, BB, HDR, out); \
+        return;
+        GM_DEQ(LLM_TYPE_Q8_0, F_SYM8, 32, 34, 0)
+        GM_DEQ(LLM_TYPE_Q8_G64, F_SYM8, 64, 66, 0)
+        GM_DEQ(LLM_TYPE_Q8_G128, F_SYM8, 128, 130, 0)
+        GM_DEQ(LLM_TYPE_Q8_CH, F_SYM8, 0, 1, 4)
+        GM_DEQ(LLM_TYPE_Q8Z_G32, F_ZP8, 32, 36, 0)
+        GM_DEQ(LLM_TYPE_Q8Z_G64, F_ZP8, 64, 68, 0)
+        GM_DEQ(LLM_TYPE_Q8Z_G128, F_ZP8, 128, 132, 0)
+        GM_DEQ(LLM_TYPE_Q8Z_CH, F_ZP8, 0, 1, 8)
+        GM_DEQ(LLM_TYPE_Q4_0, F_SYM4, 32, 18, 0)
+        GM_DEQ(LLM_TYPE_Q4_G64, F_SYM4, 64, 34, 0)
+        GM_DEQ(LLM_TYPE_Q4_G128, F_SYM4, 128, 66, 0)
+        GM_DEQ(LLM_TYPE_Q4_CH, F_SYM4, 32, 16, 4)
+        GM_DEQ(LLM_TYPE_Q4_1, F_ZP4, 32, 20, 0)
+        GM_DEQ(LLM_TYPE_Q4Z_G64, F_ZP4, 64, 36, 0)
+        GM_DEQ(LLM_TYPE_Q4Z_G128, F_ZP4, 128, 68, 0)
+        GM_DEQ(LLM_TYPE_Q4Z_CH, F_ZP4, 32, 16, 8)
+#undef GM_DEQ
+    default:
+        return;
+    }
+}
+
+static const float SIMD(gm_zero)[GM_KC];
+
+/* P (kc, GM_MR): P[k][i] = w(r + i, k0 + k), 0 for i >= nr; tmp (GM_MR,
+ * GM_KC) holds the dequantized rows of the types other than f32 */
+static void SIMD(gemm_pack_w)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
+                              int64_t ne0, int64_t k0, int64_t kc, float *tmp, float *P)
+{
+    const float *src[GM_MR];
+    for (int i = 0; i < GM_MR; i++) {
+        if (i >= nr) {
+            src[i] = SIMD(gm_zero);
+        } else if (t == LLM_TYPE_F32) {
+            src[i] = (const float *)(W + (uint64_t)(r + i) * rb) + k0;
+        } else {
+            SIMD(gemm_deq)(t, W + (uint64_t)(r + i) * rb, ne0, k0, kc, tmp + i * GM_KC);
+            src[i] = tmp + i * GM_KC;
+        }
+    }
+    /* 8 rows at a time: 8 read streams, each 8x8 block transposed in registers */
+    const int64_t k8 = kc / 8 * 8;
+    for (int i0 = 0; i0 < GM_MR; i0 += 8) {
+        const float *s0 = src[i0], *s1 = src[i0 + 1], *s2 = src[i0 + 2], *s3 = src[i0 + 3];
+        const float *s4 = src[i0 + 4], *s5 = src[i0 + 5], *s6 = src[i0 + 6], *s7 = src[i0 + 7];
+        float *p = P + i0;
+        for (int64_t k = 0; k < k8; k += 8, p += 8 * GM_MR) {
+            __m256 v[8] = { _mm256_loadu_ps(s0 + k), _mm256_loadu_ps(s1 + k),
+                            _mm256_loadu_ps(s2 + k), _mm256_loadu_ps(s3 + k),
+                            _mm256_loadu_ps(s4 + k), _mm256_loadu_ps(s5 + k),
+                            _mm256_loadu_ps(s6 + k), _mm256_loadu_ps(s7 + k) };
+            SIMD(tr8)(v);
+            _mm256_store_ps(p, v[0]);
+            _mm256_store_ps(p + GM_MR, v[1]);
+            _mm256_store_ps(p + 2 * GM_MR, v[2]);
+            _mm256_store_ps(p + 3 * GM_MR, v[3]);
+            _mm256_store_ps(p + 4 * GM_MR, v[4]);
+            _mm256_store_ps(p + 5 * GM_MR, v[5]);
+            _mm256_store_ps(p + 6 * GM_MR, v[6]);
+            _mm256_store_ps(p + 7 * GM_MR, v[7]);
+        }
+    }
+    for (int64_t k = k8; k < kc; k++)
+        for (int i = 0; i < GM_MR; i++)
+            memcpy(P + k * GM_MR + i, src[i] + k, sizeof(float));
+}
+
+/* Y[b*ldy + r] = W[r] . X[b] for b < nb, r in [r0, r1), in float */
+static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, const float *X,
+                             float *Y, int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const int64_t ng = (nb + GM_NR - 1) / GM_NR;
+    const int64_t tiles = (r1 - r0 + GM_MR - 1) / GM_MR;
+    const uint64_t np = (uint64_t)(tiles < GM_RB ? tiles : GM_RB) * GM_MR * GM_KC;
+    const uint64_t ntmp = t == LLM_TYPE_F32 ? 0 : (uint64_t)GM_MR * GM_KC;
+    float *buf = llm_malloc((size_t)(np + ntmp + 16) * sizeof(float));
+    if (!buf)
+        return LLM_E_NOMEM;
+    /* 64-byte aligned packed tiles: the micro-kernel's vector loads */
+    float *P = (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    float *tmp = P + np;
+    for (int64_t k0 = 0; k0 < ne0; k0 += GM_KC) {
+        const int64_t kc = ne0 - k0 < GM_KC ? ne0 - k0 : GM_KC;
+        const int add = k0 > 0;
+        for (int64_t rb0 = r0; rb0 < r1; rb0 += GM_RB * GM_MR) {
+            const int64_t rows = r1 - rb0 < GM_RB * GM_MR ? r1 - rb0 : GM_RB * GM_MR;
+            const int ntile = (int)((rows + GM_MR - 1) / GM_MR);
+            for (int i = 0; i < ntile; i++) {
+                const int64_t r = rb0 + (int64_t)i * GM_MR;
+                const int nr = r1 - r < GM_MR ? (int)(r1 - r) : GM_MR;
+                SIMD(gemm_pack_w)(t, W, rb, r, nr, ne0, k0, kc, tmp,
+                                  P + (uint64_t)i * GM_MR * GM_KC);
+            }
+            for (int64_t g = 0; g < ng; g++) {
+                const int nt = nb - g * GM_NR < GM_NR ? (int)(nb - g * GM_NR) : GM_NR;
+                /* the activations are broadcast from their rows: no packing */
+                const float *xr[GM_NR];
+                for (int tt = 0; tt < nt; tt++)
+                    xr[tt] = X + (g * GM_NR + tt) * ne0 + k0;
+                for (int i = 0; i < ntile; i++) {
+                    const int64_t r = rb0 + (int64_t)i * GM_MR;
+                    const int nr = r1 - r < GM_MR ? (int)(r1 - r) : GM_MR;
+                    const float *p = P + (uint64_t)i * GM_MR * GM_KC;
+                    float *y = Y + g * GM_NR * ldy + r;
+                    if (nr == GM_MR) {
+                        SIMD(gemm_micro_n)(p, xr, kc, nt, y, ldy, add);
+                        continue;
+                    }
+                    /* a partial tile: through a full-width buffer, so
+                     * that rows past r1 are never touched */
+                    float c[GM_NR * GM_MR] = { 0 };
+                    for (int tt = 0; tt < nt; tt++)
+                        for (int j = 0; j < nr; j++)
+                            c[tt * GM_MR + j] = add ? y[tt * ldy + j] : 0.0f;
+                    SIMD(gemm_micro_n)(p, xr, kc, nt, c, GM_MR, add);
+                    for (int tt = 0; tt < nt; tt++)
+                        memcpy(y + tt * ldy, c + tt * GM_MR, (size_t)nr * sizeof(float));
+                }
+            }
+        }
+    }
+    llm_free(buf);
+    return LLM_OK;
+}

@@ -1,0 +1,319 @@
+/* grid.c: integer quantization grids with explicit scales and zeros (grid.h).
+ *
+ * Stored precision: grouped types keep d and m as binary16 (round to nearest
+ * even, saturating at +-65504), _ch types as float32. A scale that would be
+ * stored as 0 (a group of subnormal magnitudes) becomes the smallest positive
+ * value of its precision instead, so that x / d never divides by zero; every
+ * element of such a group then gets the code of 0 or a clamped code, and its
+ * value stays within the group's tiny range of 0.
+ *
+ * The zero z of GPTQ's rule is computed from the float32 scale before it is
+ * rounded to binary16 (the reference computes z from its float32 scale and a
+ * checkpoint stores fp16(scale) beside that integer z); codes are then taken
+ * on the stored d, since that is the grid the file gives back.
+ */
+#include "grid.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "../common/fp16.h"
+#include "types.h"
+
+// ----------------------------------------------------------------------------
+// grids
+
+llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g)
+{
+    int bits = 0, group = 0, zp = 0;
+    switch (t) {
+    case LLM_TYPE_Q8_0: bits = 8, group = 32; break;
+    case LLM_TYPE_Q8_G64: bits = 8, group = 64; break;
+    case LLM_TYPE_Q8_G128: bits = 8, group = 128; break;
+    case LLM_TYPE_Q8_CH: bits = 8, group = 0; break;
+    case LLM_TYPE_Q8Z_G32: bits = 8, group = 32, zp = 1; break;
+    case LLM_TYPE_Q8Z_G64: bits = 8, group = 64, zp = 1; break;
+    case LLM_TYPE_Q8Z_G128: bits = 8, group = 128, zp = 1; break;
+    case LLM_TYPE_Q8Z_CH: bits = 8, group = 0, zp = 1; break;
+    case LLM_TYPE_Q4_0: bits = 4, group = 32; break;
+    case LLM_TYPE_Q4_G64: bits = 4, group = 64; break;
+    case LLM_TYPE_Q4_G128: bits = 4, group = 128; break;
+    case LLM_TYPE_Q4_CH: bits = 4, group = 0; break;
+    case LLM_TYPE_Q4_1: bits = 4, group = 32, zp = 1; break;
+    case LLM_TYPE_Q4Z_G64: bits = 4, group = 64, zp = 1; break;
+    case LLM_TYPE_Q4Z_G128: bits = 4, group = 128, zp = 1; break;
+    case LLM_TYPE_Q4Z_CH: bits = 4, group = 0, zp = 1; break;
+    default:
+        return llm_error_set(LLM_E_INVALID,
+                             "type %s is not an integer grid (q8*, q4* types only)",
+                             llm_type_name((uint32_t)t));
+    }
+    g->type = t;
+    g->bits = bits;
+    g->group = group;
+    g->zero_point = zp;
+    g->maxq = (1 << bits) - 1;
+    return LLM_OK;
+}
+
+// ----------------------------------------------------------------------------
+// stored precision
+
+static uint16_t to_half_sat(float v)
+{
+    uint16_t h = llm_fp32_to_fp16(v);
+    if ((h & 0x7fff) >= 0x7c00 && !isnan(v))
+        h = (uint16_t)((h & 0x8000) | 0x7bff);
+    return h;
+}
+
+static float stored(const struct llm_qgrid *g, float v)
+{
+    return g->group ? llm_fp16_to_fp32(to_half_sat(v)) : v;
+}
+
+/* A scale as stored, never 0 (see the top of the file). */
+static float stored_scale(const struct llm_qgrid *g, float s)
+{
+    float d = stored(g, fabsf(s));
+    if (!(d > 0.0f))
+        d = g->group ? llm_fp16_to_fp32(0x0001) : FLT_TRUE_MIN;
+    return d;
+}
+
+static void finish(const struct llm_qgrid *g, float scale, int zero, struct llm_qgroup *p)
+{
+    p->d = stored_scale(g, scale);
+    if (g->zero_point) {
+        if (zero < 0)
+            zero = 0;
+        if (zero > g->maxq)
+            zero = g->maxq;
+        p->zero = zero;
+        /* d (11 significant bits) times z (8 bits) is exact in float32 */
+        p->m = stored(g, -p->d * (float)zero);
+    } else {
+        p->zero = 1 << (g->bits - 1);
+        p->m = 0.0f;
+    }
+}
+
+static void range(const float *x, int64_t n, float *mn, float *mx)
+{
+    float lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i])) {
+            lo = x[i] < lo ? x[i] : lo;
+            hi = x[i] > hi ? x[i] : hi;
+        }
+    if (lo > hi)
+        lo = hi = 0.0f;
+    *mn = lo;
+    *mx = hi;
+}
+
+// ----------------------------------------------------------------------------
+// group parameters
+
+void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struct llm_qgroup *p)
+{
+    float xmin, xmax;
+    range(x, n, &xmin, &xmax);
+    xmin = fminf(xmin, 0.0f);
+    xmax = fmaxf(xmax, 0.0f);
+    if (!g->zero_point) {
+        /* as the reference: only a negative minimum is mirrored, so a group
+         * with no negative element keeps xmin = 0 */
+        xmax = fmaxf(-xmin, xmax);
+        if (xmin < 0.0f)
+            xmin = -xmax;
+    }
+    if (xmin == 0.0f && xmax == 0.0f) {
+        xmin = -1.0f;
+        xmax = 1.0f;
+    }
+    const float scale = (xmax - xmin) / (float)g->maxq;
+    int zero = 0;
+    if (g->zero_point) {
+        float z = scale > 0.0f ? rintf(-xmin / scale) : 0.0f;
+        zero = z > (float)g->maxq ? g->maxq : (int)z;
+    }
+    finish(g, scale, zero, p);
+}
+
+void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
+                         struct llm_qgroup *p)
+{
+    float xmin, xmax;
+    range(x, n, &xmin, &xmax);
+    if (!g->zero_point) {
+        float amax = fmaxf(fmaxf(-xmin, xmax), 1e-5f);
+        finish(g, amax / (float)((1 << (g->bits - 1)) - 1), 0, p);
+        return;
+    }
+    const float scale = fmaxf(xmax - xmin, 1e-5f) / (float)g->maxq;
+    float z = -rintf(xmin / scale);
+    z = z < 0.0f ? 0.0f : (z > (float)g->maxq ? (float)g->maxq : z);
+    finish(g, scale, (int)z, p);
+}
+
+void llm_qgrid_group_set(const struct llm_qgrid *g, float scale, int zero, struct llm_qgroup *p)
+{
+    finish(g, scale, zero, p);
+}
+
+// ----------------------------------------------------------------------------
+// codes and values
+
+int llm_qgrid_code(const struct llm_qgrid *g, const struct llm_qgroup *p, float x)
+{
+    float r = x / p->d;
+    if (isnan(r))
+        return p->zero;
+    /* clamp before the conversion: float-to-int of an out-of-range value is undefined */
+    const float lim = (float)(g->maxq + 1);
+    r = r < -lim ? -lim : (r > lim ? lim : r);
+    int q = (int)nearbyintf(r) + p->zero;
+    return q < 0 ? 0 : (q > g->maxq ? g->maxq : q);
+}
+
+float llm_qgrid_value(const struct llm_qgrid *g, const struct llm_qgroup *p, int q)
+{
+    if (!g->zero_point)
+        return (float)(q - p->zero) * p->d;
+    float prod = (float)q * p->d; /* one product, then one sum: quant.c's rule */
+    return prod + p->m;
+}
+
+// ----------------------------------------------------------------------------
+// packing
+
+static inline void st16(uint8_t *b, uint16_t v)
+{
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+}
+
+static inline uint16_t ld16(const uint8_t *b)
+{
+    return (uint16_t)(b[0] | b[1] << 8);
+}
+
+static inline void stf(uint8_t *b, float f)
+{
+    uint32_t u = llm_f32_bits(f);
+    for (int k = 0; k < 4; k++)
+        b[k] = (uint8_t)(u >> (8 * k));
+}
+
+static inline float ldf(const uint8_t *b)
+{
+    return llm_bits_f32((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                        (uint32_t)b[3] << 24);
+}
+
+/* The block length in the packed row: the group, or 32 for 4-bit _ch rows
+ * (8-bit _ch rows are one long run of bytes). */
+static int64_t pack_block(const struct llm_qgrid *g, int64_t ne0)
+{
+    if (g->group)
+        return g->group;
+    return g->bits == 4 ? 32 : ne0;
+}
+
+static llm_status check_row(const struct llm_qgrid *g, const void *buf, const void *q,
+                            const void *p, int64_t ne0, const char *fn)
+{
+    if (!g || !buf || !q || !p)
+        return llm_error_set(LLM_E_INVALID, "%s: NULL argument", fn);
+    if (ne0 <= 0 || ne0 > ((int64_t)1 << 40))
+        return llm_error_set(LLM_E_INVALID, "%s: bad row length %lld", fn, (long long)ne0);
+    if (!llm_type_row_bytes(g->type, (uint64_t)ne0))
+        return llm_error_set(LLM_E_INVALID, "%s: type %s is not a packed weight type", fn,
+                             llm_type_name((uint32_t)g->type));
+    return LLM_OK;
+}
+
+llm_status llm_qgrid_pack_row(const struct llm_qgrid *g, const uint8_t *q,
+                              const struct llm_qgroup *p, int64_t ne0, void *dst_)
+{
+    LLM_TRY(check_row(g, dst_, q, p, ne0, "qgrid pack"));
+    for (int64_t i = 0; i < ne0; i++)
+        if (q[i] > g->maxq)
+            return llm_error_set(LLM_E_INVALID, "qgrid pack: code %u at %lld exceeds %d",
+                                 (unsigned)q[i], (long long)i, g->maxq);
+    uint8_t *dst = dst_;
+    const int64_t B = pack_block(g, ne0);
+    const int64_t nb = (ne0 + B - 1) / B;
+    const int hdr = g->group ? 0 : (g->zero_point ? 8 : 4);
+    const int pre = g->group ? (g->zero_point ? 4 : 2) : 0; /* scale bytes per block */
+    const int64_t qbytes = g->bits == 4 ? B / 2 : B;
+    if (!g->group) {
+        stf(dst, p[0].d);
+        if (g->zero_point)
+            stf(dst + 4, p[0].m);
+    }
+    uint8_t codes[128];
+    for (int64_t b = 0; b < nb; b++) {
+        const struct llm_qgroup *gp = g->group ? &p[b] : &p[0];
+        uint8_t *blk = dst + hdr + b * (pre + qbytes);
+        if (g->group) {
+            st16(blk, to_half_sat(gp->d));
+            if (g->zero_point)
+                st16(blk + 2, to_half_sat(gp->m));
+        }
+        uint8_t *qs = blk + pre;
+        const int64_t e0 = b * B;
+        /* padding takes the code of 0, which is the zero on both kinds of grid */
+        const uint8_t pad = (uint8_t)gp->zero;
+        if (g->bits == 8) {
+            for (int64_t j = 0; j < B; j++) {
+                uint8_t c = e0 + j < ne0 ? q[e0 + j] : pad;
+                qs[j] = g->zero_point ? c : (uint8_t)(int8_t)(c - 128);
+            }
+        } else {
+            for (int64_t j = 0; j < B; j++)
+                codes[j] = e0 + j < ne0 ? q[e0 + j] : pad;
+            for (int64_t j = 0; j < B / 2; j++)
+                qs[j] = (uint8_t)((codes[j] & 15) | codes[j + B / 2] << 4);
+        }
+    }
+    return LLM_OK;
+}
+
+llm_status llm_qgrid_unpack_row(const struct llm_qgrid *g, const void *src_, int64_t ne0,
+                                uint8_t *q, struct llm_qgroup *p)
+{
+    LLM_TRY(check_row(g, src_, q, p, ne0, "qgrid unpack"));
+    const uint8_t *src = src_;
+    const int64_t B = pack_block(g, ne0);
+    const int64_t nb = (ne0 + B - 1) / B;
+    const int hdr = g->group ? 0 : (g->zero_point ? 8 : 4);
+    const int pre = g->group ? (g->zero_point ? 4 : 2) : 0;
+    const int64_t qbytes = g->bits == 4 ? B / 2 : B;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = src + hdr + b * (pre + qbytes);
+        if (g->group || b == 0) {
+            struct llm_qgroup *gp = &p[g->group ? b : 0];
+            gp->d = g->group ? llm_fp16_to_fp32(ld16(blk)) : ldf(src);
+            gp->m = 0.0f;
+            gp->zero = 1 << (g->bits - 1);
+            if (g->zero_point) {
+                gp->m = g->group ? llm_fp16_to_fp32(ld16(blk + 2)) : ldf(src + 4);
+                float z = gp->d != 0.0f ? rintf(-gp->m / gp->d) : 0.0f;
+                gp->zero = !(z >= 0.0f) ? 0 : (z > (float)g->maxq ? g->maxq : (int)z);
+            }
+        }
+        const uint8_t *qs = blk + pre;
+        const int64_t e0 = b * B;
+        const int64_t n = ne0 - e0 < B ? ne0 - e0 : B;
+        for (int64_t j = 0; j < n; j++) {
+            if (g->bits == 8)
+                q[e0 + j] = g->zero_point ? qs[j] : (uint8_t)((int8_t)qs[j] + 128);
+            else
+                q[e0 + j] = j < B / 2 ? qs[j] & 15 : qs[j - B / 2] >> 4;
+        }
+    }
+    return LLM_OK;
+}

@@ -1,0 +1,400 @@
+/* gptq.c: GPTQ on one weight matrix (gptq.h; quantization.md 1.1 and 1.3).
+ *
+ * The steps are the reference's (IST-DASLab/gptq fasterquant, AutoGPTQ's
+ * static groups), in its order:
+ *   per-channel parameters from the untouched W (its find_params(W) before
+ *   anything else); dead columns (diag(H) == 0: H_ii = 1, W[:, i] = 0);
+ *   static groups from W; act-order permutation (argsort of diag(H)
+ *   descending, stable: ties keep the lower column first); damping
+ *   (percdamp * mean(diag(H)) on the diagonal); the upper Cholesky factor U
+ *   of H^-1; lazy batches of block_size columns with the rank-1 updates
+ *   inside a block and one product W[:, i2:] -= Err1 U[i1:i2, i2:] after it.
+ *
+ * Two points of the reference that are easy to get wrong:
+ *  - A dynamic group starting at column c takes its parameters from W as it
+ *    stood at the start of the lazy batch containing c (the reference reads
+ *    W, not the batch copy W1, and W changes only between batches). With
+ *    groups shorter than the batch, a group that starts inside a batch does
+ *    not see the updates made earlier in that batch. We compute every group
+ *    starting in a batch before the batch, which is the same thing.
+ *  - Codes are taken on the stored grid (fp16 d and m, grid.h), and the
+ *    error fed back is w - Q with Q the value the file gives back.
+ *
+ * U comes from one Cholesky factorization instead of the reference's three
+ * steps (cholesky, cholesky_inverse, cholesky upper): with J the reversal
+ * permutation, L = chol(J H J) gives H = V V^T with V = J L J upper, and
+ * U = V^-1 = J L^-1 J is upper with U^T U = H^-1, the same (unique) factor.
+ * It is computed in double; the updates run in float32 as the reference's.
+ *
+ * Every row is independent once U is known (the group parameters are per
+ * row too), so threads take contiguous ranges of rows through all batches
+ * with no synchronisation.
+ */
+#include "gptq.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../ops/matmul.h" // llm_pool
+#include "../quant/grid.h"
+#include "kern.h"
+#include "linalg.h"
+
+#define DAMP_RETRIES 10
+#define DAMP_STEP 0.01
+
+void llm_gptq_params_init(struct llm_gptq_params *p, enum llm_type type)
+{
+    memset(p, 0, sizeof *p);
+    p->type = type;
+    p->damp = 0.01f;
+    p->block_size = 128;
+    p->n_threads = 1;
+}
+
+// ----------------------------------------------------------------------------
+// the row-parallel work
+
+struct job {
+    const struct llm_qkern *K;
+    const struct llm_qgrid *g;
+    float *W;                /* (rows, cols), processing order */
+    int64_t rows, cols;
+    const float *U;          /* (cols, cols) upper: U^T U = H^-1 */
+    uint8_t *codes;          /* (rows, cols) processing order */
+    struct llm_qgroup *gp;   /* (rows, ng) */
+    int64_t G, ng, bs;
+    int dynamic, statics;
+    const int32_t *perm;     /* (cols) original column of each processed column */
+    float *err;              /* (rows, bs) */
+    /* statistics */
+    const float *H0;         /* (cols, cols) original H */
+    const float *D1, *D2;    /* (rows, cols) W0 - RTN, W0 - Q */
+    double *q1, *q2;         /* (rows) their quadratic forms */
+};
+
+static void rows_of(int i, int n, int64_t rows, int64_t *r0, int64_t *r1)
+{
+    *r0 = rows * i / n;
+    *r1 = rows * (i + 1) / n;
+}
+
+static void gptq_rows(int ti, int nt, void *ctx)
+{
+    const struct job *J = ctx;
+    const int64_t n = J->cols, bs = J->bs, G = J->G;
+    int64_t r0, r1;
+    rows_of(ti, nt, J->rows, &r0, &r1);
+    if (r0 == r1)
+        return;
+    for (int64_t i1 = 0; i1 < n; i1 += bs) {
+        const int64_t i2 = n - i1 < bs ? n : i1 + bs;
+        if (J->dynamic)
+            for (int64_t c = (i1 + G - 1) / G * G; c < i2; c += G)
+                for (int64_t r = r0; r < r1; r++)
+                    llm_qgrid_group(J->g, J->W + r * n + c, n - c < G ? n - c : G,
+                                    &J->gp[r * J->ng + c / G]);
+        for (int64_t r = r0; r < r1; r++) {
+            float *w = J->W + r * n;
+            float *e = J->err + r * bs;
+            uint8_t *cd = J->codes + r * n;
+            const struct llm_qgroup *gp = J->gp + r * J->ng;
+            for (int64_t i = i1; i < i2; i++) {
+                const struct llm_qgroup *q = &gp[(J->statics ? J->perm[i] : i) / G];
+                const float x = w[i];
+                const int c = llm_qgrid_code(J->g, q, x);
+                const float v = llm_qgrid_value(J->g, q, c);
+                const float *u = J->U + i * n;
+                const float ei = (x - v) / u[i];
+                cd[i] = (uint8_t)c;
+                w[i] = v;
+                e[i - i1] = ei;
+                J->K->axpy_sub(w + i + 1, u + i + 1, ei, i2 - i - 1);
+            }
+        }
+        if (i2 < n)
+            J->K->gemm_sub(r1 - r0, n - i2, i2 - i1, J->err + r0 * bs, bs, J->U + i1 * n + i2,
+                           n, J->W + r0 * n + i2, n);
+    }
+}
+
+/* Blocks of 64 rows of H (400 KB at 1536 columns) stay in cache while
+ * every row of W passes. */
+#define STATS_BLOCK 64
+static void stats_rows(int ti, int nt, void *ctx)
+{
+    const struct job *J = ctx;
+    const int64_t n = J->cols;
+    int64_t r0, r1;
+    rows_of(ti, nt, J->rows, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++)
+        J->q1[r] = J->q2[r] = 0.0;
+    for (int64_t i0 = 0; i0 < n; i0 += STATS_BLOCK) {
+        const int64_t i1 = n - i0 < STATS_BLOCK ? n : i0 + STATS_BLOCK;
+        for (int64_t r = r0; r < r1; r += 2) {
+            const int64_t rb = r + 1 < r1 ? r + 1 : r;
+            const float *x[4] = { J->D1 + r * n, J->D2 + r * n, J->D1 + rb * n, J->D2 + rb * n };
+            double q[4] = { J->q1[r], J->q2[r], J->q1[rb], J->q2[rb] };
+            J->K->quad4(J->H0, n, i0, i1, x, q);
+            J->q1[r] = q[0], J->q2[r] = q[1];
+            J->q1[rb] = q[2], J->q2[rb] = q[3];
+        }
+    }
+}
+
+static void run(struct llm_pool *pool, void (*fn)(int, int, void *), void *ctx)
+{
+    if (pool)
+        llm_pool_run(pool, fn, ctx);
+    else
+        fn(0, 1, ctx);
+}
+
+// ----------------------------------------------------------------------------
+// setup
+
+struct dsort {
+    float d;
+    int32_t i;
+};
+
+static int by_diag_desc(const void *a_, const void *b_)
+{
+    const struct dsort *a = a_, *b = b_;
+    if (a->d != b->d)
+        return a->d > b->d ? -1 : 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+/* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
+static void rtn_diff(const struct llm_qgrid *g, const float *W0, int64_t rows, int64_t cols,
+                     int64_t G, float *D)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c0 = 0; c0 < cols; c0 += G) {
+            const int64_t len = cols - c0 < G ? cols - c0 : G;
+            const float *w = W0 + r * cols + c0;
+            struct llm_qgroup q;
+            llm_qgrid_group(g, w, len, &q);
+            for (int64_t j = 0; j < len; j++)
+                D[r * cols + c0 + j] = w[j] - llm_qgrid_value(g, &q, llm_qgrid_code(g, &q, w[j]));
+        }
+}
+
+static int all_finite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+static void *alloc_n(int64_t count, size_t size, int *fail)
+{
+    uint64_t bytes;
+    if (count <= 0 || !llm_mul_ok((uint64_t)count, size, &bytes) || bytes > SIZE_MAX) {
+        *fail = 1;
+        return NULL;
+    }
+    void *p = llm_malloc((size_t)bytes);
+    if (!p)
+        *fail = 1;
+    return p;
+}
+
+llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t rows,
+                             int64_t cols, float *H, void *out, int32_t *perm,
+                             struct llm_gptq_stats *st)
+{
+    if (!p || !W || !H || !out || !perm)
+        return llm_error_set(LLM_E_INVALID, "gptq: NULL argument");
+    struct llm_qgrid g;
+    LLM_TRY(llm_qgrid_of(p->type, &g));
+    uint64_t nn, rn;
+    if (rows <= 0 || cols <= 0 || cols > INT32_MAX || rows > INT32_MAX ||
+        !llm_mul_ok((uint64_t)cols, (uint64_t)cols, &nn) ||
+        !llm_mul_ok((uint64_t)rows, (uint64_t)cols, &rn) || nn > ((uint64_t)1 << 40) ||
+        rn > ((uint64_t)1 << 40))
+        return llm_error_set(LLM_E_INVALID, "gptq: bad shape %lld x %lld", (long long)rows,
+                             (long long)cols);
+    if (!(p->damp >= 0.0f) || !isfinite(p->damp) || p->block_size < 0 || p->n_threads < 0)
+        return llm_error_set(LLM_E_INVALID, "gptq: bad parameters (damp %g, block %d, threads %d)",
+                             (double)p->damp, p->block_size, p->n_threads);
+    const int64_t n = cols;
+    const int64_t G = g.group ? g.group : n;
+    const int64_t ng = (n + G - 1) / G;
+    const int64_t bs = p->block_size ? p->block_size : 128;
+    const uint64_t row_bytes = llm_type_row_bytes(p->type, (uint64_t)n);
+    if (!all_finite(W, rows * n))
+        return llm_error_set(LLM_E_INVALID, "gptq: the weights (%lld x %lld) are not all finite",
+                             (long long)rows, (long long)n);
+    if (!all_finite(H, n * n))
+        return llm_error_set(LLM_E_INVALID, "gptq: the Hessian (%lld x %lld) is not all finite",
+                             (long long)n, (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (H[i * n + i] < 0.0f)
+            return llm_error_set(LLM_E_INVALID,
+                                 "gptq: the Hessian has a negative diagonal element (column %lld)",
+                                 (long long)i);
+
+    int fail = 0;
+    double *A = alloc_n(n * n, sizeof(double), &fail);      // (n, n) factor work
+    double *diag = alloc_n(n, sizeof(double), &fail);       // (n)
+    uint8_t *codes = alloc_n(rows * n, 1, &fail);           // (rows, n)
+    struct llm_qgroup *gp = alloc_n(rows * ng, sizeof *gp, &fail); // (rows, ng)
+    float *err = alloc_n(rows * bs, sizeof(float), &fail);  // (rows, bs)
+    float *rowbuf = alloc_n(n, sizeof(float), &fail);       // (n)
+    uint8_t *cbuf = alloc_n(n, 1, &fail);                   // (n)
+    struct dsort *ds = alloc_n(n, sizeof *ds, &fail);       // (n)
+    float *W0 = NULL, *D1 = NULL, *H0 = NULL;
+    double *q1 = NULL, *q2 = NULL;
+    if (st) {
+        W0 = alloc_n(rows * n, sizeof(float), &fail); // (rows, n), later W0 - Q
+        D1 = alloc_n(rows * n, sizeof(float), &fail); // (rows, n) W0 - RTN
+        H0 = alloc_n(n * n, sizeof(float), &fail);    // (n, n)
+        q1 = alloc_n(rows, sizeof(double), &fail);
+        q2 = alloc_n(rows, sizeof(double), &fail);
+    }
+    struct llm_pool *pool = NULL;
+    int nt = p->n_threads > 1 ? p->n_threads : 1;
+    if (nt > rows)
+        nt = (int)rows;
+    llm_status s = LLM_OK;
+    if (fail) {
+        s = llm_error_set(LLM_E_NOMEM, "gptq: out of memory for a %lld x %lld matrix",
+                          (long long)rows, (long long)n);
+        goto done;
+    }
+    if (nt > 1 && (s = llm_pool_new(&pool, nt)) != LLM_OK)
+        goto done;
+
+    if (st) {
+        memcpy(W0, W, (size_t)(rows * n) * sizeof *W0);
+        memcpy(H0, H, (size_t)(n * n) * sizeof *H0);
+        rtn_diff(&g, W0, rows, n, G, D1);
+    }
+    if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
+        for (int64_t r = 0; r < rows; r++)
+            llm_qgrid_group(&g, W + r * n, n, &gp[r]);
+    for (int64_t i = 0; i < n; i++)
+        if (H[i * n + i] == 0.0f) {
+            H[i * n + i] = 1.0f;
+            for (int64_t r = 0; r < rows; r++)
+                W[r * n + i] = 0.0f;
+        }
+    const int statics = p->static_groups && g.group;
+    if (statics)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < ng; k++)
+                llm_qgrid_group(&g, W + r * n + k * G, n - k * G < G ? n - k * G : G,
+                                &gp[r * ng + k]);
+    for (int64_t i = 0; i < n; i++)
+        ds[i] = (struct dsort){ H[i * n + i], (int32_t)i };
+    if (p->act_order)
+        qsort(ds, (size_t)n, sizeof *ds, by_diag_desc);
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = ds[i].i;
+    if (p->act_order)
+        for (int64_t r = 0; r < rows; r++) {
+            float *w = W + r * n;
+            for (int64_t i = 0; i < n; i++)
+                rowbuf[i] = w[perm[i]];
+            memcpy(w, rowbuf, (size_t)n * sizeof *w);
+        }
+
+    /* damping and the factor, retried with more damping when H is not
+     * numerically positive definite (GPTQModel's damp_auto_increment) */
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        mean += H[i * n + i];
+    mean /= (double)n;
+    double percdamp = p->damp;
+    int retries = 0;
+    for (;; retries++) {
+        const double damp = percdamp * mean;
+        /* A = J P^T H P J, lower triangle */
+        for (int64_t i = 0; i < n; i++) {
+            const float *h = H + (int64_t)perm[n - 1 - i] * n;
+            double *a = A + i * n;
+            for (int64_t j = 0; j <= i; j++)
+                a[j] = h[perm[n - 1 - j]];
+            a[i] += damp;
+        }
+        if (llm_chol_lower(A, n, n, pool) < 0)
+            break;
+        if (retries == DAMP_RETRIES) {
+            s = llm_error_set(LLM_E_INVALID,
+                              "gptq: the Hessian (%lld columns) is not positive definite even "
+                              "with damp %.2f after %d retries (too few calibration tokens, or "
+                              "a degenerate input?)",
+                              (long long)n, percdamp, retries);
+            goto done;
+        }
+        percdamp += DAMP_STEP;
+    }
+    if ((s = llm_tri_inv_t(A, n, n, diag, pool)) != LLM_OK)
+        goto done;
+    /* U[i][j] = T[n-1-j][n-1-i]: T's row k scatters into U's column n-1-k */
+    float *U = H; // (n, n)
+    for (int64_t i = 0; i < n; i++) {
+        memset(U + i * n, 0, (size_t)i * sizeof *U);
+        U[i * n + i] = (float)diag[n - 1 - i];
+    }
+    for (int64_t k = 0; k < n; k++) {
+        const double *t = A + k * n;
+        const int64_t c = n - 1 - k;
+        for (int64_t m = k + 1; m < n; m++)
+            U[(n - 1 - m) * n + c] = (float)t[m];
+    }
+
+    struct job J = {
+        .K = llm_qkern_get(), .g = &g, .W = W, .rows = rows, .cols = n, .U = U,
+        .codes = codes, .gp = gp, .G = G,
+        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics, .perm = perm,
+        .err = err, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1, .q2 = q2,
+    };
+    run(pool, gptq_rows, &J);
+
+    const int stored_perm = p->act_order && !statics && g.group && ng > 1;
+    for (int64_t r = 0; r < rows; r++) {
+        float *w = W + r * n;
+        const uint8_t *cd = codes + r * n;
+        if (p->act_order) {
+            for (int64_t i = 0; i < n; i++)
+                rowbuf[perm[i]] = w[i];
+            memcpy(w, rowbuf, (size_t)n * sizeof *w);
+        }
+        if (p->act_order && !stored_perm) {
+            for (int64_t i = 0; i < n; i++)
+                cbuf[perm[i]] = cd[i];
+            cd = cbuf;
+        }
+        s = llm_qgrid_pack_row(&g, cd, gp + r * ng, n, (uint8_t *)out + (uint64_t)r * row_bytes);
+        if (s != LLM_OK)
+            goto done;
+    }
+    if (!stored_perm)
+        for (int64_t i = 0; i < n; i++)
+            perm[i] = (int32_t)i;
+
+    if (st) {
+        for (int64_t i = 0; i < rows * n; i++)
+            W0[i] -= W[i];
+        run(pool, stats_rows, &J);
+        double e1 = 0.0, e2 = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            e1 += q1[r], e2 += q2[r];
+        st->err_rtn = e1 / (double)rows;
+        st->err_gptq = e2 / (double)rows;
+        st->damp_retries = retries;
+        st->damp = percdamp;
+    }
+done:
+    llm_pool_free(pool);
+    llm_free(A), llm_free(diag), llm_free(codes), llm_free(gp);
+    llm_free(err), llm_free(rowbuf), llm_free(cbuf), llm_free(ds);
+    llm_free(W0), llm_free(D1), llm_free(H0), llm_free(q1), llm_free(q2);
+    return s;
+}

@@ -1,0 +1,64 @@
+/* gptq.h: the GPTQ algorithm on one weight matrix (quantization.md 1.1,
+ * 1.3; IST-DASLab/gptq's fasterquant, with AutoGPTQ's static groups and
+ * GPTQModel's damping retry). The driver collects H and calls this once per
+ * linear layer; the grid, the group rule and the packing are grid.h's.
+ */
+#ifndef LLM_QUANTIZE_GPTQ_H
+#define LLM_QUANTIZE_GPTQ_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "../quant/types.h"
+
+struct llm_gptq_params {
+    enum llm_type type; /* target integer grid type (llm_qgrid_of) */
+    float damp;         /* percdamp: the fraction of mean(diag(H)) added to the diagonal */
+    int block_size;     /* lazy-batch columns; 0: 128 */
+    int act_order;      /* columns in descending diag(H) order */
+    int static_groups;  /* group parameters from the original W before any update */
+    int n_threads;      /* threads for the row-parallel work (0: 1) */
+};
+
+/* type, with the reference defaults: damp 0.01, block 128, no act-order, no
+ * static groups, one thread. */
+void llm_gptq_params_init(struct llm_gptq_params *p, enum llm_type type);
+
+struct llm_gptq_stats {
+    /* tr((W - Q) H (W - Q)^T) / rows with the original W and H (no damping):
+     * RTN on the same grid (llm_qgrid_group per group of the original W,
+     * nearest codes), and GPTQ's Q */
+    double err_rtn, err_gptq;
+    int damp_retries; /* Cholesky failures recovered by raising damp by 0.01 each time */
+    double damp;      /* the percdamp that succeeded */
+};
+
+/* Quantize W (rows, cols) float32 with the Hessian H (cols, cols) = (2/n) sum x x^T
+ * of the calibration inputs; both are destroyed.
+ *
+ * On return W holds the quantized weights as the file will give them back
+ * (dequantized, ORIGINAL column order) and out (rows * llm_type_row_bytes(type,
+ * cols) bytes) the packed rows. With act_order, without static_groups and
+ * with more than one group per row, the packed columns are stored in
+ * permuted order: perm (cols) receives perm[i] = original column of stored
+ * column i (so y = Wstored . x[perm]); otherwise (static groups, _ch types,
+ * a single group) the rows are stored in original order and perm gets the
+ * identity. cols need not be a multiple of the group (the last group is
+ * short; the packed row pads).
+ *
+ * Dynamic groups (grouped types without static_groups) take their
+ * parameters (llm_qgrid_group) from W as it stood at the start of the lazy
+ * batch holding the group's first column, as the reference does; with
+ * groups shorter than block_size that is not the fully updated W (gptq.c).
+ *
+ * st may be NULL; computing it costs about as much as the quantization
+ * itself (two quadratic forms in H per row).
+ *
+ * Errors: LLM_E_INVALID for bad arguments, a non-finite W or H, a negative
+ * diagonal of H, or an H that is not positive definite even after raising
+ * damp by 0.01 ten times; LLM_E_NOMEM. */
+llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t rows,
+                             int64_t cols, float *H, void *out, int32_t *perm,
+                             struct llm_gptq_stats *st);
+
+#endif

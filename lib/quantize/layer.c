@@ -1,0 +1,870 @@
+/* layer.c: calibrated quantization, one stage (decoder block, or the head)
+ * at a time, for GPTQ (true-sequential) and AWQ. See quantize.h for the
+ * order of work and qimpl.h for the state.
+ *
+ * The residual stream of every calibration window, X (N, dim), is the only
+ * large buffer kept across stages (plus, for GPTQ, the attention outputs A
+ * of the current block). Each stage dequantizes its own weights to float,
+ * runs the windows through the block in chunks of the context's batch
+ * (using the model's backend ops and a one-window KV cache), collects the
+ * Hessians / Gram matrices H = mean x x^T of each group's input, quantizes,
+ * and leaves X as the next stage's input.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../quant/quant.h"
+#include "awq.h"
+#include "gptq.h"
+#include "../quant/grid.h"
+#include "qimpl.h"
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static int n_threads(const struct qctx *q)
+{
+    return q->ctx->be->n_threads > 0 ? q->ctx->be->n_threads : 1;
+}
+
+/* Y (n, rows) = X (n, cols) . W^T (+ bias) with a float weight. */
+static llm_status mm(struct qctx *q, const float *W, int64_t rows, int64_t cols, const float *X,
+                     int32_t n, float *Y, const struct llm_weight *bias)
+{
+    struct llm_weight w = { .type = LLM_TYPE_F32, .data = W, .ne0 = cols, .rows = rows };
+    const struct llm_weight *wp[1] = { &w };
+    const struct llm_weight *bp[1] = { bias };
+    float *yp[1] = { Y };
+    struct llm_backend *b = q->ctx->be;
+    return b->ops->matmul(b, 1, wp, bias ? bp : NULL, X, yp, n);
+}
+
+/* A Hessian being accumulated: sum over tokens of x x^T, in double. */
+struct hacc {
+    double *sum;   /* (cols, cols) */
+    double *asum;  /* (cols) sum |x| (AWQ's activation statistic) */
+    float *t, *y;  /* scratch: (cols, n_batch) transposed chunk, (cols, cols) product */
+    int64_t cols, n;
+};
+
+static llm_status hacc_init(struct hacc *h, int64_t cols, int32_t n_batch)
+{
+    memset(h, 0, sizeof *h);
+    h->cols = cols;
+    h->sum = llm_calloc((size_t)(cols * cols), sizeof(double));
+    h->asum = llm_calloc((size_t)cols, sizeof(double));
+    h->t = llm_malloc((size_t)(cols * n_batch) * sizeof(float));
+    h->y = llm_malloc((size_t)(cols * cols) * sizeof(float));
+    return h->sum && h->asum && h->t && h->y ? LLM_OK : LLM_E_NOMEM;
+}
+
+static void hacc_free(struct hacc *h)
+{
+    llm_free(h->sum);
+    llm_free(h->asum);
+    llm_free(h->t);
+    llm_free(h->y);
+    memset(h, 0, sizeof *h);
+}
+
+/* Add the n tokens x (n, cols): the product T . T^T of the transposed
+ * chunk runs on the backend's matmul (threaded, SIMD). */
+static llm_status hacc_add(struct qctx *q, struct hacc *h, const float *x, int32_t n)
+{
+    int64_t c = h->cols;
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < c; j++) {
+            float v = x[(int64_t)i * c + j];
+            h->t[j * n + i] = v;
+            h->asum[j] += fabsf(v);
+        }
+    LLM_TRY(mm(q, h->t, c, n, h->t, (int32_t)c, h->y, NULL));
+    for (int64_t i = 0; i < c * c; i++)
+        h->sum[i] += h->y[i];
+    h->n += n;
+    return LLM_OK;
+}
+
+/* H (cols, cols) = mean x x^T, and x_mean (cols) = mean |x| when wanted. */
+static llm_status hacc_mean(const struct hacc *h, float **H, float *x_mean)
+{
+    int64_t c = h->cols;
+    *H = llm_malloc((size_t)(c * c) * sizeof(float));
+    if (!*H)
+        return LLM_E_NOMEM;
+    double inv = h->n ? 1.0 / (double)h->n : 0.0;
+    for (int64_t i = 0; i < c * c; i++)
+        (*H)[i] = (float)(h->sum[i] * inv);
+    if (x_mean)
+        for (int64_t j = 0; j < c; j++)
+            x_mean[j] = (float)(h->asum[j] * inv);
+    return LLM_OK;
+}
+
+/* Mean squared output error tr(D H D^T) / rows for D (rows, cols). */
+static llm_status out_err(struct qctx *q, const float *D, int64_t rows, int64_t cols,
+                          const float *H, double *err)
+{
+    float *Y = llm_malloc((size_t)(rows * cols) * sizeof(float));
+    if (!Y)
+        return LLM_E_NOMEM;
+    /* Y = D . H (H symmetric) */
+    llm_status s = mm(q, H, cols, cols, D, (int32_t)rows, Y, NULL);
+    double e = 0;
+    for (int64_t i = 0; !s && i < rows * cols; i++)
+        e += (double)Y[i] * D[i];
+    llm_free(Y);
+    *err = e / (double)rows;
+    return s;
+}
+
+/* One linear of the stage: its output-file entry and its float weights. */
+struct lin {
+    struct qt *t;
+    float *W;          /* (rows, cols) being quantized; afterwards the file's values */
+    float *W0;         /* (rows, cols) original, for the report */
+    int64_t rows, cols;
+    const float *colscale; /* AWQ: columns were multiplied by these (cols), or NULL */
+    const float *rowscale; /* AWQ: rows were divided by these (rows), or NULL */
+};
+
+static llm_status lin_load(struct qctx *q, struct lin *L, const char *fmt, int layer)
+{
+    char name[LLM_MAX_NAME];
+    snprintf(name, sizeof name, fmt, layer);
+    memset(L, 0, sizeof *L);
+    L->t = llm_q_find(q, name);
+    if (!L->t || !L->t->in)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s' is missing", q->in->path, name);
+    LLM_TRY(llm_q_load_f32(q, L->t, &L->W, &L->rows, &L->cols));
+    size_t n = (size_t)(L->rows * L->cols) * sizeof(float);
+    L->W0 = llm_malloc(n);
+    if (!L->W0)
+        return LLM_E_NOMEM;
+    memcpy(L->W0, L->W, n);
+    return LLM_OK;
+}
+
+static void lin_free(struct lin *L)
+{
+    llm_free(L->W);
+    llm_free(L->W0);
+    L->W = L->W0 = NULL;
+}
+
+/* Report: weight error, and the output error of plain RTN on the original
+ * weights ("before") and of the result ("after"), both in the original
+ * output domain (AWQ's scales undone). */
+static llm_status lin_report(struct qctx *q, struct lin *L, const float *H, double seconds,
+                             double awq_ratio)
+{
+    struct llm_qtensor_report *e = llm_q_report(q, L->t);
+    int64_t n = L->rows * L->cols;
+    float *D = llm_malloc((size_t)n * sizeof(float));
+    float *row = llm_malloc((size_t)L->cols * sizeof(float));
+    void *qb = llm_malloc((size_t)llm_type_row_bytes(L->t->to, (uint64_t)L->cols));
+    llm_status s = D && row && qb ? LLM_OK : LLM_E_NOMEM;
+    double werr = 0;
+    for (int64_t i = 0; !s && i < L->rows; i++)
+        for (int64_t j = 0; j < L->cols; j++) {
+            float v = L->W[i * L->cols + j];
+            if (L->rowscale)
+                v *= L->rowscale[i];
+            if (L->colscale)
+                v /= L->colscale[j];
+            float d = L->W0[i * L->cols + j] - v;
+            D[i * L->cols + j] = d;
+            werr += (double)d * d;
+        }
+    if (!s)
+        s = out_err(q, D, L->rows, L->cols, H, &e->out_err_after);
+    /* plain RTN of the original weights on the same type */
+    for (int64_t i = 0; !s && i < L->rows; i++) {
+        const float *w0 = L->W0 + i * L->cols;
+        s = llm_quantize_row(L->t->to, w0, qb, L->cols);
+        if (!s)
+            s = llm_dequantize_row(L->t->to, qb, row, L->cols);
+        for (int64_t j = 0; !s && j < L->cols; j++)
+            D[i * L->cols + j] = w0[j] - row[j];
+    }
+    if (!s)
+        s = out_err(q, D, L->rows, L->cols, H, &e->out_err_before);
+    llm_free(D);
+    llm_free(row);
+    llm_free(qb);
+    e->rows = L->rows;
+    e->cols = L->cols;
+    e->weight_err = werr / (double)n;
+    e->seconds += seconds;
+    e->awq_ratio = awq_ratio;
+    return s;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Act-order puts a group's columns in descending Hessian order; inside a
+ * group the order changes nothing (one scale and zero for all), so they are
+ * stored by original column. A Hugging Face checkpoint (g_idx) keeps only
+ * which group each column is in, and this order is what importing one
+ * gives, so export and import round-trip to the same bytes. */
+static llm_status sort_within_groups(struct qt *t, int64_t rows, int64_t cols, int32_t *perm)
+{
+    struct llm_qgrid g;
+    LLM_TRY(llm_qgrid_of(t->to, &g));
+    int64_t gs = g.group ? g.group : cols, ng = (cols + gs - 1) / gs;
+    int64_t *pos = llm_malloc((size_t)cols * sizeof(int64_t)); /* new column i <- old pos[i] */
+    int32_t *sorted = llm_malloc((size_t)cols * sizeof(int32_t));
+    uint8_t *codes = llm_malloc((size_t)cols), *tmp = llm_malloc((size_t)cols);
+    struct llm_qgroup *gp = llm_malloc((size_t)ng * sizeof *gp);
+    llm_status s = pos && sorted && codes && tmp && gp ? LLM_OK : LLM_E_NOMEM;
+    /* where each original column sits now: old position by value */
+    int64_t *where = !s ? llm_malloc((size_t)cols * sizeof(int64_t)) : NULL;
+    if (!s && !where)
+        s = LLM_E_NOMEM;
+    if (!s) {
+        for (int64_t i = 0; i < cols; i++)
+            where[perm[i]] = i;
+        memcpy(sorted, perm, (size_t)cols * sizeof(int32_t));
+        for (int64_t k = 0; k < ng; k++) {
+            int64_t j0 = k * gs, j1 = j0 + gs < cols ? j0 + gs : cols;
+            qsort(sorted + j0, (size_t)(j1 - j0), sizeof(int32_t), cmp_i32);
+        }
+        for (int64_t i = 0; i < cols; i++)
+            pos[i] = where[sorted[i]];
+    }
+    uint64_t rb = llm_type_row_bytes(t->to, (uint64_t)cols);
+    for (int64_t r = 0; !s && r < rows; r++) {
+        uint8_t *row = (uint8_t *)t->data + rb * (uint64_t)r;
+        s = llm_qgrid_unpack_row(&g, row, cols, codes, gp);
+        for (int64_t i = 0; !s && i < cols; i++)
+            tmp[i] = codes[pos[i]];
+        if (!s)
+            s = llm_qgrid_pack_row(&g, tmp, gp, cols, row);
+    }
+    if (!s)
+        memcpy(perm, sorted, (size_t)cols * sizeof(int32_t));
+    llm_free(pos);
+    llm_free(where);
+    llm_free(sorted);
+    llm_free(codes);
+    llm_free(tmp);
+    llm_free(gp);
+    return s;
+}
+
+/* Quantize one linear with GPTQ on Hessian H, or plainly for other methods;
+ * L->W becomes the file's values (original column order). */
+static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H)
+{
+    double t0 = llm_q_now();
+    struct qt *t = L->t;
+    if (t->spec.method == LLM_QM_GPTQ) {
+        const struct llm_quantize_params *p = q->p;
+        int64_t c = L->cols;
+        float *Hc = llm_malloc((size_t)(c * c) * sizeof(float));
+        t->data = llm_malloc((size_t)t->nbytes);
+        int32_t *perm = llm_malloc((size_t)c * sizeof(int32_t));
+        if (!Hc || !t->data || !perm) {
+            llm_free(Hc);
+            llm_free(perm);
+            return LLM_E_NOMEM;
+        }
+        memcpy(Hc, H, (size_t)(c * c) * sizeof(float));
+        struct llm_gptq_params gp = { .type = t->to, .damp = p->damp,
+                                      .block_size = p->block_size, .act_order = p->act_order,
+                                      .static_groups = p->static_groups,
+                                      .n_threads = n_threads(q) };
+        /* lin_report measures the errors in the output domain for every
+         * method alike, so GPTQ's own statistics are not asked for */
+        llm_status s = llm_gptq_quantize(&gp, L->W, L->rows, c, Hc, t->data, perm, NULL);
+        llm_free(Hc);
+        if (s) {
+            llm_free(perm);
+            llm_error_prefix(t->name);
+            llm_error_prefix(q->in->path);
+            return s;
+        }
+        char pname[LLM_MAX_NAME];
+        size_t len = strlen(t->name) - strlen(".weight");
+        memcpy(pname, t->name, len);
+        memcpy(pname + len, ".perm", 6);
+        struct qt *pt = llm_q_find(q, pname);
+        if (pt) {
+            s = sort_within_groups(t, L->rows, c, perm);
+            if (s) {
+                llm_free(perm);
+                return s;
+            }
+            pt->data = perm;
+        } else {
+            llm_free(perm);
+        }
+    } else {
+        LLM_TRY(llm_q_quantize_plain(q, t, L->W, L->rows, L->cols));
+    }
+    LLM_TRY(lin_report(q, L, H, llm_q_now() - t0, -1));
+    llm_q_progress(q, L->rows * L->cols);
+    return LLM_OK;
+}
+
+/* The model's per-layer vectors as float weights. */
+static struct llm_weight fvec(const float *v, int64_t n)
+{
+    struct llm_weight w = { .type = LLM_TYPE_F32, .data = v, .ne0 = n, .rows = 1 };
+    return w;
+}
+
+/* ---- calibration setup -------------------------------------------------- */
+
+llm_status llm_q_calib_begin(struct qctx *q)
+{
+    const struct llm_quantize_params *p = q->p;
+    const struct llm_config *c = &q->m->c;
+    if (!q->m->tok)
+        return llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer to read the "
+                             "calibration text with", q->in->path);
+    snprintf(q->stage_name, sizeof q->stage_name, "calibration");
+    LLM_TRY(llm_calib_load(&q->cal, q->m->tok, p->calib_path, p->n_samples, p->seq_len,
+                           p->seed));
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = q->cal.len;
+    cp.n_threads = p->n_threads;
+    LLM_TRY(llm_context_new(&q->ctx, q->m, &cp));
+    q->N = (int64_t)q->cal.n * q->cal.len;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim;
+    uint64_t nx, na;
+    if (!llm_mul_ok((uint64_t)q->N, (uint64_t)c->dim * sizeof(float), &nx) || nx > SIZE_MAX ||
+        !llm_mul_ok((uint64_t)q->N, (uint64_t)qd * sizeof(float), &na) || na > SIZE_MAX)
+        return llm_error_set(LLM_E_NOMEM, "%lld calibration tokens are too many",
+                             (long long)q->N);
+    q->X = llm_malloc((size_t)nx);
+    if (!q->X)
+        return llm_error_set(LLM_E_NOMEM, "calibration activations: %.1f MB not available",
+                             (double)nx / 1e6);
+    if (q->flow == FLOW_GPTQ) {
+        q->A = llm_malloc((size_t)na);
+        if (!q->A)
+            return llm_error_set(LLM_E_NOMEM, "calibration activations: %.1f MB not available",
+                                 (double)na / 1e6);
+    }
+    struct llm_backend *b = q->ctx->be;
+    for (int32_t w = 0; w < q->cal.n; w++)
+        LLM_TRY(b->ops->embed(b, &q->m->tok_embd, q->cal.tokens + (int64_t)w * q->cal.len,
+                              q->cal.len, q->X + (int64_t)w * q->cal.len * c->dim));
+    return LLM_OK;
+}
+
+void llm_q_calib_end(struct qctx *q)
+{
+    llm_context_free(q->ctx);
+    q->ctx = NULL;
+    llm_free(q->X);
+    llm_free(q->A);
+    q->X = q->A = NULL;
+    llm_calib_free(&q->cal);
+}
+
+/* Chunks of the windows: window w, tokens [off, off + n), rows of X from
+ * row0 = w * len + off. Start from CHUNKS_BEGIN; chunk_next gives the next
+ * one, 0 after the last. */
+struct chunk {
+    int32_t w, off, n;
+    int64_t row0;
+};
+#define CHUNKS_BEGIN { 0, 0, 0, -1 }
+
+static int chunk_next(const struct qctx *q, struct chunk *k)
+{
+    if (k->row0 >= 0) {
+        k->off += k->n;
+        if (k->off >= q->cal.len) {
+            k->w++;
+            k->off = 0;
+        }
+    }
+    if (k->w >= q->cal.n)
+        return 0;
+    int32_t left = q->cal.len - k->off;
+    k->n = left < q->ctx->n_batch ? left : q->ctx->n_batch;
+    k->row0 = (int64_t)k->w * q->cal.len + k->off;
+    return 1;
+}
+
+/* Attention of the chunk: q/k/v projections with the given float weights,
+ * RoPE, the window's KV cache at positions off.., output to `out`. */
+static llm_status attn_chunk(struct qctx *q, int32_t l, const struct llm_layer_w *LW,
+                             struct lin *lq, struct lin *lk, struct lin *lv,
+                             const float *bv, int32_t off, int32_t n, float *out)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    if (off == 0)
+        llm_kv_reset(c->kv, 0);
+    struct llm_weight bqw = LW->bq, bkw = LW->bk, bvw = bv ? fvec(bv, lv->rows) : LW->bv;
+    LLM_TRY(mm(q, lq->W, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL));
+    LLM_TRY(mm(q, lk->W, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL));
+    LLM_TRY(mm(q, lv->W, lv->rows, lv->cols, c->xb, n, c->v, bvw.data ? &bvw : NULL));
+    LLM_TRY(b->ops->rope(b, &c->rope, &c->ash, c->q, c->k, n, off));
+    LLM_TRY(llm_kv_reserve(c->kv, 0, off + n));
+    llm_kv_set_len(c->kv, 0, off);
+    LLM_TRY(b->ops->attention(b, &c->ash, c->kv, l, 0, c->q, c->k, c->v, out, n, off));
+    llm_kv_set_len(c->kv, 0, off + n);
+    return LLM_OK;
+}
+
+/* ---- GPTQ: true-sequential block ---------------------------------------- */
+
+enum { LQ, LK, LV, LO, LG, LU, LD, NLIN };
+static const char *const lin_fmt[NLIN] = {
+    "blk.%d.attn_q.weight",   "blk.%d.attn_k.weight", "blk.%d.attn_v.weight",
+    "blk.%d.attn_output.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight",
+    "blk.%d.ffn_down.weight",
+};
+
+static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    const struct llm_layer_w *LW = &q->m->layers[l];
+    int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim, ff = cf->ffn_dim;
+    struct hacc h;
+    float *H = NULL;
+    llm_status s;
+
+    /* [q, k, v] on the normed input */
+    LLM_TRY(hacc_init(&h, dim, c->n_batch));
+    s = LLM_OK;
+    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
+        int32_t n = k.n;
+        int64_t row0 = k.row0;
+        if (!s)
+            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
+        if (!s)
+            s = hacc_add(q, &h, c->xb, n);
+    }
+    if (!s)
+        s = hacc_mean(&h, &H, NULL);
+    hacc_free(&h);
+    for (int i = LQ; !s && i <= LV; i++)
+        s = quant_lin(q, &L[i], H);
+    llm_free(H);
+    H = NULL;
+    if (s)
+        return s;
+
+    /* [o] on the attention output computed with the quantized q, k, v */
+    LLM_TRY(hacc_init(&h, qd, c->n_batch));
+    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
+        int32_t n = k.n;
+        int64_t row0 = k.row0;
+        if (!s)
+            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
+        if (!s)
+            s = attn_chunk(q, l, LW, &L[LQ], &L[LK], &L[LV], NULL, k.off, n, q->A + row0 * qd);
+        if (!s)
+            s = hacc_add(q, &h, q->A + row0 * qd, n);
+    }
+    if (!s)
+        s = hacc_mean(&h, &H, NULL);
+    hacc_free(&h);
+    if (!s)
+        s = quant_lin(q, &L[LO], H);
+    llm_free(H);
+    H = NULL;
+    /* residual, then [gate, up] on the normed stream */
+    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
+        int32_t n = k.n;
+        int64_t row0 = k.row0;
+        if (!s)
+            s = mm(q, L[LO].W, L[LO].rows, L[LO].cols, q->A + row0 * qd, n, c->xb2, NULL);
+        if (!s)
+            s = b->ops->add(b, q->X + row0 * dim, c->xb2, n * dim);
+    }
+    if (s)
+        return s;
+    LLM_TRY(hacc_init(&h, dim, c->n_batch));
+    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
+        int32_t n = k.n;
+        int64_t row0 = k.row0;
+        if (!s)
+            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->ffn_norm, c->xb, n, dim, cf->rms_eps);
+        if (!s)
+            s = hacc_add(q, &h, c->xb, n);
+    }
+    if (!s)
+        s = hacc_mean(&h, &H, NULL);
+    hacc_free(&h);
+    for (int i = LG; !s && i <= LU; i++)
+        s = quant_lin(q, &L[i], H);
+    llm_free(H);
+    H = NULL;
+    if (s)
+        return s;
+
+    /* [down] on silu(gate) * up with the quantized gate and up; the
+     * intermediate is recomputed for the residual rather than kept
+     * (N x ffn floats would be the largest buffer of the run). */
+    LLM_TRY(hacc_init(&h, ff, c->n_batch));
+    for (int pass = 0; pass < 2 && !s; pass++) {
+        for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
+        int32_t n = k.n;
+        int64_t row0 = k.row0;
+            if (!s)
+                s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->ffn_norm, c->xb, n, dim,
+                                    cf->rms_eps);
+            if (!s)
+                s = mm(q, L[LG].W, L[LG].rows, L[LG].cols, c->xb, n, c->hb, NULL);
+            if (!s)
+                s = mm(q, L[LU].W, L[LU].rows, L[LU].cols, c->xb, n, c->hb2, NULL);
+            if (!s)
+                s = b->ops->swiglu(b, c->hb, c->hb2, (int64_t)n * ff);
+            if (!s && pass == 0)
+                s = hacc_add(q, &h, c->hb, n);
+            if (!s && pass == 1)
+                s = mm(q, L[LD].W, L[LD].rows, L[LD].cols, c->hb, n, c->xb2, NULL);
+            if (!s && pass == 1)
+                s = b->ops->add(b, q->X + (row0 + 0) * dim, c->xb2, n * dim);
+        }
+        if (!s && pass == 0) {
+            s = hacc_mean(&h, &H, NULL);
+            if (!s)
+                s = quant_lin(q, &L[LD], H);
+            llm_free(H);
+            H = NULL;
+        }
+    }
+    hacc_free(&h);
+    return s;
+}
+
+/* ---- AWQ block ---------------------------------------------------------- */
+
+/* Inputs of the four scaling groups collected from the float block. */
+enum { GIN_QKV, GIN_O, GIN_GU, GIN_D, NGIN };
+
+struct awq_in {
+    struct hacc h;
+    float *sample;     /* (ns, cols) every stride-th token */
+    int64_t ns, cap;
+};
+
+/* Quantize L with AWQ's grid rule (after scaling and clipping). */
+static llm_status awq_pack(struct lin *L)
+{
+    struct qt *t = L->t;
+    struct llm_qgrid g;
+    LLM_TRY(llm_qgrid_of(t->to, &g));
+    int64_t gs = g.group ? g.group : L->cols, ng = (L->cols + gs - 1) / gs;
+    uint64_t rb = llm_type_row_bytes(t->to, (uint64_t)L->cols);
+    t->data = llm_malloc((size_t)t->nbytes);
+    uint8_t *codes = llm_malloc((size_t)L->cols);
+    struct llm_qgroup *gp = llm_malloc((size_t)ng * sizeof *gp);
+    llm_status s = t->data && codes && gp ? LLM_OK : LLM_E_NOMEM;
+    for (int64_t i = 0; !s && i < L->rows; i++) {
+        float *w = L->W + i * L->cols;
+        for (int64_t k = 0; k < ng; k++) {
+            int64_t j0 = k * gs, j1 = j0 + gs < L->cols ? j0 + gs : L->cols;
+            llm_qgrid_group_awq(&g, w + j0, j1 - j0, &gp[k]);
+            for (int64_t j = j0; j < j1; j++) {
+                codes[j] = (uint8_t)llm_qgrid_code(&g, &gp[k], w[j]);
+                w[j] = llm_qgrid_value(&g, &gp[k], codes[j]);
+            }
+        }
+        s = llm_qgrid_pack_row(&g, codes, gp, L->cols, (uint8_t *)t->data + rb * (uint64_t)i);
+    }
+    llm_free(codes);
+    llm_free(gp);
+    return s;
+}
+
+static void div_cols(float *X, int64_t n, int64_t cols, const float *s)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < cols; j++)
+            X[i * cols + j] /= s[j];
+}
+
+/* Scale search for the linears L[first..last] reading input `in`, folding
+ * 1/s into `norm` (cols) or into the rows of `prev`. Skipped (scales 1)
+ * unless every linear of the group is awq. Returns the ratio or -1. */
+static llm_status awq_group(struct qctx *q, struct awq_in *in, struct lin *L, int first, int last,
+                            float *norm, struct lin *prev, float *prev_bias, float *s,
+                            double *ratio)
+{
+    *ratio = -1;
+    for (int i = first; i <= last; i++)
+        if (L[i].t->spec.method != LLM_QM_AWQ)
+            return LLM_OK;
+    int64_t cols = in->h.cols;
+    float *G = NULL;
+    float *x_mean = llm_malloc((size_t)cols * sizeof(float));
+    if (!x_mean)
+        return LLM_E_NOMEM;
+    llm_status st = hacc_mean(&in->h, &G, x_mean);
+    const float *W[3];
+    int64_t rows[3];
+    int nw = 0;
+    for (int i = first; i <= last; i++) {
+        W[nw] = L[i].W;
+        rows[nw++] = L[i].rows;
+    }
+    struct llm_awq_scale_result r;
+    if (!st)
+        st = llm_awq_search_scale_gram(L[first].t->to, G, 1, cols, x_mean, nw, W, rows,
+                                       q->p->awq_grid, q->p->awq_duo, s, &r, NULL, n_threads(q));
+    llm_free(G);
+    llm_free(x_mean);
+    if (st)
+        return st;
+    if (norm)
+        llm_awq_fold_norm(norm, NULL, s, cols);
+    if (prev)
+        LLM_TRY(llm_awq_fold_rows(prev->W, prev->rows, prev->cols, prev_bias, s, cols));
+    for (int i = first; i <= last; i++) {
+        llm_awq_scale_cols(L[i].W, L[i].rows, L[i].cols, s);
+        L[i].colscale = s;
+    }
+    if (prev)
+        prev->rowscale = s;
+    div_cols(in->sample, in->ns, cols, s);
+    *ratio = r.ratio;
+    return LLM_OK;
+}
+
+static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    const struct llm_layer_w *LW = &q->m->layers[l];
+    int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim, ff = cf->ffn_dim;
+    int64_t widths[NGIN] = { dim, qd, dim, ff };
+    struct awq_in in[NGIN];
+    memset(in, 0, sizeof in);
+    int64_t stride = q->N / (q->p->awq_tokens > 0 ? q->p->awq_tokens : 1);
+    if (stride < 1)
+        stride = 1;
+    int64_t cap = (q->N + stride - 1) / stride;
+    float *attn_norm = llm_malloc((size_t)dim * sizeof(float));
+    float *ffn_norm = llm_malloc((size_t)dim * sizeof(float));
+    float *bv = NULL;
+    float *att = llm_malloc((size_t)(c->n_batch * qd) * sizeof(float));
+    float *sc[NGIN] = { 0 };
+    llm_status s = attn_norm && ffn_norm && att ? LLM_OK : LLM_E_NOMEM;
+    for (int i = 0; !s && i < NGIN; i++) {
+        s = hacc_init(&in[i].h, widths[i], c->n_batch);
+        in[i].cap = cap;
+        in[i].sample = llm_malloc((size_t)(cap * widths[i]) * sizeof(float));
+        sc[i] = llm_malloc((size_t)widths[i] * sizeof(float));
+        if (!s && (!in[i].sample || !sc[i]))
+            s = LLM_E_NOMEM;
+    }
+    if (!s) {
+        memcpy(attn_norm, LW->attn_norm.data, (size_t)dim * sizeof(float));
+        memcpy(ffn_norm, LW->ffn_norm.data, (size_t)dim * sizeof(float));
+        if (LW->bv.data) {
+            bv = llm_malloc((size_t)LW->bv.ne0 * sizeof(float));
+            if (bv)
+                memcpy(bv, LW->bv.data, (size_t)LW->bv.ne0 * sizeof(float));
+            else
+                s = LLM_E_NOMEM;
+        }
+    }
+    /* the float block over every chunk: statistics of the four inputs, and
+     * the block's output as the next block's input */
+    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
+        int32_t n = k.n;
+        int64_t row0 = k.row0;
+        float *xs[NGIN] = { c->xb, att, c->xb, c->hb };
+        float *X = q->X + row0 * dim;
+        for (int g = 0; g < NGIN && !s; g++) {
+            if (g == GIN_QKV)
+                s = b->ops->rmsnorm(b, X, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
+            if (g == GIN_O)
+                s = attn_chunk(q, l, LW, &L[LQ], &L[LK], &L[LV], NULL, k.off, n, att);
+            if (g == GIN_GU) {
+                s = mm(q, L[LO].W, L[LO].rows, L[LO].cols, att, n, c->xb2, NULL);
+                if (!s)
+                    s = b->ops->add(b, X, c->xb2, n * dim);
+                if (!s)
+                    s = b->ops->rmsnorm(b, X, &LW->ffn_norm, c->xb, n, dim, cf->rms_eps);
+            }
+            if (g == GIN_D) {
+                s = mm(q, L[LG].W, L[LG].rows, L[LG].cols, c->xb, n, c->hb, NULL);
+                if (!s)
+                    s = mm(q, L[LU].W, L[LU].rows, L[LU].cols, c->xb, n, c->hb2, NULL);
+                if (!s)
+                    s = b->ops->swiglu(b, c->hb, c->hb2, (int64_t)n * ff);
+            }
+            if (!s)
+                s = hacc_add(q, &in[g].h, xs[g], n);
+            for (int32_t i = 0; !s && i < n; i++)
+                if ((row0 + i) % stride == 0 && in[g].ns < in[g].cap)
+                    memcpy(in[g].sample + in[g].ns++ * widths[g], xs[g] + (int64_t)i * widths[g],
+                           (size_t)widths[g] * sizeof(float));
+        }
+        if (!s)
+            s = mm(q, L[LD].W, L[LD].rows, L[LD].cols, c->hb, n, c->xb2, NULL);
+        if (!s)
+            s = b->ops->add(b, X, c->xb2, n * dim);
+    }
+    /* Gram matrices in the original domain, for the report */
+    float *G[NGIN] = { 0 };
+    for (int g = 0; g < NGIN && !s; g++)
+        s = hacc_mean(&in[g].h, &G[g], NULL);
+    double t0 = llm_q_now();
+    double ratio[NLIN];
+    for (int i = 0; i < NLIN; i++)
+        ratio[i] = -1;
+    /* scales, in llm-awq's order; v -> o only without GQA */
+    if (!s)
+        s = awq_group(q, &in[GIN_QKV], L, LQ, LV, attn_norm, NULL, NULL, sc[GIN_QKV], &ratio[LQ]);
+    ratio[LK] = ratio[LV] = ratio[LQ];
+    if (!s && L[LV].rows == L[LO].cols && L[LV].t->spec.method == LLM_QM_AWQ)
+        s = awq_group(q, &in[GIN_O], L, LO, LO, NULL, &L[LV], bv, sc[GIN_O], &ratio[LO]);
+    if (!s)
+        s = awq_group(q, &in[GIN_GU], L, LG, LU, ffn_norm, NULL, NULL, sc[GIN_GU], &ratio[LG]);
+    ratio[LU] = ratio[LG];
+    if (!s && L[LU].t->spec.method == LLM_QM_AWQ)
+        s = awq_group(q, &in[GIN_D], L, LD, LD, NULL, &L[LU], NULL, sc[GIN_D], &ratio[LD]);
+    /* clipping (not q/k: "due to qk bmm, it is hard to clip precisely") and
+     * quantization */
+    static const int gin_of[NLIN] = { GIN_QKV, GIN_QKV, GIN_QKV, GIN_O, GIN_GU, GIN_GU, GIN_D };
+    for (int i = 0; i < NLIN && !s; i++) {
+        double ti = llm_q_now();
+        struct awq_in *ai = &in[gin_of[i]];
+        if (L[i].t->spec.method == LLM_QM_AWQ) {
+            if (q->p->awq_clip && i != LQ && i != LK)
+                s = llm_awq_search_clip(L[i].t->to, ai->sample, ai->ns, L[i].cols, L[i].W,
+                                        L[i].rows, q->p->awq_grid, 0.5f, NULL, NULL,
+                                        n_threads(q));
+            if (!s)
+                s = awq_pack(&L[i]);
+        } else {
+            s = llm_q_quantize_plain(q, L[i].t, L[i].W, L[i].rows, L[i].cols);
+        }
+        if (!s)
+            s = lin_report(q, &L[i], G[gin_of[i]], llm_q_now() - ti + (i == 0 ? ti - t0 : 0),
+                           ratio[i]);
+        llm_q_progress(q, L[i].rows * L[i].cols);
+    }
+    /* the norms (and v's bias) that absorbed 1/s */
+    struct {
+        const char *fmt;
+        float *v;
+        int64_t n;
+    } vecs[3] = { { "blk.%d.attn_norm.weight", attn_norm, dim },
+                  { "blk.%d.ffn_norm.weight", ffn_norm, dim },
+                  { "blk.%d.attn_v.bias", bv, LW->bv.ne0 } };
+    for (int i = 0; i < 3 && !s; i++) {
+        char name[LLM_MAX_NAME];
+        snprintf(name, sizeof name, vecs[i].fmt, l);
+        struct qt *t = llm_q_find(q, name);
+        if (!t || !vecs[i].v)
+            continue;
+        if (t->to != LLM_TYPE_F32 || t->nbytes != (uint64_t)vecs[i].n * sizeof(float)) {
+            s = llm_error_set(LLM_E_INVALID, "%s: tensor '%s': unexpected shape", q->in->path,
+                              name);
+            break;
+        }
+        t->data = vecs[i].v;
+        vecs[i].v = NULL;
+        if (i == 0)
+            attn_norm = NULL;
+        else if (i == 1)
+            ffn_norm = NULL;
+        else
+            bv = NULL;
+    }
+    for (int g = 0; g < NGIN; g++) {
+        hacc_free(&in[g].h);
+        llm_free(in[g].sample);
+        llm_free(G[g]);
+        llm_free(sc[g]);
+    }
+    llm_free(attn_norm);
+    llm_free(ffn_norm);
+    llm_free(bv);
+    llm_free(att);
+    return s;
+}
+
+/* ---- the head ----------------------------------------------------------- */
+
+static llm_status gptq_head(struct qctx *q)
+{
+    struct qt *t = llm_q_find(q, "output.weight");
+    if (!t)
+        t = llm_q_find(q, "token_embd.weight");
+    if (!t || t->spec.method != LLM_QM_GPTQ)
+        return LLM_OK;
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    struct hacc h;
+    float *H = NULL;
+    LLM_TRY(hacc_init(&h, cf->dim, c->n_batch));
+    llm_status s = LLM_OK;
+    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
+        int32_t n = k.n;
+        int64_t row0 = k.row0;
+        if (!s)
+            s = b->ops->rmsnorm(b, q->X + row0 * cf->dim, &q->m->out_norm, c->xb, n, cf->dim,
+                                cf->rms_eps);
+        if (!s)
+            s = hacc_add(q, &h, c->xb, n);
+    }
+    if (!s)
+        s = hacc_mean(&h, &H, NULL);
+    hacc_free(&h);
+    struct lin L;
+    memset(&L, 0, sizeof L);
+    L.t = t;
+    if (!s) {
+        s = llm_q_load_f32(q, t, &L.W, &L.rows, &L.cols);
+        if (!s) {
+            L.W0 = llm_malloc((size_t)(L.rows * L.cols) * sizeof(float));
+            if (L.W0)
+                memcpy(L.W0, L.W, (size_t)(L.rows * L.cols) * sizeof(float));
+            else
+                s = LLM_E_NOMEM;
+        }
+    }
+    if (!s)
+        s = quant_lin(q, &L, H);
+    lin_free(&L);
+    llm_free(H);
+    return s;
+}
+
+/* ---- a stage ------------------------------------------------------------ */
+
+llm_status llm_q_calib_stage(struct qctx *q, int stage)
+{
+    const struct llm_config *cf = &q->m->c;
+    if (stage < 0)
+        return LLM_OK;
+    if (stage >= cf->n_layers) {
+        snprintf(q->stage_name, sizeof q->stage_name, "output head");
+        return q->flow == FLOW_GPTQ ? gptq_head(q) : LLM_OK;
+    }
+    snprintf(q->stage_name, sizeof q->stage_name, "layer %d/%d", stage + 1, cf->n_layers);
+    llm_q_progress(q, 0);
+    struct lin L[NLIN];
+    memset(L, 0, sizeof L);
+    llm_status s = LLM_OK;
+    for (int i = 0; i < NLIN && !s; i++)
+        s = lin_load(q, &L[i], lin_fmt[i], stage);
+    if (!s)
+        s = q->flow == FLOW_GPTQ ? gptq_block(q, stage, L) : awq_block(q, stage, L);
+    for (int i = 0; i < NLIN; i++)
+        lin_free(&L[i]);
+    return s;
+}

@@ -1,0 +1,65 @@
+/* qimpl.h: state shared by quantize.c (plan, output file, RTN) and
+ * layer.c (calibrated layer-by-layer processing for GPTQ and AWQ). */
+#ifndef LLM_QUANTIZE_QIMPL_H
+#define LLM_QUANTIZE_QIMPL_H
+#include <stdint.h>
+
+#include "../model/model_impl.h"
+#include "calib.h"
+#include "quantize.h"
+
+/* One tensor of the output file. */
+struct qt {
+    struct llm_tensor *in;      /* the input tensor (NULL: made here, e.g. a .perm) */
+    char name[LLM_MAX_NAME];
+    struct llm_qspec spec;      /* resolved */
+    enum llm_type to;           /* output type */
+    int stage;                  /* -1: before the blocks, 0..n_layers-1: block, n_layers: after */
+    int is_linear;              /* a weight matrix the methods apply to */
+    void *data;                 /* produced bytes, owned until written (NULL: fill on demand) */
+    uint64_t nbytes;
+    int32_t *perm;              /* act-order permutation of this weight (cols) */
+    size_t report;              /* index into the report + 1, 0: none */
+};
+
+enum qflow { FLOW_NONE, FLOW_GPTQ, FLOW_AWQ };
+
+struct qctx {
+    struct llm_file *in;
+    struct llm_model *m;
+    const struct llm_quantize_params *p;
+    struct llm_qreport *rep;
+    struct qt *t;               /* (n_t) in output order */
+    size_t n_t;
+    enum qflow flow;
+    int stage_done;             /* stages processed: -1 .. n_layers */
+    /* calibration */
+    struct llm_calib cal;
+    struct llm_context *ctx;    /* backend, KV cache for one window, scratch */
+    float *X;                   /* (N, dim) residual stream of every window, N = n * len */
+    float *A;                   /* (N, q dim) attention outputs */
+    int64_t N;
+    /* progress */
+    int64_t work_done, work_total;
+    double t0;
+    char stage_name[LLM_MAX_NAME + 32];
+};
+
+double llm_q_now(void);
+void llm_q_progress(struct qctx *q, int64_t add);
+struct qt *llm_q_find(struct qctx *q, const char *name);
+/* A report entry for t (created on first use). */
+struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t);
+/* The weights of t as float32: (rows, cols), llm_malloc'd. */
+llm_status llm_q_load_f32(struct qctx *q, struct qt *t, float **out, int64_t *rows, int64_t *cols);
+/* Quantize W (rows, cols) to t->to by t's method without calibration
+ * (RTN / NF4 / FP8 / keep), into t->data; W becomes the values the file
+ * will give back. */
+llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols);
+
+/* layer.c: calibrated processing of stage s (a block, or the head) */
+llm_status llm_q_calib_begin(struct qctx *q);
+llm_status llm_q_calib_stage(struct qctx *q, int stage);
+void llm_q_calib_end(struct qctx *q);
+
+#endif

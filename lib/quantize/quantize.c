@@ -1,0 +1,565 @@
+/* quantize.c: the plan (which tensor gets what), the output file streamed
+ * tensor by tensor, and the methods that need no calibration (RTN, NF4,
+ * FP8). Calibrated layers are in layer.c. See quantize.h. */
+#include "quantize.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/alloc.h"
+#include "../quant/quant.h"
+#include "../quant/grid.h"
+#include "qimpl.h"
+
+void llm_quantize_params_default(struct llm_quantize_params *p)
+{
+    memset(p, 0, sizeof *p);
+    llm_qspec_default(&p->def);
+    p->n_samples = 128;
+    p->seq_len = 512;
+    p->seed = 1;
+    p->damp = 0.01f;
+    p->block_size = 128;
+    p->awq_grid = 20;
+    p->awq_duo = 1;
+    p->awq_clip = 1;
+    p->awq_tokens = 4096;
+}
+
+void llm_qreport_free(struct llm_qreport *r)
+{
+    if (!r)
+        return;
+    llm_free(r->t);
+    memset(r, 0, sizeof *r);
+}
+
+double llm_q_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void llm_q_progress(struct qctx *q, int64_t add)
+{
+    q->work_done += add;
+    if (!q->p->progress)
+        return;
+    struct llm_qprogress pr = { .done = q->work_done, .total = q->work_total,
+                                .stage = q->stage_name, .elapsed = llm_q_now() - q->t0 };
+    q->p->progress(q->p->progress_ctx, &pr);
+}
+
+struct qt *llm_q_find(struct qctx *q, const char *name)
+{
+    for (size_t i = 0; i < q->n_t; i++)
+        if (!strcmp(q->t[i].name, name))
+            return &q->t[i];
+    return NULL;
+}
+
+struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t)
+{
+    static struct llm_qtensor_report sink;
+    struct llm_qreport *r = q->rep;
+    if (!r)
+        return memset(&sink, 0, sizeof sink);
+    if (t->report)
+        return &r->t[t->report - 1];
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        struct llm_qtensor_report *nt = llm_realloc(r->t, cap * sizeof *nt);
+        if (!nt)
+            return memset(&sink, 0, sizeof sink);
+        r->t = nt;
+        r->cap = cap;
+    }
+    struct llm_qtensor_report *e = &r->t[r->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", t->name);
+    e->layer = t->stage >= 0 && t->stage < q->m->c.n_layers ? t->stage : -1;
+    e->method = (enum llm_qmethod)t->spec.method;
+    e->from = t->in ? t->in->type : t->to;
+    e->to = t->to;
+    e->out_err_before = e->out_err_after = -1;
+    e->awq_ratio = -1;
+    t->report = r->n;
+    return e;
+}
+
+llm_status llm_q_load_f32(struct qctx *q, struct qt *t, float **out, int64_t *rows, int64_t *cols)
+{
+    struct llm_tensor *in = t->in;
+    int64_t c = in->ne[0], r = llm_tensor_nrows(in);
+    uint64_t n;
+    if (!llm_mul_ok((uint64_t)r, (uint64_t)c * sizeof(float), &n) || n > SIZE_MAX)
+        return llm_error_set(LLM_E_NOMEM, "%s: tensor '%s' is too large", q->in->path, t->name);
+    const void *src;
+    LLM_TRY(llm_tensor_bytes(q->in, in, &src));
+    float *W = llm_malloc((size_t)n);
+    if (!W)
+        return LLM_E_NOMEM;
+    uint64_t rb = llm_type_row_bytes(in->type, (uint64_t)c);
+    for (int64_t i = 0; i < r; i++) {
+        llm_status s = llm_dequantize_row(in->type, (const uint8_t *)src + rb * (uint64_t)i,
+                                          W + i * c, c);
+        if (s) {
+            llm_free(W);
+            return s;
+        }
+    }
+    *out = W;
+    *rows = r;
+    *cols = c;
+    return LLM_OK;
+}
+
+/* FP8 with one scale per tensor: every row header gets the tensor's
+ * absmax / 448 (blocks.h), the codes e4m3(x / scale). */
+static void fp8_row_tensor_scale(const float *x, int64_t ne0, float scale, uint8_t *dst)
+{
+    memcpy(dst, &scale, sizeof scale);
+    float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    for (int64_t i = 0; i < ne0; i++)
+        dst[4 + i] = llm_fp32_to_fp8_e4m3(x[i] * inv);
+}
+
+llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols)
+{
+    double t0 = llm_q_now();
+    uint64_t rb = llm_type_row_bytes(t->to, (uint64_t)cols);
+    t->data = llm_malloc((size_t)t->nbytes ? (size_t)t->nbytes : 1);
+    if (!t->data)
+        return LLM_E_NOMEM;
+    float tscale = 0;
+    int per_tensor = t->spec.method == LLM_QM_FP8 && t->spec.per_tensor > 0;
+    if (per_tensor) {
+        float amax = 0;
+        for (int64_t i = 0; i < rows * cols; i++)
+            if (isfinite(W[i]) && fabsf(W[i]) > amax)
+                amax = fabsf(W[i]);
+        tscale = amax / 448.0f;
+    }
+    float *back = llm_malloc((size_t)cols * sizeof(float));
+    if (!back)
+        return LLM_E_NOMEM;
+    double err = 0;
+    llm_status s = LLM_OK;
+    for (int64_t i = 0; i < rows && !s; i++) {
+        uint8_t *dst = (uint8_t *)t->data + rb * (uint64_t)i;
+        float *w = W + i * cols;
+        if (per_tensor)
+            fp8_row_tensor_scale(w, cols, tscale, dst);
+        else
+            s = llm_quantize_row(t->to, w, dst, cols);
+        if (!s)
+            s = llm_dequantize_row(t->to, dst, back, cols);
+        for (int64_t j = 0; j < cols && !s; j++) {
+            double d = (double)w[j] - back[j];
+            err += d * d;
+            w[j] = back[j];
+        }
+    }
+    llm_free(back);
+    if (s)
+        return s;
+    struct llm_qtensor_report *e = llm_q_report(q, t);
+    e->rows = rows;
+    e->cols = cols;
+    e->weight_err = err / ((double)rows * (double)cols);
+    e->seconds += llm_q_now() - t0;
+    return LLM_OK;
+}
+
+/* ---- the output file -------------------------------------------------- */
+
+struct fill_ctx {
+    struct qctx *q;
+    size_t i;
+};
+
+/* A tensor of the output, on the writer's demand: run the stages it waits
+ * for, then hand over its bytes. */
+static llm_status fill_tensor(const struct llm_tensor *ot, void *dst, void *arg)
+{
+    struct fill_ctx *fc = arg;
+    struct qctx *q = fc->q;
+    struct qt *t = &q->t[fc->i];
+    if (q->flow != FLOW_NONE)
+        while (q->stage_done < t->stage)
+            LLM_TRY(llm_q_calib_stage(q, ++q->stage_done));
+    if (t->data) {
+        memcpy(dst, t->data, (size_t)ot->nbytes);
+        llm_free(t->data);
+        t->data = NULL;
+        return LLM_OK;
+    }
+    if (!t->in)
+        return llm_error_set(LLM_E_INVALID, "%s: tensor '%s' was not produced", q->in->path,
+                             t->name);
+    if (t->in->type == t->to)
+        return llm_tensor_read(q->in, t->in, dst);
+    if (!t->is_linear) {
+        /* a vector or an untouched table in another type */
+        const void *src;
+        LLM_TRY(llm_tensor_bytes(q->in, t->in, &src));
+        return llm_convert_rows(t->in->type, src, t->to, dst, t->in->ne[0],
+                                llm_tensor_nrows(t->in));
+    }
+    /* RTN / NF4 / FP8 / keep-with-type, row block by row block */
+    snprintf(q->stage_name, sizeof q->stage_name, "%s", t->name);
+    float *W;
+    int64_t rows, cols;
+    LLM_TRY(llm_q_load_f32(q, t, &W, &rows, &cols));
+    llm_status s = llm_q_quantize_plain(q, t, W, rows, cols);
+    llm_free(W);
+    if (s)
+        return s;
+    memcpy(dst, t->data, (size_t)ot->nbytes);
+    llm_free(t->data);
+    t->data = NULL;
+    llm_q_progress(q, q->flow == FLOW_NONE ? rows * cols : 0);
+    return LLM_OK;
+}
+
+/* Stage of a tensor: -1 before the blocks, the block index, or n_layers
+ * for output_norm / output (and a tied table the head quantizes). */
+static int stage_of(const char *name, int n_layers)
+{
+    int l;
+    char tail[8];
+    if (sscanf(name, "blk.%d.%1s", &l, tail) == 2 && l >= 0 && l < n_layers)
+        return l;
+    if (!strcmp(name, "output_norm.weight") || !strcmp(name, "output.weight"))
+        return n_layers;
+    return -1;
+}
+
+static int is_layer_linear(const char *name)
+{
+    static const char *const suf[] = { ".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
+                                       ".attn_output.weight", ".ffn_gate.weight",
+                                       ".ffn_up.weight", ".ffn_down.weight" };
+    size_t n = strlen(name);
+    if (strncmp(name, "blk.", 4))
+        return 0;
+    for (size_t i = 0; i < sizeof suf / sizeof suf[0]; i++) {
+        size_t k = strlen(suf[i]);
+        if (n > k && !strcmp(name + n - k, suf[i]))
+            return 1;
+    }
+    return 0;
+}
+
+static int is_quant(enum llm_type t)
+{
+    const struct llm_type_traits *tr = llm_type_traits(t);
+    return tr && tr->is_quant;
+}
+
+/* Which tensor gets what; the calibration flow; refusals. */
+static llm_status plan(struct qctx *q)
+{
+    struct llm_file *in = q->in;
+    const struct llm_quantize_params *p = q->p;
+    int nl = q->m->c.n_layers, tied = q->m->c.tie_embeddings;
+    const char *path = in->path;
+    const char *prev;
+    if (!llm_meta_get_str(in->meta, "quantization.method", &prev) && !p->allow_requantize)
+        return llm_error_set(LLM_E_INVALID, "%s: the model was quantized already (method %s); "
+                             "quantize the float model, or pass --allow-requantize", path, prev);
+    llm_error_clear();
+    q->t = llm_calloc(in->n_tensors + 16 * (size_t)nl + 4, sizeof *q->t);
+    if (!q->t)
+        return LLM_E_NOMEM;
+    int has_gptq = 0, has_awq = 0;
+    for (size_t i = 0; i < in->n_tensors; i++) {
+        struct llm_tensor *it = &in->tensors[i];
+        struct qt *t = &q->t[q->n_t++];
+        t->in = it;
+        snprintf(t->name, sizeof t->name, "%s", it->name);
+        t->to = it->type;
+        t->stage = stage_of(it->name, nl);
+        llm_qspec_unset(&t->spec);
+        t->spec.method = LLM_QM_KEEP;
+        if (it->flags & LLM_TENSOR_AUX)
+            continue;
+        int matrix = it->n_dims >= 2;
+        int emb = !strcmp(it->name, "token_embd.weight"), head = !strcmp(it->name, "output.weight");
+        if (!matrix || !(is_layer_linear(it->name) || emb || head))
+            continue;
+        if (is_quant(it->type)) {
+            if (!p->allow_requantize)
+                return llm_error_set(LLM_E_INVALID, "%s: tensor '%s' is already quantized (%s); "
+                                     "quantize the float model, or pass --allow-requantize to "
+                                     "dequantize it on load", path, it->name,
+                                     llm_type_name(it->type));
+            if (q->rep)
+                q->rep->dequantized_input = 1;
+        }
+        t->is_linear = 1;
+        struct llm_qspec def = p->def;
+        if (emb || head) {
+            /* Embeddings and the head default to 8-bit round to nearest
+             * (q8_0); a recipe may say otherwise. */
+            llm_qspec_unset(&def);
+            def.method = LLM_QM_RTN;
+            def.bits = 8;
+            def.group = 32;
+            def.sym = 1;
+            def.double_quant = def.per_tensor = 0;
+            /* Only a rule that matches the table's name changes that: the
+             * recipe's default is meant for the blocks. */
+            struct llm_recipe rules;
+            if (p->recipe) {
+                rules = *p->recipe;
+                llm_qspec_unset(&rules.def);
+            }
+            llm_recipe_resolve(p->recipe ? &rules : NULL, &def, it->name, &t->spec, NULL);
+        } else {
+            llm_recipe_resolve(p->recipe, &def, it->name, &t->spec, NULL);
+        }
+        if (t->spec.method == LLM_QM_AWQ && (emb || head))
+            return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': awq applies to the linear layers "
+                                 "of the blocks only", path, it->name);
+        if (t->spec.method == LLM_QM_GPTQ && emb && !tied)
+            return llm_error_set(LLM_E_INVALID, "%s: tensor 'token_embd.weight': gptq needs the "
+                                 "inputs of a product; an embedding table is read by lookup", path);
+        if (t->spec.method == LLM_QM_GPTQ && emb && p->act_order && !p->static_groups)
+            return llm_error_set(LLM_E_INVALID, "%s: the tied 'token_embd.weight' cannot take "
+                                 "act-order without --static-groups (its columns must stay in "
+                                 "order for the lookup)", path);
+        enum llm_type to;
+        llm_status s = llm_qspec_type(&t->spec, it->type, &to);
+        if (s) {
+            llm_error_prefix(it->name);
+            llm_error_prefix(path);
+            return s;
+        }
+        t->to = to;
+        if (t->spec.method == LLM_QM_GPTQ) {
+            has_gptq = 1;
+            if (emb)
+                t->stage = nl; /* quantized with the head's Hessian */
+        }
+        has_awq |= t->spec.method == LLM_QM_AWQ;
+    }
+    if (has_gptq && has_awq)
+        return llm_error_set(LLM_E_INVALID, "a run may use gptq or awq, not both");
+    q->flow = has_gptq ? FLOW_GPTQ : has_awq ? FLOW_AWQ : FLOW_NONE;
+    if (q->flow != FLOW_NONE && !p->calib_path)
+        return llm_error_set(LLM_E_INVALID, "%s needs calibration text: --calib FILE",
+                             has_gptq ? "gptq" : "awq");
+    /* Progress counts weight elements; with calibration only those the
+     * stages process, which take nearly all the time. */
+    for (size_t i = 0; i < q->n_t; i++) {
+        struct qt *t = &q->t[i];
+        int staged = t->stage >= 0 && (t->stage < nl || t->spec.method == LLM_QM_GPTQ);
+        if (t->is_linear && (q->flow == FLOW_NONE || staged))
+            q->work_total += llm_tensor_nelements(t->in);
+    }
+    /* AWQ folds its scales into the norms (and v's bias): those are
+     * rewritten, as float32 */
+    if (q->flow == FLOW_AWQ)
+        for (size_t i = 0; i < q->n_t; i++) {
+            const char *n = q->t[i].name;
+            size_t len = strlen(n);
+            if (q->t[i].stage >= 0 && q->t[i].stage < nl &&
+                ((len > 17 && !strcmp(n + len - 17, ".attn_norm.weight")) ||
+                 (len > 16 && !strcmp(n + len - 16, ".ffn_norm.weight")) ||
+                 (len > 12 && !strcmp(n + len - 12, ".attn_v.bias"))))
+                q->t[i].to = LLM_TYPE_F32;
+        }
+    /* act-order weights carry a permutation tensor after them */
+    if (q->flow == FLOW_GPTQ && p->act_order && !p->static_groups) {
+        size_t n = q->n_t;
+        for (size_t i = 0; i < n; i++) {
+            struct qt *t = &q->t[i];
+            if (t->spec.method != LLM_QM_GPTQ)
+                continue;
+            char pname[LLM_MAX_NAME];
+            size_t len = strlen(t->name) - strlen(".weight");
+            memcpy(pname, t->name, len);
+            memcpy(pname + len, ".perm", 6); /* shorter than ".weight" */
+            struct qt *pt = &q->t[q->n_t++];
+            memcpy(pt->name, pname, sizeof pname);
+            if (llm_file_find(in, pt->name))
+                return llm_error_set(LLM_E_INVALID, "%s: tensor '%s' exists already", path,
+                                     pt->name);
+            pt->to = LLM_TYPE_I32;
+            pt->stage = t->stage;
+            llm_qspec_unset(&pt->spec);
+            pt->spec.method = LLM_QM_KEEP;
+        }
+    }
+    /* output order: by stage, stable (the writer streams in this order) */
+    for (size_t i = 1; i < q->n_t; i++) {
+        struct qt x = q->t[i];
+        size_t j = i;
+        while (j > 0 && q->t[j - 1].stage > x.stage) {
+            q->t[j] = q->t[j - 1];
+            j--;
+        }
+        q->t[j] = x;
+    }
+    return LLM_OK;
+}
+
+static llm_status set_meta(struct qctx *q, struct llm_meta *meta)
+{
+    const struct llm_quantize_params *p = q->p;
+    const struct llm_qspec *d = &p->def;
+    llm_meta_del(meta, "quantization");
+    LLM_TRY(llm_meta_set_str(meta, "quantization.method",
+                             p->recipe ? "recipe" : llm_qmethod_name((enum llm_qmethod)d->method)));
+    if (d->bits >= 0)
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.bits", d->bits));
+    if (d->group >= 0)
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.group", d->group));
+    enum llm_type dt;
+    if (!llm_qspec_type(d, LLM_TYPE_F32, &dt))
+        LLM_TRY(llm_meta_set_str(meta, "quantization.type", llm_type_name(dt)));
+    llm_error_clear();
+    if (q->flow == FLOW_GPTQ) {
+        LLM_TRY(llm_meta_set_f64(meta, "quantization.gptq.damp", p->damp));
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.gptq.block_size", p->block_size));
+        LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.act_order", p->act_order));
+        LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.static_groups", p->static_groups));
+        LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.true_sequential", 1));
+    }
+    if (q->flow == FLOW_AWQ) {
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.awq.grid", p->awq_grid));
+        LLM_TRY(llm_meta_set_bool(meta, "quantization.awq.duo_scaling", p->awq_duo));
+        LLM_TRY(llm_meta_set_bool(meta, "quantization.awq.clip", p->awq_clip));
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.awq.sample_tokens", p->awq_tokens));
+    }
+    if (q->flow != FLOW_NONE) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)q->cal.hash);
+        LLM_TRY(llm_meta_set_str(meta, "quantization.calibration.file",
+                                 p->calib_name ? p->calib_name : p->calib_path));
+        LLM_TRY(llm_meta_set_str(meta, "quantization.calibration.xxh3_64", hex));
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.calibration.windows", q->cal.n));
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.calibration.window_tokens", q->cal.len));
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.calibration.seed", (int64_t)p->seed));
+        LLM_TRY(llm_meta_set_i64(meta, "quantization.calibration.text_tokens",
+                                 (int64_t)q->cal.text_tokens));
+    }
+    if (p->recipe) {
+        LLM_TRY(llm_meta_set_str(meta, "quantization.recipe", p->recipe->text));
+        if (p->recipe_path)
+            LLM_TRY(llm_meta_set_str(meta, "quantization.recipe_file", p->recipe_path));
+    }
+    if (q->rep && q->rep->dequantized_input)
+        LLM_TRY(llm_meta_set_bool(meta, "quantization.requantized", 1));
+    LLM_TRY(llm_meta_set_str(meta, "quantization.tool",
+                             p->tool_version ? p->tool_version : "llm-quantize"));
+    return LLM_OK;
+}
+
+static llm_status build_output(struct qctx *q, struct llm_file **outp)
+{
+    struct llm_file *o;
+    LLM_TRY(llm_file_new(&o, q->in->path, "llm"));
+    llm_meta_free(o->meta);
+    o->meta = llm_meta_clone(q->in->meta);
+    llm_status s = o->meta ? set_meta(q, o->meta) : LLM_E_NOMEM;
+    for (size_t i = 0; i < q->n_t && !s; i++) {
+        struct qt *t = &q->t[i];
+        struct llm_tensor *ot;
+        int64_t ne[LLM_MAX_DIMS] = { 1, 1, 1, 1 };
+        uint32_t nd = 1;
+        if (t->in) {
+            memcpy(ne, t->in->ne, sizeof ne);
+            nd = t->in->n_dims;
+        } else {
+            /* a .perm: as many entries as its weight has columns */
+            char wname[LLM_MAX_NAME];
+            size_t len = strlen(t->name) - strlen(".perm");
+            snprintf(wname, sizeof wname, "%.*s.weight", (int)len, t->name);
+            struct llm_tensor *w = llm_file_find(q->in, wname);
+            ne[0] = w ? w->ne[0] : 0;
+        }
+        s = llm_file_add_tensor(o, t->name, t->to, nd, ne, NULL, &ot);
+        if (s)
+            break;
+        if (t->in)
+            ot->flags = t->in->flags;
+        t->nbytes = ot->nbytes;
+        struct fill_ctx *fc = llm_malloc(sizeof *fc);
+        if (!fc) {
+            s = LLM_E_NOMEM;
+            break;
+        }
+        fc->q = q;
+        fc->i = i;
+        ot->fill = fill_tensor;
+        ot->fill_ctx = fc;
+        s = llm_file_own(o, fc);
+    }
+    if (s) {
+        llm_file_free(o);
+        return s;
+    }
+    *outp = o;
+    return LLM_OK;
+}
+
+llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p,
+                        const char *out_path, const struct llm_write_opts *wo,
+                        struct llm_qreport *rep)
+{
+    struct qctx q;
+    memset(&q, 0, sizeof q);
+    q.in = in;
+    q.p = p;
+    q.rep = rep;
+    q.stage_done = -1;
+    q.t0 = llm_q_now();
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    mp.n_threads = p->n_threads;
+    /* The model binds (and validates) the weights, config, RoPE and
+     * tokenizer of `in`, which stays the caller's. */
+    llm_status s = llm_model_from_file_borrowed(&q.m, in, &mp);
+    struct llm_file *of = NULL;
+    if (!s)
+        s = plan(&q);
+    if (!s && q.flow != FLOW_NONE)
+        s = llm_q_calib_begin(&q);
+    if (!s)
+        s = build_output(&q, &of);
+    if (!s) {
+        struct llm_write_opts w;
+        if (wo)
+            w = *wo;
+        else
+            llm_write_opts_default(&w);
+        w.convert = 0;
+        s = llm_llm_write(of, out_path, &w);
+    }
+    if (!s && rep) {
+        rep->seconds = llm_q_now() - q.t0;
+        rep->calib_windows = q.cal.n;
+        rep->calib_len = q.cal.len;
+        rep->calib_text_tokens = q.cal.text_tokens;
+        llm_file_totals(in, &rep->params, &rep->bytes_in);
+        uint64_t params;
+        llm_file_totals(of, &params, &rep->bytes_out);
+    }
+    llm_file_free(of);
+    if (q.flow != FLOW_NONE)
+        llm_q_calib_end(&q);
+    for (size_t i = 0; i < q.n_t; i++) {
+        llm_free(q.t[i].data);
+        llm_free(q.t[i].perm);
+    }
+    llm_free(q.t);
+    llm_model_close(q.m);
+    return s;
+}

@@ -1,0 +1,159 @@
+/* quantize.h: post-training quantization of a model file (llm-quantize).
+ *
+ * Methods: round to nearest (rtn), GPTQ, AWQ, NF4 and FP8, chosen per tensor
+ * by a default spec and an optional YAML recipe. GPTQ and AWQ calibrate on
+ * text (calib.h) layer by layer: the calibration activations of the residual
+ * stream are kept for all windows, one layer's weights are dequantized to
+ * float at a time, and the output file is streamed tensor by tensor, so
+ * peak memory is about one layer plus the activations, whatever the model
+ * size (the input is read through mmap).
+ *
+ * GPTQ is true-sequential (quantization.md 1.1): within a layer the groups
+ * [q,k,v] -> [o] -> [gate,up] -> [down] are quantized in that order, each
+ * Hessian collected from inputs computed with the already-quantized
+ * weights, and the next layer sees this layer's quantized output. AWQ
+ * follows llm-awq/AutoAWQ (quantization.md 2.1): per layer, activation
+ * statistics from the float layer, a scale search per scaling group
+ * (attn_norm -> q,k,v; v -> o when there is no GQA; ffn_norm -> gate,up;
+ * up -> down), the scales folded into the preceding norm or linear layer,
+ * a clip search (not for q/k), then grouped integer quantization with zero
+ * points; the next layer's input is the float layer's output.
+ */
+#ifndef LLM_QUANTIZE_QUANTIZE_H
+#define LLM_QUANTIZE_QUANTIZE_H
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "../format/file.h"
+#include "../format/import.h"
+#include "../quant/types.h"
+
+enum llm_qmethod {
+    LLM_QM_KEEP, /* leave the tensor as it is */
+    LLM_QM_RTN,
+    LLM_QM_GPTQ,
+    LLM_QM_AWQ,
+    LLM_QM_NF4,
+    LLM_QM_FP8,
+};
+const char *llm_qmethod_name(enum llm_qmethod m);
+llm_status llm_qmethod_parse(const char *s, enum llm_qmethod *out);
+
+/* What to do with one tensor. Fields left at -1 take the default's value. */
+struct llm_qspec {
+    int method;        /* enum llm_qmethod */
+    int bits;          /* 4 or 8 (rtn, gptq, awq) */
+    int group;         /* 32, 64, 128; 0: one group per row (per channel) */
+    int sym;           /* 1 symmetric, 0 zero points */
+    int double_quant;  /* nf4: fp8 block scales x a row scale (nf4_dq) */
+    int per_tensor;    /* fp8: one scale for the whole tensor */
+    int type;          /* an explicit llm_type (rtn/keep: convert to it), -1 none */
+};
+/* All fields -1. */
+void llm_qspec_unset(struct llm_qspec *s);
+/* The defaults of the command line: method rtn, bits 4, group 128,
+ * symmetric at 8 bits and zero points at 4 bits (AWQ: always zero points
+ * unless sym is given). */
+void llm_qspec_default(struct llm_qspec *s);
+/* The llm_type that spec `s` produces for a tensor now of type `cur`;
+ * LLM_E_INVALID with a message for impossible combinations (nf4 with group
+ * 32, awq at 8 bits...). */
+llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm_type *out);
+
+/* A recipe: rules "tensor-name glob -> spec", first match wins; a tensor
+ * no rule matches gets the default (the recipe's `default:` over the
+ * command line's). */
+struct llm_recipe_rule {
+    char *match;             /* fnmatch(3) pattern on the tensor name */
+    struct llm_qspec spec;   /* unset fields inherit from the default */
+    int line;                /* 1-based line of the rule in the YAML */
+};
+struct llm_recipe {
+    struct llm_qspec def;    /* `default:` (unset fields: command line) */
+    struct llm_recipe_rule *rules;
+    size_t n_rules;
+    char *text;              /* the YAML as read, stored in the output's metadata */
+};
+/* Parse a recipe (YAML text of `len` bytes). Errors name the file and the
+ * line: "recipe.yaml:7: unknown key 'bitz' (match, method, bits, ...)". */
+llm_status llm_recipe_parse(struct llm_recipe **out, const char *text, size_t len,
+                            const char *path);
+void llm_recipe_free(struct llm_recipe *r);
+/* The spec for tensor `name`: `def` overridden by the recipe's default and
+ * by the first matching rule (r may be NULL). *line (optional) = the rule's
+ * line, 0 when no rule matched. */
+void llm_recipe_resolve(const struct llm_recipe *r, const struct llm_qspec *def, const char *name,
+                        struct llm_qspec *out, int *line);
+
+/* Progress of a run, for a progress bar. */
+struct llm_qprogress {
+    int64_t done, total;     /* units of work (weight elements processed) */
+    const char *stage;       /* "calibrate", "layer 3/30", "write", ... */
+    double elapsed;          /* seconds since the start */
+};
+
+/* What happened to one tensor (for --report). Errors are mean squared
+ * errors: weight = mean (W - Q)^2; output = tr((W-Q) H (W-Q)^T) / (rows *
+ * cols) with H the mean x x^T over the calibration tokens, i.e. the mean
+ * squared error of the layer's outputs, for plain RTN on the same grid
+ * ("before") and for the method ("after"); -1 when not measured (no
+ * calibration). */
+struct llm_qtensor_report {
+    char name[LLM_MAX_NAME];
+    int layer;               /* -1 for tensors outside the blocks */
+    enum llm_qmethod method;
+    enum llm_type from, to;
+    int64_t rows, cols;
+    double weight_err;
+    double out_err_before, out_err_after;
+    double awq_ratio;        /* AWQ: the chosen scale exponent (-1: not scaled) */
+    double seconds;
+};
+struct llm_qreport {
+    struct llm_qtensor_report *t;
+    size_t n, cap;
+    double seconds;          /* whole run */
+    int64_t calib_windows, calib_len;
+    uint64_t calib_text_tokens;
+    uint64_t bytes_in, bytes_out; /* weight bytes (auxiliary tensors excluded) */
+    uint64_t params;
+    int dequantized_input;   /* the input had quantized weights (--allow-requantize) */
+};
+void llm_qreport_free(struct llm_qreport *r);
+
+struct llm_quantize_params {
+    struct llm_qspec def;              /* complete (llm_qspec_default + options) */
+    const struct llm_recipe *recipe;   /* optional */
+    /* calibration (gptq, awq) */
+    const char *calib_path;
+    int32_t n_samples, seq_len;        /* default 128 windows of 512 tokens */
+    uint64_t seed;
+    /* gptq */
+    float damp;                        /* default 0.01 */
+    int block_size;                    /* default 128 */
+    int act_order, static_groups;
+    /* awq */
+    int awq_grid;                      /* scale grid points, default 20 */
+    int awq_duo;                       /* AutoAWQ's duo scaling (default 1) */
+    int awq_clip;                      /* clip search (default 1) */
+    int32_t awq_tokens;                /* token sample for the searches (default 4096) */
+    /* input */
+    int allow_requantize;              /* accept quantized weights (dequantized on load) */
+    int n_threads;                     /* 0: the number of cores */
+    const char *tool_version;          /* stored in the metadata */
+    const char *recipe_path, *calib_name; /* for the metadata */
+    void (*progress)(void *ctx, const struct llm_qprogress *p);
+    void *progress_ctx;
+};
+void llm_quantize_params_default(struct llm_quantize_params *p);
+
+/* Quantize `in` (its weights are read in place, float or dequantized) and
+ * write the result to out_path (a .llm; "-" = stdout) with the writer
+ * options `wo` (compression). `rep` (optional) receives per-tensor figures.
+ * Refuses a file whose metadata says it was quantized already, or whose
+ * weights are quantized, unless allow_requantize. */
+llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p,
+                        const char *out_path, const struct llm_write_opts *wo,
+                        struct llm_qreport *rep);
+
+#endif

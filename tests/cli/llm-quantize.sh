@@ -1,0 +1,224 @@
+# llm-quantize cases (sourced by run.sh).
+QUANT=$BIN/llm-quantize
+Q_GGUF=$DATA/gguf/stories260K.gguf
+Q_TS=$DATA/text/tinystories_val.txt
+Q_CAL=$DATA/text/calibration_datav3.txt
+
+# stories260K as an f32 .llm, made once
+q_base() {
+    need "$Q_GGUF"
+    [ -e "$TMP/q-base.llm" ] || "$BIN/llm-convert" "$Q_GGUF" -o "$TMP/q-base.llm" || return 1
+}
+# the perplexity of a model on the first 40 windows of 128 tokens of tinystories_val
+q_ppl() {
+    "$BIN/llm-bench" -m "$1" --ppl "$Q_TS" --ctx 128 --chunks 40 | sed -n 's/^PPL = \([0-9.]*\).*/\1/p'
+}
+# the type of tensor $2 in file $1
+q_type() { "$BIN/llm-convert" --info "$1" | grep "{name: \"$2\"," | sed -E 's/.*type: ([a-z0-9_]+).*/\1/'; }
+# quantize stories260K once per configuration: q_make NAME ARGS...
+q_make() {
+    local n=$1; shift
+    q_base || return 1
+    [ -e "$TMP/q-$n.llm" ] ||
+        "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-$n.llm" --report "$TMP/q-$n.json" "$@" || return 1
+}
+# compare two decimals: lt A B
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+t_quantize_help() {
+    expect 0 "$QUANT" --help && has "$TMP/out" "Usage: llm-quantize" && has "$TMP/out" "--method" &&
+    [ ! -s "$TMP/err" ]
+}
+t_quantize_synopsis_matches_man() {
+    need "$ROOT/man/llm-quantize.1" "$ROOT/scripts/check-synopsis.sh"
+    "$ROOT/scripts/check-synopsis.sh" "$QUANT" "$ROOT/man/llm-quantize.1"
+}
+t_quantize_usage_errors_exit_2() {
+    expect 2 "$QUANT" --bogus && has "$TMP/err" "Try 'llm-quantize --help'" &&
+    expect 2 "$QUANT" -m x.llm && has "$TMP/err" "-m IN and -o OUT are required" &&
+    expect 2 "$QUANT" -m x -o y --method zzz && has "$TMP/err" "unknown method 'zzz'" &&
+    expect 2 "$QUANT" -m x -o y --bits 3 && has "$TMP/err" "3 bits is not supported" &&
+    expect 2 "$QUANT" -m x -o y --group 48 && has "$TMP/err" "group 48 is not supported" &&
+    expect 2 "$QUANT" -m x -o y --calib c.txt && has "$TMP/err" "--calib applies to gptq and awq" &&
+    expect 2 "$QUANT" -m x -o y --act-order && has "$TMP/err" "apply to gptq" &&
+    expect 2 "$QUANT" -m x -o y --method awq --bits 8 && has "$TMP/err" "awq: 8 bits" &&
+    expect 2 "$QUANT" -m x -o y --method fp8 --group 32 && has "$TMP/err" "--group does not apply to fp8"
+}
+t_quantize_missing_model_exits_1() {
+    expect 1 "$QUANT" -m "$TMP/none.llm" -o "$TMP/qx.llm" && has "$TMP/err" "none.llm" &&
+    [ ! -e "$TMP/qx.llm" ]
+}
+t_quantize_gptq_needs_calib() {
+    q_base || return 1
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --method gptq &&
+    has "$TMP/err" "needs calibration text: --calib FILE" && [ ! -e "$TMP/qx.llm" ]
+}
+t_quantize_calib_too_short() {
+    q_base || return 1
+    printf 'Once upon a time there was a cat.\n' >"$TMP/short.txt"
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --method gptq --calib "$TMP/short.txt" &&
+    has "$TMP/err" "short.txt: the calibration text has" && has "$TMP/err" "need at least 513" &&
+    [ ! -e "$TMP/qx.llm" ]
+}
+# 8-bit round to nearest in groups of 32 is GGUF Q8_0: the same bytes as
+# llm-convert's q8_0 (ggml's reference quantizer), and within 0.5% of the
+# float model's perplexity.
+t_quantize_rtn8_is_q8_0_and_close_to_base() {
+    q_make rtn8 --bits 8 --group 32 || return 1
+    "$BIN/llm-convert" "$TMP/q-base.llm" -t q8_0 -o "$TMP/q-conv8.llm" || return 1
+    local a b
+    a=$(tensors "$TMP/q-rtn8.llm" | grep 'blk\.' | grep -v norm)
+    b=$(tensors "$TMP/q-conv8.llm" | grep 'blk\.' | grep -v norm)
+    [ -n "$a" ] && [ "$a" = "$b" ] || { echo "blocks differ from llm-convert -t q8_0"; return 1; }
+    local p0 p8
+    p0=$(q_ppl "$TMP/q-base.llm"); p8=$(q_ppl "$TMP/q-rtn8.llm")
+    awk -v a="$p0" -v b="$p8" 'BEGIN { d = (b - a) / a; exit !(d < 0.005 && d > -0.005) }' ||
+        { echo "ppl base $p0 rtn8 $p8"; return 1; }
+}
+# GPTQ lowers every layer's output error below round to nearest on the
+# same grid, and the model's perplexity with it.
+t_quantize_gptq_beats_rtn() {
+    q_make rtn4 --bits 4 --group 128 || return 1
+    q_make gptq --method gptq --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    python3 -c 1 2>/dev/null || skip "python3 absent"
+    python3 - "$TMP/q-gptq.json" <<'EOF' || return 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = [t for t in r["tensors"] if t["method"] == "gptq"]
+assert len(g) == 35, len(g)
+worse = [t["name"] for t in g if not t["output_mse"] < t["output_mse_rtn"]]
+assert not worse, worse
+assert all(t["to"] == "q4z_g128" for t in g)
+EOF
+    [ "$(q_type "$TMP/q-gptq.llm" blk.0.ffn_down.weight)" = q4z_g128 ] || return 1
+    [ "$(q_type "$TMP/q-gptq.llm" token_embd.weight)" = q8_0 ] || return 1
+    local pr pg
+    pr=$(q_ppl "$TMP/q-rtn4.llm"); pg=$(q_ppl "$TMP/q-gptq.llm")
+    lt "$pg" "$pr" || { echo "ppl gptq $pg not below rtn4 $pr"; return 1; }
+    "$BIN/llm-convert" --info "$TMP/q-gptq.llm" >"$TMP/info" &&
+    has "$TMP/info" "method: gptq" && has "$TMP/info" "windows: 16" &&
+    has "$TMP/info" "xxh3_64:" && has "$TMP/info" "true_sequential: true"
+}
+# act-order stores permuted columns and a .perm per weight; the model runs
+# with them and stays as good as GPTQ in column order.
+t_quantize_gptq_act_order_runs() {
+    q_make gptq --method gptq --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    q_make gptqa --method gptq --act-order --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    "$BIN/llm-convert" --info "$TMP/q-gptqa.llm" >"$TMP/info" &&
+    has "$TMP/info" "{name: \"blk.0.attn_q.perm\", type: i32" &&
+    has "$TMP/info" "{name: \"blk.4.ffn_down.perm\", type: i32" || return 1
+    local pg pa
+    pg=$(q_ppl "$TMP/q-gptq.llm"); pa=$(q_ppl "$TMP/q-gptqa.llm")
+    awk -v a="$pg" -v b="$pa" 'BEGIN { exit !(b < a * 1.02) }' || { echo "gptq $pg act-order $pa"; return 1; }
+    "$BIN/llm-run" -m "$TMP/q-gptqa.llm" -p "Once upon a time" -n 20 --temp 0 >"$TMP/out" &&
+    has "$TMP/out" "Lily"
+}
+# static groups keep act-order in column order: no .perm
+t_quantize_gptq_static_groups_no_perm() {
+    q_make gptqs --method gptq --act-order --static-groups --calib "$Q_CAL" --samples 8 --seq-len 128 ||
+        return 1
+    ! "$BIN/llm-convert" --info "$TMP/q-gptqs.llm" | grep -q '\.perm' &&
+    "$BIN/llm-convert" --info "$TMP/q-gptqs.llm" | grep -q "static_groups: true"
+}
+t_quantize_awq_beats_rtn() {
+    q_make rtn4 --bits 4 --group 128 || return 1
+    q_make awq --method awq --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    local pr pa
+    pr=$(q_ppl "$TMP/q-rtn4.llm"); pa=$(q_ppl "$TMP/q-awq.llm")
+    lt "$pa" "$pr" || { echo "ppl awq $pa not below rtn4 $pr"; return 1; }
+    # the norms absorbed the scales
+    [ "$(tensors "$TMP/q-awq.llm" | grep blk.0.attn_norm)" != \
+      "$(tensors "$TMP/q-base.llm" | grep blk.0.attn_norm)" ] || { echo "attn_norm unchanged"; return 1; }
+    "$BIN/llm-convert" --info "$TMP/q-awq.llm" | grep -q "duo_scaling: true"
+}
+t_quantize_nf4_fp8_types_and_quality() {
+    q_make nf4 --method nf4 || return 1
+    q_make nf4dq --method nf4 --double-quant || return 1
+    q_make fp8 --method fp8 || return 1
+    q_make fp8t --method fp8 --fp8-scale tensor || return 1
+    [ "$(q_type "$TMP/q-nf4.llm" blk.1.attn_q.weight)" = nf4 ] &&
+    [ "$(q_type "$TMP/q-nf4dq.llm" blk.1.attn_q.weight)" = nf4_dq ] &&
+    [ "$(q_type "$TMP/q-fp8.llm" blk.1.attn_q.weight)" = fp8_e4m3 ] || return 1
+    local p0 pn pf pt
+    p0=$(q_ppl "$TMP/q-base.llm"); pn=$(q_ppl "$TMP/q-nf4.llm")
+    pf=$(q_ppl "$TMP/q-fp8.llm"); pt=$(q_ppl "$TMP/q-fp8t.llm")
+    # fp8 is within 2% of the float model; nf4 (4 bits) within 15%
+    awk -v a="$p0" -v n="$pn" -v f="$pf" -v t="$pt" \
+        'BEGIN { exit !(f < a * 1.02 && t < a * 1.03 && n < a * 1.15 && n > a) }' ||
+        { echo "base $p0 nf4 $pn fp8 $pf fp8-tensor $pt"; return 1; }
+}
+t_quantize_recipe_mixes_methods() {
+    q_base || return 1
+    cat >"$TMP/recipe.yaml" <<'EOF'
+# attention 8-bit, MLP nf4, head f16
+default:
+  method: rtn
+rules:
+  - match: "blk.*.attn_*"
+    bits: 8
+    group: 64
+  - match: "blk.*.ffn_*"
+    method: nf4
+  - match: output.weight
+    method: keep
+    type: f16
+EOF
+    expect 0 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-recipe.llm" --recipe "$TMP/recipe.yaml" || return 1
+    [ "$(q_type "$TMP/q-recipe.llm" blk.2.attn_v.weight)" = q8_g64 ] &&
+    [ "$(q_type "$TMP/q-recipe.llm" blk.2.ffn_up.weight)" = nf4 ] &&
+    [ "$(q_type "$TMP/q-recipe.llm" output.weight)" = f16 ] &&
+    [ "$(q_type "$TMP/q-recipe.llm" token_embd.weight)" = q8_0 ] || return 1
+    "$BIN/llm-convert" --info "$TMP/q-recipe.llm" >"$TMP/info" &&
+    has "$TMP/info" "method: recipe" && has "$TMP/info" "MLP nf4, head f16"
+}
+t_quantize_recipe_errors_name_the_line() {
+    q_base || return 1
+    printf 'rules:\n  - match: "blk.*"\n    bitz: 4\n' >"$TMP/bad.yaml"
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/bad.yaml" &&
+    has "$TMP/err" "bad.yaml:3: unknown key 'bitz'" || return 1
+    printf 'rules:\n  - match: "blk.*"\n    method: nf4\n    group: 32\n' >"$TMP/bad.yaml"
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/bad.yaml" &&
+    has "$TMP/err" "bad.yaml:2: nf4 uses blocks of 64" || return 1
+    printf 'rules: [\n' >"$TMP/bad.yaml"
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/bad.yaml" &&
+    has "$TMP/err" "bad.yaml:" && [ ! -e "$TMP/qx.llm" ]
+}
+t_quantize_twice_is_refused() {
+    q_make rtn4 --bits 4 --group 128 || return 1
+    expect 1 "$QUANT" -m "$TMP/q-rtn4.llm" -o "$TMP/qx.llm" --bits 8 &&
+    has "$TMP/err" "quantized already" && [ ! -e "$TMP/qx.llm" ] || return 1
+    # a quantized model without provenance is refused by its types
+    "$BIN/llm-convert" "$TMP/q-base.llm" -t q8_0 -o "$TMP/q8.llm" || return 1
+    expect 1 "$QUANT" -m "$TMP/q8.llm" -o "$TMP/qx.llm" && has "$TMP/err" "is already quantized (q8_0)" &&
+    expect 0 "$QUANT" -m "$TMP/q8.llm" -o "$TMP/qx.llm" --allow-requantize &&
+    has "$TMP/err" "warning: " && "$BIN/llm-convert" --info "$TMP/qx.llm" | grep -q "requantized: true"
+}
+t_quantize_to_stdout() {
+    q_base || return 1
+    "$QUANT" -q -m "$TMP/q-base.llm" -o - --bits 8 | "$BIN/llm-convert" --info - >"$TMP/out" &&
+    has "$TMP/out" "type: q8_0"
+}
+t_quantize_unwritable_output_exits_1() {
+    q_base || return 1
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/nodir/x.llm" && has "$TMP/err" "nodir/x.llm"
+}
+# GPTQ act-order output exported as a Hugging Face GPTQ checkpoint (g_idx)
+# and imported back: the same bytes and permutations for every layer the
+# checkpoint can hold (the attention: the MLP's 172-wide side is not a
+# multiple of the group or of the 8 codes of a packed word, so --dequant
+# writes it as f16).
+t_quantize_gptq_act_order_round_trips_through_hf() {
+    q_make gptqa32 --method gptq --act-order --group 32 --calib "$Q_CAL" --samples 8 --seq-len 128 ||
+        return 1
+    expect 0 "$BIN/llm-convert" "$TMP/q-gptqa32.llm" --to gptq --dequant -o "$TMP/q-hf" || return 1
+    [ -e "$TMP/q-hf/config.json" ] && grep -q '"desc_act": true' "$TMP/q-hf/config.json" || return 1
+    expect 0 "$BIN/llm-convert" "$TMP/q-hf" -o "$TMP/q-back.llm" || return 1
+    local a b
+    # .perm tensors are auxiliary arrays: list them too
+    a=$("$BIN/llm-convert" --info --checksums "$TMP/q-gptqa32.llm" | grep -E 'attn_(q|k|v|output)\.' |
+        sed -E 's/, stored: [0-9]+, compression: [a-z]+//' | sort)
+    b=$("$BIN/llm-convert" --info --checksums "$TMP/q-back.llm" | grep -E 'attn_(q|k|v|output)\.' |
+        sed -E 's/, stored: [0-9]+, compression: [a-z]+//' | sort)
+    [ "$(printf '%s\n' "$a" | grep -c perm)" = 20 ] || { echo "expected 20 .perm tensors"; return 1; }
+    [ "$a" = "$b" ] || { diff <(printf '%s\n' "$a") <(printf '%s\n' "$b") | head; return 1; }
+}
