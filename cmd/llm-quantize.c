@@ -11,7 +11,7 @@
 enum { OPT_METHOD = 256, OPT_BITS, OPT_GROUP, OPT_SYM, OPT_ASYM, OPT_DQ, OPT_FP8_SCALE, OPT_CALIB,
        OPT_SAMPLES, OPT_SEQLEN, OPT_SEED, OPT_DAMP, OPT_ACT, OPT_STATIC, OPT_BLOCK, OPT_GRID,
        OPT_NO_DUO, OPT_NO_CLIP, OPT_AWQ_TOKENS, OPT_RECIPE, OPT_REPORT, OPT_REQUANT,
-       OPT_COMPRESS, OPT_PROGRESS };
+       OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
@@ -30,6 +30,7 @@ static const struct llm_opt opts[] = {
     { OPT_DAMP, "damp", LLM_ARG_REQUIRED, "F", "gptq: dampening, a fraction of the mean Hessian diagonal (default: 0.01)", NULL },
     { OPT_ACT, "act-order", LLM_ARG_NONE, NULL, "gptq: quantize columns in descending Hessian-diagonal order", NULL },
     { OPT_STATIC, "static-groups", LLM_ARG_NONE, NULL, "gptq: group parameters from the original weights (act-order stays in column order)", NULL },
+    { OPT_REFGRID, "reference-grid", LLM_ARG_NONE, NULL, "gptq: group scales by the reference's find_params rule, not the type's round-to-nearest rule", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "N", "gptq: columns per lazy batch update (default: 128)", NULL },
     { OPT_GRID, "awq-grid", LLM_ARG_REQUIRED, "N", "awq: grid points of the scale and clip searches (default: 20)", NULL },
     { OPT_NO_DUO, "no-duo-scaling", LLM_ARG_NONE, NULL, "awq: scales from activations only (llm-awq), not AutoAWQ's activations and weights", NULL },
@@ -229,6 +230,7 @@ int main(int argc, char **argv)
             break;
         case OPT_ACT: p.act_order = 1; break;
         case OPT_STATIC: p.static_groups = 1; break;
+        case OPT_REFGRID: p.reference_grid = 1; break;
         case OPT_BLOCK:
             if (parse_int(arg, 1, 1 << 16, "--block-size", &v))
                 return 2;
@@ -273,8 +275,8 @@ int main(int argc, char **argv)
     int calibrated = m == LLM_QM_GPTQ || m == LLM_QM_AWQ || recipe_path;
     if (p.calib_path && !calibrated)
         return llm_cli_usage(&cli, "--calib applies to gptq and awq (or a recipe that uses them)");
-    if ((p.act_order || p.static_groups) && m != LLM_QM_GPTQ && !recipe_path)
-        return llm_cli_usage(&cli, "--act-order and --static-groups apply to gptq");
+    if ((p.act_order || p.static_groups || p.reference_grid) && m != LLM_QM_GPTQ && !recipe_path)
+        return llm_cli_usage(&cli, "--act-order, --static-groups and --reference-grid apply to gptq");
     if (p.def.double_quant > 0 && m != LLM_QM_NF4 && !recipe_path)
         return llm_cli_usage(&cli, "--double-quant applies to nf4");
     if ((m == LLM_QM_NF4 || m == LLM_QM_FP8) && (have_bits || p.def.sym >= 0))

@@ -81,6 +81,7 @@ complete -c llm-quantize -l seed -x -d 'seed of the window positions (default: 1
 complete -c llm-quantize -l damp -x -d 'gptq: dampening, a fraction of the mean Hessian diagonal (default: 0.01)'
 complete -c llm-quantize -l act-order -d 'gptq: quantize columns in descending Hessian-diagonal order'
 complete -c llm-quantize -l static-groups -d 'gptq: group parameters from the original weights (act-order stays in column order)'
+complete -c llm-quantize -l reference-grid -d 'gptq: group scales by the reference\'s find_params rule, not the type\'s round-to-nearest rule'
 complete -c llm-quantize -l block-size -x -d 'gptq: columns per lazy batch update (default: 128)'
 complete -c llm-quantize -l awq-grid -x -d 'awq: grid points of the scale and clip searches (default: 20)'
 complete -c llm-quantize -l no-duo-scaling -d 'awq: scales from activations only (llm-awq), not AutoAWQ\'s activations and weights'

@@ -158,6 +158,25 @@ void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
     finish(g, scale, (int)z, p);
 }
 
+void llm_qgrid_group_rtn(const struct llm_qgrid *g, const float *x, int64_t n,
+                         struct llm_qgroup *p)
+{
+    if (g->zero_point) {
+        llm_qgrid_group_awq(g, x, n, p);
+        return;
+    }
+    float e = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && fabsf(x[i]) > fabsf(e))
+            e = x[i];
+    float d = stored(g, e / -(float)(1 << (g->bits - 1)));
+    if (!(fabsf(d) > 0.0f))
+        d = g->group ? llm_fp16_to_fp32(0x0001) : FLT_TRUE_MIN;
+    p->d = d;
+    p->zero = 1 << (g->bits - 1);
+    p->m = 0.0f;
+}
+
 void llm_qgrid_group_set(const struct llm_qgrid *g, float scale, int zero, struct llm_qgroup *p)
 {
     finish(g, scale, zero, p);

@@ -61,6 +61,15 @@ void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struc
 void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p);
 
+/* The same by the type's round-to-nearest rule, which uses the grid better
+ * than GPTQ's: zero-point grids take AWQ's rule (the true range, an integer
+ * zero clamped to the grid); symmetric grids map the element of largest
+ * magnitude, sign kept, exactly to code 0 (d = e / -2^(bits-1), ggml's
+ * q4_0 rule), so d may be negative and the step is amax/2^(bits-1) instead
+ * of 2 amax/maxq, with no clipping of the extreme. */
+void llm_qgrid_group_rtn(const struct llm_qgrid *g, const float *x, int64_t n,
+                         struct llm_qgroup *p);
+
 /* Set d and z from a given scale and integer zero (checkpoint import): d and
  * m are rounded to the stored precision. zero is clamped to [0, maxq]; a
  * symmetric grid's zero is always 2^(bits-1), so there `zero` is not read. */

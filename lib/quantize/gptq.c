@@ -66,7 +66,7 @@ struct job {
     uint8_t *codes;          /* (rows, cols) processing order */
     struct llm_qgroup *gp;   /* (rows, ng) */
     int64_t G, ng, bs;
-    int dynamic, statics;
+    int dynamic, statics, rtn_grid;
     const int32_t *perm;     /* (cols) original column of each processed column */
     float *err;              /* (rows, bs) */
     /* statistics */
@@ -74,6 +74,17 @@ struct job {
     const float *D1, *D2;    /* (rows, cols) W0 - RTN, W0 - Q */
     double *q1, *q2;         /* (rows) their quadratic forms */
 };
+
+/* A group's scale and zero: the reference's find_params, or the type's
+ * round-to-nearest rule (llm_gptq_params.rtn_grid). */
+static void group_params(int rtn_grid, const struct llm_qgrid *g, const float *x, int64_t n,
+                         struct llm_qgroup *p)
+{
+    if (rtn_grid)
+        llm_qgrid_group_rtn(g, x, n, p);
+    else
+        llm_qgrid_group(g, x, n, p);
+}
 
 static void rows_of(int i, int n, int64_t rows, int64_t *r0, int64_t *r1)
 {
@@ -94,7 +105,7 @@ static void gptq_rows(int ti, int nt, void *ctx)
         if (J->dynamic)
             for (int64_t c = (i1 + G - 1) / G * G; c < i2; c += G)
                 for (int64_t r = r0; r < r1; r++)
-                    llm_qgrid_group(J->g, J->W + r * n + c, n - c < G ? n - c : G,
+                    group_params(J->rtn_grid, J->g, J->W + r * n + c, n - c < G ? n - c : G,
                                     &J->gp[r * J->ng + c / G]);
         for (int64_t r = r0; r < r1; r++) {
             float *w = J->W + r * n;
@@ -277,7 +288,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     }
     if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
         for (int64_t r = 0; r < rows; r++)
-            llm_qgrid_group(&g, W + r * n, n, &gp[r]);
+            group_params(p->rtn_grid, &g, W + r * n, n, &gp[r]);
     for (int64_t i = 0; i < n; i++)
         if (H[i * n + i] == 0.0f) {
             H[i * n + i] = 1.0f;
@@ -288,7 +299,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     if (statics)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t k = 0; k < ng; k++)
-                llm_qgrid_group(&g, W + r * n + k * G, n - k * G < G ? n - k * G : G,
+                group_params(p->rtn_grid, &g, W + r * n + k * G, n - k * G < G ? n - k * G : G,
                                 &gp[r * ng + k]);
     for (int64_t i = 0; i < n; i++)
         ds[i] = (struct dsort){ H[i * n + i], (int32_t)i };
@@ -352,7 +363,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     struct job J = {
         .K = llm_qkern_get(), .g = &g, .W = W, .rows = rows, .cols = n, .U = U,
         .codes = codes, .gp = gp, .G = G,
-        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics, .perm = perm,
+        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics, .rtn_grid = p->rtn_grid, .perm = perm,
         .err = err, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1, .q2 = q2,
     };
     run(pool, gptq_rows, &J);

@@ -18,6 +18,9 @@ struct llm_gptq_params {
     int act_order;      /* columns in descending diag(H) order */
     int static_groups;  /* group parameters from the original W before any update */
     int n_threads;      /* threads for the row-parallel work (0: 1) */
+    int rtn_grid;       /* 1: each group's scale and zero by the type's round-to-nearest
+                           rule (llm_qgrid_group_rtn); 0: GPTQ's find_params, as the
+                           reference */
 };
 
 /* type, with the reference defaults: damp 0.01, block 128, no act-order, no

@@ -278,7 +278,8 @@ static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H)
         struct llm_gptq_params gp = { .type = t->to, .damp = p->damp,
                                       .block_size = p->block_size, .act_order = p->act_order,
                                       .static_groups = p->static_groups,
-                                      .n_threads = n_threads(q) };
+                                      .n_threads = n_threads(q),
+                                      .rtn_grid = !p->reference_grid };
         /* lin_report measures the errors in the output domain for every
          * method alike, so GPTQ's own statistics are not asked for */
         llm_status s = llm_gptq_quantize(&gp, L->W, L->rows, c, Hc, t->data, perm, NULL);
@@ -418,6 +419,26 @@ static llm_status attn_chunk(struct qctx *q, int32_t l, const struct llm_layer_w
     return LLM_OK;
 }
 
+/* H (dim, dim) = mean x x^T of the residual stream X normed by `norm`: the
+ * input of q/k/v, of gate/up, or of the head. */
+static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, float **H)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    struct hacc h;
+    llm_status s = hacc_init(&h, cf->dim, c->n_batch);
+    for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
+        s = b->ops->rmsnorm(b, q->X + k.row0 * cf->dim, norm, c->xb, k.n, cf->dim, cf->rms_eps);
+        if (!s)
+            s = hacc_add(q, &h, c->xb, k.n);
+    }
+    if (!s)
+        s = hacc_mean(&h, H, NULL);
+    hacc_free(&h);
+    return s;
+}
+
 /* ---- GPTQ: true-sequential block ---------------------------------------- */
 
 enum { LQ, LK, LV, LO, LG, LU, LD, NLIN };
@@ -439,19 +460,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     llm_status s;
 
     /* [q, k, v] on the normed input */
-    LLM_TRY(hacc_init(&h, dim, c->n_batch));
-    s = LLM_OK;
-    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
-        int32_t n = k.n;
-        int64_t row0 = k.row0;
-        if (!s)
-            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
-        if (!s)
-            s = hacc_add(q, &h, c->xb, n);
-    }
-    if (!s)
-        s = hacc_mean(&h, &H, NULL);
-    hacc_free(&h);
+    s = normed_hessian(q, &LW->attn_norm, &H);
     for (int i = LQ; !s && i <= LV; i++)
         s = quant_lin(q, &L[i], H);
     llm_free(H);
@@ -489,18 +498,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     }
     if (s)
         return s;
-    LLM_TRY(hacc_init(&h, dim, c->n_batch));
-    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
-        int32_t n = k.n;
-        int64_t row0 = k.row0;
-        if (!s)
-            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->ffn_norm, c->xb, n, dim, cf->rms_eps);
-        if (!s)
-            s = hacc_add(q, &h, c->xb, n);
-    }
-    if (!s)
-        s = hacc_mean(&h, &H, NULL);
-    hacc_free(&h);
+    s = normed_hessian(q, &LW->ffn_norm, &H);
     for (int i = LG; !s && i <= LU; i++)
         s = quant_lin(q, &L[i], H);
     llm_free(H);
@@ -805,25 +803,8 @@ static llm_status gptq_head(struct qctx *q)
         t = llm_q_find(q, "token_embd.weight");
     if (!t || t->spec.method != LLM_QM_GPTQ)
         return LLM_OK;
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
-    const struct llm_config *cf = &q->m->c;
-    struct hacc h;
     float *H = NULL;
-    LLM_TRY(hacc_init(&h, cf->dim, c->n_batch));
-    llm_status s = LLM_OK;
-    for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
-        int32_t n = k.n;
-        int64_t row0 = k.row0;
-        if (!s)
-            s = b->ops->rmsnorm(b, q->X + row0 * cf->dim, &q->m->out_norm, c->xb, n, cf->dim,
-                                cf->rms_eps);
-        if (!s)
-            s = hacc_add(q, &h, c->xb, n);
-    }
-    if (!s)
-        s = hacc_mean(&h, &H, NULL);
-    hacc_free(&h);
+    llm_status s = normed_hessian(q, &q->m->out_norm, &H);
     struct lin L;
     memset(&L, 0, sizeof L);
     L.t = t;

@@ -350,6 +350,9 @@ static llm_status plan(struct qctx *q)
     if (has_gptq && has_awq)
         return llm_error_set(LLM_E_INVALID, "a run may use gptq or awq, not both");
     q->flow = has_gptq ? FLOW_GPTQ : has_awq ? FLOW_AWQ : FLOW_NONE;
+    if (q->flow == FLOW_NONE && p->calib_path)
+        return llm_error_set(LLM_E_INVALID, "%s: calibration text given, but no tensor uses gptq "
+                             "or awq", p->calib_path);
     if (q->flow != FLOW_NONE && !p->calib_path)
         return llm_error_set(LLM_E_INVALID, "%s needs calibration text: --calib FILE",
                              has_gptq ? "gptq" : "awq");
@@ -428,6 +431,8 @@ static llm_status set_meta(struct qctx *q, struct llm_meta *meta)
         LLM_TRY(llm_meta_set_i64(meta, "quantization.gptq.block_size", p->block_size));
         LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.act_order", p->act_order));
         LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.static_groups", p->static_groups));
+        LLM_TRY(llm_meta_set_str(meta, "quantization.gptq.grid",
+                                 p->reference_grid ? "reference" : "rtn"));
         LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.true_sequential", 1));
     }
     if (q->flow == FLOW_AWQ) {

@@ -132,6 +132,8 @@ struct llm_quantize_params {
     float damp;                        /* default 0.01 */
     int block_size;                    /* default 128 */
     int act_order, static_groups;
+    int reference_grid;                /* group scales by GPTQ's find_params instead of the
+                                          type's round-to-nearest rule (llm_qgrid_group_rtn) */
     /* awq */
     int awq_grid;                      /* scale grid points, default 20 */
     int awq_duo;                       /* AutoAWQ's duo scaling (default 1) */

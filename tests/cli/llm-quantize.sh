@@ -41,6 +41,7 @@ t_quantize_usage_errors_exit_2() {
     expect 2 "$QUANT" -m x -o y --group 48 && has "$TMP/err" "group 48 is not supported" &&
     expect 2 "$QUANT" -m x -o y --calib c.txt && has "$TMP/err" "--calib applies to gptq and awq" &&
     expect 2 "$QUANT" -m x -o y --act-order && has "$TMP/err" "apply to gptq" &&
+    expect 2 "$QUANT" -m x -o y --method awq --reference-grid && has "$TMP/err" "apply to gptq" &&
     expect 2 "$QUANT" -m x -o y --method awq --bits 8 && has "$TMP/err" "awq: 8 bits" &&
     expect 2 "$QUANT" -m x -o y --method fp8 --group 32 && has "$TMP/err" "--group does not apply to fp8"
 }
@@ -170,6 +171,28 @@ EOF
     [ "$(q_type "$TMP/q-recipe.llm" token_embd.weight)" = q8_0 ] || return 1
     "$BIN/llm-convert" --info "$TMP/q-recipe.llm" >"$TMP/info" &&
     has "$TMP/info" "method: recipe" && has "$TMP/info" "MLP nf4, head f16"
+}
+# calibration text that no tensor of the recipe would read is refused
+t_quantize_recipe_without_gptq_refuses_calib() {
+    q_base || return 1
+    printf 'rules:\n  - match: "blk.*"\n    method: nf4\n' >"$TMP/nf4.yaml"
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/nf4.yaml" --calib "$Q_CAL" &&
+    has "$TMP/err" "calibration text given, but no tensor uses gptq or awq" && [ ! -e "$TMP/qx.llm" ]
+}
+# --reference-grid is the reference's find_params, recorded in the metadata;
+# on a symmetric grid it differs from the round-to-nearest rule (step
+# 2 amax/15 instead of amax/8) and here does worse
+t_quantize_gptq_reference_grid() {
+    q_make gptqrefs --method gptq --sym --reference-grid --calib "$Q_CAL" --samples 16 --seq-len 256 ||
+        return 1
+    q_make gptqsym --method gptq --sym --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    "$BIN/llm-convert" --info "$TMP/q-gptqrefs.llm" | grep -q "grid: reference" &&
+    "$BIN/llm-convert" --info "$TMP/q-gptqsym.llm" | grep -q "grid: rtn" || return 1
+    [ "$(tensors "$TMP/q-gptqrefs.llm" | grep attn_q)" != "$(tensors "$TMP/q-gptqsym.llm" | grep attn_q)" ] ||
+        { echo "same bytes"; return 1; }
+    local pr pg
+    pr=$(q_ppl "$TMP/q-gptqrefs.llm"); pg=$(q_ppl "$TMP/q-gptqsym.llm")
+    lt "$pg" "$pr" || { echo "rtn grid $pg not below reference grid $pr"; return 1; }
 }
 t_quantize_recipe_errors_name_the_line() {
     q_base || return 1

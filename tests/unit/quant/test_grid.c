@@ -318,3 +318,44 @@ Test(grid, group_set_and_unpack_zero)
     cr_expect_gt(p.d, 0.0f);
     cr_expect_eq(llm_qgrid_code(&g, &p, 0.0f), 3);
 }
+
+/* The round-to-nearest rule on a symmetric grid: the element of largest
+ * magnitude is code 0 (its value exact up to the binary16 scale), the step
+ * is amax/8 (GPTQ's is 2 amax/15), and elements are within half a step
+ * except past the grid's other end. Zero-point grids take AWQ's rule. */
+Test(grid, rtn_rule)
+{
+    struct llm_qgrid g;
+    cr_assert_eq(llm_qgrid_of(LLM_TYPE_Q4_G64, &g), LLM_OK);
+    float x[64];
+    uint32_t st = 7;
+    for (int trial = 0; trial < 50; trial++) {
+        for (int i = 0; i < 64; i++) {
+            st = st * 1664525u + 1013904223u;
+            x[i] = ((float)(st >> 8) / 16777216.0f - 0.5f) * (float)(trial + 1);
+        }
+        int e = 0;
+        for (int i = 1; i < 64; i++)
+            if (fabsf(x[i]) > fabsf(x[e]))
+                e = i;
+        struct llm_qgroup p;
+        llm_qgrid_group_rtn(&g, x, 64, &p);
+        cr_assert_eq(p.zero, 8);
+        cr_assert_eq(llm_qgrid_code(&g, &p, x[e]), 0);
+        cr_assert_float_eq(llm_qgrid_value(&g, &p, 0), x[e], fabsf(x[e]) * 1e-3f);
+        for (int i = 0; i < 64; i++) {
+            /* the far end of the grid stops at 7 steps: elements beyond it
+             * (code 15) are within one step, the others within half */
+            int c = llm_qgrid_code(&g, &p, x[i]);
+            float v = llm_qgrid_value(&g, &p, c);
+            float lim = fabsf(p.d) * (c == 15 ? 1.0f : 0.5f) * 1.001f;
+            cr_assert_leq(fabsf(v - x[i]), lim, "trial %d elem %d", trial, i);
+        }
+        cr_assert_float_eq(fabsf(p.d), fabsf(x[e]) / 8.0f, fabsf(x[e]) * 1e-3f);
+    }
+    struct llm_qgroup a, b;
+    cr_assert_eq(llm_qgrid_of(LLM_TYPE_Q4Z_G64, &g), LLM_OK);
+    llm_qgrid_group_rtn(&g, x, 64, &a);
+    llm_qgrid_group_awq(&g, x, 64, &b);
+    cr_assert(a.d == b.d && a.m == b.m && a.zero == b.zero);
+}
