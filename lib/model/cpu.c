@@ -4,27 +4,15 @@
  * 64-wide layers) runs on the calling thread, because there a barrier costs
  * more than the arithmetic. */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../common/alloc.h"
 #include "../common/fp16.h"
 #include "../ops/matmul.h"
+#include "../ops/vec.h"
 #include "../quant/quant.h"
 #include "backend.h"
-
-/* binary16 -> float by table: the attention loops convert every cached
- * element, and the portable bit-twiddling conversion costs more than the
- * multiply-add itself. */
-static float f16_table[65536];
-static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
-
-static void f16_init(void)
-{
-    for (uint32_t i = 0; i < 65536; i++)
-        f16_table[i] = llm_fp16_to_fp32((uint16_t)i);
-}
 
 /* Multiply-adds below which an op stays on one thread. */
 #define CPU_SERIAL_WORK (1 << 16)
@@ -260,16 +248,8 @@ CPU_HOT static void att_one(const struct llm_kv *kv, int32_t layer, int32_t seq,
         int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
         int32_t m = len - p0 < bs ? len - p0 : bs;
         for (int32_t r = 0; r < m; r++, off += kvd) {
-            float d = 0.0f;
-            if (f16) {
-                const uint16_t *kr = (const uint16_t *)kv->k + off;
-                for (int32_t e = 0; e < hd; e++)
-                    d += q[e] * f16_table[kr[e]];
-            } else {
-                const float *kr = (const float *)kv->k + off;
-                for (int32_t e = 0; e < hd; e++)
-                    d += q[e] * kr[e];
-            }
+            float d = f16 ? llm_vec_dot_f16(q, (const uint16_t *)kv->k + off, hd)
+                          : llm_vec_dot_f32(q, (const float *)kv->k + off, hd);
             d *= scale;
             sc[p0 + r] = d;
             mx = d > mx ? d : mx;
@@ -287,15 +267,10 @@ CPU_HOT static void att_one(const struct llm_kv *kv, int32_t layer, int32_t seq,
         int32_t m = len - p0 < bs ? len - p0 : bs;
         for (int32_t r = 0; r < m; r++, off += kvd) {
             float w = sc[p0 + r] * inv;
-            if (f16) {
-                const uint16_t *vr = (const uint16_t *)kv->v + off;
-                for (int32_t e = 0; e < hd; e++)
-                    o[e] += w * f16_table[vr[e]];
-            } else {
-                const float *vr = (const float *)kv->v + off;
-                for (int32_t e = 0; e < hd; e++)
-                    o[e] += w * vr[e];
-            }
+            if (f16)
+                llm_vec_axpy_f16(o, w, (const uint16_t *)kv->v + off, hd);
+            else
+                llm_vec_axpy_f32(o, w, (const float *)kv->v + off, hd);
         }
     }
 }
@@ -428,7 +403,6 @@ llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads)
     struct cpu_backend *cb = llm_calloc(1, sizeof *cb);
     if (!cb)
         return LLM_E_NOMEM;
-    pthread_once(&f16_once, f16_init);
     llm_status s = llm_pool_new(&cb->pool, n_threads);
     if (s) {
         llm_free(cb);

@@ -32,6 +32,8 @@
 #define GM_MR (GM_MV * GM_V)
 /* k per panel: a multiple of every block size (32, 64, 128) */
 #define GM_KC 256
+/* tokens per chunk (a multiple of GM_NR) */
+#define GM_NBC 768
 /* row tiles per packed block: 256 rows x GM_KC floats = 256 KiB, in L2 */
 #define GM_RB (256 / GM_MR)
 
@@ -287,20 +289,13 @@ static void SIMD(gemm_pack_w)(enum llm_type t, const uint8_t *W, uint64_t rb, in
             memcpy(P + k * GM_MR + i, src[i] + k, sizeof(float));
 }
 
-/* Y[b*ldy + r] = W[r] . X[b] for b < nb, r in [r0, r1), in float */
-static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, const float *X,
-                             float *Y, int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+/* Y[b*ldy + r] = W[r] . X[b] for b < nb, r in [r0, r1); P and tmp as
+ * SIMD(gemm) allocates them */
+static void SIMD(gemm_chunk)(enum llm_type t, const uint8_t *W, uint64_t rb, const float *X,
+                             float *Y, int64_t ne0, int64_t nb, int64_t ldy, int64_t r0,
+                             int64_t r1, float *P, float *tmp)
 {
     const int64_t ng = (nb + GM_NR - 1) / GM_NR;
-    const int64_t tiles = (r1 - r0 + GM_MR - 1) / GM_MR;
-    const uint64_t np = (uint64_t)(tiles < GM_RB ? tiles : GM_RB) * GM_MR * GM_KC;
-    const uint64_t ntmp = t == LLM_TYPE_F32 ? 0 : (uint64_t)GM_MR * GM_KC;
-    float *buf = llm_malloc((size_t)(np + ntmp + 16) * sizeof(float));
-    if (!buf)
-        return LLM_E_NOMEM;
-    /* 64-byte aligned packed tiles: the micro-kernel's vector loads */
-    float *P = (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
-    float *tmp = P + np;
     for (int64_t k0 = 0; k0 < ne0; k0 += GM_KC) {
         const int64_t kc = ne0 - k0 < GM_KC ? ne0 - k0 : GM_KC;
         const int add = k0 > 0;
@@ -341,6 +336,26 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
             }
         }
     }
+}
+
+/* Y[b*ldy + r] = W[r] . X[b] for b < nb, r in [r0, r1), in float */
+static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, const float *X,
+                             float *Y, int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const int64_t tiles = (r1 - r0 + GM_MR - 1) / GM_MR;
+    const uint64_t np = (uint64_t)(tiles < GM_RB ? tiles : GM_RB) * GM_MR * GM_KC;
+    const uint64_t ntmp = t == LLM_TYPE_F32 ? 0 : (uint64_t)GM_MR * GM_KC;
+    float *buf = llm_malloc((size_t)(np + ntmp + 16) * sizeof(float));
+    if (!buf)
+        return LLM_E_NOMEM;
+    /* 64-byte aligned packed tiles: the micro-kernel's vector loads */
+    float *P = (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    /* GM_NBC tokens at a time, so that their activations and outputs stay
+     * in cache across the k panels (the quantizer multiplies 65536 tokens
+     * at once); each chunk packs the weights again, a few % of its work */
+    for (int64_t c0 = 0; c0 < nb; c0 += GM_NBC)
+        SIMD(gemm_chunk)(t, W, rb, X + c0 * ne0, Y + c0 * ldy, ne0,
+                         nb - c0 < GM_NBC ? nb - c0 : GM_NBC, ldy, r0, r1, P, P + np);
     llm_free(buf);
     return LLM_OK;
 }

@@ -761,6 +761,34 @@ SIMD_INLINE float SIMD(ldw1)(const uint8_t *row, int64_t i, int ft)
 SIMD_INLINE void SIMD(row_f)(const uint8_t *row, const float *X, int64_t ldx, int64_t ne0, int ft,
                              int NT, float *y)
 {
+#ifdef SIMD_AVX512
+    if (ft == LLM_TYPE_F32) { /* 64 bytes a load, the tail masked: half the instructions */
+        __m512 a[SIMD_NT][2];
+        for (int t = 0; t < NT; t++)
+            a[t][0] = a[t][1] = _mm512_setzero_ps();
+        const float *w = (const float *)row;
+        int64_t i = 0;
+        for (; i + 32 <= ne0; i += 32) {
+            const __m512 w0 = _mm512_loadu_ps(w + i), w1 = _mm512_loadu_ps(w + i + 16);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                a[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(X + t * ldx + i), a[t][0]);
+                a[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(X + t * ldx + i + 16), a[t][1]);
+            }
+        }
+        for (; i < ne0; i += 16) {
+            const __mmask16 m = ne0 - i >= 16 ? (__mmask16)0xffff
+                                              : (__mmask16)((1u << (ne0 - i)) - 1);
+            const __m512 w0 = _mm512_maskz_loadu_ps(m, w + i);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                a[t][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, X + t * ldx + i), a[t][0]);
+        }
+        for (int t = 0; t < NT; t++)
+            y[t] = _mm512_reduce_add_ps(_mm512_add_ps(a[t][0], a[t][1]));
+        return;
+    }
+#endif
     __m256 acc[SIMD_NT][2];
     for (int t = 0; t < NT; t++)
         acc[t][0] = acc[t][1] = _mm256_setzero_ps();

@@ -15,6 +15,9 @@
  *                   and ||y - ref|| / ||ref|| < 1e-2 over 256 Gaussian rows
  *   SIMD, int16 activations (LLM_ACT_Q16, the default)
  *                   |y - ref| <= A / 258 + 1e-5 S, relative < 1e-4
+ *   llm_matmul from LLM_MATMUL_GEMM_MIN_NB tokens on (the float GEMM), every
+ *   type and activation setting but int8 (LLM_ACT_Q8 keeps the row kernels)
+ *                   |y - ref| <= 1e-5 S
  */
 #include <math.h>
 #include <stdint.h>
@@ -622,6 +625,42 @@ Test(matmul, gemm_matches_ref, .fini = restore_isa)
             free(ab);
             mat_free(&m);
         }
+}
+
+/* More tokens than one chunk of the GEMM (it takes 768 at a time, as the
+ * quantizer's calibration products need): every token, the last chunk's
+ * short tail included, matches the reference. */
+Test(matmul, gemm_many_tokens, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    rng_state = 13;
+    const enum llm_type types[] = { LLM_TYPE_F32, LLM_TYPE_Q4_1, LLM_TYPE_Q8_CH };
+    const int64_t ne0 = 300, rows = 37, nb = 1601;
+    float *X = vec_make(nb * ne0, 1.0f);
+    float *Y = malloc(sizeof(float) * (size_t)(nb * rows));
+    float *Yr = malloc(sizeof(float) * (size_t)(nb * rows));
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        struct mat m;
+        mat_make(&m, types[ti], ne0, rows, 0.1f);
+        cr_assert_eq(llm_matmul_ref(m.t, m.w, X, Yr, ne0, nb, rows, 0, rows), LLM_OK);
+        for (int ii = 0; ii < ni; ii++) {
+            llm_matmul_set_isa(isas[ii]);
+            llm_matmul_set_act(LLM_ACT_Q16);
+            cr_assert_eq(llm_matmul(m.t, m.w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t r = 0; r < rows; r++)
+                    cr_assert(fabs(Y[b * rows + r] - Yr[b * rows + r]) <=
+                                  1e-5 * scale_of(&m, r, X + b * ne0),
+                              "isa %d %s token %lld row %lld: %.9g vs %.9g", isas[ii],
+                              llm_type_name(m.t), (long long)b, (long long)r, Y[b * rows + r],
+                              Yr[b * rows + r]);
+        }
+        mat_free(&m);
+    }
+    free(X);
+    free(Y);
+    free(Yr);
 }
 
 /* In the GEMM the tokens stay independent: a NaN in one token's
