@@ -260,6 +260,27 @@ static int is_quant(enum llm_type t)
     return tr && tr->is_quant;
 }
 
+/* A group as long as the row or longer is one group per row: the
+ * per-channel type of the same grid holds exactly that without padding the
+ * row to a whole block (stories260K's 64-wide rows in groups of 128 would
+ * take 8.5 bits per weight instead of 5). */
+static enum llm_type per_channel_if_one_group(enum llm_type t, int64_t ne0)
+{
+    static const enum llm_type ch[][2] = {
+        { LLM_TYPE_Q8_0, LLM_TYPE_Q8_CH },     { LLM_TYPE_Q8_G64, LLM_TYPE_Q8_CH },
+        { LLM_TYPE_Q8_G128, LLM_TYPE_Q8_CH },   { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_CH },
+        { LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_CH },  { LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
+        { LLM_TYPE_Q4_0, LLM_TYPE_Q4_CH },     { LLM_TYPE_Q4_G64, LLM_TYPE_Q4_CH },
+        { LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH },   { LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_CH },
+        { LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_CH },  { LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH },
+    };
+    const struct llm_type_traits *tr = llm_type_traits(t);
+    for (size_t i = 0; tr && i < sizeof ch / sizeof ch[0]; i++)
+        if (ch[i][0] == t && (int64_t)tr->blck > ne0)
+            return ch[i][1];
+    return t;
+}
+
 /* Which tensor gets what; the calibration flow; refusals. */
 static llm_status plan(struct qctx *q)
 {
@@ -339,7 +360,7 @@ static llm_status plan(struct qctx *q)
             llm_error_prefix(path);
             return s;
         }
-        t->to = to;
+        t->to = per_channel_if_one_group(to, it->ne[0]);
         if (t->spec.method == LLM_QM_GPTQ) {
             has_gptq = 1;
             if (emb)
