@@ -187,3 +187,22 @@ t_bench_kld() {
     expect 0 "$BENCH" -m "$TMP/q4.llm" --ppl "$TMP/t.txt" --ctx 64 -t 1 && has "$TMP/out" "PPL = $m" || return 1
     expect 2 "$BENCH" -m "$B260" --base "$B260" && has "$TMP/err" "--base goes with --ppl"
 }
+# --chunks keeps the first N windows (llama-perplexity --chunks); --score-all
+# scores every prediction (the GPTQ/AWQ papers' protocol): a different figure
+t_bench_ppl_chunks_and_score_all() {
+    need "$B260" "$DATA/text/tinystories_val.txt"
+    head -c 60000 "$DATA/text/tinystories_val.txt" >"$TMP/t2.txt"
+    expect 0 "$BENCH" -m "$B260" --ppl "$TMP/t2.txt" --ctx 128 --chunks 10 -t 1 &&
+    has "$TMP/out" ", 1280 tokens, 10 windows of 128 tokens" || return 1
+    local p10 pall ps
+    p10=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$TMP/out")
+    expect 0 "$BENCH" -m "$B260" --ppl "$TMP/t2.txt" --ctx 128 -t 1 || return 1
+    pall=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$TMP/out")
+    expect 0 "$BENCH" -m "$B260" --ppl "$TMP/t2.txt" --ctx 128 --chunks 10 --score-all -t 1 || return 1
+    ps=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$TMP/out")
+    [ -n "$p10" ] && [ -n "$pall" ] && [ -n "$ps" ] && [ "$p10" != "$pall" ] && [ "$ps" != "$p10" ] ||
+        { echo "chunks 10: $p10, all: $pall, score-all: $ps"; return 1; }
+    expect 2 "$BENCH" -m "$B260" --ppl "$TMP/t2.txt" --score-all --base "$B260" &&
+    has "$TMP/err" "--score-all does not go with --base" &&
+    expect 2 "$BENCH" -m "$B260" --chunks 3 && has "$TMP/err" "--chunks and --score-all go with --ppl"
+}
