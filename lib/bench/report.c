@@ -49,17 +49,25 @@ static int has_tok(const struct llm_bench_result *r) { return r->n_gen > 0 && r-
 #define U64(nm, x) (struct field){ .name = nm, .kind = FIELD_U64, .u = (x) }
 #define STR(nm, x) (struct field){ .name = nm, .kind = FIELD_STR, .s = (x) }
 
+/* The build and machine fields every result row starts with. */
+static size_t machine_fields(struct field *f, const struct llm_bench_header *h)
+{
+    size_t n = 0;
+    f[n++] = STR("build_version", h->machine.version);
+    f[n++] = STR("build_commit", h->machine.commit);
+    f[n++] = STR("cpu_info", h->machine.cpu);
+    f[n++] = STR("cpu_features", h->machine.features);
+    f[n++] = U64("n_cpus", (uint64_t)h->machine.n_cpus);
+    return n;
+}
+
 /* Every field of one result, in output order. */
 static size_t fields_of(struct field *f, const struct llm_bench_header *h, const struct llm_bench_result *r)
 {
     size_t n = 0;
     double nan = NAN;
     int tt = has_ttft(r), tk = has_tok(r);
-    f[n++] = STR("build_version", h->machine.version);
-    f[n++] = STR("build_commit", h->machine.commit);
-    f[n++] = STR("cpu_info", h->machine.cpu);
-    f[n++] = STR("cpu_features", h->machine.features);
-    f[n++] = U64("n_cpus", (uint64_t)h->machine.n_cpus);
+    n = machine_fields(f, h);
     f[n++] = NUM("roofline_bandwidth_gbs", r->roof_gbs);
     f[n++] = STR("roofline_bandwidth_source", h->bw_measured ? "probe" : "user");
     f[n++] = NUM("roofline_peak_gflops", r->roof_gflops);
@@ -292,11 +300,7 @@ static size_t fields_of_kernel(struct field *f, const struct llm_bench_header *h
 {
     const struct llm_bench_kresult *r = item;
     size_t n = 0;
-    f[n++] = STR("build_version", h->machine.version);
-    f[n++] = STR("build_commit", h->machine.commit);
-    f[n++] = STR("cpu_info", h->machine.cpu);
-    f[n++] = STR("cpu_features", h->machine.features);
-    f[n++] = U64("n_cpus", (uint64_t)h->machine.n_cpus);
+    n = machine_fields(f, h);
     f[n++] = STR("isa", h->isa);
     f[n++] = NUM("roofline_bandwidth_gbs", r->roof_gbs);
     f[n++] = STR("roofline_bandwidth_source", h->bw_measured ? "probe" : "user");

@@ -291,9 +291,7 @@ static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H)
             return s;
         }
         char pname[LLM_MAX_NAME];
-        size_t len = strlen(t->name) - strlen(".weight");
-        memcpy(pname, t->name, len);
-        memcpy(pname + len, ".perm", 6);
+        llm_q_perm_name(t->name, pname);
         struct qt *pt = llm_q_find(q, pname);
         if (pt) {
             s = sort_within_groups(t, L->rows, c, perm);

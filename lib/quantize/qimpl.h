@@ -48,6 +48,8 @@ struct qctx {
 double llm_q_now(void);
 void llm_q_progress(struct qctx *q, int64_t add);
 struct qt *llm_q_find(struct qctx *q, const char *name);
+/* "<base>.perm" of weight "<base>.weight" (act-order), into out (LLM_MAX_NAME). */
+void llm_q_perm_name(const char *weight, char *out);
 /* A report entry for t (created on first use). */
 struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t);
 /* The weights of t as float32: (rows, cols), llm_malloc'd. */

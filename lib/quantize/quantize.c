@@ -61,6 +61,13 @@ struct qt *llm_q_find(struct qctx *q, const char *name)
     return NULL;
 }
 
+void llm_q_perm_name(const char *weight, char *out)
+{
+    size_t len = strlen(weight) - strlen(".weight");
+    memcpy(out, weight, len);
+    memcpy(out + len, ".perm", 6); /* shorter than ".weight": fits */
+}
+
 struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t)
 {
     static struct llm_qtensor_report sink;
@@ -405,9 +412,7 @@ static llm_status plan(struct qctx *q)
             if (t->spec.method != LLM_QM_GPTQ)
                 continue;
             char pname[LLM_MAX_NAME];
-            size_t len = strlen(t->name) - strlen(".weight");
-            memcpy(pname, t->name, len);
-            memcpy(pname + len, ".perm", 6); /* shorter than ".weight" */
+            llm_q_perm_name(t->name, pname);
             struct qt *pt = &q->t[q->n_t++];
             memcpy(pt->name, pname, sizeof pname);
             if (llm_file_find(in, pt->name))
