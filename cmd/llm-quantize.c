@@ -11,7 +11,7 @@
 enum { OPT_METHOD = 256, OPT_BITS, OPT_GROUP, OPT_SYM, OPT_ASYM, OPT_DQ, OPT_FP8_SCALE, OPT_CALIB,
        OPT_SAMPLES, OPT_SEQLEN, OPT_SEED, OPT_DAMP, OPT_ACT, OPT_STATIC, OPT_BLOCK, OPT_GRID,
        OPT_NO_DUO, OPT_NO_CLIP, OPT_AWQ_TOKENS, OPT_RECIPE, OPT_REPORT, OPT_REQUANT,
-       OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID };
+       OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
@@ -31,6 +31,7 @@ static const struct llm_opt opts[] = {
     { OPT_ACT, "act-order", LLM_ARG_NONE, NULL, "gptq: quantize columns in descending Hessian-diagonal order", NULL },
     { OPT_STATIC, "static-groups", LLM_ARG_NONE, NULL, "gptq: group parameters from the original weights (act-order stays in column order)", NULL },
     { OPT_REFGRID, "reference-grid", LLM_ARG_NONE, NULL, "gptq: group scales by the reference's find_params rule, not the type's round-to-nearest rule", NULL },
+    { OPT_VHESS, "v-hessian", LLM_ARG_REQUIRED, "FROM", "gptq: v's Hessian from the 'attention'-weighted input of each KV head (default) or from its 'input', as the reference", "attention input" },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "N", "gptq: columns per lazy batch update (default: 128)", NULL },
     { OPT_GRID, "awq-grid", LLM_ARG_REQUIRED, "N", "awq: grid points of the scale and clip searches (default: 20)", NULL },
     { OPT_NO_DUO, "no-duo-scaling", LLM_ARG_NONE, NULL, "awq: scales from activations only (llm-awq), not AutoAWQ's activations and weights", NULL },
@@ -166,7 +167,7 @@ int main(int argc, char **argv)
     struct llm_quantize_params p;
     llm_quantize_params_default(&p);
     const char *in = NULL, *out = NULL, *recipe_path = NULL, *report = NULL;
-    int compress = 0, force_progress = 0, have_group = 0, have_bits = 0;
+    int compress = 0, force_progress = 0, have_group = 0, have_bits = 0, have_vhess = 0;
     const char *arg;
     int r;
     int64_t v;
@@ -206,6 +207,12 @@ int main(int argc, char **argv)
             if (strcmp(arg, "channel") && strcmp(arg, "tensor"))
                 return llm_cli_usage(&cli, "--fp8-scale: expected channel or tensor, got '%s'", arg);
             p.def.per_tensor = !strcmp(arg, "tensor");
+            break;
+        case OPT_VHESS:
+            if (strcmp(arg, "attention") && strcmp(arg, "input"))
+                return llm_cli_usage(&cli, "--v-hessian: expected attention or input, got '%s'", arg);
+            p.input_v_hessian = !strcmp(arg, "input");
+            have_vhess = 1;
             break;
         case OPT_CALIB: p.calib_path = arg; break;
         case OPT_SAMPLES:
@@ -275,8 +282,10 @@ int main(int argc, char **argv)
     int calibrated = m == LLM_QM_GPTQ || m == LLM_QM_AWQ || recipe_path;
     if (p.calib_path && !calibrated)
         return llm_cli_usage(&cli, "--calib applies to gptq and awq (or a recipe that uses them)");
-    if ((p.act_order || p.static_groups || p.reference_grid) && m != LLM_QM_GPTQ && !recipe_path)
-        return llm_cli_usage(&cli, "--act-order, --static-groups and --reference-grid apply to gptq");
+    if ((p.act_order || p.static_groups || p.reference_grid || have_vhess) && m != LLM_QM_GPTQ &&
+        !recipe_path)
+        return llm_cli_usage(&cli, "--act-order, --static-groups, --reference-grid and --v-hessian "
+                             "apply to gptq");
     if (p.def.double_quant > 0 && m != LLM_QM_NF4 && !recipe_path)
         return llm_cli_usage(&cli, "--double-quant applies to nf4");
     if ((m == LLM_QM_NF4 || m == LLM_QM_FP8) && (have_bits || p.def.sym >= 0))

@@ -295,6 +295,10 @@ _llm_quantize()
             :
             return
             ;;
+        --v-hessian)
+            _llm_words 'attention input'
+            return
+            ;;
         --block-size)
             :
             return
@@ -327,7 +331,7 @@ _llm_quantize()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -o --output --method --bits --group --sym --asym --double-quant --fp8-scale --calib --samples --seq-len --seed --damp --act-order --static-groups --reference-grid --block-size --awq-grid --no-duo-scaling --no-clip --awq-tokens --recipe --report --allow-requantize -t --threads --compress --progress -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -o --output --method --bits --group --sym --asym --double-quant --fp8-scale --calib --samples --seq-len --seed --damp --act-order --static-groups --reference-grid --v-hessian --block-size --awq-grid --no-duo-scaling --no-clip --awq-tokens --recipe --report --allow-requantize -t --threads --compress --progress -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

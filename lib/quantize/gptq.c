@@ -303,10 +303,22 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
                                 &gp[r * ng + k]);
     for (int64_t i = 0; i < n; i++)
         ds[i] = (struct dsort){ H[i * n + i], (int32_t)i };
-    if (p->act_order)
+    if (p->act_order && !p->order)
         qsort(ds, (size_t)n, sizeof *ds, by_diag_desc);
     for (int64_t i = 0; i < n; i++)
-        perm[i] = ds[i].i;
+        perm[i] = p->act_order && p->order ? p->order[i] : ds[i].i;
+    if (p->act_order && p->order) { /* a permutation: every column once */
+        memset(cbuf, 0, (size_t)n);
+        for (int64_t i = 0; i < n && !s; i++) {
+            if (perm[i] < 0 || perm[i] >= n || cbuf[perm[i]])
+                s = llm_error_set(LLM_E_INVALID, "gptq: the column order is not a permutation "
+                                  "(entry %lld: %d)", (long long)i, perm[i]);
+            else
+                cbuf[perm[i]] = 1;
+        }
+        if (s)
+            goto done;
+    }
     if (p->act_order)
         for (int64_t r = 0; r < rows; r++) {
             float *w = W + r * n;

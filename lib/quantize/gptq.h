@@ -21,6 +21,10 @@ struct llm_gptq_params {
     int rtn_grid;       /* 1: each group's scale and zero by the type's round-to-nearest
                            rule (llm_qgrid_group_rtn); 0: GPTQ's find_params, as the
                            reference */
+    const int32_t *order; /* with act_order: the column order to use (cols, a
+                             permutation), instead of diag(H) descending; lets
+                             row blocks quantized with their own H share one
+                             order (NULL: diag(H)'s) */
 };
 
 /* type, with the reference defaults: damp 0.01, block 128, no act-order, no

@@ -153,11 +153,27 @@ static void lin_free(struct lin *L)
     L->W = L->W0 = NULL;
 }
 
+/* tr(D H D^T) / rows with the rows in nh equal blocks, block b on H[b]. */
+static llm_status out_err_blocks(struct qctx *q, const float *D, int64_t rows, int64_t cols,
+                                 const float *const *H, int nh, double *err)
+{
+    int64_t rb = rows / nh;
+    double sum = 0;
+    for (int b = 0; b < nh; b++) {
+        double e;
+        LLM_TRY(out_err(q, D + b * rb * cols, rb, cols, H[b], &e));
+        sum += e * (double)rb;
+    }
+    *err = sum / (double)rows;
+    return LLM_OK;
+}
+
 /* Report: weight error, and the output error of plain RTN on the original
  * weights ("before") and of the result ("after"), both in the original
- * output domain (AWQ's scales undone). */
-static llm_status lin_report(struct qctx *q, struct lin *L, const float *H, double seconds,
-                             double awq_ratio)
+ * output domain (AWQ's scales undone), on the nh Hessians of equal blocks
+ * of rows (one for most linears; one per KV head for GPTQ's v). */
+static llm_status lin_report(struct qctx *q, struct lin *L, const float *const *H, int nh,
+                             double seconds, double awq_ratio)
 {
     struct llm_qtensor_report *e = llm_q_report(q, L->t);
     int64_t n = L->rows * L->cols;
@@ -178,7 +194,7 @@ static llm_status lin_report(struct qctx *q, struct lin *L, const float *H, doub
             werr += (double)d * d;
         }
     if (!s)
-        s = out_err(q, D, L->rows, L->cols, H, &e->out_err_after);
+        s = out_err_blocks(q, D, L->rows, L->cols, H, nh, &e->out_err_after);
     /* plain RTN of the original weights on the same type */
     for (int64_t i = 0; !s && i < L->rows; i++) {
         const float *w0 = L->W0 + i * L->cols;
@@ -189,7 +205,7 @@ static llm_status lin_report(struct qctx *q, struct lin *L, const float *H, doub
             D[i * L->cols + j] = w0[j] - row[j];
     }
     if (!s)
-        s = out_err(q, D, L->rows, L->cols, H, &e->out_err_before);
+        s = out_err_blocks(q, D, L->rows, L->cols, H, nh, &e->out_err_before);
     llm_free(D);
     llm_free(row);
     llm_free(qb);
@@ -257,33 +273,71 @@ static llm_status sort_within_groups(struct qt *t, int64_t rows, int64_t cols, i
     return s;
 }
 
-/* Quantize one linear with GPTQ on Hessian H, or plainly for other methods;
- * L->W becomes the file's values (original column order). */
-static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H)
+/* act-order for row blocks with their own Hessians: one column order for
+ * the tensor (it has one .perm), by the summed diagonals. */
+static void shared_order(const float *const *H, int nh, int64_t c, int32_t *order)
+{
+    float *d = llm_malloc((size_t)c * sizeof(float));
+    for (int64_t i = 0; i < c; i++)
+        order[i] = (int32_t)i;
+    if (!d)
+        return; /* column order: still a valid (if unhelpful) order */
+    for (int64_t i = 0; i < c; i++) {
+        d[i] = 0;
+        for (int b = 0; b < nh; b++)
+            d[i] += H[b][i * c + i];
+    }
+    /* insertion sort by descending diagonal, stable (ties: lower column first) */
+    for (int64_t i = 1; i < c; i++) {
+        int32_t o = order[i];
+        int64_t j = i;
+        while (j > 0 && d[order[j - 1]] < d[o]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = o;
+    }
+    llm_free(d);
+}
+
+/* Quantize one linear with GPTQ, its rows in nh equal blocks each on its
+ * own Hessian H[b], or plainly for other methods; L->W becomes the file's
+ * values (original column order). */
+static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *const *H, int nh)
 {
     double t0 = llm_q_now();
     struct qt *t = L->t;
     if (t->spec.method == LLM_QM_GPTQ) {
         const struct llm_quantize_params *p = q->p;
-        int64_t c = L->cols;
+        int64_t c = L->cols, rb = L->rows / nh;
+        uint64_t row_bytes = llm_type_row_bytes(t->to, (uint64_t)c);
         float *Hc = llm_malloc((size_t)(c * c) * sizeof(float));
         t->data = llm_malloc((size_t)t->nbytes);
         int32_t *perm = llm_malloc((size_t)c * sizeof(int32_t));
-        if (!Hc || !t->data || !perm) {
+        int32_t *order = nh > 1 ? llm_malloc((size_t)c * sizeof(int32_t)) : NULL;
+        if (!Hc || !t->data || !perm || (nh > 1 && !order)) {
             llm_free(Hc);
             llm_free(perm);
+            llm_free(order);
             return LLM_E_NOMEM;
         }
-        memcpy(Hc, H, (size_t)(c * c) * sizeof(float));
+        if (order)
+            shared_order(H, nh, c, order);
         struct llm_gptq_params gp = { .type = t->to, .damp = p->damp,
                                       .block_size = p->block_size, .act_order = p->act_order,
                                       .static_groups = p->static_groups,
                                       .n_threads = n_threads(q),
-                                      .rtn_grid = !p->reference_grid };
-        /* lin_report measures the errors in the output domain for every
-         * method alike, so GPTQ's own statistics are not asked for */
-        llm_status s = llm_gptq_quantize(&gp, L->W, L->rows, c, Hc, t->data, perm, NULL);
+                                      .rtn_grid = !p->reference_grid, .order = order };
+        llm_status s = LLM_OK;
+        for (int b = 0; b < nh && !s; b++) {
+            memcpy(Hc, H[b], (size_t)(c * c) * sizeof(float));
+            /* lin_report measures the errors in the output domain for
+             * every method alike, so GPTQ's own statistics are not asked for */
+            s = llm_gptq_quantize(&gp, L->W + b * rb * c, rb, c, Hc,
+                                  (uint8_t *)t->data + (uint64_t)(b * rb) * row_bytes, perm, NULL);
+        }
         llm_free(Hc);
+        llm_free(order);
         if (s) {
             llm_free(perm);
             llm_error_prefix(t->name);
@@ -306,9 +360,14 @@ static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H)
     } else {
         LLM_TRY(llm_q_quantize_plain(q, t, L->W, L->rows, L->cols));
     }
-    LLM_TRY(lin_report(q, L, H, llm_q_now() - t0, -1));
+    LLM_TRY(lin_report(q, L, H, nh, llm_q_now() - t0, -1));
     llm_q_progress(q, L->rows * L->cols);
     return LLM_OK;
+}
+
+static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H)
+{
+    return quant_lin_blocks(q, L, &H, 1);
 }
 
 /* The model's per-layer vectors as float weights. */
@@ -439,6 +498,100 @@ static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, 
 
 /* ---- GPTQ: true-sequential block ---------------------------------------- */
 
+/* GPTQ's Hessians of v, one per KV head (H: n_kv_heads pointers).
+ *
+ * The rows of v that make KV head g reach the model only through the
+ * attention of the query heads reading g: at token i that head's output is
+ * W_g y_i with y_i = sum_j a_ij x_j (x: the normed input, a: the head's
+ * attention probabilities). The error that matters is |dW_g y_i|^2, so the
+ * Hessian is mean y y^T over the tokens and the group's query heads, not
+ * the input's mean x x^T. The two differ most at a token that most queries
+ * attend to (a window's first token, an attention sink): one token among
+ * hundreds in x x^T, in nearly every y. On the input's Hessian GPTQ moves
+ * error into that token's rare direction: SmolLM2 with GPTQ on v alone
+ * (4-bit g32) lost 14% perplexity to round-to-nearest.
+ *
+ * Attention uses the quantized q and k (true-sequential), each window
+ * whole: the probabilities are computed here (scale, causal softmax, as
+ * the backend's attention), then Y = P X on the backend's matmul. */
+static llm_status v_hessians(struct qctx *q, int32_t l, const struct llm_layer_w *LW,
+                             const struct lin *lq, const struct lin *lk, float **H)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    const int64_t dim = cf->dim, hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads;
+    const int64_t qd = nh * hd, kvd = nkv * hd, len = q->cal.len;
+    const float scale = c->ash.scale;
+    (void)l;
+    float *Qw = llm_malloc((size_t)(len * qd) * sizeof(float));   /* (len, qd) roped */
+    float *Kw = llm_malloc((size_t)(len * kvd) * sizeof(float));  /* (len, kvd) roped */
+    float *XT = llm_malloc((size_t)(dim * len) * sizeof(float));  /* (dim, len) normed input^T */
+    float *Qh = llm_malloc((size_t)(len * hd) * sizeof(float));   /* (len, hd) one head */
+    float *Kh = llm_malloc((size_t)(len * hd) * sizeof(float));   /* (len, hd) */
+    float *P = llm_malloc((size_t)(len * len) * sizeof(float));   /* (len, len) probabilities */
+    float *Y = llm_malloc((size_t)(len * dim) * sizeof(float));   /* (len, dim) */
+    struct hacc *h = llm_calloc((size_t)nkv, sizeof *h);
+    llm_status s = Qw && Kw && XT && Qh && Kh && P && Y && h ? LLM_OK : LLM_E_NOMEM;
+    for (int64_t g = 0; g < nkv && !s; g++)
+        s = hacc_init(&h[g], dim, (int32_t)len);
+    struct llm_weight bqw = LW->bq, bkw = LW->bk;
+    for (int32_t w = 0; w < q->cal.n && !s; w++) {
+        for (int32_t off = 0; off < len && !s; off += c->n_batch) {
+            int32_t n = len - off < c->n_batch ? (int32_t)(len - off) : c->n_batch;
+            int64_t row0 = (int64_t)w * len + off;
+            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
+            if (!s)
+                s = mm(q, lq->W, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL);
+            if (!s)
+                s = mm(q, lk->W, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL);
+            if (!s)
+                s = b->ops->rope(b, &c->rope, &c->ash, c->q, c->k, n, off);
+            if (s)
+                break;
+            memcpy(Qw + off * qd, c->q, (size_t)(n * qd) * sizeof(float));
+            memcpy(Kw + off * kvd, c->k, (size_t)(n * kvd) * sizeof(float));
+            for (int32_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < dim; j++)
+                    XT[j * len + off + i] = c->xb[(int64_t)i * dim + j];
+        }
+        for (int64_t hq = 0; hq < nh && !s; hq++) {
+            const int64_t g = hq / (nh / nkv);
+            for (int64_t i = 0; i < len; i++) {
+                memcpy(Qh + i * hd, Qw + i * qd + hq * hd, (size_t)hd * sizeof(float));
+                memcpy(Kh + i * hd, Kw + i * kvd + g * hd, (size_t)hd * sizeof(float));
+            }
+            s = mm(q, Kh, len, hd, Qh, (int32_t)len, P, NULL); /* P = Qh Kh^T */
+            for (int64_t i = 0; i < len && !s; i++) {
+                float *p = P + i * len, mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    p[j] *= scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                for (int64_t j = 0; j <= i; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                for (int64_t j = 0; j <= i; j++)
+                    p[j] /= sum;
+                memset(p + i + 1, 0, (size_t)(len - i - 1) * sizeof(float));
+            }
+            if (!s)
+                s = mm(q, XT, dim, len, P, (int32_t)len, Y, NULL); /* Y = P X */
+            if (!s)
+                s = hacc_add(q, &h[g], Y, (int32_t)len);
+        }
+    }
+    for (int64_t g = 0; g < nkv && !s; g++)
+        s = hacc_mean(&h[g], &H[g], NULL);
+    for (int64_t g = 0; h && g < nkv; g++)
+        hacc_free(&h[g]);
+    llm_free(h);
+    llm_free(Qw), llm_free(Kw), llm_free(XT), llm_free(Qh), llm_free(Kh);
+    llm_free(P), llm_free(Y);
+    return s;
+}
+
 enum { LQ, LK, LV, LO, LG, LU, LD, NLIN };
 static const char *const lin_fmt[NLIN] = {
     "blk.%d.attn_q.weight",   "blk.%d.attn_k.weight", "blk.%d.attn_v.weight",
@@ -457,14 +610,30 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     float *H = NULL;
     llm_status s;
 
-    /* [q, k, v] on the normed input */
+    /* [q, k, v] on the normed input; v, unless asked otherwise, on the
+     * attention-weighted input of each KV head (v_hessians) */
+    const int v_attn = !q->p->input_v_hessian && L[LV].t->spec.method == LLM_QM_GPTQ;
     s = normed_hessian(q, &LW->attn_norm, &H);
-    for (int i = LQ; !s && i <= LV; i++)
+    for (int i = LQ; !s && i <= (v_attn ? LK : LV); i++)
         s = quant_lin(q, &L[i], H);
     llm_free(H);
     H = NULL;
     if (s)
         return s;
+    if (v_attn) {
+        int nkv = cf->n_kv_heads;
+        float **Hv = llm_calloc((size_t)nkv, sizeof *Hv);
+        if (!Hv)
+            return LLM_E_NOMEM;
+        s = v_hessians(q, l, LW, &L[LQ], &L[LK], Hv);
+        if (!s)
+            s = quant_lin_blocks(q, &L[LV], (const float *const *)Hv, nkv);
+        for (int g = 0; g < nkv; g++)
+            llm_free(Hv[g]);
+        llm_free(Hv);
+        if (s)
+            return s;
+    }
 
     /* [o] on the attention output computed with the quantized q, k, v */
     LLM_TRY(hacc_init(&h, qd, c->n_batch));
@@ -747,7 +916,7 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
             s = llm_q_quantize_plain(q, L[i].t, L[i].W, L[i].rows, L[i].cols);
         }
         if (!s)
-            s = lin_report(q, &L[i], G[gin_of[i]], llm_q_now() - ti + (i == 0 ? ti - t0 : 0),
+            s = lin_report(q, &L[i], (const float *const *)&G[gin_of[i]], 1, llm_q_now() - ti + (i == 0 ? ti - t0 : 0),
                            ratio[i]);
         llm_q_progress(q, L[i].rows * L[i].cols);
     }

@@ -59,6 +59,11 @@ llm_status llm_q_load_f32(struct qctx *q, struct qt *t, float **out, int64_t *ro
  * will give back. */
 llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols);
 
+/* The type that stores rows of ne0 elements on t's grid with the least
+ * padding: per channel when one group covers the row, else the largest
+ * group no larger than t's that takes the fewest bytes (quantize.c). */
+enum llm_type llm_q_fit_group(enum llm_type t, int64_t ne0);
+
 /* layer.c: calibrated processing of stage s (a block, or the head) */
 llm_status llm_q_calib_begin(struct qctx *q);
 llm_status llm_q_calib_stage(struct qctx *q, int stage);

@@ -267,24 +267,44 @@ static int is_quant(enum llm_type t)
     return tr && tr->is_quant;
 }
 
-/* A group as long as the row or longer is one group per row: the
- * per-channel type of the same grid holds exactly that without padding the
- * row to a whole block (stories260K's 64-wide rows in groups of 128 would
- * take 8.5 bits per weight instead of 5). */
-static enum llm_type per_channel_if_one_group(enum llm_type t, int64_t ne0)
+/* The grids of one kind by group size: 32, 64, 128, per channel. */
+static const enum llm_type grid_family[][4] = {
+    { LLM_TYPE_Q8_0, LLM_TYPE_Q8_G64, LLM_TYPE_Q8_G128, LLM_TYPE_Q8_CH },
+    { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
+    { LLM_TYPE_Q4_0, LLM_TYPE_Q4_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH },
+    { LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH },
+};
+
+/* The type that stores rows of ne0 elements on t's grid without wasting
+ * bits on padding:
+ *  - a group as long as the row or longer is one group per row: the
+ *    per-channel type holds exactly that (stories260K's 64-wide rows in
+ *    groups of 128 would take 8.5 bits per weight instead of 5);
+ *  - a row that is not a multiple of the group takes the largest smaller
+ *    group that stores it in fewer bytes, which is also finer: SmolLM2's
+ *    576-wide rows are 324 bytes in groups of 64 against 340 padded to
+ *    five groups of 128 (llama.cpp likewise gives such tensors another
+ *    type). */
+enum llm_type llm_q_fit_group(enum llm_type t, int64_t ne0)
 {
-    static const enum llm_type ch[][2] = {
-        { LLM_TYPE_Q8_0, LLM_TYPE_Q8_CH },     { LLM_TYPE_Q8_G64, LLM_TYPE_Q8_CH },
-        { LLM_TYPE_Q8_G128, LLM_TYPE_Q8_CH },   { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_CH },
-        { LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_CH },  { LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
-        { LLM_TYPE_Q4_0, LLM_TYPE_Q4_CH },     { LLM_TYPE_Q4_G64, LLM_TYPE_Q4_CH },
-        { LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH },   { LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_CH },
-        { LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_CH },  { LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH },
-    };
-    const struct llm_type_traits *tr = llm_type_traits(t);
-    for (size_t i = 0; tr && i < sizeof ch / sizeof ch[0]; i++)
-        if (ch[i][0] == t && (int64_t)tr->blck > ne0)
-            return ch[i][1];
+    for (size_t f = 0; f < sizeof grid_family / sizeof grid_family[0]; f++) {
+        const enum llm_type *fam = grid_family[f];
+        int k = 0;
+        while (k < 3 && fam[k] != t)
+            k++;
+        if (k == 3)
+            continue;
+        if ((int64_t)llm_type_traits(t)->blck > ne0)
+            return fam[3];
+        enum llm_type best = t;
+        uint64_t bytes = llm_type_row_bytes(t, (uint64_t)ne0);
+        for (int j = k - 1; j >= 0; j--)
+            if (llm_type_row_bytes(fam[j], (uint64_t)ne0) < bytes) {
+                best = fam[j];
+                bytes = llm_type_row_bytes(best, (uint64_t)ne0);
+            }
+        return best;
+    }
     return t;
 }
 
@@ -367,7 +387,7 @@ static llm_status plan(struct qctx *q)
             llm_error_prefix(path);
             return s;
         }
-        t->to = per_channel_if_one_group(to, it->ne[0]);
+        t->to = llm_q_fit_group(to, it->ne[0]);
         if (t->spec.method == LLM_QM_GPTQ) {
             has_gptq = 1;
             if (emb)
@@ -460,6 +480,8 @@ static llm_status set_meta(struct qctx *q, struct llm_meta *meta)
         LLM_TRY(llm_meta_set_str(meta, "quantization.gptq.grid",
                                  p->reference_grid ? "reference" : "rtn"));
         LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.true_sequential", 1));
+        LLM_TRY(llm_meta_set_str(meta, "quantization.gptq.v_hessian",
+                                 p->input_v_hessian ? "input" : "attention"));
     }
     if (q->flow == FLOW_AWQ) {
         LLM_TRY(llm_meta_set_i64(meta, "quantization.awq.grid", p->awq_grid));

@@ -134,6 +134,8 @@ struct llm_quantize_params {
     int act_order, static_groups;
     int reference_grid;                /* group scales by GPTQ's find_params instead of the
                                           type's round-to-nearest rule (llm_qgrid_group_rtn) */
+    int input_v_hessian;               /* v's Hessian from its input, as the reference, instead
+                                          of the attention-weighted input per KV head */
     /* awq */
     int awq_grid;                      /* scale grid points, default 20 */
     int awq_duo;                       /* AutoAWQ's duo scaling (default 1) */

@@ -407,6 +407,36 @@ Test(gptq, act_order_permutation_and_groups)
     }
     result_free(&res);
 
+    /* a given column order (row blocks with their own H sharing one
+     * .perm): diag(H)'s own order gives the same bytes; another order is
+     * followed; what is not a permutation is refused */
+    p.static_groups = 0;
+    int32_t *order = malloc((size_t)n * sizeof(int32_t));
+    cr_assert(order);
+    struct result r1, r2;
+    cr_assert_eq(run_gptq(&pr, &p, &r1), LLM_OK);
+    memcpy(order, r1.perm, (size_t)n * sizeof(int32_t));
+    p.order = order;
+    cr_assert_eq(run_gptq(&pr, &p, &r2), LLM_OK);
+    cr_expect_eq(memcmp(r1.out, r2.out, (size_t)(rows * r1.row_bytes)), 0);
+    cr_expect_eq(memcmp(r1.perm, r2.perm, (size_t)n * sizeof(int32_t)), 0);
+    result_free(&r2);
+    for (int64_t i = 0; i < n; i++) /* reversed: odd (large-weight) columns first */
+        order[i] = (int32_t)(n - 1 - i);
+    cr_assert_eq(run_gptq(&pr, &p, &r2), LLM_OK);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(r2.perm[i], n - 1 - i);
+    check_dequant(&pr, p.type, &r2);
+    result_free(&r2);
+    order[5] = order[6];
+    cr_expect_eq(run_gptq(&pr, &p, &r2), LLM_E_INVALID);
+    cr_expect(strstr(llm_error_detail(LLM_E_INVALID), "not a permutation"), "%s",
+              llm_error_detail(LLM_E_INVALID));
+    result_free(&r2);
+    result_free(&r1);
+    free(order);
+    p.order = NULL;
+
     /* a per-channel type has one scale: stored in original order */
     llm_gptq_params_init(&p, LLM_TYPE_Q4Z_CH);
     p.act_order = 1;

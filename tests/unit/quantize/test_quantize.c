@@ -10,10 +10,36 @@
 #include "../../../lib/quant/quant.h"
 #include "../../../lib/quantize/awq.h"
 #include "../../../lib/quantize/calib.h"
+#include "../../../lib/quantize/qimpl.h"
 #include "../../../lib/quantize/quantize.h"
 #include "../../../lib/sample/sample.h"
 #include "../../../lib/tokenizer/tokenizer.h"
 #include "../helpers.h"
+
+/* ---- the type of each tensor ------------------------------------------- */
+
+Test(quantize, group_fits_the_row)
+{
+    /* one group covers the row: per channel */
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4Z_G128, 64), LLM_TYPE_Q4Z_CH);
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q8_0, 16), LLM_TYPE_Q8_CH);
+    /* a multiple of the group keeps it */
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4Z_G128, 1536), LLM_TYPE_Q4Z_G128);
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4_0, 576), LLM_TYPE_Q4_0);
+    /* 576 = 4.5 groups of 128: groups of 64 are fewer bytes and finer */
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4Z_G128, 576), LLM_TYPE_Q4Z_G64);
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4_G128, 576), LLM_TYPE_Q4_G64);
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q8_G128, 576), LLM_TYPE_Q8_G64);
+    cr_assert_lt(llm_type_row_bytes(LLM_TYPE_Q4Z_G64, 576),
+                 llm_type_row_bytes(LLM_TYPE_Q4Z_G128, 576));
+    /* 172: two groups of 128 (136 bytes) > three of 64 (108) < six of 32 (120) */
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4Z_G128, 172), LLM_TYPE_Q4Z_G64);
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4Z_G64, 172), LLM_TYPE_Q4Z_G64);
+    /* nothing smaller than 32; other kinds of type are left alone */
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_Q4_0, 172), LLM_TYPE_Q4_0);
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_NF4, 172), LLM_TYPE_NF4);
+    cr_assert_eq(llm_q_fit_group(LLM_TYPE_FP8_E4M3, 172), LLM_TYPE_FP8_E4M3);
+}
 
 /* ---- recipes ------------------------------------------------------------ */
 
@@ -412,8 +438,10 @@ Test(quantize, gptq_beats_rtn_on_real_calibration)
         if (t->method != LLM_QM_GPTQ)
             continue;
         n_gptq++;
-        /* 64-wide rows hold one group of 128: the per-channel type */
-        cr_assert_eq(t->to, t->cols < 128 ? LLM_TYPE_Q4Z_CH : LLM_TYPE_Q4Z_G128, "%s", t->name);
+        /* 64-wide rows hold one group of 128: the per-channel type; the
+         * 172-wide rows of ffn_down take groups of 64 (108 bytes, against
+         * 136 padded to two groups of 128) */
+        cr_assert_eq(t->to, t->cols < 128 ? LLM_TYPE_Q4Z_CH : LLM_TYPE_Q4Z_G64, "%s", t->name);
         cr_assert_lt(t->out_err_after, t->out_err_before, "%s: %g vs rtn %g", t->name,
                      t->out_err_after, t->out_err_before);
         before += t->out_err_before;
