@@ -79,14 +79,18 @@ t_quantize_rtn8_is_q8_0_and_close_to_base() {
         { echo "ppl base $p0 rtn8 $p8"; return 1; }
 }
 # GPTQ on v alone (the other linears round to nearest, q4_0) on SmolLM2:
-# with v's Hessian from the attention-weighted input the perplexity is
-# below round to nearest's and below the reference's input Hessian, which
-# on this model is worse than round to nearest (the attention sink; see
-# llm-quantize(1)). 8 windows of 256 tokens; perplexity on 8 windows of
-# wiki.test.raw at 512. Measured when written: 33.2, 37.0, 39.6.
+# on the reference's input Hessian it is far worse than round to nearest
+# (the attention sink; see llm-quantize(1)); on the attention-weighted
+# Hessian it is not. 8 windows of 256 tokens; perplexity on 8 windows of
+# wiki.test.raw at 512. Measured when written: attention 29.52, round to
+# nearest 29.53, input 32.56 (with 16 windows of 512 and 40 perplexity
+# windows: 28.66, 29.65, 33.75).
 t_quantize_gptq_v_hessian_smollm2() {
     local smol=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf
     need "$smol" "$DATA/text/wiki.test.raw"
+    # 20 minutes under ASan at -O1; v_hessians runs under the sanitizers in
+    # the stories260K GPTQ tests
+    case $BIN in *build-san*) skip "too slow under the sanitizers" ;; esac
     "$BIN/llm-convert" -q "$smol" -t f32 -o "$TMP/qv-f32.llm" || return 1
     printf 'default:\n  method: rtn\n  bits: 4\n  group: 32\n  sym: true\nrules:\n  - match: "blk.*.attn_v.weight"\n    method: gptq\n' >"$TMP/qv.yaml"
     local a i r
@@ -101,7 +105,8 @@ t_quantize_gptq_v_hessian_smollm2() {
     p8() { "$BIN/llm-bench" -m "$1" --ppl "$DATA/text/wiki.test.raw" --ctx 512 --chunks 8 | sed -n 's/^PPL = \([0-9.]*\).*/\1/p'; }
     a=$(p8 "$TMP/qv-a.llm"); i=$(p8 "$TMP/qv-i.llm"); r=$(p8 "$TMP/qv-r.llm")
     echo "ppl: attention $a, rtn $r, input $i"
-    lt "$a" "$r" && lt "$a" "$i"
+    lt "$a" "$(awk -v x="$i" 'BEGIN { print x * 0.95 }')" &&
+    lt "$a" "$(awk -v x="$r" 'BEGIN { print x * 1.01 }')"
 }
 
 # GPTQ lowers every layer's output error below round to nearest on the
