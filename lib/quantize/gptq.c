@@ -179,6 +179,20 @@ static int by_diag_desc(const void *a_, const void *b_)
     return (a->i > b->i) - (a->i < b->i);
 }
 
+llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *order)
+{
+    struct dsort *ds = llm_malloc((size_t)n * sizeof *ds);
+    if (!ds)
+        return LLM_E_NOMEM;
+    for (int64_t i = 0; i < n; i++)
+        ds[i] = (struct dsort){ d[i * stride], (int32_t)i };
+    qsort(ds, (size_t)n, sizeof *ds, by_diag_desc);
+    for (int64_t i = 0; i < n; i++)
+        order[i] = ds[i].i;
+    llm_free(ds);
+    return LLM_OK;
+}
+
 /* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
 static void rtn_diff(const struct llm_qgrid *g, const float *W0, int64_t rows, int64_t cols,
                      int64_t G, float *D)
@@ -258,7 +272,6 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     float *err = alloc_n(rows * bs, sizeof(float), &fail);  // (rows, bs)
     float *rowbuf = alloc_n(n, sizeof(float), &fail);       // (n)
     uint8_t *cbuf = alloc_n(n, 1, &fail);                   // (n)
-    struct dsort *ds = alloc_n(n, sizeof *ds, &fail);       // (n)
     float *W0 = NULL, *D1 = NULL, *H0 = NULL;
     double *q1 = NULL, *q2 = NULL;
     if (st) {
@@ -301,13 +314,13 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
             for (int64_t k = 0; k < ng; k++)
                 group_params(p->rtn_grid, &g, W + r * n + k * G, n - k * G < G ? n - k * G : G,
                                 &gp[r * ng + k]);
-    for (int64_t i = 0; i < n; i++)
-        ds[i] = (struct dsort){ H[i * n + i], (int32_t)i };
-    if (p->act_order && !p->order)
-        qsort(ds, (size_t)n, sizeof *ds, by_diag_desc);
-    for (int64_t i = 0; i < n; i++)
-        perm[i] = p->act_order && p->order ? p->order[i] : ds[i].i;
-    if (p->act_order && p->order) { /* a permutation: every column once */
+    if (!p->act_order)
+        for (int64_t i = 0; i < n; i++)
+            perm[i] = (int32_t)i;
+    else if (!p->order)
+        s = llm_gptq_order(H, n + 1, n, perm);
+    else { /* a given order: a permutation, every column once */
+        memcpy(perm, p->order, (size_t)n * sizeof *perm);
         memset(cbuf, 0, (size_t)n);
         for (int64_t i = 0; i < n && !s; i++) {
             if (perm[i] < 0 || perm[i] >= n || cbuf[perm[i]])
@@ -316,9 +329,9 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
             else
                 cbuf[perm[i]] = 1;
         }
-        if (s)
-            goto done;
     }
+    if (s)
+        goto done;
     if (p->act_order)
         for (int64_t r = 0; r < rows; r++) {
             float *w = W + r * n;
@@ -417,7 +430,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
 done:
     llm_pool_free(pool);
     llm_free(A), llm_free(diag), llm_free(codes), llm_free(gp);
-    llm_free(err), llm_free(rowbuf), llm_free(cbuf), llm_free(ds);
+    llm_free(err), llm_free(rowbuf), llm_free(cbuf);
     llm_free(W0), llm_free(D1), llm_free(H0), llm_free(q1), llm_free(q2);
     return s;
 }

@@ -40,6 +40,11 @@ struct llm_gptq_stats {
     double damp;      /* the percdamp that succeeded */
 };
 
+/* Act-order's column order: order (n) = the columns by descending d[i *
+ * stride], ties lower column first (diag(H) is H with stride n + 1).
+ * LLM_E_NOMEM. */
+llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *order);
+
 /* Quantize W (rows, cols) float32 with the Hessian H (cols, cols) = (2/n) sum x x^T
  * of the calibration inputs; both are destroyed.
  *

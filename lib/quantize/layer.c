@@ -275,29 +275,19 @@ static llm_status sort_within_groups(struct qt *t, int64_t rows, int64_t cols, i
 
 /* act-order for row blocks with their own Hessians: one column order for
  * the tensor (it has one .perm), by the summed diagonals. */
-static void shared_order(const float *const *H, int nh, int64_t c, int32_t *order)
+static llm_status shared_order(const float *const *H, int nh, int64_t c, int32_t *order)
 {
-    float *d = llm_malloc((size_t)c * sizeof(float));
-    for (int64_t i = 0; i < c; i++)
-        order[i] = (int32_t)i;
+    float *d = llm_malloc((size_t)c * sizeof(float)); /* (c) */
     if (!d)
-        return; /* column order: still a valid (if unhelpful) order */
+        return LLM_E_NOMEM;
     for (int64_t i = 0; i < c; i++) {
         d[i] = 0;
         for (int b = 0; b < nh; b++)
             d[i] += H[b][i * c + i];
     }
-    /* insertion sort by descending diagonal, stable (ties: lower column first) */
-    for (int64_t i = 1; i < c; i++) {
-        int32_t o = order[i];
-        int64_t j = i;
-        while (j > 0 && d[order[j - 1]] < d[o]) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = o;
-    }
+    llm_status s = llm_gptq_order(d, 1, c, order);
     llm_free(d);
+    return s;
 }
 
 /* Quantize one linear with GPTQ, its rows in nh equal blocks each on its
@@ -321,14 +311,12 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
             llm_free(order);
             return LLM_E_NOMEM;
         }
-        if (order)
-            shared_order(H, nh, c, order);
+        llm_status s = order ? shared_order(H, nh, c, order) : LLM_OK;
         struct llm_gptq_params gp = { .type = t->to, .damp = p->damp,
                                       .block_size = p->block_size, .act_order = p->act_order,
                                       .static_groups = p->static_groups,
                                       .n_threads = n_threads(q),
                                       .rtn_grid = !p->reference_grid, .order = order };
-        llm_status s = LLM_OK;
         for (int b = 0; b < nh && !s; b++) {
             memcpy(Hc, H[b], (size_t)(c * c) * sizeof(float));
             /* lin_report measures the errors in the output domain for
@@ -514,8 +502,8 @@ static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, 
  * Attention uses the quantized q and k (true-sequential), each window
  * whole: the probabilities are computed here (scale, causal softmax, as
  * the backend's attention), then Y = P X on the backend's matmul. */
-static llm_status v_hessians(struct qctx *q, int32_t l, const struct llm_layer_w *LW,
-                             const struct lin *lq, const struct lin *lk, float **H)
+static llm_status v_hessians(struct qctx *q, const struct llm_layer_w *LW, const struct lin *lq,
+                             const struct lin *lk, float **H)
 {
     struct llm_context *c = q->ctx;
     struct llm_backend *b = c->be;
@@ -523,7 +511,6 @@ static llm_status v_hessians(struct qctx *q, int32_t l, const struct llm_layer_w
     const int64_t dim = cf->dim, hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads;
     const int64_t qd = nh * hd, kvd = nkv * hd, len = q->cal.len;
     const float scale = c->ash.scale;
-    (void)l;
     float *Qw = llm_malloc((size_t)(len * qd) * sizeof(float));   /* (len, qd) roped */
     float *Kw = llm_malloc((size_t)(len * kvd) * sizeof(float));  /* (len, kvd) roped */
     float *XT = llm_malloc((size_t)(dim * len) * sizeof(float));  /* (dim, len) normed input^T */
@@ -625,7 +612,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
         float **Hv = llm_calloc((size_t)nkv, sizeof *Hv);
         if (!Hv)
             return LLM_E_NOMEM;
-        s = v_hessians(q, l, LW, &L[LQ], &L[LK], Hv);
+        s = v_hessians(q, LW, &L[LQ], &L[LK], Hv);
         if (!s)
             s = quant_lin_blocks(q, &L[LV], (const float *const *)Hv, nkv);
         for (int g = 0; g < nkv; g++)
@@ -916,8 +903,8 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
             s = llm_q_quantize_plain(q, L[i].t, L[i].W, L[i].rows, L[i].cols);
         }
         if (!s)
-            s = lin_report(q, &L[i], (const float *const *)&G[gin_of[i]], 1, llm_q_now() - ti + (i == 0 ? ti - t0 : 0),
-                           ratio[i]);
+            s = lin_report(q, &L[i], (const float *const *)&G[gin_of[i]], 1,
+                           llm_q_now() - ti + (i == 0 ? ti - t0 : 0), ratio[i]);
         llm_q_progress(q, L[i].rows * L[i].cols);
     }
     /* the norms (and v's bias) that absorbed 1/s */

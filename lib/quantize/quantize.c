@@ -296,13 +296,11 @@ enum llm_type llm_q_fit_group(enum llm_type t, int64_t ne0)
             continue;
         if ((int64_t)llm_type_traits(t)->blck > ne0)
             return fam[3];
-        enum llm_type best = t;
-        uint64_t bytes = llm_type_row_bytes(t, (uint64_t)ne0);
+        enum llm_type best = t; /* ties keep the larger group */
         for (int j = k - 1; j >= 0; j--)
-            if (llm_type_row_bytes(fam[j], (uint64_t)ne0) < bytes) {
+            if (llm_type_row_bytes(fam[j], (uint64_t)ne0) <
+                llm_type_row_bytes(best, (uint64_t)ne0))
                 best = fam[j];
-                bytes = llm_type_row_bytes(best, (uint64_t)ne0);
-            }
         return best;
     }
     return t;
