@@ -21,7 +21,8 @@
  * llm_matmul with fewer than LLM_MATMUL_GEMM_MIN_NB tokens (and any number
  * under LLM_ACT_Q8) takes 4 tokens per pass over a weight row, so each
  * block is loaded and unpacked once for 4 tokens; from that many tokens on
- * it runs the float GEMM of matmul_gemm.h.
+ * it runs the float GEMM of matmul_gemm.h. Decode (one token) takes
+ * SIMD_NR rows per pass, from separate stretches of the matrix.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -45,6 +46,9 @@ typedef __m256 SIMD(fv);
 #define SIMD_INLINE static inline __attribute__((always_inline))
 /* tokens per pass over a weight row in llm_matmul */
 #define SIMD_NT 4
+/* rows per pass in decode, each from its own stretch of the matrix (4 was
+ * slower than 2 for q4_0 on Zen 4: more registers than the pass can hold) */
+#define SIMD_NR 2
 
 SIMD_INLINE float SIMD(hsum)(__m256 v)
 {
@@ -321,6 +325,71 @@ SIMD_INLINE void SIMD(row_q)(const uint8_t *row, const struct llm_qx *xq, int64_
         y[t] = SIMD(hsum)(_mm256_add_ps(acc[t][0], acc[t][1])) + (corr[t][0] + corr[t][1]);
 }
 
+/* Decode: row_q for one token and SIMD_NR rows from separate
+ * stretches of the matrix, sharing the activation loads, as SIMD(rown_q16)
+ * does; each row sums in row_q's order, so the bits are row_q's with
+ * NT = 1. */
+SIMD_INLINE void SIMD(rown_q)(const uint8_t *const *rows, const struct llm_qx *xq,
+                              int64_t nq, int64_t ne0, int fam, int G, int BB, int hdr,
+                              float *const *y)
+{
+    enum { U = 2 };
+    __m256 acc[SIMD_NR][U];
+    float corr[SIMD_NR][U];
+    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    for (int i = 0; i < SIMD_NR; i++)
+        for (int u = 0; u < U; u++) {
+            acc[i][u] = _mm256_setzero_ps();
+            corr[i][u] = 0.0f;
+        }
+    for (int64_t k = 0; k < nq; k += U)
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) {
+            if (k + u >= nq)
+                break;
+            const struct llm_qx *b = xq + k + u;
+            const __m256i a = _mm256_loadu_si256((const __m256i *)b->qs);
+            __m256i init = _mm256_setzero_si256();
+            if (fam == F_SYM4)
+                init = _mm256_castsi128_si256(_mm_cvtsi32_si128(b->m8));
+            else if (fam == F_ZP8)
+                init = _mm256_castsi128_si256(_mm_cvtsi32_si128(b->p128));
+            const float dx = b->d, ds = b->ds;
+#pragma GCC unroll 4
+            for (int i = 0; i < SIMD_NR; i++) {
+                float dw, m;
+                const __m256i c = SIMD(codes)(rows[i], k + u, ne0, fam, G, BB, hdr, &dw, &m);
+                const __m256i d = fam == F_SYM8 || fam == F_ZP8
+                                      ? DOT_U8S8(init, _mm256_abs_epi8(c), _mm256_sign_epi8(a, c))
+                                      : DOT_U8S8(init, c, a);
+                acc[i][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(dw * dx),
+                                            acc[i][u]);
+                if (zp)
+                    corr[i][u] += m * ds;
+            }
+        }
+    for (int i = 0; i < SIMD_NR; i++)
+        *y[i] = SIMD(hsum)(_mm256_add_ps(acc[i][0], acc[i][1])) + (corr[i][0] + corr[i][1]);
+}
+
+/* Decode's pass over rows [r0, r1): SIMD_NR streams, each one contiguous
+ * stretch of h rows, advance together; the rows left over (fewer than
+ * SIMD_NR) go on to the row-by-row loop that follows. */
+#define SIMD_ROWS_DECODE(KERN, FAM, G, BB, HDR)                                                 \
+    if (nb == 1) {                                                                              \
+        const int64_t h = (r1 - r0) / SIMD_NR;                                                  \
+        for (int64_t i = 0; i < h; i++) {                                                       \
+            const uint8_t *rs[SIMD_NR];                                                         \
+            float *ys[SIMD_NR];                                                                 \
+            for (int s_ = 0; s_ < SIMD_NR; s_++) {                                              \
+                rs[s_] = w + (uint64_t)(r0 + s_ * h + i) * rb;                                  \
+                ys[s_] = Y + r0 + s_ * h + i;                                                   \
+            }                                                                                   \
+            KERN(rs, xq, nq, ne0, FAM, G, BB, HDR, ys);                                         \
+        }                                                                                       \
+        r0 += SIMD_NR * h;                                                                      \
+    }
+
 SIMD_INLINE SIMD(fv) SIMD(fload)(const float *p)
 {
 #ifdef SIMD_AVX512
@@ -521,26 +590,28 @@ SIMD_INLINE void SIMD(row_q16)(const uint8_t *row, const struct llm_qx16 *xq, in
     }
 }
 
-/* Decode: row_q16 for one token and two rows at once, which share the
- * activation loads (a block of x16 is three loads, as many as the codes
- * and scales of a row); each row sums in row_q16's order, so the bits are
- * row_q16's. */
-SIMD_INLINE void SIMD(row2_q16)(const uint8_t *row0, const uint8_t *row1,
-                                const struct llm_qx16 *xq, int64_t nq, int64_t ne0, int fam,
-                                int G, int BB, int hdr, float *y0, float *y1)
+/* Decode: row_q16 for one token and SIMD_NR rows at once, which share
+ * the activation loads (a block of x16 is three loads, as many as the
+ * codes and scales of a row). The caller passes rows from SIMD_NR
+ * separate stretches of the matrix, each walked in order, so that the
+ * hardware prefetchers see sequential streams: adjacent rows would make
+ * each stream skip a row at every step, and DRAM-resident matrices ran at
+ * a third of the bandwidth. Each row sums in row_q16's order, so the bits
+ * are row_q16's. */
+SIMD_INLINE void SIMD(rown_q16)(const uint8_t *const *rows, const struct llm_qx16 *xq,
+                                int64_t nq, int64_t ne0, int fam, int G, int BB, int hdr,
+                                float *const *y)
 {
     enum { U = 2 };
-    __m256 acc[2][U];
-    __m128 corr[2][U];
+    __m256 acc[SIMD_NR][U];
+    __m128 corr[SIMD_NR][U];
     const int zp = fam == F_ZP8 || fam == F_ZP4;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < SIMD_NR; i++)
         for (int u = 0; u < U; u++) {
             acc[i][u] = _mm256_setzero_ps();
             corr[i][u] = _mm_setzero_ps();
         }
-    const uint8_t *rows[2] = { row0, row1 };
-    int64_t k = 0;
-    for (; k < nq; k += U)
+    for (int64_t k = 0; k < nq; k += U)
 #pragma GCC unroll 2
         for (int u = 0; u < U; u++) {
             if (k + u >= nq)
@@ -553,8 +624,8 @@ SIMD_INLINE void SIMD(row2_q16)(const uint8_t *row0, const uint8_t *row1,
             const __m256i init = fam == F_SYM4
                                      ? _mm256_castsi128_si256(_mm_cvtsi32_si128(b->m8))
                                      : _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (int i = 0; i < 2; i++) {
+#pragma GCC unroll 4
+            for (int i = 0; i < SIMD_NR; i++) {
                 __m128 dm;
                 __m256i w0, w1;
                 SIMD(codes16)(rows[i], k + u, ne0, fam, G, BB, hdr, &dm, &w0, &w1);
@@ -576,14 +647,11 @@ SIMD_INLINE void SIMD(row2_q16)(const uint8_t *row0, const uint8_t *row1,
                                             acc[i][u]);
             }
         }
-    float out[2];
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SIMD_NR; i++) {
         const float c0 = _mm_cvtss_f32(_mm_movehdup_ps(corr[i][0]));
         const float c1 = _mm_cvtss_f32(_mm_movehdup_ps(corr[i][1]));
-        out[i] = SIMD(hsum)(_mm256_add_ps(acc[i][0], acc[i][1])) + (c0 + c1);
+        *y[i] = SIMD(hsum)(_mm256_add_ps(acc[i][0], acc[i][1])) + (c0 + c1);
     }
-    *y0 = out[0];
-    *y1 = out[1];
 }
 
 // ----------------------------------------------------------------------------
@@ -956,6 +1024,7 @@ static int SIMD(shape_of)(enum llm_type t, struct SIMD(shape) *s)
 
 /* Y[b*ldy + r] for tokens b in [0, nb), rows [r0, r1); xq (nb, nq) */
 #define SIMD_ROWS_Q(FAM, G, BB, HDR)                                                            \
+    SIMD_ROWS_DECODE(SIMD(rown_q), FAM, G, BB, HDR)                                             \
     for (int64_t r = r0; r < r1; r++) {                                                         \
         const uint8_t *row = w + (uint64_t)r * rb;                                              \
         int64_t b = 0;                                                                          \
@@ -1039,11 +1108,7 @@ static void SIMD(rows_qf)(enum llm_type t, const uint8_t *w, uint64_t rb, const 
     }
 }
 
-#define SIMD_ROWS_Q16(FAM, G, BB, HDR)                                                          \
-    if (nb == 1)                                                                                \
-        for (; r0 + 2 <= r1; r0 += 2)                                                           \
-            SIMD(row2_q16)(w + (uint64_t)r0 * rb, w + (uint64_t)(r0 + 1) * rb, xq, nq, ne0,     \
-                           FAM, G, BB, HDR, Y + r0, Y + r0 + 1);                                \
+#define SIMD_ROWS_Q16_(FAM, G, BB, HDR)                                                         \
     for (int64_t r = r0; r < r1; r++) {                                                         \
         const uint8_t *row = w + (uint64_t)r * rb;                                              \
         int64_t b = 0;                                                                          \
@@ -1058,6 +1123,10 @@ static void SIMD(rows_qf)(enum llm_type t, const uint8_t *w, uint64_t rb, const 
             Y[b * ldy + r] = out[0];                                                            \
         }                                                                                       \
     }
+
+#define SIMD_ROWS_Q16(FAM, G, BB, HDR)                                                          \
+    SIMD_ROWS_DECODE(SIMD(rown_q16), FAM, G, BB, HDR)                                           \
+    SIMD_ROWS_Q16_(FAM, G, BB, HDR)
 
 static void SIMD(rows_q16)(enum llm_type t, const uint8_t *w, uint64_t rb,
                            const struct llm_qx16 *xq, int64_t nq, int64_t ne0, float *Y, int64_t nb,
