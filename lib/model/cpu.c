@@ -235,7 +235,8 @@ struct att_job {
 
 /* Causal attention of one query vector over positions [0, len) of one KV
  * head, walking the sequence's block table block by block (no division per
- * position). */
+ * position); each block's rows go to the multi-row kernels of vec.h in one
+ * call. sc (len): scratch for the scores. */
 CPU_HOT static void att_one(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh, int32_t hd,
                     float scale, const float *q, int32_t len, float *sc, float *o)
 {
@@ -243,17 +244,18 @@ CPU_HOT static void att_one(const struct llm_kv *kv, int32_t layer, int32_t seq,
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
     const int64_t kvd = kv->kv_dim, plane = (int64_t)layer * kv->p.n_blocks;
     const int f16 = kv->p.type == LLM_TYPE_F16;
-    float mx = -INFINITY;
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
         int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
         int32_t m = len - p0 < bs ? len - p0 : bs;
-        for (int32_t r = 0; r < m; r++, off += kvd) {
-            float d = f16 ? llm_vec_dot_f16(q, (const uint16_t *)kv->k + off, hd)
-                          : llm_vec_dot_f32(q, (const float *)kv->k + off, hd);
-            d *= scale;
-            sc[p0 + r] = d;
-            mx = d > mx ? d : mx;
-        }
+        if (f16)
+            llm_vec_dots_f16(q, (const uint16_t *)kv->k + off, kvd, m, hd, sc + p0);
+        else
+            llm_vec_dots_f32(q, (const float *)kv->k + off, kvd, m, hd, sc + p0);
+    }
+    float mx = -INFINITY;
+    for (int32_t p = 0; p < len; p++) {
+        sc[p] *= scale;
+        mx = sc[p] > mx ? sc[p] : mx;
     }
     float sum = 0.0f;
     for (int32_t p = 0; p < len; p++) {
@@ -261,17 +263,16 @@ CPU_HOT static void att_one(const struct llm_kv *kv, int32_t layer, int32_t seq,
         sum += sc[p];
     }
     float inv = 1.0f / sum;
+    for (int32_t p = 0; p < len; p++)
+        sc[p] *= inv;
     memset(o, 0, (size_t)hd * sizeof(float));
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
         int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
         int32_t m = len - p0 < bs ? len - p0 : bs;
-        for (int32_t r = 0; r < m; r++, off += kvd) {
-            float w = sc[p0 + r] * inv;
-            if (f16)
-                llm_vec_axpy_f16(o, w, (const uint16_t *)kv->v + off, hd);
-            else
-                llm_vec_axpy_f32(o, w, (const float *)kv->v + off, hd);
-        }
+        if (f16)
+            llm_vec_axpys_f16(o, sc + p0, (const uint16_t *)kv->v + off, kvd, m, hd);
+        else
+            llm_vec_axpys_f32(o, sc + p0, (const float *)kv->v + off, kvd, m, hd);
     }
 }
 

@@ -1,8 +1,7 @@
 /* vec.c: the attention vector kernels of vec.h: plain C references and
  * AVX2 (+FMA, F16C) / AVX-512 variants, compiled here with per-function
  * target attributes and picked at run time like llm_matmul's (LLM_ISA
- * caps both). Four accumulators: one FMA chain would wait on its latency
- * (4 cycles) every step. */
+ * caps both). */
 #include "vec.h"
 
 #include <string.h>
@@ -43,18 +42,38 @@ void llm_vec_axpy_f16_ref(float *y, float a, const uint16_t *x, int64_t n)
         y[i] += a * llm_fp16_to_fp32(x[i]);
 }
 
+void llm_vec_dots_f32_ref(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n,
+                          float *s)
+{
+    for (int64_t r = 0; r < m; r++)
+        s[r] = llm_vec_dot_f32_ref(q, K + r * ldk, n);
+}
+
+void llm_vec_dots_f16_ref(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                          float *s)
+{
+    for (int64_t r = 0; r < m; r++)
+        s[r] = llm_vec_dot_f16_ref(q, K + r * ldk, n);
+}
+
+void llm_vec_axpys_f32_ref(float *y, const float *w, const float *V, int64_t ldv, int64_t m,
+                           int64_t n)
+{
+    for (int64_t r = 0; r < m; r++)
+        llm_vec_axpy_f32_ref(y, w[r], V + r * ldv, n);
+}
+
+void llm_vec_axpys_f16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                           int64_t n)
+{
+    for (int64_t r = 0; r < m; r++)
+        llm_vec_axpy_f16_ref(y, w[r], V + r * ldv, n);
+}
+
 #ifdef VEC_X86
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define T_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
-
-static T_AVX2 float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 8 floats of b at i: float or fp16 */
 #define LD8_F32(b, i) _mm256_loadu_ps((b) + (i))
@@ -64,82 +83,191 @@ static T_AVX2 float hsum8(__m256 v)
 #define MLD16_F32(m, b, i) _mm512_maskz_loadu_ps((m), (b) + (i))
 #define MLD16_F16(m, b, i) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((m), (b) + (i)))
 
-#define DOT_AVX2(NAME, BT, LD8, CVT1)                                                   \
-    static T_AVX2 float NAME(const float *a, const BT *b, int64_t n)                  \
-    {                                                                                 \
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                   \
-        int64_t i = 0;                                                                \
-        for (; i + 32 <= n; i += 32) {                                                \
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LD8(b, i), s0);              \
-            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LD8(b, i + 8), s1);      \
-            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), LD8(b, i + 16), s2);    \
-            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), LD8(b, i + 24), s3);    \
-        }                                                                             \
-        for (; i + 8 <= n; i += 8)                                                    \
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LD8(b, i), s0);              \
-        float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3))); \
-        for (; i < n; i++)                                                            \
-            s += a[i] * CVT1(b[i]);                                                   \
-        return s;                                                                     \
-    }
-
-#define AXPY_AVX2(NAME, BT, LD8, CVT1)                                             \
-    static T_AVX2 void NAME(float *y, float a, const BT *x, int64_t n)           \
-    {                                                                            \
-        const __m256 va = _mm256_set1_ps(a);                                     \
-        int64_t i = 0;                                                           \
-        for (; i + 8 <= n; i += 8)                                               \
-            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, LD8(x, i), _mm256_loadu_ps(y + i))); \
-        for (; i < n; i++)                                                       \
-            y[i] += a * CVT1(x[i]);                                              \
-    }
-
-/* AVX-512: the tail in one masked step */
-#define DOT_AVX512(NAME, BT, LD16, MLD16)                                               \
-    static T_AVX512 float NAME(const float *a, const BT *b, int64_t n)                \
-    {                                                                                 \
-        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                   \
-        int64_t i = 0;                                                                \
-        for (; i + 64 <= n; i += 64) {                                                \
-            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), LD16(b, i), s0);             \
-            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), LD16(b, i + 16), s1);   \
-            s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), LD16(b, i + 32), s2);   \
-            s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), LD16(b, i + 48), s3);   \
-        }                                                                             \
-        for (; i + 16 <= n; i += 16)                                                  \
-            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), LD16(b, i), s0);             \
-        if (i < n) {                                                                  \
-            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                     \
-            s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), MLD16(m, b, i), s1); \
-        }                                                                             \
-        return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))); \
-    }
-
-#define AXPY_AVX512(NAME, BT, LD16, MLD16)                                          \
-    static T_AVX512 void NAME(float *y, float a, const BT *x, int64_t n)          \
-    {                                                                             \
-        const __m512 va = _mm512_set1_ps(a);                                      \
-        int64_t i = 0;                                                            \
-        for (; i + 16 <= n; i += 16)                                              \
-            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, LD16(x, i), _mm512_loadu_ps(y + i))); \
-        if (i < n) {                                                              \
-            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                 \
-            _mm512_mask_storeu_ps(y + i, m,                                       \
-                                  _mm512_fmadd_ps(va, MLD16(m, x, i), _mm512_maskz_loadu_ps(m, y + i))); \
-        }                                                                         \
-    }
-
 #define CVT_F32(v) (v)
 #define CVT_F16(v) llm_fp16_to_fp32(v)
 
-DOT_AVX2(dot_f32_avx2, float, LD8_F32, CVT_F32)
-DOT_AVX2(dot_f16_avx2, uint16_t, LD8_F16, CVT_F16)
-AXPY_AVX2(axpy_f32_avx2, float, LD8_F32, CVT_F32)
-AXPY_AVX2(axpy_f16_avx2, uint16_t, LD8_F16, CVT_F16)
-DOT_AVX512(dot_f32_avx512, float, LD16_F32, MLD16_F32)
-DOT_AVX512(dot_f16_avx512, uint16_t, LD16_F16, MLD16_F16)
-AXPY_AVX512(axpy_f32_avx512, float, LD16_F32, MLD16_F32)
-AXPY_AVX512(axpy_f16_avx512, uint16_t, LD16_F16, MLD16_F16)
+
+/* The multi-row kernels. dots: a group of rows (16 with AVX-512, 8 with
+ * AVX2) each sums into its own vector, so the FMA chains are independent;
+ * then one transposing reduction turns the group's vectors into a vector
+ * of its sums (a few shuffles a row, where a horizontal sum per row costs
+ * a long dependent chain). Rows past m in the last group read row 0 again
+ * and are not stored. axpys: 64 (AVX-512) or 32 (AVX2) columns of y stay
+ * in registers over all the rows, in two sets of accumulators (even and
+ * odd rows) so that consecutive rows do not wait on each other's FMA. */
+
+/* lane r of the result = the sum of v[r]'s lanes, r < 16 */
+static T_AVX512 __m512 reduce16(const __m512 *v)
+{
+    __m512 t[8], u[4], w[2];
+    for (int j = 0; j < 8; j++) /* 256-bit halves: [sum of v[2j] | of v[2j+1]] */
+        t[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xEE));
+    for (int j = 0; j < 4; j++) /* 128-bit lanes: rows 4j .. 4j+3 */
+        u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0xDD));
+    for (int j = 0; j < 2; j++) /* lane L: [row 8j+L (2 parts), row 8j+4+L (2 parts)] */
+        w[j] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0x44),
+                             _mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0xEE));
+    /* lane L: rows L, L+4, L+8, L+12; element 4L+i holds row L + 4i */
+    const __m512 x = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88),
+                                   _mm512_shuffle_ps(w[0], w[1], 0xDD));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, x);
+}
+
+/* lane r of the result = the sum of v[r]'s lanes, r < 8 */
+static T_AVX2 __m256 reduce8(const __m256 *v)
+{
+    __m256 t[4], u[2];
+    for (int j = 0; j < 4; j++) /* [sum of v[2j] | of v[2j+1]] in 128-bit halves */
+        t[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
+    for (int j = 0; j < 2; j++) /* half h: [row 4j+h (2 parts), row 4j+2+h (2 parts)] */
+        u[j] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * j], t[2 * j + 1], 0x44),
+                             _mm256_shuffle_ps(t[2 * j], t[2 * j + 1], 0xEE));
+    /* half h: rows h, h+2, h+4, h+6 */
+    const __m256 x = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], 0x88),
+                                   _mm256_shuffle_ps(u[0], u[1], 0xDD));
+    return _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+#define DOTS_AVX512(NAME, BT, LD16, MLD16)                                                  \
+    static T_AVX512 void NAME(const float *q, const BT *K, int64_t ldk, int64_t m,         \
+                              int64_t n, float *s)                                         \
+    {                                                                                      \
+        for (int64_t r0 = 0; r0 < m; r0 += 16) {                                           \
+            const BT *row[16];                                                             \
+            __m512 acc[16];                                                                \
+            for (int r = 0; r < 16; r++) {                                                 \
+                row[r] = K + (r0 + r < m ? r0 + r : 0) * ldk;                              \
+                acc[r] = _mm512_setzero_ps();                                              \
+            }                                                                              \
+            int64_t i = 0;                                                                 \
+            for (; i + 16 <= n; i += 16) {                                                 \
+                const __m512 qv = _mm512_loadu_ps(q + i);                                  \
+                _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)                      \
+                    acc[r] = _mm512_fmadd_ps(LD16(row[r], i), qv, acc[r]);                 \
+            }                                                                              \
+            if (i < n) {                                                                   \
+                const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);                     \
+                const __m512 qv = _mm512_maskz_loadu_ps(mk, q + i);                        \
+                _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)                      \
+                    acc[r] = _mm512_fmadd_ps(MLD16(mk, row[r], i), qv, acc[r]);            \
+            }                                                                              \
+            const int64_t left = m - r0;                                                   \
+            const __mmask16 out = left >= 16 ? (__mmask16)0xffff                           \
+                                             : (__mmask16)((1u << left) - 1);              \
+            _mm512_mask_storeu_ps(s + r0, out, reduce16(acc));                             \
+        }                                                                                  \
+    }
+
+#define AXPYS_AVX512(NAME, BT, MLD16)                                                       \
+    static T_AVX512 void NAME(float *y, const float *w, const BT *V, int64_t ldv, int64_t m, \
+                              int64_t n)                                                   \
+    {                                                                                      \
+        for (int64_t c = 0; c < n; c += 64) {                                              \
+            __mmask16 mk[4];                                                               \
+            __m512 a[2][4];                                                                \
+            for (int j = 0; j < 4; j++) {                                                  \
+                const int64_t left = n - c - 16 * j;                                       \
+                mk[j] = left >= 16 ? (__mmask16)0xffff                                     \
+                        : left > 0 ? (__mmask16)((1u << left) - 1)                         \
+                                   : (__mmask16)0;                                         \
+                a[0][j] = _mm512_maskz_loadu_ps(mk[j], y + c + 16 * j);                    \
+                a[1][j] = _mm512_setzero_ps();                                             \
+            }                                                                              \
+            int64_t r = 0;                                                                 \
+            for (; r + 2 <= m; r += 2)                                                     \
+                for (int e = 0; e < 2; e++) {                                              \
+                    const __m512 wv = _mm512_set1_ps(w[r + e]);                            \
+                    const BT *v = V + (r + e) * ldv + c;                                   \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                    \
+                        a[e][j] = _mm512_fmadd_ps(wv, MLD16(mk[j], v, 16 * j), a[e][j]);   \
+                }                                                                          \
+            if (r < m) {                                                                   \
+                const __m512 wv = _mm512_set1_ps(w[r]);                                    \
+                const BT *v = V + r * ldv + c;                                             \
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                        \
+                    a[0][j] = _mm512_fmadd_ps(wv, MLD16(mk[j], v, 16 * j), a[0][j]);       \
+            }                                                                              \
+            for (int j = 0; j < 4; j++)                                                    \
+                _mm512_mask_storeu_ps(y + c + 16 * j, mk[j],                               \
+                                      _mm512_add_ps(a[0][j], a[1][j]));                    \
+        }                                                                                  \
+    }
+
+/* AVX2 has no masked fp16 load: the columns past the last full 8 go by
+ * scalar code */
+#define DOTS_AVX2(NAME, BT, LD8, CVT1)                                                      \
+    static T_AVX2 void NAME(const float *q, const BT *K, int64_t ldk, int64_t m, int64_t n, \
+                            float *s)                                                      \
+    {                                                                                      \
+        const int64_t n8 = n / 8 * 8;                                                      \
+        for (int64_t r0 = 0; r0 < m; r0 += 8) {                                            \
+            const BT *row[8];                                                              \
+            __m256 acc[8];                                                                 \
+            for (int r = 0; r < 8; r++) {                                                  \
+                row[r] = K + (r0 + r < m ? r0 + r : 0) * ldk;                              \
+                acc[r] = _mm256_setzero_ps();                                              \
+            }                                                                              \
+            for (int64_t i = 0; i < n8; i += 8) {                                          \
+                const __m256 qv = _mm256_loadu_ps(q + i);                                  \
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)                        \
+                    acc[r] = _mm256_fmadd_ps(LD8(row[r], i), qv, acc[r]);                  \
+            }                                                                              \
+            float out[8];                                                                  \
+            _mm256_storeu_ps(out, reduce8(acc));                                           \
+            for (int r = 0; r < 8 && r0 + r < m; r++) {                                    \
+                float t = out[r];                                                          \
+                for (int64_t i = n8; i < n; i++)                                           \
+                    t += q[i] * CVT1(row[r][i]);                                           \
+                s[r0 + r] = t;                                                             \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+#define AXPYS_AVX2(NAME, BT, LD8, CVT1)                                                     \
+    static T_AVX2 void NAME(float *y, const float *w, const BT *V, int64_t ldv, int64_t m,  \
+                            int64_t n)                                                     \
+    {                                                                                      \
+        const int64_t n32 = n / 32 * 32;                                                   \
+        for (int64_t c = 0; c < n32; c += 32) {                                            \
+            __m256 a[2][4];                                                                \
+            for (int j = 0; j < 4; j++) {                                                  \
+                a[0][j] = _mm256_loadu_ps(y + c + 8 * j);                                  \
+                a[1][j] = _mm256_setzero_ps();                                             \
+            }                                                                              \
+            int64_t r = 0;                                                                 \
+            for (; r + 2 <= m; r += 2)                                                     \
+                for (int e = 0; e < 2; e++) {                                              \
+                    const __m256 wv = _mm256_set1_ps(w[r + e]);                            \
+                    const BT *v = V + (r + e) * ldv + c;                                   \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                    \
+                        a[e][j] = _mm256_fmadd_ps(wv, LD8(v, 8 * j), a[e][j]);             \
+                }                                                                          \
+            if (r < m) {                                                                   \
+                const __m256 wv = _mm256_set1_ps(w[r]);                                    \
+                const BT *v = V + r * ldv + c;                                             \
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                        \
+                    a[0][j] = _mm256_fmadd_ps(wv, LD8(v, 8 * j), a[0][j]);                 \
+            }                                                                              \
+            for (int j = 0; j < 4; j++)                                                    \
+                _mm256_storeu_ps(y + c + 8 * j, _mm256_add_ps(a[0][j], a[1][j]));          \
+        }                                                                                  \
+        for (int64_t r = 0; r < m && n32 < n; r++)                                         \
+            for (int64_t i = n32; i < n; i++)                                              \
+                y[i] += w[r] * CVT1(V[r * ldv + i]);                                       \
+    }
+
+DOTS_AVX512(dots_f32_avx512, float, LD16_F32, MLD16_F32)
+DOTS_AVX512(dots_f16_avx512, uint16_t, LD16_F16, MLD16_F16)
+AXPYS_AVX512(axpys_f32_avx512, float, MLD16_F32)
+AXPYS_AVX512(axpys_f16_avx512, uint16_t, MLD16_F16)
+DOTS_AVX2(dots_f32_avx2, float, LD8_F32, CVT_F32)
+DOTS_AVX2(dots_f16_avx2, uint16_t, LD8_F16, CVT_F16)
+AXPYS_AVX2(axpys_f32_avx2, float, LD8_F32, CVT_F32)
+AXPYS_AVX2(axpys_f16_avx2, uint16_t, LD8_F16, CVT_F16)
 
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
     switch (llm_matmul_isa()) {              \
@@ -157,22 +285,25 @@ AXPY_AVX512(axpy_f16_avx512, uint16_t, LD16_F16, MLD16_F16)
 
 #endif
 
-float llm_vec_dot_f32(const float *a, const float *b, int64_t n)
+void llm_vec_dots_f32(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n, float *s)
 {
-    VEC_DISPATCH(dot_f32_avx512, dot_f32_avx2, llm_vec_dot_f32_ref, a, b, n)
+    VEC_DISPATCH(dots_f32_avx512, dots_f32_avx2, llm_vec_dots_f32_ref, q, K, ldk, m, n, s)
 }
 
-float llm_vec_dot_f16(const float *a, const uint16_t *b, int64_t n)
+void llm_vec_dots_f16(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                      float *s)
 {
-    VEC_DISPATCH(dot_f16_avx512, dot_f16_avx2, llm_vec_dot_f16_ref, a, b, n)
+    VEC_DISPATCH(dots_f16_avx512, dots_f16_avx2, llm_vec_dots_f16_ref, q, K, ldk, m, n, s)
 }
 
-void llm_vec_axpy_f32(float *y, float a, const float *x, int64_t n)
+void llm_vec_axpys_f32(float *y, const float *w, const float *V, int64_t ldv, int64_t m,
+                       int64_t n)
 {
-    VEC_DISPATCH(axpy_f32_avx512, axpy_f32_avx2, llm_vec_axpy_f32_ref, y, a, x, n)
+    VEC_DISPATCH(axpys_f32_avx512, axpys_f32_avx2, llm_vec_axpys_f32_ref, y, w, V, ldv, m, n)
 }
 
-void llm_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n)
+void llm_vec_axpys_f16(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                       int64_t n)
 {
-    VEC_DISPATCH(axpy_f16_avx512, axpy_f16_avx2, llm_vec_axpy_f16_ref, y, a, x, n)
+    VEC_DISPATCH(axpys_f16_avx512, axpys_f16_avx2, llm_vec_axpys_f16_ref, y, w, V, ldv, m, n)
 }

@@ -1,29 +1,44 @@
-/* vec.h: the vector kernels of attention over a KV cache: the dot product
- * of a query with a key row and y += a v with a value row, on float or
- * fp16 (IEEE binary16) rows, SIMD (AVX-512 / AVX2, as llm_matmul picks)
- * with plain C references.
+/* vec.h: the vector kernels of attention over a KV cache, on the rows of
+ * one KV block at a time: the dot products of a query with m key rows, and
+ * y += sum_r w_r v_r over m value rows; float or fp16 (IEEE binary16)
+ * rows, SIMD (AVX-512 / AVX2, as llm_matmul picks) with plain C references
+ * (double sums, row by row).
  *
- * Tolerances (tests/unit/ops/test_vec.c), S = sum |a_i b_i|:
- *   llm_vec_dot_*       |dot - exact| <= 1e-6 S + n 2^-24 S   (float sums in
+ * Tolerances (tests/unit/ops/test_vec.c), S = sum |q_i k_i| for a dot:
+ *   llm_vec_dots_*      |s_r - exact| <= (n + 2) 2^-24 S   (float sums in
  *                       another order than the reference's double one)
- *   llm_vec_axpy_*      |y_i - (y_i + a x_i)| <= 2^-23 (|y_i| + |a x_i|)
- *                       (one rounding with FMA, two in the reference)
+ *   llm_vec_axpys_*     |y_i - exact| <= (m + 2) 2^-24 (|y_i| + sum_r |w_r v_ri|)
+ *                       (m + 1 terms summed in float)
  */
 #ifndef LLM_OPS_VEC_H
 #define LLM_OPS_VEC_H
 
 #include <stdint.h>
 
-/* sum_i a[i] b[i] over n elements; a (n), b (n) */
-float llm_vec_dot_f32(const float *a, const float *b, int64_t n);
-float llm_vec_dot_f16(const float *a, const uint16_t *b, int64_t n);
+/* The references for one row: sum_i a[i] b[i] over n elements, a (n),
+ * b (n); y[i] += a x[i] for i < n, y (n), x (n) */
 float llm_vec_dot_f32_ref(const float *a, const float *b, int64_t n);
 float llm_vec_dot_f16_ref(const float *a, const uint16_t *b, int64_t n);
-
-/* y[i] += a x[i] for i < n; y (n), x (n) */
-void llm_vec_axpy_f32(float *y, float a, const float *x, int64_t n);
-void llm_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
 void llm_vec_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
 void llm_vec_axpy_f16_ref(float *y, float a, const uint16_t *x, int64_t n);
+
+/* m rows of a KV block, ldk (ldv) elements apart:
+ * s[r] = sum_i q[i] K[r ldk + i] for r < m; s (m), q (n)
+ * y[i] += sum_r w[r] V[r ldv + i] for i < n; y (n), w (m) */
+void llm_vec_dots_f32(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n, float *s);
+void llm_vec_dots_f16(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                      float *s);
+void llm_vec_dots_f32_ref(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n,
+                          float *s);
+void llm_vec_dots_f16_ref(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                          float *s);
+void llm_vec_axpys_f32(float *y, const float *w, const float *V, int64_t ldv, int64_t m,
+                       int64_t n);
+void llm_vec_axpys_f16(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                       int64_t n);
+void llm_vec_axpys_f32_ref(float *y, const float *w, const float *V, int64_t ldv, int64_t m,
+                           int64_t n);
+void llm_vec_axpys_f16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                           int64_t n);
 
 #endif

@@ -27,6 +27,21 @@ static int isas(enum llm_isa *out)
     return n;
 }
 
+/* one row through the multi-row kernels */
+static float dot32(const float *a, const float *b, int64_t n)
+{
+    float s;
+    llm_vec_dots_f32(a, b, n, 1, n, &s);
+    return s;
+}
+
+static float dot16(const float *a, const uint16_t *b, int64_t n)
+{
+    float s;
+    llm_vec_dots_f16(a, b, n, 1, n, &s);
+    return s;
+}
+
 static void restore(void)
 {
     llm_matmul_set_isa(LLM_ISA_AVX512);
@@ -58,7 +73,7 @@ Test(vec, dot_within_float_bound, .fini = restore)
                 S += fabs((double)a[i] * b[i]);
             }
             const double tol = (double)(n + 2) * ldexp(1.0, -24) * S;
-            const float d32 = llm_vec_dot_f32(a, b, n), d16 = llm_vec_dot_f16(a, h, n);
+            const float d32 = dot32(a, b, n), d16 = dot16(a, h, n);
             cr_assert(fabs(d32 - exact) <= tol, "isa %d n=%lld f32: %.9g vs %.9g", is[ii],
                       (long long)n, d32, exact);
             cr_assert(fabs(d16 - exact) <= tol, "isa %d n=%lld f16: %.9g vs %.9g", is[ii],
@@ -90,9 +105,9 @@ Test(vec, dot_unit_vectors_pick_each_element, .fini = restore)
                     b[n] = 1e6f;
                     h[n] = llm_fp32_to_fp16(1000.0f);
                 }
-                cr_assert_eq(llm_vec_dot_f32(a, b, n), a[j], "isa %d n=%lld j=%lld", is[ii],
+                cr_assert_eq(dot32(a, b, n), a[j], "isa %d n=%lld j=%lld", is[ii],
                              (long long)n, (long long)j);
-                cr_assert_eq(llm_vec_dot_f16(a, h, n), a[j], "isa %d n=%lld j=%lld", is[ii],
+                cr_assert_eq(dot16(a, h, n), a[j], "isa %d n=%lld j=%lld", is[ii],
                              (long long)n, (long long)j);
             }
     }
@@ -120,9 +135,9 @@ Test(vec, axpy_within_rounding_and_in_bounds, .fini = restore)
                 memcpy(y, y0, sizeof(float) * (size_t)n);
                 y[n] = 12345.0f;
                 if (k == 0)
-                    llm_vec_axpy_f32(y, a, x, n);
+                    llm_vec_axpys_f32(y, &a, x, n, 1, n);
                 else
-                    llm_vec_axpy_f16(y, a, h, n);
+                    llm_vec_axpys_f16(y, &a, h, n, 1, n);
                 const float *xs = k == 0 ? x : xf;
                 for (int64_t i = 0; i < n; i++) {
                     const double want = (double)y0[i] + (double)a * xs[i];
@@ -135,5 +150,108 @@ Test(vec, axpy_within_rounding_and_in_bounds, .fini = restore)
                              (long long)n);
             }
         }
+    }
+}
+
+/* The multi-row kernels: m rows ldk apart, with a poison value (1e30) in
+ * the gap after each row's n elements that must not reach a sum; every
+ * row count around the AVX2 and AVX-512 groups (8, 16), every length. */
+static const int64_t row_counts[] = { 0, 1, 2, 7, 8, 9, 15, 16, 17, 33 };
+#define N_ROWS (sizeof row_counts / sizeof row_counts[0])
+#define LD_MAX 260
+
+Test(vec, dots_within_float_bound_row_by_row, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    static float K[33 * LD_MAX], Kf[33 * LD_MAX];
+    static uint16_t H[33 * LD_MAX];
+    float q[257], s32[34], s16[34];
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        for (size_t li = 0; li < N_LENS; li++)
+            for (size_t mi = 0; mi < N_ROWS; mi++) {
+                const int64_t n = lens[li], m = row_counts[mi], ld = n + 3;
+                for (int64_t i = 0; i < n; i++)
+                    q[i] = rnd();
+                for (int64_t r = 0; r < m; r++)
+                    for (int64_t i = 0; i < ld; i++) {
+                        const float v = i < n ? rnd() : 1e30f;
+                        H[r * ld + i] = llm_fp32_to_fp16(i < n ? v : 60000.0f);
+                        K[r * ld + i] = v;
+                        Kf[r * ld + i] = llm_fp16_to_fp32(H[r * ld + i]);
+                    }
+                s32[m] = s16[m] = 12345.0f;
+                llm_vec_dots_f32(q, K, ld, m, n, s32);
+                llm_vec_dots_f16(q, H, ld, m, n, s16);
+                for (int64_t r = 0; r < m; r++)
+                    for (int k = 0; k < 2; k++) {
+                        const float *b = (k ? Kf : K) + r * ld;
+                        double exact = 0, S = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                            exact += (double)q[i] * b[i];
+                            S += fabs((double)q[i] * b[i]);
+                        }
+                        const double tol = (double)(n + 2) * ldexp(1.0, -24) * S;
+                        const float got = k ? s16[r] : s32[r];
+                        cr_assert(fabs(got - exact) <= tol,
+                                  "isa %d n=%lld m=%lld row %lld %s: %.9g vs %.9g", is[ii],
+                                  (long long)n, (long long)m, (long long)r, k ? "f16" : "f32",
+                                  got, exact);
+                    }
+                cr_assert(s32[m] == 12345.0f && s16[m] == 12345.0f,
+                          "isa %d n=%lld m=%lld: wrote past m", is[ii], (long long)n,
+                          (long long)m);
+            }
+    }
+}
+
+Test(vec, axpys_within_rounding_and_in_bounds, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    static float V[33 * LD_MAX], Vf[33 * LD_MAX];
+    static uint16_t H[33 * LD_MAX];
+    float y0[258], y[258], w[33];
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        for (size_t li = 0; li < N_LENS; li++)
+            for (size_t mi = 0; mi < N_ROWS; mi++) {
+                const int64_t n = lens[li], m = row_counts[mi], ld = n + 3;
+                for (int64_t i = 0; i < n; i++)
+                    y0[i] = rnd();
+                for (int64_t r = 0; r < m; r++) {
+                    w[r] = rnd() * 2.0f;
+                    for (int64_t i = 0; i < ld; i++) {
+                        const float v = i < n ? rnd() : 1e30f;
+                        H[r * ld + i] = llm_fp32_to_fp16(i < n ? v : 60000.0f);
+                        V[r * ld + i] = v;
+                        Vf[r * ld + i] = llm_fp16_to_fp32(H[r * ld + i]);
+                    }
+                }
+                for (int k = 0; k < 2; k++) {
+                    memcpy(y, y0, sizeof(float) * (size_t)n);
+                    y[n] = 12345.0f;
+                    if (k == 0)
+                        llm_vec_axpys_f32(y, w, V, ld, m, n);
+                    else
+                        llm_vec_axpys_f16(y, w, H, ld, m, n);
+                    const float *b = k ? Vf : V;
+                    for (int64_t i = 0; i < n; i++) {
+                        double want = y0[i], S = fabs(y0[i]);
+                        for (int64_t r = 0; r < m; r++) {
+                            want += (double)w[r] * b[r * ld + i];
+                            S += fabs((double)w[r] * b[r * ld + i]);
+                        }
+                        const double tol = (double)(m + 2) * ldexp(1.0, -24) * S;
+                        cr_assert(fabs(y[i] - want) <= tol,
+                                  "isa %d n=%lld m=%lld %s i=%lld: %.9g vs %.9g", is[ii],
+                                  (long long)n, (long long)m, k ? "f16" : "f32", (long long)i,
+                                  y[i], want);
+                    }
+                    cr_assert_eq(y[n], 12345.0f, "isa %d n=%lld m=%lld: wrote past n", is[ii],
+                                 (long long)n, (long long)m);
+                }
+            }
     }
 }
