@@ -97,7 +97,7 @@ void llm_vec_axpys_f16_ref(float *y, const float *w, const uint16_t *V, int64_t 
  * odd rows) so that consecutive rows do not wait on each other's FMA. */
 
 /* lane r of the result = the sum of v[r]'s lanes, r < 16 */
-static T_AVX512 __m512 reduce16(const __m512 *v)
+static inline __attribute__((always_inline)) T_AVX512 __m512 reduce16(const __m512 *v)
 {
     __m512 t[8], u[4], w[2];
     for (int j = 0; j < 8; j++) /* 256-bit halves: [sum of v[2j] | of v[2j+1]] */
@@ -117,7 +117,7 @@ static T_AVX512 __m512 reduce16(const __m512 *v)
 }
 
 /* lane r of the result = the sum of v[r]'s lanes, r < 8 */
-static T_AVX2 __m256 reduce8(const __m256 *v)
+static inline __attribute__((always_inline)) T_AVX2 __m256 reduce8(const __m256 *v)
 {
     __m256 t[4], u[2];
     for (int j = 0; j < 4; j++) /* [sum of v[2j] | of v[2j+1]] in 128-bit halves */
