@@ -18,9 +18,12 @@
  *       float                                       1e-5 S
  *       int16 (the default)                         A / 258 + 1e-5 S
  *       int8 (llama.cpp's W4A8/W8A8)                A + 1e-5 S
- *   llm_matmul from LLM_MATMUL_GEMM_MIN_NB tokens on (the prefill GEMM of
- *   matmul_gemm.h), every type but the int8/int4 ones under int8
+ *   llm_matmul from LLM_MATMUL_GEMM_MIN_NB tokens on (the prefill GEMMs of
+ *   matmul_gemm.h): every type but the int8/int4 ones under int8 or int16
  *   activations: float activations               1e-5 S
+ *   (the int8/int4 types under int16 activations run an int16 GEMM on
+ *   AVX-512 VNNI, with the int16 bound; the AVX2 variant keeps the float
+ *   GEMM for them)
  * A is the int8 rounding of the activations (half a step of
  * d = max|x_b|/127 per element) and nothing else: the integer dot products
  * are exact. On Gaussian data int8 costs about 0.55% of |y| (the test
@@ -300,9 +303,11 @@ llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float 
  * costs 1.2-2.5x less than float per block and gave the scalar reference's
  * greedy text, token for token, on SmolLM2-135M Q4_1 (4 prompts x 64
  * tokens), where int8 changed all four. It rules decode and products of
- * a few tokens; prefill (LLM_MATMUL_GEMM_MIN_NB tokens and more) runs the
- * float GEMM under f32 and q16 alike, since there the float FMAs of the
- * register tile beat the integer dots and are exact. */
+ * a few tokens; prefill (LLM_MATMUL_GEMM_MIN_NB tokens and more) runs an
+ * int16 GEMM on AVX-512 VNNI (vpdpwssd: twice the multiply-adds of a float
+ * FMA; stories110m-shaped q4_0 prefill went from 750 to 1000-1250 tokens/s
+ * on 2 Zen 4 cores) and the float GEMM on AVX2, where madd_epi16 does not
+ * pay for its unpacking. */
 #define LLM_ACT_DEFAULT LLM_ACT_Q16
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -16,9 +16,9 @@
  *     that each loaded value feeds several FMAs; its rows are contiguous in
  *     Y, so results are stored (or added, after the first panel) as vectors.
  * Every type meets float activations here: exact up to float rounding
- * (the 1e-5 S bound of the float path), finer than the int16 and int8
- * activations of the row kernels, which llm_matmul keeps for few tokens
- * and for LLM_ACT_Q8.
+ * (the 1e-5 S bound of the float path). At the end of the file, for
+ * AVX-512 only: the int16 GEMM of the int8/int4 types under int16
+ * activations (the default), with the row kernels' int16 bound.
  */
 
 #ifdef SIMD_AVX512
@@ -359,3 +359,168 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
     llm_free(buf);
     return LLM_OK;
 }
+
+#ifdef SIMD_AVX512
+// ----------------------------------------------------------------------------
+// prefill of the int8/int4 types under int16 activations (the default):
+// an integer GEMM on vpdpwssd, 32 multiply-adds an instruction against the
+// 16 of a float FMA, with the same activations (struct llm_qx16) and so
+// the same error bound as the row kernels of decode.
+//   - the tokens go GQ_NBC at a time: their activations are quantized once
+//     (nq blocks each) and shared by every row tile;
+//   - a tile of 16 rows is packed block by block as pairs of int16 codes,
+//     the pair (2p, 2p+1) of row i in int32 lane i of vector p (16 vectors
+//     a block), with the row's scale and min per block (the -8 of q4
+//     symmetric applied in the codes, so no offset term is needed);
+//   - the micro-kernel keeps GQ_NR tokens x 16 rows: per block an int32 dot
+//     per token (16 vpdpwssd with the token's pair broadcast), exact, then
+//     one float FMA with d_w d_x and, for the zero-point types, one with
+//     m ds, as the row kernels do.
+
+#define GQ_NR 12
+#define GQ_NBC 256
+
+/* Pack rows [r, r + nr) (nr <= 16; missing rows are zero) of blocks
+ * [0, nq): P (nq, 16 pairs, 16 lanes) int32, D and M (nq, 16) */
+SIMD_INLINE void SIMD(gq_pack_t)(const uint8_t *W, uint64_t rb, int64_t r, int nr, int64_t ne0,
+                                 int64_t nq, int fam, int G, int BB, int hdr, int32_t *P,
+                                 float *D, float *M)
+{
+    for (int i = 0; i < 16; i++) {
+        if (i >= nr) {
+            for (int64_t k = 0; k < nq; k++) {
+                for (int p = 0; p < 16; p++)
+                    P[(k * 16 + p) * 16 + i] = 0;
+                D[k * 16 + i] = M[k * 16 + i] = 0.0f;
+            }
+            continue;
+        }
+        const uint8_t *row = W + (uint64_t)(r + i) * rb;
+        for (int64_t k = 0; k < nq; k++) {
+            __m128 dm;
+            __m256i w0, w1;
+            SIMD(codes16)(row, k, ne0, fam, G, BB, hdr, &dm, &w0, &w1);
+            if (fam == F_SYM4) {
+                w0 = _mm256_sub_epi16(w0, _mm256_set1_epi16(8));
+                w1 = _mm256_sub_epi16(w1, _mm256_set1_epi16(8));
+            }
+            int32_t pr[16];
+            _mm256_storeu_si256((__m256i *)pr, w0);
+            _mm256_storeu_si256((__m256i *)(pr + 8), w1);
+            for (int p = 0; p < 16; p++)
+                P[(k * 16 + p) * 16 + i] = pr[p];
+            float dmv[4];
+            _mm_storeu_ps(dmv, dm);
+            D[k * 16 + i] = dmv[0];
+            M[k * 16 + i] = fam == F_ZP8 || fam == F_ZP4 ? dmv[1] : 0.0f;
+        }
+    }
+}
+
+static void SIMD(gq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
+                          int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
+{
+#define GQ_PACK(FAM, G, BB, HDR) SIMD(gq_pack_t)(W, rb, r, nr, ne0, nq, FAM, G, BB, HDR, P, D, M)
+    switch (t) {
+    case LLM_TYPE_Q8_0: GQ_PACK(F_SYM8, 32, 34, 0); break;
+    case LLM_TYPE_Q8_G64: GQ_PACK(F_SYM8, 64, 66, 0); break;
+    case LLM_TYPE_Q8_G128: GQ_PACK(F_SYM8, 128, 130, 0); break;
+    case LLM_TYPE_Q8_CH: GQ_PACK(F_SYM8, 0, 1, 4); break;
+    case LLM_TYPE_Q8Z_G32: GQ_PACK(F_ZP8, 32, 36, 0); break;
+    case LLM_TYPE_Q8Z_G64: GQ_PACK(F_ZP8, 64, 68, 0); break;
+    case LLM_TYPE_Q8Z_G128: GQ_PACK(F_ZP8, 128, 132, 0); break;
+    case LLM_TYPE_Q8Z_CH: GQ_PACK(F_ZP8, 0, 1, 8); break;
+    case LLM_TYPE_Q4_0: GQ_PACK(F_SYM4, 32, 18, 0); break;
+    case LLM_TYPE_Q4_G64: GQ_PACK(F_SYM4, 64, 34, 0); break;
+    case LLM_TYPE_Q4_G128: GQ_PACK(F_SYM4, 128, 66, 0); break;
+    case LLM_TYPE_Q4_CH: GQ_PACK(F_SYM4, 32, 16, 4); break;
+    case LLM_TYPE_Q4_1: GQ_PACK(F_ZP4, 32, 20, 0); break;
+    case LLM_TYPE_Q4Z_G64: GQ_PACK(F_ZP4, 64, 36, 0); break;
+    case LLM_TYPE_Q4Z_G128: GQ_PACK(F_ZP4, 128, 68, 0); break;
+    case LLM_TYPE_Q4Z_CH: GQ_PACK(F_ZP4, 32, 16, 8); break;
+    default: break;
+    }
+#undef GQ_PACK
+}
+
+/* out (NT tokens, 16 rows) = the packed tile . xq of tokens xq + t*nq */
+SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M, int zp,
+                                const struct llm_qx16 *xq, int64_t nq, int NT, __m512 *out)
+{
+    __m512 acc[GQ_NR];
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < nq; k++) {
+        __m512i ia[GQ_NR];
+        for (int t = 0; t < NT; t++)
+            ia[t] = _mm512_setzero_si512();
+        const int32_t *pk = P + k * 256;
+#pragma GCC unroll 4
+        for (int p = 0; p < 16; p++) {
+            const __m512i w = _mm512_load_si512((const void *)(pk + p * 16));
+#pragma GCC unroll 12
+            for (int t = 0; t < NT; t++) {
+                int32_t pair;
+                memcpy(&pair, xq[t * nq + k].qs + 2 * p, 4);
+                ia[t] = _mm512_dpwssd_epi32(ia[t], w, _mm512_set1_epi32(pair));
+            }
+        }
+        const __m512 d = _mm512_loadu_ps(D + k * 16);
+        const __m512 m = _mm512_loadu_ps(M + k * 16);
+#pragma GCC unroll 12
+        for (int t = 0; t < NT; t++) {
+            const struct llm_qx16 *b = xq + t * nq + k;
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t]),
+                                     _mm512_mul_ps(d, _mm512_set1_ps(b->d)), acc[t]);
+            if (zp)
+                acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(b->ds), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        out[t] = acc[t];
+}
+
+static llm_status SIMD(gemm_q16)(enum llm_type t, int fam, const uint8_t *W, uint64_t rb,
+                                 const float *X, float *Y, int64_t ne0, int64_t nb, int64_t ldy,
+                                 int64_t r0, int64_t r1)
+{
+    const int64_t nq = (ne0 + 31) / 32, nbc = nb < GQ_NBC ? nb : GQ_NBC;
+    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    /* one packed tile: (nq, 16, 16) int32, then (nq, 16) d and m (1152
+     * bytes a block: 28 KB for 768-wide rows); activations (nbc, nq) */
+    const uint64_t tile = (uint64_t)nq * (256 * 4 + 2 * 16 * 4);
+    uint64_t xb;
+    if (!llm_mul_ok((uint64_t)nbc * (uint64_t)nq, sizeof(struct llm_qx16), &xb) ||
+        tile + xb + 64 < xb)
+        return llm_error_set(LLM_E_NOMEM, "matmul: rows of %lld elements overflow",
+                             (long long)ne0);
+    uint8_t *buf = llm_malloc((size_t)(tile + xb + 64));
+    if (!buf)
+        return LLM_E_NOMEM;
+    int32_t *P = (int32_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    float *D = (float *)(P + nq * 256), *M = D + nq * 16;
+    struct llm_qx16 *xq = (struct llm_qx16 *)(M + nq * 16);
+    for (int64_t c0 = 0; c0 < nb; c0 += GQ_NBC) {
+        const int64_t nc = nb - c0 < GQ_NBC ? nb - c0 : GQ_NBC;
+        for (int64_t b = 0; b < nc; b++)
+            SIMD(quantize_x16)(X + (c0 + b) * ne0, ne0, xq + b * nq);
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+            SIMD(gq_pack)(t, W, rb, r, nr, ne0, nq, P, D, M);
+            const __mmask16 mk = (__mmask16)((1u << nr) - 1);
+            for (int64_t b = 0; b < nc; b += GQ_NR) {
+                const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;
+                __m512 out[GQ_NR];
+                if (nt == GQ_NR)
+                    SIMD(gq_micro)(P, D, M, zp, xq + b * nq, nq, GQ_NR, out);
+                else
+                    SIMD(gq_micro)(P, D, M, zp, xq + b * nq, nq, nt, out);
+                for (int j = 0; j < nt; j++)
+                    _mm512_mask_storeu_ps(Y + (c0 + b + j) * ldy + r, mk, out[j]);
+            }
+        }
+    }
+    llm_free(buf);
+    return LLM_OK;
+}
+#endif

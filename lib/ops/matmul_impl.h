@@ -73,10 +73,12 @@ enum llm_act { LLM_ACT_F32 = 0, LLM_ACT_Q8 = 1, LLM_ACT_Q16 = 2 };
 int llm_matmul_set_act(int act);
 
 /* From this many tokens on, the variants' llm_matmul runs a register-
- * blocked float GEMM (matmul_gemm.h) on float activations for every type
- * (so within the float bound, 1e-5 S, of the reference) except the int8 /
- * int4 types under LLM_ACT_Q8, which keep llama.cpp's int8 scheme. Fewer
- * tokens go row by row, as llm_matvec does, with the same bits. */
+ * blocked GEMM (matmul_gemm.h): float on float activations for every type
+ * (within the float bound, 1e-5 S, of the reference), except the int8 /
+ * int4 types under LLM_ACT_Q8, which keep llama.cpp's int8 scheme row by
+ * row, and under LLM_ACT_Q16 with AVX-512, which run an int16 GEMM (the
+ * int16 bound). Fewer tokens go row by row, as llm_matvec does, with the
+ * same bits. */
 #define LLM_MATMUL_GEMM_MIN_NB 8
 
 /* The variants: same contract as llm_matvec / llm_matmul for the types of

@@ -21,7 +21,8 @@
  * llm_matmul with fewer than LLM_MATMUL_GEMM_MIN_NB tokens (and any number
  * under LLM_ACT_Q8) takes 4 tokens per pass over a weight row, so each
  * block is loaded and unpacked once for 4 tokens; from that many tokens on
- * it runs the float GEMM of matmul_gemm.h. Decode (one token) takes
+ * it runs a GEMM of matmul_gemm.h (int16 for these types under int16
+ * activations on AVX-512, float otherwise). Decode (one token) takes
  * SIMD_NR rows per pass, from separate stretches of the matrix.
  */
 #include <immintrin.h>
@@ -1214,6 +1215,10 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
 {
     struct SIMD(shape) sh;
     const int quant = SIMD(shape_of)(t, &sh);
+#ifdef SIMD_AVX512
+    if (nb >= LLM_MATMUL_GEMM_MIN_NB && quant && act == LLM_ACT_Q16)
+        return SIMD(gemm_q16)(t, sh.fam, W, rb, X, Y, ne0, nb, ldy, r0, r1);
+#endif
     if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
         return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
     if (!quant) {
