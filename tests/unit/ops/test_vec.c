@@ -160,6 +160,19 @@ static const int64_t row_counts[] = { 0, 1, 2, 7, 8, 9, 15, 16, 17, 33 };
 #define N_ROWS (sizeof row_counts / sizeof row_counts[0])
 #define LD_MAX 260
 
+/* m rows of n random values, ld apart, poison in the gaps: F as floats,
+ * H as fp16 (60000 in the gaps) and Ff the fp16 values back as floats */
+static void rows_make(int64_t m, int64_t n, int64_t ld, float *F, float *Ff, uint16_t *H)
+{
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i < ld; i++) {
+            const float v = i < n ? rnd() : 1e30f;
+            H[r * ld + i] = llm_fp32_to_fp16(i < n ? v : 60000.0f);
+            F[r * ld + i] = v;
+            Ff[r * ld + i] = llm_fp16_to_fp32(H[r * ld + i]);
+        }
+}
+
 Test(vec, dots_within_float_bound_row_by_row, .fini = restore)
 {
     enum llm_isa is[3];
@@ -174,13 +187,7 @@ Test(vec, dots_within_float_bound_row_by_row, .fini = restore)
                 const int64_t n = lens[li], m = row_counts[mi], ld = n + 3;
                 for (int64_t i = 0; i < n; i++)
                     q[i] = rnd();
-                for (int64_t r = 0; r < m; r++)
-                    for (int64_t i = 0; i < ld; i++) {
-                        const float v = i < n ? rnd() : 1e30f;
-                        H[r * ld + i] = llm_fp32_to_fp16(i < n ? v : 60000.0f);
-                        K[r * ld + i] = v;
-                        Kf[r * ld + i] = llm_fp16_to_fp32(H[r * ld + i]);
-                    }
+                rows_make(m, n, ld, K, Kf, H);
                 s32[m] = s16[m] = 12345.0f;
                 llm_vec_dots_f32(q, K, ld, m, n, s32);
                 llm_vec_dots_f16(q, H, ld, m, n, s16);
@@ -220,15 +227,9 @@ Test(vec, axpys_within_rounding_and_in_bounds, .fini = restore)
                 const int64_t n = lens[li], m = row_counts[mi], ld = n + 3;
                 for (int64_t i = 0; i < n; i++)
                     y0[i] = rnd();
-                for (int64_t r = 0; r < m; r++) {
+                for (int64_t r = 0; r < m; r++)
                     w[r] = rnd() * 2.0f;
-                    for (int64_t i = 0; i < ld; i++) {
-                        const float v = i < n ? rnd() : 1e30f;
-                        H[r * ld + i] = llm_fp32_to_fp16(i < n ? v : 60000.0f);
-                        V[r * ld + i] = v;
-                        Vf[r * ld + i] = llm_fp16_to_fp32(H[r * ld + i]);
-                    }
-                }
+                rows_make(m, n, ld, V, Vf, H);
                 for (int k = 0; k < 2; k++) {
                     memcpy(y, y0, sizeof(float) * (size_t)n);
                     y[n] = 12345.0f;
