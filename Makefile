@@ -51,6 +51,13 @@ LIB_SRCS := $(filter-out lib/gpu/cuda.c,$(LIB_SRCS))
 CU_SRCS  :=
 endif
 LIB_OBJS := $(LIB_SRCS:%=$(BUILD)/%.o) $(CU_SRCS:%=$(BUILD)/%.o)
+
+# LLM_COMMIT is compiled into these objects (--version, bench rows, the
+# quantizer's metadata); a stamp rewritten only when the commit changes
+# rebuilds them, so that an incremental build does not keep an old commit.
+COMMIT_STAMP := $(BUILD)/commit.stamp
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(COMMIT_STAMP) 2>/dev/null)" = "$(COMMIT)" ] || echo "$(COMMIT)" > $(COMMIT_STAMP); })
+$(BUILD)/lib/common/cli.c.o $(BUILD)/lib/bench/machine.c.o $(BUILD)/cmd/llm-quantize.c.o: $(COMMIT_STAMP)
 LIB      := $(BUILD)/libllm.a
 
 CMD_SRCS := $(sort $(wildcard cmd/llm-*.c))
