@@ -50,7 +50,7 @@
 #include "sample/sample.h"  /* llm_sampler_* */
 #include "tokenizer/tokenizer.h"
 #include "ops/matmul.h"      /* llm_matvec, llm_matmul, llm_pool_*: CPU products and threads */
-#include "ops/vec.h"         /* llm_vec_dot_*, llm_vec_axpy_*: SIMD vector kernels */
+#include "ops/vec.h"         /* llm_vec_dots_*, llm_vec_axpys_*: attention kernels */
 #include "quantize/awq.h"    /* llm_awq_*: AWQ scale and clip search, folding (llm-quantize) */
 #include "quantize/quantize.h" /* llm_quantize, recipes: llm-quantize */
 #include "quantize/calib.h"  /* llm_calib_*: calibration windows */

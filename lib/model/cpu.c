@@ -338,9 +338,10 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
     double work = 2.0 * n * s->n_heads * (double)(pos + n) * s->head_dim;
     struct att_job j = { .s = s, .kv = kv, .layer = layer, .seq = seq, .n = n, .pos = pos,
                          .q = q, .out = out, .scores = cb->scores, .scores_cap = cb->scores_cap };
+    const int64_t tasks = (int64_t)(n + ATT_GROUP - 1) / ATT_GROUP * s->n_heads;
     j.use = work_threads(cb, work);
-    if (j.use > (n + ATT_GROUP - 1) / ATT_GROUP * s->n_heads)
-        j.use = (n + ATT_GROUP - 1) / ATT_GROUP * s->n_heads;
+    if (j.use > tasks)
+        j.use = (int)tasks;
     if (j.use <= 1) {
         j.use = 1;
         att_run(0, 1, &j);

@@ -382,10 +382,12 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
 
 /* Pack rows [r, r + nr) (nr <= 16; missing rows are zero) of blocks
  * [0, nq): P (nq, 16 pairs, 16 lanes) int32, D and M (nq, 16) */
-SIMD_INLINE void SIMD(gq_pack_t)(const uint8_t *W, uint64_t rb, int64_t r, int nr, int64_t ne0,
-                                 int64_t nq, int fam, int G, int BB, int hdr, int32_t *P,
-                                 float *D, float *M)
+static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64_t rb, int64_t r,
+                          int nr, int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
 {
+    /* the type's shape at run time: packing is a small share of the GEMM,
+     * and the micro-kernel does not depend on the type */
+    const int fam = sh->fam, G = sh->G, BB = sh->BB, hdr = sh->hdr;
     for (int i = 0; i < 16; i++) {
         if (i >= nr) {
             for (int64_t k = 0; k < nq; k++) {
@@ -415,32 +417,6 @@ SIMD_INLINE void SIMD(gq_pack_t)(const uint8_t *W, uint64_t rb, int64_t r, int n
             M[k * 16 + i] = fam == F_ZP8 || fam == F_ZP4 ? dmv[1] : 0.0f;
         }
     }
-}
-
-static void SIMD(gq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
-                          int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
-{
-#define GQ_PACK(FAM, G, BB, HDR) SIMD(gq_pack_t)(W, rb, r, nr, ne0, nq, FAM, G, BB, HDR, P, D, M)
-    switch (t) {
-    case LLM_TYPE_Q8_0: GQ_PACK(F_SYM8, 32, 34, 0); break;
-    case LLM_TYPE_Q8_G64: GQ_PACK(F_SYM8, 64, 66, 0); break;
-    case LLM_TYPE_Q8_G128: GQ_PACK(F_SYM8, 128, 130, 0); break;
-    case LLM_TYPE_Q8_CH: GQ_PACK(F_SYM8, 0, 1, 4); break;
-    case LLM_TYPE_Q8Z_G32: GQ_PACK(F_ZP8, 32, 36, 0); break;
-    case LLM_TYPE_Q8Z_G64: GQ_PACK(F_ZP8, 64, 68, 0); break;
-    case LLM_TYPE_Q8Z_G128: GQ_PACK(F_ZP8, 128, 132, 0); break;
-    case LLM_TYPE_Q8Z_CH: GQ_PACK(F_ZP8, 0, 1, 8); break;
-    case LLM_TYPE_Q4_0: GQ_PACK(F_SYM4, 32, 18, 0); break;
-    case LLM_TYPE_Q4_G64: GQ_PACK(F_SYM4, 64, 34, 0); break;
-    case LLM_TYPE_Q4_G128: GQ_PACK(F_SYM4, 128, 66, 0); break;
-    case LLM_TYPE_Q4_CH: GQ_PACK(F_SYM4, 32, 16, 4); break;
-    case LLM_TYPE_Q4_1: GQ_PACK(F_ZP4, 32, 20, 0); break;
-    case LLM_TYPE_Q4Z_G64: GQ_PACK(F_ZP4, 64, 36, 0); break;
-    case LLM_TYPE_Q4Z_G128: GQ_PACK(F_ZP4, 128, 68, 0); break;
-    case LLM_TYPE_Q4Z_CH: GQ_PACK(F_ZP4, 32, 16, 8); break;
-    default: break;
-    }
-#undef GQ_PACK
 }
 
 /* out (NT tokens, 16 rows) = the packed tile . xq of tokens xq + t*nq */
@@ -480,12 +456,12 @@ SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M
         out[t] = acc[t];
 }
 
-static llm_status SIMD(gemm_q16)(enum llm_type t, int fam, const uint8_t *W, uint64_t rb,
+static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W, uint64_t rb,
                                  const float *X, float *Y, int64_t ne0, int64_t nb, int64_t ldy,
                                  int64_t r0, int64_t r1)
 {
     const int64_t nq = (ne0 + 31) / 32, nbc = nb < GQ_NBC ? nb : GQ_NBC;
-    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    const int zp = sh->fam == F_ZP8 || sh->fam == F_ZP4;
     /* one packed tile: (nq, 16, 16) int32, then (nq, 16) d and m (1152
      * bytes a block: 28 KB for 768-wide rows); activations (nbc, nq) */
     const uint64_t tile = (uint64_t)nq * (256 * 4 + 2 * 16 * 4);
@@ -506,7 +482,7 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, int fam, const uint8_t *W, uin
             SIMD(quantize_x16)(X + (c0 + b) * ne0, ne0, xq + b * nq);
         for (int64_t r = r0; r < r1; r += 16) {
             const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-            SIMD(gq_pack)(t, W, rb, r, nr, ne0, nq, P, D, M);
+            SIMD(gq_pack)(sh, W, rb, r, nr, ne0, nq, P, D, M);
             const __mmask16 mk = (__mmask16)((1u << nr) - 1);
             for (int64_t b = 0; b < nc; b += GQ_NR) {
                 const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;

@@ -1109,7 +1109,8 @@ static void SIMD(rows_qf)(enum llm_type t, const uint8_t *w, uint64_t rb, const 
     }
 }
 
-#define SIMD_ROWS_Q16_(FAM, G, BB, HDR)                                                         \
+#define SIMD_ROWS_Q16(FAM, G, BB, HDR)                                                          \
+    SIMD_ROWS_DECODE(SIMD(rown_q16), FAM, G, BB, HDR)                                           \
     for (int64_t r = r0; r < r1; r++) {                                                         \
         const uint8_t *row = w + (uint64_t)r * rb;                                              \
         int64_t b = 0;                                                                          \
@@ -1124,10 +1125,6 @@ static void SIMD(rows_qf)(enum llm_type t, const uint8_t *w, uint64_t rb, const 
             Y[b * ldy + r] = out[0];                                                            \
         }                                                                                       \
     }
-
-#define SIMD_ROWS_Q16(FAM, G, BB, HDR)                                                          \
-    SIMD_ROWS_DECODE(SIMD(rown_q16), FAM, G, BB, HDR)                                           \
-    SIMD_ROWS_Q16_(FAM, G, BB, HDR)
 
 static void SIMD(rows_q16)(enum llm_type t, const uint8_t *w, uint64_t rb,
                            const struct llm_qx16 *xq, int64_t nq, int64_t ne0, float *Y, int64_t nb,
@@ -1217,7 +1214,7 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
     const int quant = SIMD(shape_of)(t, &sh);
 #ifdef SIMD_AVX512
     if (nb >= LLM_MATMUL_GEMM_MIN_NB && quant && act == LLM_ACT_Q16)
-        return SIMD(gemm_q16)(t, sh.fam, W, rb, X, Y, ne0, nb, ldy, r0, r1);
+        return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1);
 #endif
     if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
         return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);

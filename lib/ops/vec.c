@@ -14,7 +14,7 @@
 #define VEC_X86 1
 #endif
 
-float llm_vec_dot_f32_ref(const float *a, const float *b, int64_t n)
+static float dot_f32_ref(const float *a, const float *b, int64_t n)
 {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -22,7 +22,7 @@ float llm_vec_dot_f32_ref(const float *a, const float *b, int64_t n)
     return (float)s;
 }
 
-float llm_vec_dot_f16_ref(const float *a, const uint16_t *b, int64_t n)
+static float dot_f16_ref(const float *a, const uint16_t *b, int64_t n)
 {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -30,13 +30,13 @@ float llm_vec_dot_f16_ref(const float *a, const uint16_t *b, int64_t n)
     return (float)s;
 }
 
-void llm_vec_axpy_f32_ref(float *y, float a, const float *x, int64_t n)
+static void axpy_f32_ref(float *y, float a, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
 }
 
-void llm_vec_axpy_f16_ref(float *y, float a, const uint16_t *x, int64_t n)
+static void axpy_f16_ref(float *y, float a, const uint16_t *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * llm_fp16_to_fp32(x[i]);
@@ -46,28 +46,28 @@ void llm_vec_dots_f32_ref(const float *q, const float *K, int64_t ldk, int64_t m
                           float *s)
 {
     for (int64_t r = 0; r < m; r++)
-        s[r] = llm_vec_dot_f32_ref(q, K + r * ldk, n);
+        s[r] = dot_f32_ref(q, K + r * ldk, n);
 }
 
 void llm_vec_dots_f16_ref(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
                           float *s)
 {
     for (int64_t r = 0; r < m; r++)
-        s[r] = llm_vec_dot_f16_ref(q, K + r * ldk, n);
+        s[r] = dot_f16_ref(q, K + r * ldk, n);
 }
 
 void llm_vec_axpys_f32_ref(float *y, const float *w, const float *V, int64_t ldv, int64_t m,
                            int64_t n)
 {
     for (int64_t r = 0; r < m; r++)
-        llm_vec_axpy_f32_ref(y, w[r], V + r * ldv, n);
+        axpy_f32_ref(y, w[r], V + r * ldv, n);
 }
 
 void llm_vec_axpys_f16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
                            int64_t n)
 {
     for (int64_t r = 0; r < m; r++)
-        llm_vec_axpy_f16_ref(y, w[r], V + r * ldv, n);
+        axpy_f16_ref(y, w[r], V + r * ldv, n);
 }
 
 #ifdef VEC_X86

@@ -15,13 +15,6 @@
 
 #include <stdint.h>
 
-/* The references for one row: sum_i a[i] b[i] over n elements, a (n),
- * b (n); y[i] += a x[i] for i < n, y (n), x (n) */
-float llm_vec_dot_f32_ref(const float *a, const float *b, int64_t n);
-float llm_vec_dot_f16_ref(const float *a, const uint16_t *b, int64_t n);
-void llm_vec_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
-void llm_vec_axpy_f16_ref(float *y, float a, const uint16_t *x, int64_t n);
-
 /* m rows of a KV block, ldk (ldv) elements apart:
  * s[r] = sum_i q[i] K[r ldk + i] for r < m; s (m), q (n)
  * y[i] += sum_r w[r] V[r ldv + i] for i < n; y (n), w (m) */
