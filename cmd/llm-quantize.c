@@ -23,16 +23,16 @@ static const struct llm_opt opts[] = {
     { OPT_ASYM, "asym", LLM_ARG_NONE, NULL, "grid with zero points (default at 4 bits and for awq)", NULL },
     { OPT_DQ, "double-quant", LLM_ARG_NONE, NULL, "nf4: fp8 block scales times a row scale (nf4_dq)", NULL },
     { OPT_FP8_SCALE, "fp8-scale", LLM_ARG_REQUIRED, "SCOPE", "fp8: one scale per 'channel' (row) or per 'tensor' (default: channel)", "channel tensor" },
-    { OPT_CALIB, "calib", LLM_ARG_REQUIRED, "FILE", "calibration text for gptq and awq", "file" },
+    { OPT_CALIB, "calib", LLM_ARG_REQUIRED, "FILE", "calibration text for gptq and awq; with fp8, GPTQ on the E4M3 grid", "file" },
     { OPT_SAMPLES, "samples", LLM_ARG_REQUIRED, "N", "calibration windows (default: 128)", NULL },
     { OPT_SEQLEN, "seq-len", LLM_ARG_REQUIRED, "L", "tokens per calibration window (default: 512)", NULL },
     { OPT_SEED, "seed", LLM_ARG_REQUIRED, "N", "seed of the window positions (default: 1)", NULL },
-    { OPT_DAMP, "damp", LLM_ARG_REQUIRED, "F", "gptq: dampening, a fraction of the mean Hessian diagonal (default: 0.01)", NULL },
-    { OPT_ACT, "act-order", LLM_ARG_NONE, NULL, "gptq: quantize columns in descending Hessian-diagonal order", NULL },
+    { OPT_DAMP, "damp", LLM_ARG_REQUIRED, "F", "gptq (and fp8 with --calib): dampening, a fraction of the mean Hessian diagonal (default: 0.01)", NULL },
+    { OPT_ACT, "act-order", LLM_ARG_NONE, NULL, "gptq (and fp8 with --calib): quantize columns in descending Hessian-diagonal order", NULL },
     { OPT_STATIC, "static-groups", LLM_ARG_NONE, NULL, "gptq: group parameters from the original weights (act-order stays in column order)", NULL },
     { OPT_REFGRID, "reference-grid", LLM_ARG_NONE, NULL, "gptq: group scales by the reference's find_params rule, not the type's round-to-nearest rule", NULL },
-    { OPT_VHESS, "v-hessian", LLM_ARG_REQUIRED, "FROM", "gptq: v's Hessian from the 'attention'-weighted input of each KV head (default) or from its 'input', as the reference", "attention input" },
-    { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "N", "gptq: columns per lazy batch update (default: 128)", NULL },
+    { OPT_VHESS, "v-hessian", LLM_ARG_REQUIRED, "FROM", "gptq (and fp8 with --calib): v's Hessian from the 'attention'-weighted input of each KV head (default) or from its 'input', as the reference", "attention input" },
+    { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "N", "gptq (and fp8 with --calib): columns per lazy batch update (default: 128)", NULL },
     { OPT_GRID, "awq-grid", LLM_ARG_REQUIRED, "N", "awq: grid points of the scale and clip searches (default: 20)", NULL },
     { OPT_NO_DUO, "no-duo-scaling", LLM_ARG_NONE, NULL, "awq: scales from activations only (llm-awq), not AutoAWQ's activations and weights", NULL },
     { OPT_NO_CLIP, "no-clip", LLM_ARG_NONE, NULL, "awq: skip the weight clipping search", NULL },
@@ -53,11 +53,13 @@ static struct llm_cli cli = {
     .opts = opts,
     .n_opts = sizeof opts / sizeof opts[0],
     .footer = "Linear layers of the blocks get the method; the embedding table and output head\n"
-              "get q8_0 unless a recipe rule names them. GPTQ and AWQ need --calib.\n\n"
+              "get q8_0 unless a recipe rule names them. GPTQ and AWQ need --calib; FP8 with\n"
+              "--calib feeds its rounding errors back as GPTQ does.\n\n"
               "Examples:\n"
               "  llm-quantize -m model.llm -o model-q8.llm --method rtn --bits 8 --group 32\n"
               "  llm-quantize -m model.llm -o model-gptq.llm --method gptq --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-awq.llm --method awq --calib calib.txt\n"
+              "  llm-quantize -m model.llm -o model-fp8.llm --method fp8 --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-nf4.llm --method nf4 --double-quant\n"
               "  llm-quantize -m model.llm -o mixed.llm --recipe recipe.yaml --calib calib.txt\n",
 };
@@ -168,6 +170,8 @@ int main(int argc, char **argv)
     llm_quantize_params_default(&p);
     const char *in = NULL, *out = NULL, *recipe_path = NULL, *report = NULL;
     int compress = 0, force_progress = 0, have_group = 0, have_bits = 0, have_vhess = 0;
+    /* options of one method or of calibration, given: refused where nothing reads them */
+    int have_gptq = 0, have_awq = 0, have_window = 0, have_fp8 = 0;
     const char *arg;
     int r;
     int64_t v;
@@ -207,6 +211,7 @@ int main(int argc, char **argv)
             if (strcmp(arg, "channel") && strcmp(arg, "tensor"))
                 return llm_cli_usage(&cli, "--fp8-scale: expected channel or tensor, got '%s'", arg);
             p.def.per_tensor = !strcmp(arg, "tensor");
+            have_fp8 = 1;
             break;
         case OPT_VHESS:
             if (strcmp(arg, "attention") && strcmp(arg, "input"))
@@ -219,21 +224,25 @@ int main(int argc, char **argv)
             if (parse_int(arg, 1, 1 << 20, "--samples", &v))
                 return 2;
             p.n_samples = (int32_t)v;
+            have_window = 1;
             break;
         case OPT_SEQLEN:
             if (parse_int(arg, 2, 1 << 20, "--seq-len", &v))
                 return 2;
             p.seq_len = (int32_t)v;
+            have_window = 1;
             break;
         case OPT_SEED:
             if (parse_int(arg, 0, INT64_MAX, "--seed", &v))
                 return 2;
             p.seed = (uint64_t)v;
+            have_window = 1;
             break;
         case OPT_DAMP:
             if (llm_parse_f64(arg, 0, 10, "--damp", &d))
                 return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
             p.damp = (float)d;
+            have_gptq = 1;
             break;
         case OPT_ACT: p.act_order = 1; break;
         case OPT_STATIC: p.static_groups = 1; break;
@@ -242,18 +251,21 @@ int main(int argc, char **argv)
             if (parse_int(arg, 1, 1 << 16, "--block-size", &v))
                 return 2;
             p.block_size = (int)v;
+            have_gptq = 1;
             break;
         case OPT_GRID:
             if (parse_int(arg, 1, 1000, "--awq-grid", &v))
                 return 2;
             p.awq_grid = (int)v;
+            have_awq = 1;
             break;
-        case OPT_NO_DUO: p.awq_duo = 0; break;
-        case OPT_NO_CLIP: p.awq_clip = 0; break;
+        case OPT_NO_DUO: p.awq_duo = 0, have_awq = 1; break;
+        case OPT_NO_CLIP: p.awq_clip = 0, have_awq = 1; break;
         case OPT_AWQ_TOKENS:
             if (parse_int(arg, 1, 1 << 24, "--awq-tokens", &v))
                 return 2;
             p.awq_tokens = (int32_t)v;
+            have_awq = 1;
             break;
         case OPT_RECIPE: recipe_path = arg; break;
         case OPT_REPORT: report = arg; break;
@@ -279,13 +291,25 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "-m IN and -o OUT are required");
     /* options that only one method reads are refused with the others */
     int m = p.def.method;
-    int calibrated = m == LLM_QM_GPTQ || m == LLM_QM_AWQ || recipe_path;
+    /* fp8 with --calib is GPTQ on the E4M3 grid */
+    int fp8_gptq = m == LLM_QM_FP8 && p.calib_path;
+    int calibrated = m == LLM_QM_GPTQ || m == LLM_QM_AWQ || m == LLM_QM_FP8 || recipe_path;
     if (p.calib_path && !calibrated)
-        return llm_cli_usage(&cli, "--calib applies to gptq and awq (or a recipe that uses them)");
-    if ((p.act_order || p.static_groups || p.reference_grid || have_vhess) && m != LLM_QM_GPTQ &&
-        !recipe_path)
-        return llm_cli_usage(&cli, "--act-order, --static-groups, --reference-grid and --v-hessian "
-                             "apply to gptq");
+        return llm_cli_usage(&cli, "--calib applies to gptq, awq and fp8 (or a recipe that uses "
+                             "them)");
+    if ((p.act_order || have_vhess || have_gptq) && m != LLM_QM_GPTQ && !fp8_gptq && !recipe_path)
+        return llm_cli_usage(&cli, "--act-order, --v-hessian, --damp and --block-size apply to "
+                             "gptq, and to fp8 with --calib");
+    if (have_awq && m != LLM_QM_AWQ && !recipe_path)
+        return llm_cli_usage(&cli, "--awq-grid, --awq-tokens, --no-clip and --no-duo-scaling "
+                             "apply to awq");
+    if (have_window && !p.calib_path)
+        return llm_cli_usage(&cli, "--samples, --seq-len and --seed apply to the calibration "
+                             "text (--calib)");
+    if (have_fp8 && m != LLM_QM_FP8 && !recipe_path)
+        return llm_cli_usage(&cli, "--fp8-scale applies to fp8");
+    if ((p.static_groups || p.reference_grid) && m != LLM_QM_GPTQ && !recipe_path)
+        return llm_cli_usage(&cli, "--static-groups and --reference-grid apply to gptq");
     if (p.def.double_quant > 0 && m != LLM_QM_NF4 && !recipe_path)
         return llm_cli_usage(&cli, "--double-quant applies to nf4");
     if ((m == LLM_QM_NF4 || m == LLM_QM_FP8) && (have_bits || p.def.sym >= 0))

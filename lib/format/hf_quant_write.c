@@ -558,12 +558,13 @@ static llm_status plan_tensor(struct xplan *p, struct llm_tensor *t)
         snprintf(w, sizeof w, "%.*s.weight", (int)(strlen(t->name) - 5), t->name);
         struct llm_tensor *wt = llm_file_find(p->f, w);
         struct llm_qgrid g;
-        LLM_CHECK(wt && llm_qgrid_of(wt->type, &g) == LLM_OK, LLM_E_FORMAT,
+        LLM_CHECK(wt && llm_qgrid_of(wt->type, &g) == LLM_OK && !g.fp8, LLM_E_FORMAT,
                   "%s: tensor '%s' permutes no quantized weight", p->f->path, t->name);
         return LLM_OK; /* written as g_idx with its weight */
     }
     struct llm_qgrid g;
-    if (xn.linear && t->n_dims == 2 && llm_qgrid_of(t->type, &g) == LLM_OK)
+    /* GPTQ and AWQ checkpoints hold integer grids; fp8 goes the float way */
+    if (xn.linear && t->n_dims == 2 && llm_qgrid_of(t->type, &g) == LLM_OK && !g.fp8)
         return plan_quant(p, t, &xn, &g);
     llm_error_clear();
     if (is_float(t->type)) {

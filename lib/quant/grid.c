@@ -1,4 +1,4 @@
-/* grid.c: integer quantization grids with explicit scales and zeros (grid.h).
+/* grid.c: quantization grids with explicit scales and zeros (grid.h).
  *
  * Stored precision: grouped types keep d and m as binary16 (round to nearest
  * even, saturating at +-65504), _ch types as float32. A scale that would be
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../common/fp16.h"
+#include "quant.h"
 #include "types.h"
 
 // ----------------------------------------------------------------------------
@@ -26,7 +27,7 @@
 
 llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g)
 {
-    int bits = 0, group = 0, zp = 0;
+    int bits = 0, group = 0, zp = 0, fp8 = 0;
     switch (t) {
     case LLM_TYPE_Q8_0: bits = 8, group = 32; break;
     case LLM_TYPE_Q8_G64: bits = 8, group = 64; break;
@@ -44,9 +45,10 @@ llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g)
     case LLM_TYPE_Q4Z_G64: bits = 4, group = 64, zp = 1; break;
     case LLM_TYPE_Q4Z_G128: bits = 4, group = 128, zp = 1; break;
     case LLM_TYPE_Q4Z_CH: bits = 4, group = 0, zp = 1; break;
+    case LLM_TYPE_FP8_E4M3: bits = 8, group = 0, fp8 = 1; break;
     default:
         return llm_error_set(LLM_E_INVALID,
-                             "type %s is not an integer grid (q8*, q4* types only)",
+                             "type %s is not a grid (q8*, q4* and fp8_e4m3 types only)",
                              llm_type_name((uint32_t)t));
     }
     g->type = t;
@@ -54,6 +56,7 @@ llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g)
     g->group = group;
     g->zero_point = zp;
     g->maxq = (1 << bits) - 1;
+    g->fp8 = fp8;
     return LLM_OK;
 }
 
@@ -85,7 +88,10 @@ static float stored_scale(const struct llm_qgrid *g, float s)
 static void finish(const struct llm_qgrid *g, float scale, int zero, struct llm_qgroup *p)
 {
     p->d = stored_scale(g, scale);
-    if (g->zero_point) {
+    if (g->fp8) {
+        p->zero = 0;
+        p->m = 0.0f;
+    } else if (g->zero_point) {
         if (zero < 0)
             zero = 0;
         if (zero > g->maxq)
@@ -116,8 +122,20 @@ static void range(const float *x, int64_t n, float *mn, float *mx)
 // ----------------------------------------------------------------------------
 // group parameters
 
+/* FP8's one rule: the largest magnitude maps to 448, as quant.c's quant_fp8. */
+static void fp8_group(const struct llm_qgrid *g, const float *x, int64_t n, struct llm_qgroup *p)
+{
+    float xmin, xmax;
+    range(x, n, &xmin, &xmax);
+    finish(g, fmaxf(-xmin, xmax) / 448.0f, 0, p);
+}
+
 void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struct llm_qgroup *p)
 {
+    if (g->fp8) {
+        fp8_group(g, x, n, p);
+        return;
+    }
     float xmin, xmax;
     range(x, n, &xmin, &xmax);
     xmin = fminf(xmin, 0.0f);
@@ -145,6 +163,10 @@ void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struc
 void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p)
 {
+    if (g->fp8) {
+        fp8_group(g, x, n, p);
+        return;
+    }
     float xmin, xmax;
     range(x, n, &xmin, &xmax);
     if (!g->zero_point) {
@@ -161,7 +183,7 @@ void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
 void llm_qgrid_group_rtn(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p)
 {
-    if (g->zero_point) {
+    if (g->zero_point || g->fp8) {
         llm_qgrid_group_awq(g, x, n, p);
         return;
     }
@@ -190,6 +212,8 @@ int llm_qgrid_code(const struct llm_qgrid *g, const struct llm_qgroup *p, float 
     float r = x / p->d;
     if (isnan(r))
         return p->zero;
+    if (g->fp8) /* saturates at +-448: never a NaN code */
+        return llm_fp32_to_fp8_e4m3(r);
     /* clamp before the conversion: float-to-int of an out-of-range value is undefined */
     const float lim = (float)(g->maxq + 1);
     r = r < -lim ? -lim : (r > lim ? lim : r);
@@ -199,6 +223,8 @@ int llm_qgrid_code(const struct llm_qgrid *g, const struct llm_qgroup *p, float 
 
 float llm_qgrid_value(const struct llm_qgrid *g, const struct llm_qgroup *p, int q)
 {
+    if (g->fp8)
+        return llm_fp8_e4m3_to_fp32((uint8_t)q) * p->d; /* quant.c's rule */
     if (!g->zero_point)
         return (float)(q - p->zero) * p->d;
     float prod = (float)q * p->d; /* one product, then one sum: quant.c's rule */
@@ -259,10 +285,15 @@ llm_status llm_qgrid_pack_row(const struct llm_qgrid *g, const uint8_t *q,
 {
     LLM_TRY(check_row(g, dst_, q, p, ne0, "qgrid pack"));
     for (int64_t i = 0; i < ne0; i++)
-        if (q[i] > g->maxq)
-            return llm_error_set(LLM_E_INVALID, "qgrid pack: code %u at %lld exceeds %d",
-                                 (unsigned)q[i], (long long)i, g->maxq);
+        if (q[i] > g->maxq || (g->fp8 && (q[i] & 0x7f) == 0x7f))
+            return llm_error_set(LLM_E_INVALID, "qgrid pack: code %u at %lld is not on the grid",
+                                 (unsigned)q[i], (long long)i);
     uint8_t *dst = dst_;
+    if (g->fp8) { /* the row scale, then the E4M3 bytes (blocks.h) */
+        stf(dst, p[0].d);
+        memcpy(dst + 4, q, (size_t)ne0);
+        return LLM_OK;
+    }
     const int64_t B = pack_block(g, ne0);
     const int64_t nb = (ne0 + B - 1) / B;
     const int hdr = g->group ? 0 : (g->zero_point ? 8 : 4);
@@ -306,6 +337,11 @@ llm_status llm_qgrid_unpack_row(const struct llm_qgrid *g, const void *src_, int
 {
     LLM_TRY(check_row(g, src_, q, p, ne0, "qgrid unpack"));
     const uint8_t *src = src_;
+    if (g->fp8) {
+        p[0] = (struct llm_qgroup){ .d = ldf(src), .m = 0.0f, .zero = 0 };
+        memcpy(q, src + 4, (size_t)ne0);
+        return LLM_OK;
+    }
     const int64_t B = pack_block(g, ne0);
     const int64_t nb = (ne0 + B - 1) / B;
     const int hdr = g->group ? 0 : (g->zero_point ? 8 : 4);

@@ -1,6 +1,5 @@
-/* grid.h: integer quantization grids with explicit scales and integer zero
- * points, shared by GPTQ, AWQ and the Hugging Face GPTQ/AWQ importers and
- * exporters.
+/* grid.h: quantization grids with explicit scales and integer zero points,
+ * shared by GPTQ, AWQ and the Hugging Face GPTQ/AWQ importers and exporters.
  *
  * The RTN quantizers of quant/quant.c pick their own scales; the methods
  * here choose a scale and an integer zero per group themselves (GPTQ from the
@@ -13,6 +12,9 @@
  *       whose zero 8 is implied)
  *   zero-point types (q8z_*, q4_1, q4z_*):
  *       w = d * q + m,  m = -d * z  for an integer zero z in [0, 2^bits - 1]
+ *   fp8_e4m3, the one grid that is not uniform:
+ *       w = e4m3(q) * d,  the code q an E4M3 byte (never a NaN code), d the
+ *       float32 row scale; GPTQ feeds back FP8's rounding errors through it
  *
  * d and m are stored as binary16 in grouped types and float32 in the row
  * header of _ch types; llm_qgrid_group returns them already rounded to the
@@ -27,17 +29,18 @@
 #include "../common/status.h"
 #include "types.h"
 
-/* The integer grid of a type. */
+/* The grid of a type. */
 struct llm_qgrid {
     enum llm_type type;
     int bits;        /* 4 or 8 */
-    int group;       /* elements per group; 0: the whole row (_ch types) */
+    int group;       /* elements per group; 0: the whole row (_ch types, fp8) */
     int zero_point;  /* 1: w = d*q + m with an integer zero; 0: symmetric */
     int maxq;        /* 2^bits - 1 */
+    int fp8;         /* 1: the code is an E4M3 byte, w = e4m3(q) * d (zero_point 0) */
 };
 
 /* The grid of `t`; LLM_E_INVALID (detail names the type) for types that are
- * not integer grids (f32/f16/bf16, nf4, nf4_dq, fp8_e4m3, aux types). */
+ * not grids (f32/f16/bf16, nf4, nf4_dq, aux types). */
 llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g);
 
 /* Parameters of one group, as stored. d is never 0: a scale that would be
@@ -45,10 +48,15 @@ llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g);
 struct llm_qgroup {
     float d;     /* scale, rounded to the stored precision */
     float m;     /* minimum (zero-point types), = stored(-d * z); 0 for symmetric */
-    int zero;    /* integer zero: z for zero-point types, 2^(bits-1) for symmetric */
+    int zero;    /* integer zero: z for zero-point types, 2^(bits-1) for symmetric,
+                    0 for fp8 */
 };
 
-/* Choose d and z for the values x (n) from their range, by GPTQ's
+/* FP8 takes one rule in all three functions below: d = absmax / 448, the
+ * round-to-nearest rule of quant.c (GPTQ then searches the octave below it,
+ * gptq.c).
+ *
+ * Choose d and z for the values x (n) from their range, by GPTQ's
  * Quantizer.find_params rule (quantization.md 1.1): the range is widened to
  * contain 0, sym uses max(|min|, max), scale = (max - min) / maxq, zero =
  * round(-min / scale) (sym: 2^(bits-1)); an all-zero group gets [-1, 1]. */
@@ -76,15 +84,15 @@ void llm_qgrid_group_rtn(const struct llm_qgrid *g, const float *x, int64_t n,
 void llm_qgrid_group_set(const struct llm_qgrid *g, float scale, int zero, struct llm_qgroup *p);
 
 /* The code of x on a group's grid: clamp(round_half_even(x / d) + zero, 0,
- * maxq) (GPTQ/AWQ's rule), and its dequantized value d*q + m as the file
- * will give it back. */
+ * maxq) (GPTQ/AWQ's rule; fp8: e4m3(x / d), saturating), and its dequantized
+ * value d*q + m (fp8: e4m3(q) * d) as the file will give it back. */
 int llm_qgrid_code(const struct llm_qgrid *g, const struct llm_qgroup *p, float x);
 float llm_qgrid_value(const struct llm_qgrid *g, const struct llm_qgroup *p, int q);
 
-/* Pack one row of codes q (ne0, each in [0, maxq]) with the parameters of its
- * groups p (ceil(ne0 / group) entries; 1 for _ch types) into dst
- * (llm_type_row_bytes(g->type, ne0) bytes). Padding elements of the last
- * block get the code of 0. */
+/* Pack one row of codes q (ne0, each in [0, maxq]; for fp8 not a NaN code)
+ * with the parameters of its groups p (ceil(ne0 / group) entries; 1 for _ch
+ * types and fp8) into dst (llm_type_row_bytes(g->type, ne0) bytes). Padding
+ * elements of the last block get the code of 0. */
 llm_status llm_qgrid_pack_row(const struct llm_qgrid *g, const uint8_t *q,
                               const struct llm_qgroup *p, int64_t ne0, void *dst);
 

@@ -193,16 +193,58 @@ llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *or
     return LLM_OK;
 }
 
+/* The parameters of a row's groups before any update: group_params, or the
+ * fixed scale of a per-tensor fp8 grid. */
+static void row_params(const struct llm_gptq_params *p, const struct llm_qgrid *g,
+                       const float *x, int64_t n, struct llm_qgroup *q)
+{
+    if (p->scale > 0.0f)
+        llm_qgrid_group_set(g, p->scale, 0, q);
+    else
+        group_params(p->rtn_grid, g, x, n, q);
+}
+
+/* An FP8 row's scale. E4M3's steps are relative, so scaling a row by 2
+ * changes nothing and scaling it by c in (1/2, 1] changes which values
+ * fall near a step: the row takes, among FP8_SCALES scales from absmax/448
+ * down to about half of it (the largest values then saturate at 448), the
+ * one whose rounding error weighted by diag(H) is the least. The first
+ * candidate is round to nearest's, so the error is never above its. */
+#define FP8_SCALES 64
+static void fp8_row_scale(const struct llm_qgrid *g, const float *w, const float *H, int64_t n,
+                          struct llm_qgroup *p)
+{
+    const float d0 = p->d;
+    double best = INFINITY;
+    for (int k = 0; k < FP8_SCALES; k++) {
+        struct llm_qgroup t = *p;
+        t.d = d0 * (1.0f - (float)k / (2.0f * FP8_SCALES));
+        double e = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            const float x = w[j];
+            const double dx = x - llm_qgrid_value(g, &t, llm_qgrid_code(g, &t, x));
+            e += (double)H[j * n + j] * dx * dx;
+        }
+        if (e < best) {
+            best = e;
+            p->d = t.d;
+        }
+    }
+}
+
 /* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
-static void rtn_diff(const struct llm_qgrid *g, const float *W0, int64_t rows, int64_t cols,
-                     int64_t G, float *D)
+static void rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g, const float *W0,
+                     int64_t rows, int64_t cols, int64_t G, float *D)
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c0 = 0; c0 < cols; c0 += G) {
             const int64_t len = cols - c0 < G ? cols - c0 : G;
             const float *w = W0 + r * cols + c0;
             struct llm_qgroup q;
-            llm_qgrid_group(g, w, len, &q);
+            if (p->scale > 0.0f)
+                llm_qgrid_group_set(g, p->scale, 0, &q);
+            else
+                llm_qgrid_group(g, w, len, &q);
             for (int64_t j = 0; j < len; j++)
                 D[r * cols + c0 + j] = w[j] - llm_qgrid_value(g, &q, llm_qgrid_code(g, &q, w[j]));
         }
@@ -244,9 +286,11 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
         rn > ((uint64_t)1 << 40))
         return llm_error_set(LLM_E_INVALID, "gptq: bad shape %lld x %lld", (long long)rows,
                              (long long)cols);
-    if (!(p->damp >= 0.0f) || !isfinite(p->damp) || p->block_size < 0 || p->n_threads < 0)
-        return llm_error_set(LLM_E_INVALID, "gptq: bad parameters (damp %g, block %d, threads %d)",
-                             (double)p->damp, p->block_size, p->n_threads);
+    if (!(p->damp >= 0.0f) || !isfinite(p->damp) || p->block_size < 0 || p->n_threads < 0 ||
+        !(p->scale >= 0.0f) || !isfinite(p->scale) || (p->scale > 0.0f && !g.fp8))
+        return llm_error_set(LLM_E_INVALID, "gptq: bad parameters (damp %g, block %d, threads %d, "
+                             "scale %g)", (double)p->damp, p->block_size, p->n_threads,
+                             (double)p->scale);
     const int64_t n = cols;
     const int64_t G = g.group ? g.group : n;
     const int64_t ng = (n + G - 1) / G;
@@ -297,11 +341,14 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     if (st) {
         memcpy(W0, W, (size_t)(rows * n) * sizeof *W0);
         memcpy(H0, H, (size_t)(n * n) * sizeof *H0);
-        rtn_diff(&g, W0, rows, n, G, D1);
+        rtn_diff(p, &g, W0, rows, n, G, D1);
     }
     if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
-        for (int64_t r = 0; r < rows; r++)
-            group_params(p->rtn_grid, &g, W + r * n, n, &gp[r]);
+        for (int64_t r = 0; r < rows; r++) {
+            row_params(p, &g, W + r * n, n, &gp[r]);
+            if (g.fp8 && !(p->scale > 0.0f))
+                fp8_row_scale(&g, W + r * n, H, n, &gp[r]);
+        }
     for (int64_t i = 0; i < n; i++)
         if (H[i * n + i] == 0.0f) {
             H[i * n + i] = 1.0f;

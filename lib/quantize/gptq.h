@@ -12,7 +12,7 @@
 #include "../quant/types.h"
 
 struct llm_gptq_params {
-    enum llm_type type; /* target integer grid type (llm_qgrid_of) */
+    enum llm_type type; /* target grid type (llm_qgrid_of): an integer grid or fp8_e4m3 */
     float damp;         /* percdamp: the fraction of mean(diag(H)) added to the diagonal */
     int block_size;     /* lazy-batch columns; 0: 128 */
     int act_order;      /* columns in descending diag(H) order */
@@ -25,6 +25,8 @@ struct llm_gptq_params {
                              permutation), instead of diag(H) descending; lets
                              row blocks quantized with their own H share one
                              order (NULL: diag(H)'s) */
+    float scale;        /* fp8_e4m3 only: > 0 gives every row this scale (one
+                           scale per tensor); 0: each row's absmax / 448 */
 };
 
 /* type, with the reference defaults: damp 0.01, block 128, no act-order, no
@@ -62,6 +64,11 @@ llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *or
  * parameters (llm_qgrid_group) from W as it stood at the start of the lazy
  * batch holding the group's first column, as the reference does; with
  * groups shorter than block_size that is not the fully updated W (gptq.c).
+ *
+ * fp8_e4m3 (one scale per row) is GPTQ on the E4M3 grid; each row's scale
+ * is the one of 64 in (absmax/896, absmax/448] with the least rounding
+ * error weighted by diag(H) (gptq.c, fp8_row_scale), unless params.scale
+ * fixes it.
  *
  * st may be NULL; computing it costs about as much as the quantization
  * itself (two quadratic forms in H per row).

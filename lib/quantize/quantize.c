@@ -134,6 +134,15 @@ static void fp8_row_tensor_scale(const float *x, int64_t ne0, float scale, uint8
         dst[4 + i] = llm_fp32_to_fp8_e4m3(x[i] * inv);
 }
 
+float llm_q_fp8_tensor_scale(const float *W, int64_t n)
+{
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(W[i]) && fabsf(W[i]) > amax)
+            amax = fabsf(W[i]);
+    return amax / 448.0f;
+}
+
 llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols)
 {
     double t0 = llm_q_now();
@@ -141,15 +150,8 @@ llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t 
     t->data = llm_malloc((size_t)t->nbytes ? (size_t)t->nbytes : 1);
     if (!t->data)
         return LLM_E_NOMEM;
-    float tscale = 0;
     int per_tensor = t->spec.method == LLM_QM_FP8 && t->spec.per_tensor > 0;
-    if (per_tensor) {
-        float amax = 0;
-        for (int64_t i = 0; i < rows * cols; i++)
-            if (isfinite(W[i]) && fabsf(W[i]) > amax)
-                amax = fabsf(W[i]);
-        tscale = amax / 448.0f;
-    }
+    float tscale = per_tensor ? llm_q_fp8_tensor_scale(W, rows * cols) : 0.0f;
     float *back = llm_malloc((size_t)cols * sizeof(float));
     if (!back)
         return LLM_E_NOMEM;
@@ -368,6 +370,19 @@ static llm_status plan(struct qctx *q)
         } else {
             llm_recipe_resolve(p->recipe, &def, it->name, &t->spec, NULL);
         }
+        enum llm_type to;
+        llm_status s = llm_qspec_type(&t->spec, it->type, &to);
+        if (s) {
+            llm_error_prefix(it->name);
+            llm_error_prefix(path);
+            return s;
+        }
+        t->to = llm_q_fit_group(to, it->ne[0]);
+        /* fp8 with calibration text is GPTQ on the E4M3 grid: the same
+         * scales, the rounding errors fed back into the columns not yet
+         * quantized */
+        if (t->spec.method == LLM_QM_FP8 && p->calib_path)
+            t->spec.method = LLM_QM_GPTQ;
         if (t->spec.method == LLM_QM_AWQ && (emb || head))
             return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': awq applies to the linear layers "
                                  "of the blocks only", path, it->name);
@@ -378,14 +393,6 @@ static llm_status plan(struct qctx *q)
             return llm_error_set(LLM_E_INVALID, "%s: the tied 'token_embd.weight' cannot take "
                                  "act-order without --static-groups (its columns must stay in "
                                  "order for the lookup)", path);
-        enum llm_type to;
-        llm_status s = llm_qspec_type(&t->spec, it->type, &to);
-        if (s) {
-            llm_error_prefix(it->name);
-            llm_error_prefix(path);
-            return s;
-        }
-        t->to = llm_q_fit_group(to, it->ne[0]);
         if (t->spec.method == LLM_QM_GPTQ) {
             has_gptq = 1;
             if (emb)
@@ -397,8 +404,8 @@ static llm_status plan(struct qctx *q)
         return llm_error_set(LLM_E_INVALID, "a run may use gptq or awq, not both");
     q->flow = has_gptq ? FLOW_GPTQ : has_awq ? FLOW_AWQ : FLOW_NONE;
     if (q->flow == FLOW_NONE && p->calib_path)
-        return llm_error_set(LLM_E_INVALID, "%s: calibration text given, but no tensor uses gptq "
-                             "or awq", p->calib_path);
+        return llm_error_set(LLM_E_INVALID, "%s: calibration text given, but no tensor uses gptq, "
+                             "awq or fp8", p->calib_path);
     if (q->flow != FLOW_NONE && !p->calib_path)
         return llm_error_set(LLM_E_INVALID, "%s needs calibration text: --calib FILE",
                              has_gptq ? "gptq" : "awq");

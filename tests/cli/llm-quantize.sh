@@ -39,7 +39,13 @@ t_quantize_usage_errors_exit_2() {
     expect 2 "$QUANT" -m x -o y --method zzz && has "$TMP/err" "unknown method 'zzz'" &&
     expect 2 "$QUANT" -m x -o y --bits 3 && has "$TMP/err" "3 bits is not supported" &&
     expect 2 "$QUANT" -m x -o y --group 48 && has "$TMP/err" "group 48 is not supported" &&
-    expect 2 "$QUANT" -m x -o y --calib c.txt && has "$TMP/err" "--calib applies to gptq and awq" &&
+    expect 2 "$QUANT" -m x -o y --calib c.txt && has "$TMP/err" "--calib applies to gptq, awq and fp8" &&
+    expect 2 "$QUANT" -m x -o y --damp 0.1 && has "$TMP/err" "--damp and --block-size apply to gptq" &&
+    expect 2 "$QUANT" -m x -o y --method fp8 --act-order && has "$TMP/err" "and to fp8 with --calib" &&
+    expect 2 "$QUANT" -m x -o y --method fp8 --calib c.txt --static-groups && has "$TMP/err" "--static-groups and --reference-grid apply to gptq" &&
+    expect 2 "$QUANT" -m x -o y --method gptq --calib c.txt --no-clip && has "$TMP/err" "apply to awq" &&
+    expect 2 "$QUANT" -m x -o y --method gptq --samples 8 && has "$TMP/err" "apply to the calibration text (--calib)" &&
+    expect 2 "$QUANT" -m x -o y --method nf4 --fp8-scale tensor && has "$TMP/err" "--fp8-scale applies to fp8" &&
     expect 2 "$QUANT" -m x -o y --act-order && has "$TMP/err" "apply to gptq" &&
     expect 2 "$QUANT" -m x -o y --method awq --reference-grid && has "$TMP/err" "apply to gptq" &&
     expect 2 "$QUANT" -m x -o y --method rtn --v-hessian input && has "$TMP/err" "apply to gptq" &&
@@ -183,6 +189,40 @@ t_quantize_nf4_fp8_types_and_quality() {
         'BEGIN { exit !(f < a * 1.02 && t < a * 1.03 && n < a * 1.15 && n > a) }' ||
         { echo "base $p0 nf4 $pn fp8 $pf fp8-tensor $pt"; return 1; }
 }
+# fp8 with --calib is GPTQ on the E4M3 grid: the same type and scales, and
+# every tensor's output error on the calibration inputs below round to
+# nearest's, with one scale per row or per tensor. (On this model the
+# perplexity moves by less than its noise either way, so only closeness to
+# the float model is asserted for it.)
+t_quantize_fp8_calib_is_gptq() {
+    q_make fp8g --method fp8 --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    q_make fp8gt --method fp8 --fp8-scale tensor --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    [ "$(q_type "$TMP/q-fp8g.llm" blk.1.attn_q.weight)" = fp8_e4m3 ] &&
+    [ "$(q_type "$TMP/q-fp8g.llm" token_embd.weight)" = q8_0 ] || return 1
+    "$BIN/llm-convert" --info "$TMP/q-fp8g.llm" >"$TMP/info" &&
+    has "$TMP/info" "method: fp8" && has "$TMP/info" "damp: 0.0099" && has "$TMP/info" "windows: 16" || return 1
+    # a GPTQ checkpoint holds integer grids: fp8 is refused there, not misread as one
+    printf 'rules:\n  - match: "blk.*"\n    method: fp8\n  - match: token_embd.weight\n    method: keep\n' >"$TMP/fp8.yaml"
+    "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-fp8only.llm" --recipe "$TMP/fp8.yaml" &&
+    expect 1 "$BIN/llm-convert" "$TMP/q-fp8only.llm" --to gptq -o "$TMP/fp8-hf" &&
+    has "$TMP/err" "type fp8_e4m3 cannot be written to a GPTQ checkpoint" || return 1
+    python3 -c 1 2>/dev/null || skip "python3 absent"
+    local f
+    for f in fp8g fp8gt; do
+        python3 - "$TMP/q-$f.json" <<'EOF' || return 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = [t for t in r["tensors"] if t["method"] == "gptq"]
+assert len(g) == 35 and all(t["to"] == "fp8_e4m3" for t in g), g
+worse = [t["name"] for t in g if not t["output_mse"] < t["output_mse_rtn"]]
+assert not worse, (sys.argv[1], worse)
+EOF
+    done
+    local p0 pg pgt
+    p0=$(q_ppl "$TMP/q-base.llm"); pg=$(q_ppl "$TMP/q-fp8g.llm"); pgt=$(q_ppl "$TMP/q-fp8gt.llm")
+    awk -v a="$p0" -v g="$pg" -v t="$pgt" 'BEGIN { exit !(g < a * 1.02 && t < a * 1.03) }' ||
+        { echo "base $p0 fp8 gptq $pg per tensor $pgt"; return 1; }
+}
 t_quantize_recipe_mixes_methods() {
     q_base || return 1
     cat >"$TMP/recipe.yaml" <<'EOF'
@@ -212,7 +252,7 @@ t_quantize_recipe_without_gptq_refuses_calib() {
     q_base || return 1
     printf 'rules:\n  - match: "blk.*"\n    method: nf4\n' >"$TMP/nf4.yaml"
     expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/nf4.yaml" --calib "$Q_CAL" &&
-    has "$TMP/err" "calibration text given, but no tensor uses gptq or awq" && [ ! -e "$TMP/qx.llm" ]
+    has "$TMP/err" "calibration text given, but no tensor uses gptq, awq or fp8" && [ ! -e "$TMP/qx.llm" ]
 }
 # --reference-grid is the reference's find_params, recorded in the metadata;
 # on a symmetric grid it differs from the round-to-nearest rule (step

@@ -1,4 +1,4 @@
-/* test_grid.c: the integer grids of lib/quantize/grid.c.
+/* test_grid.c: the grids of lib/quant/grid.c.
  *
  * The packed rows are read back by quant.c's llm_dequantize_row (an
  * independent reader of blocks.h), which must give llm_qgrid_value of every
@@ -71,9 +71,13 @@ Test(grid, grid_of_each_type)
         cr_expect_eq(g.group, want[i].group, "%s", llm_type_name(want[i].t));
         cr_expect_eq(g.zero_point, want[i].zp, "%s", llm_type_name(want[i].t));
         cr_expect_eq(g.maxq, want[i].bits == 8 ? 255 : 15);
+        cr_expect_eq(g.fp8, 0);
     }
+    struct llm_qgrid f;
+    cr_assert_eq(llm_qgrid_of(LLM_TYPE_FP8_E4M3, &f), LLM_OK);
+    cr_expect(f.fp8 == 1 && f.bits == 8 && f.group == 0 && f.zero_point == 0 && f.maxq == 255);
     static const enum llm_type bad[] = { LLM_TYPE_F32, LLM_TYPE_F16, LLM_TYPE_BF16, LLM_TYPE_NF4,
-                                         LLM_TYPE_NF4_DQ, LLM_TYPE_FP8_E4M3, LLM_TYPE_U8 };
+                                         LLM_TYPE_NF4_DQ, LLM_TYPE_U8 };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct llm_qgrid g;
         cr_expect_eq(llm_qgrid_of(bad[i], &g), LLM_E_INVALID, "%s", llm_type_name(bad[i]));
@@ -147,6 +151,66 @@ Test(grid, pack_dequantizes_to_grid_values)
             check_pack(grid_types[ti], lengths[li], 0, 40.0f);
             check_pack(grid_types[ti], lengths[li], 1, 0.3f);
         }
+}
+
+/* The FP8 grid is quant.c's fp8_e4m3 quantizer spelled out: codes taken
+ * one by one with the row's parameters pack to the very bytes that
+ * llm_quantize_row writes, every code reads back as llm_qgrid_value, and
+ * each value is the nearest E4M3 step (relative error at most 2^-4, or half
+ * a subnormal step of d * 2^-9). */
+Test(grid, fp8_is_the_rtn_quantizer)
+{
+    rng_state = 17;
+    struct llm_qgrid g;
+    cr_assert_eq(llm_qgrid_of(LLM_TYPE_FP8_E4M3, &g), LLM_OK);
+    static const float scales[] = { 1e-6f, 0.05f, 3.0f, 4e4f };
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            const int64_t n = lengths[li];
+            size_t rb = (size_t)llm_type_row_bytes(LLM_TYPE_FP8_E4M3, (uint64_t)n);
+            float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+            uint8_t *q = malloc((size_t)n), *q2 = malloc((size_t)n);
+            uint8_t *row = malloc(rb), *ref = malloc(rb);
+            cr_assert(x && y && q && q2 && row && ref);
+            for (int64_t i = 0; i < n; i++) /* magnitudes over 8 binades, both signs */
+                x[i] = scales[si] * rng_sym() * ldexpf(1.0f, -(int)(rng_next() % 8));
+            struct llm_qgroup p, p2;
+            llm_qgrid_group(&g, x, n, &p);
+            for (int64_t i = 0; i < n; i++)
+                q[i] = (uint8_t)llm_qgrid_code(&g, &p, x[i]);
+            cr_assert_eq(llm_qgrid_pack_row(&g, q, &p, n, row), LLM_OK);
+            cr_assert_eq(llm_quantize_row(LLM_TYPE_FP8_E4M3, x, ref, n), LLM_OK);
+            cr_assert_eq(memcmp(row, ref, rb), 0, "n %lld scale %g", (long long)n,
+                         (double)scales[si]);
+            cr_assert_eq(llm_dequantize_row(LLM_TYPE_FP8_E4M3, row, y, n), LLM_OK);
+            for (int64_t i = 0; i < n; i++) {
+                float v = llm_qgrid_value(&g, &p, q[i]);
+                cr_assert_eq(bits_of(y[i]), bits_of(v), "n %lld i %lld", (long long)n,
+                             (long long)i);
+                cr_assert_leq(fabsf(v - x[i]), fabsf(x[i]) * 0x1p-4f + p.d * 0x1p-10f,
+                              "x %g v %g d %g", (double)x[i], (double)v, (double)p.d);
+            }
+            cr_assert_eq(llm_qgrid_unpack_row(&g, row, n, q2, &p2), LLM_OK);
+            cr_assert_eq(memcmp(q, q2, (size_t)n), 0);
+            cr_assert(bits_of(p2.d) == bits_of(p.d) && p2.m == 0.0f && p2.zero == 0);
+            free(x), free(y), free(q), free(q2), free(row), free(ref);
+        }
+    /* a NaN code (0x7f, 0xff) is not on the grid; a zero row keeps a non-zero scale */
+    struct llm_qgroup p;
+    float zeros[4] = { 0 };
+    llm_qgrid_group(&g, zeros, 4, &p);
+    cr_expect(p.d > 0.0f);
+    cr_expect_eq(llm_qgrid_code(&g, &p, 0.0f), 0);
+    uint8_t q[4] = { 1, 0x7e, 0xfe, 0x7f }, row[8];
+    cr_expect_eq(llm_qgrid_pack_row(&g, q, &p, 4, row), LLM_E_INVALID);
+    q[3] = 0xff;
+    cr_expect_eq(llm_qgrid_pack_row(&g, q, &p, 4, row), LLM_E_INVALID);
+    q[3] = 0x80;
+    cr_expect_eq(llm_qgrid_pack_row(&g, q, &p, 4, row), LLM_OK);
+    /* saturation: beyond 448 d the code is 448's */
+    llm_qgrid_group_set(&g, 1.0f, 0, &p);
+    cr_expect_eq(llm_qgrid_code(&g, &p, 1e9f), 0x7e);
+    cr_expect_eq(llm_qgrid_code(&g, &p, -1e9f), 0xfe);
 }
 
 Test(grid, padding_takes_the_code_of_zero)

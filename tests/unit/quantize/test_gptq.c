@@ -206,7 +206,8 @@ static int is_identity(const int32_t *perm, int64_t n)
 
 static void check_beats_rtn(int64_t rows, int64_t cols)
 {
-    static const enum llm_type types[] = { LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_CH };
+    static const enum llm_type types[] = { LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_CH,
+                                           LLM_TYPE_FP8_E4M3 };
     struct problem pr;
     problem_correlated(&pr, rows, cols, 42);
     float *Qr = malloc((size_t)(rows * cols) * sizeof(float));
@@ -270,7 +271,8 @@ Test(gptq, threads_give_the_same_bits)
 }
 
 /* With a diagonal H (uncorrelated inputs) no error propagates (U is
- * diagonal), so GPTQ is RTN on the same grid, bit for bit. */
+ * diagonal), so GPTQ is RTN on the same grid, bit for bit; FP8 is RTN on
+ * the scale it chose. */
 Test(gptq, diagonal_hessian_is_rtn)
 {
     static const enum llm_type types[] = { LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4_0, LLM_TYPE_Q8Z_CH,
@@ -299,7 +301,84 @@ Test(gptq, diagonal_hessian_is_rtn)
             result_free(&res);
         }
     }
+    /* FP8 rows search their scale (gptq.c, fp8_row_scale): each row is round
+     * to nearest on its stored scale, within the octave below absmax/448, with
+     * an error no larger than round to nearest's on absmax/448 */
+    rtn(LLM_TYPE_FP8_E4M3, pr.W, rows, n, Qr);
+    struct llm_gptq_params p;
+    llm_gptq_params_init(&p, LLM_TYPE_FP8_E4M3);
+    struct result res;
+    cr_assert_eq(run_gptq(&pr, &p, &res), LLM_OK);
+    int moved = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        float d, amax = 0.0f;
+        memcpy(&d, res.out + r * res.row_bytes, sizeof d);
+        for (int64_t j = 0; j < n; j++)
+            amax = fmaxf(amax, fabsf(pr.W[r * n + j]));
+        cr_assert(d <= amax / 448.0f && d > amax / 448.0f * 0.5f, "row %lld d %g", (long long)r, d);
+        moved += d != amax / 448.0f;
+        for (int64_t j = 0; j < n; j++) {
+            const float x = pr.W[r * n + j] / d;
+            const float want = llm_fp8_e4m3_to_fp32(llm_fp32_to_fp8_e4m3(x)) * d;
+            cr_assert_eq(bits_of(res.Q[r * n + j]), bits_of(want), "fp8 row %lld col %lld",
+                         (long long)r, (long long)j);
+        }
+    }
+    cr_expect_gt(moved, 0);
+    cr_expect_leq(res.st.err_gptq, res.st.err_rtn);
+    result_free(&res);
     free(Qr);
+    problem_free(&pr);
+}
+
+/* FP8 with one scale per tensor (--fp8-scale tensor): every row header is
+ * the given scale, the error is below round to nearest with that scale
+ * (quant.c's row quantizer on the scaled row, an independent path), and a
+ * fixed scale is refused for integer grids. */
+Test(gptq, fp8_tensor_scale)
+{
+    const int64_t rows = 12, cols = 192;
+    struct problem pr;
+    problem_correlated(&pr, rows, cols, 5);
+    float amax = 0.0f;
+    for (int64_t i = 0; i < rows * cols; i++)
+        amax = fmaxf(amax, fabsf(pr.W[i]));
+    const float scale = amax / 448.0f;
+    /* RTN with the tensor's scale: quantize the row divided by it, with its
+     * own row scale 1 (a row whose absmax is 448 after division has r = 1) */
+    float *Qr = malloc((size_t)(rows * cols) * sizeof(float));
+    float *x = malloc((size_t)(cols + 1) * sizeof(float));
+    uint8_t *buf = malloc((size_t)llm_type_row_bytes(LLM_TYPE_FP8_E4M3, (uint64_t)cols + 1));
+    cr_assert(Qr && x && buf);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t j = 0; j < cols; j++)
+            x[j] = pr.W[r * cols + j] / scale;
+        x[cols] = 448.0f; /* pins the row scale at 1 */
+        cr_assert_eq(llm_quantize_row(LLM_TYPE_FP8_E4M3, x, buf, cols + 1), LLM_OK);
+        cr_assert_eq(llm_dequantize_row(LLM_TYPE_FP8_E4M3, buf, x, cols + 1), LLM_OK);
+        for (int64_t j = 0; j < cols; j++)
+            Qr[r * cols + j] = x[j] * scale;
+    }
+    struct llm_gptq_params p;
+    llm_gptq_params_init(&p, LLM_TYPE_FP8_E4M3);
+    p.scale = scale;
+    struct result res;
+    cr_assert_eq(run_gptq(&pr, &p, &res), LLM_OK, "%s", llm_error_detail(LLM_E_INVALID));
+    for (int64_t r = 0; r < rows; r++) {
+        float hdr;
+        memcpy(&hdr, res.out + r * res.row_bytes, sizeof hdr);
+        cr_assert_eq(bits_of(hdr), bits_of(scale), "row %lld", (long long)r);
+    }
+    check_dequant(&pr, p.type, &res);
+    const double e = out_err(&pr, res.Q), e_rtn = out_err(&pr, Qr);
+    cr_expect_lt(e / e_rtn, 0.8, "gptq %g rtn %g", e, e_rtn);
+    result_free(&res);
+
+    llm_gptq_params_init(&p, LLM_TYPE_Q4Z_CH);
+    p.scale = scale;
+    cr_expect_eq(run_gptq(&pr, &p, &res), LLM_E_INVALID);
+    result_free(&res);
+    free(Qr), free(x), free(buf);
     problem_free(&pr);
 }
 
