@@ -53,8 +53,7 @@ struct llm_qgroup {
 };
 
 /* FP8 takes one rule in all three functions below: d = absmax / 448, the
- * round-to-nearest rule of quant.c (GPTQ then searches the octave below it,
- * gptq.c).
+ * round-to-nearest rule of quant.c.
  *
  * Choose d and z for the values x (n) from their range, by GPTQ's
  * Quantizer.find_params rule (quantization.md 1.1): the range is widened to

@@ -204,34 +204,6 @@ static void row_params(const struct llm_gptq_params *p, const struct llm_qgrid *
         group_params(p->rtn_grid, g, x, n, q);
 }
 
-/* An FP8 row's scale. E4M3's steps are relative, so scaling a row by 2
- * changes nothing and scaling it by c in (1/2, 1] changes which values
- * fall near a step: the row takes, among FP8_SCALES scales from absmax/448
- * down to about half of it (the largest values then saturate at 448), the
- * one whose rounding error weighted by diag(H) is the least. The first
- * candidate is round to nearest's, so the error is never above its. */
-#define FP8_SCALES 64
-static void fp8_row_scale(const struct llm_qgrid *g, const float *w, const float *H, int64_t n,
-                          struct llm_qgroup *p)
-{
-    const float d0 = p->d;
-    double best = INFINITY;
-    for (int k = 0; k < FP8_SCALES; k++) {
-        struct llm_qgroup t = *p;
-        t.d = d0 * (1.0f - (float)k / (2.0f * FP8_SCALES));
-        double e = 0.0;
-        for (int64_t j = 0; j < n; j++) {
-            const float x = w[j];
-            const double dx = x - llm_qgrid_value(g, &t, llm_qgrid_code(g, &t, x));
-            e += (double)H[j * n + j] * dx * dx;
-        }
-        if (e < best) {
-            best = e;
-            p->d = t.d;
-        }
-    }
-}
-
 /* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
 static void rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g, const float *W0,
                      int64_t rows, int64_t cols, int64_t G, float *D)
@@ -344,11 +316,8 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
         rtn_diff(p, &g, W0, rows, n, G, D1);
     }
     if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t r = 0; r < rows; r++)
             row_params(p, &g, W + r * n, n, &gp[r]);
-            if (g.fp8 && !(p->scale > 0.0f))
-                fp8_row_scale(&g, W + r * n, H, n, &gp[r]);
-        }
     for (int64_t i = 0; i < n; i++)
         if (H[i * n + i] == 0.0f) {
             H[i * n + i] = 1.0f;

@@ -65,10 +65,8 @@ llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *or
  * batch holding the group's first column, as the reference does; with
  * groups shorter than block_size that is not the fully updated W (gptq.c).
  *
- * fp8_e4m3 (one scale per row) is GPTQ on the E4M3 grid; each row's scale
- * is the one of 64 in (absmax/896, absmax/448] with the least rounding
- * error weighted by diag(H) (gptq.c, fp8_row_scale), unless params.scale
- * fixes it.
+ * fp8_e4m3 is GPTQ on the E4M3 grid with round to nearest's scales: each
+ * row's absmax / 448, or params.scale for every row.
  *
  * st may be NULL; computing it costs about as much as the quantization
  * itself (two quadratic forms in H per row).
