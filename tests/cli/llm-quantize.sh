@@ -218,6 +218,15 @@ worse = [t["name"] for t in g if not t["output_mse"] < t["output_mse_rtn"]]
 assert not worse, (sys.argv[1], worse)
 EOF
     done
+    # a recipe's fp8 rules take the calibration text the same way; rtn rules stay rtn
+    printf 'rules:\n  - match: "blk.*.ffn_*"\n    method: fp8\n  - match: "blk.*"\n    method: rtn\n    bits: 8\n' >"$TMP/fp8r.yaml"
+    q_make fp8r --recipe "$TMP/fp8r.yaml" --calib "$Q_CAL" --samples 8 --seq-len 128 || return 1
+    python3 - "$TMP/q-fp8r.json" <<'EOF' || return 1
+import json, sys
+t = {x["name"]: (x["method"], x["to"]) for x in json.load(open(sys.argv[1]))["tensors"]}
+assert t["blk.3.ffn_up.weight"] == ("gptq", "fp8_e4m3"), t
+assert t["blk.3.attn_q.weight"][0] == "rtn", t
+EOF
     local p0 pg pgt
     p0=$(q_ppl "$TMP/q-base.llm"); pg=$(q_ppl "$TMP/q-fp8g.llm"); pgt=$(q_ppl "$TMP/q-fp8gt.llm")
     awk -v a="$p0" -v g="$pg" -v t="$pgt" 'BEGIN { exit !(g < a * 1.02 && t < a * 1.03) }' ||
