@@ -142,7 +142,9 @@ static llm_status bind_perm(struct llm_model *m, struct llm_weight *w, const cha
     uint8_t *seen = llm_calloc((size_t)w->ne0, 1);
     if (!seen)
         return LLM_E_NOMEM;
+    int identity = 1;
     for (int64_t i = 0; i < w->ne0; i++) {
+        identity &= perm[i] == i;
         if (perm[i] < 0 || perm[i] >= w->ne0 || seen[perm[i]]) {
             llm_free(seen);
             return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': element %lld = %d is not a "
@@ -152,7 +154,9 @@ static llm_status bind_perm(struct llm_model *m, struct llm_weight *w, const cha
         seen[perm[i]] = 1;
     }
     llm_free(seen);
-    w->perm = perm;
+    /* an identity (a row of one group, or files from before llm-quantize
+     * stopped writing them) would only cost a gather per product */
+    w->perm = identity ? NULL : perm;
     return LLM_OK;
 }
 

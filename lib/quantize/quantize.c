@@ -429,12 +429,16 @@ static llm_status plan(struct qctx *q)
                  (len > 12 && !strcmp(n + len - 12, ".attn_v.bias"))))
                 q->t[i].to = LLM_TYPE_F32;
         }
-    /* act-order weights carry a permutation tensor after them */
+    /* act-order weights carry a permutation tensor after them, when their
+     * rows have more than one group: in a single group the order changes
+     * nothing stored (gptq.c keeps such rows in column order) */
     if (q->flow == FLOW_GPTQ && p->act_order && !p->static_groups) {
         size_t n = q->n_t;
         for (size_t i = 0; i < n; i++) {
             struct qt *t = &q->t[i];
-            if (t->spec.method != LLM_QM_GPTQ)
+            struct llm_qgrid g;
+            if (t->spec.method != LLM_QM_GPTQ || llm_qgrid_of(t->to, &g) != LLM_OK ||
+                !g.group || t->in->ne[0] <= g.group)
                 continue;
             char pname[LLM_MAX_NAME];
             llm_q_perm_name(t->name, pname);
