@@ -542,6 +542,13 @@ static int is_float(enum llm_type t)
     return t == LLM_TYPE_F32 || t == LLM_TYPE_F16 || t == LLM_TYPE_BF16;
 }
 
+/* GPTQ and AWQ checkpoints hold integer grids only: fp8_e4m3, a grid of
+ * grid.h too, goes the way of the other non-integer types. */
+static int int_grid(enum llm_type t, struct llm_qgrid *g)
+{
+    return llm_qgrid_of(t, g) == LLM_OK && !g->fp8;
+}
+
 static llm_status plan_tensor(struct xplan *p, struct llm_tensor *t)
 {
     struct xname xn;
@@ -558,13 +565,12 @@ static llm_status plan_tensor(struct xplan *p, struct llm_tensor *t)
         snprintf(w, sizeof w, "%.*s.weight", (int)(strlen(t->name) - 5), t->name);
         struct llm_tensor *wt = llm_file_find(p->f, w);
         struct llm_qgrid g;
-        LLM_CHECK(wt && llm_qgrid_of(wt->type, &g) == LLM_OK && !g.fp8, LLM_E_FORMAT,
+        LLM_CHECK(wt && int_grid(wt->type, &g), LLM_E_FORMAT,
                   "%s: tensor '%s' permutes no quantized weight", p->f->path, t->name);
         return LLM_OK; /* written as g_idx with its weight */
     }
     struct llm_qgrid g;
-    /* GPTQ and AWQ checkpoints hold integer grids; fp8 goes the float way */
-    if (xn.linear && t->n_dims == 2 && llm_qgrid_of(t->type, &g) == LLM_OK && !g.fp8)
+    if (xn.linear && t->n_dims == 2 && int_grid(t->type, &g))
         return plan_quant(p, t, &xn, &g);
     llm_error_clear();
     if (is_float(t->type)) {

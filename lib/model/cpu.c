@@ -239,6 +239,13 @@ struct att_job {
  * stories110m's shape). */
 #define ATT_GROUP 8
 
+/* Positions of the KV block starting at p0 (bs long) that a token seeing
+ * [0, len) attends to; 0 or less: none. */
+static inline int32_t block_rows(int32_t len, int32_t p0, int32_t bs)
+{
+    return len - p0 < bs ? len - p0 : bs;
+}
+
 /* Causal attention of nt consecutive query tokens (token i sees positions
  * [0, len0 + i)) of one head over one KV head, walking the sequence's block
  * table block by block (no division per position); each block's rows go to
@@ -256,7 +263,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
         int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
         for (int32_t i = 0; i < nt; i++) {
-            int32_t li = len0 + i, m = li - p0 < bs ? li - p0 : bs;
+            const int32_t m = block_rows(len0 + i, p0, bs);
             if (m <= 0)
                 continue;
             float *si = sc + i * cap + p0;
@@ -285,7 +292,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
         int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
         for (int32_t i = 0; i < nt; i++) {
-            int32_t li = len0 + i, m = li - p0 < bs ? li - p0 : bs;
+            const int32_t m = block_rows(len0 + i, p0, bs);
             if (m <= 0)
                 continue;
             const float *wi = sc + i * cap + p0;

@@ -193,15 +193,16 @@ llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *or
     return LLM_OK;
 }
 
-/* The parameters of a row's groups before any update: group_params, or the
- * fixed scale of a per-tensor fp8 grid. */
-static void row_params(const struct llm_gptq_params *p, const struct llm_qgrid *g,
-                       const float *x, int64_t n, struct llm_qgroup *q)
+/* A group's parameters before any update: the fixed scale of a per-tensor
+ * fp8 grid, or group_params by the rule rtn_grid. */
+static void start_params(const struct llm_gptq_params *p, int rtn_grid,
+                         const struct llm_qgrid *g, const float *x, int64_t n,
+                         struct llm_qgroup *q)
 {
     if (p->scale > 0.0f)
         llm_qgrid_group_set(g, p->scale, 0, q);
     else
-        group_params(p->rtn_grid, g, x, n, q);
+        group_params(rtn_grid, g, x, n, q);
 }
 
 /* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
@@ -213,10 +214,7 @@ static void rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g,
             const int64_t len = cols - c0 < G ? cols - c0 : G;
             const float *w = W0 + r * cols + c0;
             struct llm_qgroup q;
-            if (p->scale > 0.0f)
-                llm_qgrid_group_set(g, p->scale, 0, &q);
-            else
-                llm_qgrid_group(g, w, len, &q);
+            start_params(p, 0, g, w, len, &q);
             for (int64_t j = 0; j < len; j++)
                 D[r * cols + c0 + j] = w[j] - llm_qgrid_value(g, &q, llm_qgrid_code(g, &q, w[j]));
         }
@@ -317,7 +315,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     }
     if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
         for (int64_t r = 0; r < rows; r++)
-            row_params(p, &g, W + r * n, n, &gp[r]);
+            start_params(p, p->rtn_grid, &g, W + r * n, n, &gp[r]);
     for (int64_t i = 0; i < n; i++)
         if (H[i * n + i] == 0.0f) {
             H[i * n + i] = 1.0f;

@@ -317,8 +317,7 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
                                       .static_groups = p->static_groups,
                                       .n_threads = n_threads(q),
                                       .rtn_grid = !p->reference_grid, .order = order };
-        if (t->to == LLM_TYPE_FP8_E4M3 && t->spec.per_tensor > 0)
-            gp.scale = llm_q_fp8_tensor_scale(L->W, L->rows * c);
+        gp.scale = llm_q_fp8_tensor_scale(t, L->W, L->rows * c);
         for (int b = 0; b < nh && !s; b++) {
             memcpy(Hc, H[b], (size_t)(c * c) * sizeof(float));
             /* lin_report measures the errors in the output domain for

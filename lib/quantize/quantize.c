@@ -134,8 +134,10 @@ static void fp8_row_tensor_scale(const float *x, int64_t ne0, float scale, uint8
         dst[4 + i] = llm_fp32_to_fp8_e4m3(x[i] * inv);
 }
 
-float llm_q_fp8_tensor_scale(const float *W, int64_t n)
+float llm_q_fp8_tensor_scale(const struct qt *t, const float *W, int64_t n)
 {
+    if (t->to != LLM_TYPE_FP8_E4M3 || t->spec.per_tensor <= 0)
+        return 0.0f;
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++)
         if (isfinite(W[i]) && fabsf(W[i]) > amax)
@@ -150,8 +152,7 @@ llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t 
     t->data = llm_malloc((size_t)t->nbytes ? (size_t)t->nbytes : 1);
     if (!t->data)
         return LLM_E_NOMEM;
-    int per_tensor = t->spec.method == LLM_QM_FP8 && t->spec.per_tensor > 0;
-    float tscale = per_tensor ? llm_q_fp8_tensor_scale(W, rows * cols) : 0.0f;
+    const float tscale = llm_q_fp8_tensor_scale(t, W, rows * cols);
     float *back = llm_malloc((size_t)cols * sizeof(float));
     if (!back)
         return LLM_E_NOMEM;
@@ -160,7 +161,7 @@ llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t 
     for (int64_t i = 0; i < rows && !s; i++) {
         uint8_t *dst = (uint8_t *)t->data + rb * (uint64_t)i;
         float *w = W + i * cols;
-        if (per_tensor)
+        if (tscale > 0.0f)
             fp8_row_tensor_scale(w, cols, tscale, dst);
         else
             s = llm_quantize_row(t->to, w, dst, cols);
