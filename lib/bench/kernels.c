@@ -121,6 +121,7 @@ struct job {
     int kind;
     enum llm_type t;
     const void *W;
+    int x16;              // W is in matmul.h's interleaved layout
     const float *x;       // matvec (ne0), matmul (nb, ne0), attn q (n_heads, hd)
     float *y;             // matvec (rows), matmul (nb, rows), attn out (n_heads, hd)
     int64_t rows, ne0, nb;
@@ -140,6 +141,14 @@ static void job_fn(int i, int n, void *ctx)
         return;
     }
     int64_t r0 = j->rows * i / n, r1 = j->rows * (i + 1) / n;
+    if (j->x16) { /* whole groups of 16 rows, as the CPU backend splits them */
+        r0 &= ~(int64_t)15;
+        r1 &= ~(int64_t)15;
+        j->st[i] = j->kind == K_MATVEC
+                       ? llm_matvec_x16(j->t, j->W, j->x, j->y, j->ne0, r0, r1)
+                       : llm_matmul_x16(j->t, j->W, j->x, j->y, j->ne0, j->nb, j->rows, r0, r1);
+        return;
+    }
     if (j->kind == K_MATVEC)
         j->st[i] = llm_matvec(j->t, j->W, j->x, j->y, j->ne0, r0, r1);
     else
@@ -182,7 +191,7 @@ static void fill_rand(float *x, size_t n, uint64_t *seed)
 }
 
 struct bufs {
-    void *W;
+    void *W, *W16;        // the rows; their interleaved form (q4_0, q4_1)
     float *x, *y, *row;
 };
 
@@ -200,18 +209,24 @@ static llm_status run_shape(const struct llm_bench_kspec *k, enum llm_type t, co
         LLM_TRY(llm_quantize_row(t, b->row, (char *)b->W + (size_t)r * rb, sh->ne0));
     }
     fill_rand(b->x, (size_t)(k->nb * sh->ne0), &seed);
+    /* the layout llm-run would use (model/model.c interleaves these) */
+    const int x16 = llm_x16_enabled() && llm_x16_ok(t, sh->ne0, sh->rows);
+    if (x16) {
+        LLM_TRY(llm_x16_pack(t, b->W, sh->ne0, sh->rows, b->W16));
+    }
     for (size_t ti = 0; ti < k->n_threads; ti++)
         for (int kind = K_MATVEC; kind <= K_MATMUL; kind++) {
             struct llm_bench_kresult *r = &res[(*n)++];
             int64_t nb = kind == K_MATVEC ? 1 : k->nb;
             snprintf(r->kernel, sizeof r->kernel, "%s", kind == K_MATVEC ? "matvec" : "matmul");
-            snprintf(r->type, sizeof r->type, "%s", llm_type_name(t));
+            snprintf(r->type, sizeof r->type, "%s%s", llm_type_name(t), x16 ? "/x16" : "");
             snprintf(r->shape, sizeof r->shape, "%s", sh->name);
             r->rows = sh->rows, r->cols = sh->ne0, r->batch = nb;
             r->n_threads = k->threads[ti];
             r->roof_gbs = k->roof_gbs[ti], r->roof_gflops = k->roof_gflops[ti];
             LLM_TRY(llm_bench_product_cost(t, sh->rows, sh->ne0, nb, &r->bytes, &r->flops));
-            struct job j = { .kind = kind, .t = t, .W = b->W, .x = b->x, .y = b->y,
+            struct job j = { .kind = kind, .t = t, .W = x16 ? b->W16 : b->W, .x16 = x16,
+                             .x = b->x, .y = b->y,
                              .rows = sh->rows, .ne0 = sh->ne0, .nb = nb };
             LLM_TRY(time_job(r, &j, pools[ti], k->reps, k->warmup));
         }
@@ -286,10 +301,11 @@ llm_status llm_bench_kernels(const struct llm_bench_kspec *k, struct llm_bench_k
     }
     if (!s) {
         b.W = llm_malloc((size_t)w_max);
+        b.W16 = llm_malloc((size_t)w_max);
         b.x = llm_malloc((size_t)(k->nb * ne0_max) * sizeof(float));    // (nb, ne0)
         b.y = llm_malloc((size_t)(k->nb * rows_max) * sizeof(float));   // (nb, rows)
         b.row = llm_malloc((size_t)ne0_max * sizeof(float));            // (ne0)
-        if (!b.W || !b.x || !b.y || !b.row)
+        if (!b.W || !b.W16 || !b.x || !b.y || !b.row)
             s = LLM_E_NOMEM;
     }
     for (size_t i = 0; i < k->n_threads && !s; i++)
@@ -305,6 +321,7 @@ llm_status llm_bench_kernels(const struct llm_bench_kspec *k, struct llm_bench_k
             llm_pool_free(pools[i]);
     llm_free(pools);
     llm_free(b.W);
+    llm_free(b.W16);
     llm_free(b.x);
     llm_free(b.y);
     llm_free(b.row);

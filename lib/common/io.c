@@ -118,6 +118,25 @@ void llm_map_close(struct llm_map *m)
     memset(m, 0, sizeof *m);
 }
 
+int llm_map_drop(const struct llm_map *m, const void *p, size_t n)
+{
+    const uint8_t *a = p;
+    if (!m->mapped || !m->data || a < m->data || n > m->size || a - m->data > (ptrdiff_t)(m->size - n))
+        return 0;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)a + page - 1) & ~(page - 1), hi = ((uintptr_t)a + n) & ~(page - 1);
+    /* MADV_DONTNEED on a private read-only file mapping drops the pages;
+     * the mapping still reads the file's bytes afterwards. MADV_RANDOM
+     * first: otherwise a fault on a neighbouring page maps the dropped
+     * ones back from the page cache (the kernel's fault-around; on
+     * SmolLM2 it brought back 16 of the 70 MB). */
+    if (hi > lo) {
+        (void)madvise((void *)lo, hi - lo, MADV_RANDOM);
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+    return 1;
+}
+
 llm_status llm_read_file(const char *path, size_t max, char **out, size_t *len)
 {
     struct llm_map m;

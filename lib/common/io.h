@@ -24,6 +24,11 @@ struct llm_map {
 /* Map the whole of `path` ("-" = stdin) read-only. */
 llm_status llm_map_open(struct llm_map *m, const char *path);
 void llm_map_close(struct llm_map *m);
+/* If [p, p + n) lies in m's mapping, tell the kernel its whole pages are
+ * not needed now: they leave the resident set and are read from the file
+ * again if touched (a copy made of them keeps memory to one copy). Returns
+ * 1 if it did, 0 if the range is not in a mapping of m. */
+int llm_map_drop(const struct llm_map *m, const void *p, size_t n);
 
 /* Read a whole (small) file into a NUL-terminated buffer; refuses files
  * larger than `max` bytes. *out is freed with llm_free. */

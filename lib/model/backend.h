@@ -29,6 +29,10 @@ struct llm_weight {
      * column i (the "<name>.perm" tensor). NULL: identity. Weights that read
      * the same input share one pointer when their permutations are equal. */
     const int32_t *perm; /* (ne0) host */
+    /* The CPU's decode layout of a q4_0 / q4_1 matrix (ops/matmul.h's
+     * interleaved rows), made once at load; when set, products read it and
+     * not data. NULL: products read data. */
+    const void *x16;
 };
 
 /* Rotary embedding: θ_i = inv_freq[i] for pair i of n_dims/2; cos and sin

@@ -127,9 +127,19 @@ static void mm_run(int i, int nth, void *arg)
             r0 = 0;
         if (r1 > W->rows)
             r1 = W->rows;
+        if (W->x16) {
+            /* whole groups of 16 rows: the same rounding on both sides of
+             * a boundary keeps the threads' shares disjoint */
+            r0 &= ~(int64_t)15;
+            r1 &= ~(int64_t)15;
+        }
         if (r0 >= r1)
             continue;
-        if (j->n == 1)
+        if (W->x16)
+            s = j->n == 1 ? llm_matvec_x16(W->type, W->x16, j->X, j->Y[w], W->ne0, r0, r1)
+                          : llm_matmul_x16(W->type, W->x16, j->X, j->Y[w], W->ne0, j->n, W->rows,
+                                           r0, r1);
+        else if (j->n == 1)
             s = llm_matvec(W->type, W->data, j->X, j->Y[w], W->ne0, r0, r1);
         else
             s = llm_matmul(W->type, W->data, j->X, j->Y[w], W->ne0, j->n, W->rows, r0, r1);

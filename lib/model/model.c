@@ -7,6 +7,7 @@
 
 #include "../common/alloc.h"
 #include "../format/import.h"
+#include "../ops/matmul.h"
 #include "../quant/quant.h"
 #include "../tokenizer/tokenizer.h"
 #include "backend.h"
@@ -332,6 +333,80 @@ void llm_model_params_default(struct llm_model_params *p)
     memset(p, 0, sizeof *p);
 }
 
+/* Interleave every q4_0 / q4_1 matrix that takes it (ops/matmul.h: the
+ * CPU's decode layout, 2.5x fewer instructions per block than the rows)
+ * into one buffer the model owns, and drop those matrices' pages of the
+ * file, so that resident memory stays one copy of the weights. A borrowed
+ * file is the quantizer's input, whose weights it reads as rows: left
+ * alone. LLM_X16=0 in the environment keeps the row layout (to compare). */
+static llm_status repack(struct llm_model *m)
+{
+    if (!llm_x16_enabled())
+        return LLM_OK;
+    struct llm_weight *w[8];
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        uint8_t *p = m->x16;
+        for (int32_t l = -1; l < m->c.n_layers; l++) {
+            size_t nw = 0;
+            if (l < 0) {
+                w[nw++] = &m->output;
+            } else {
+                struct llm_layer_w *L = &m->layers[l];
+                struct llm_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up,
+                                            &L->down };
+                for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
+                    w[nw++] = lw[i];
+            }
+            for (size_t i = 0; i < nw; i++) {
+                if (!w[i]->data || !llm_x16_ok(w[i]->type, w[i]->ne0, w[i]->rows))
+                    continue;
+                size_t bytes = (size_t)llm_type_row_bytes(w[i]->type, (uint64_t)w[i]->ne0) *
+                               (size_t)w[i]->rows;
+                if (pass == 0) {
+                    total += bytes;
+                    continue;
+                }
+                /* groups of 16 rows are independent: a few at a time, each
+                 * stretch's pages dropped as soon as it is copied, so that
+                 * the peak is not the file plus the largest matrix (the
+                 * pages straddling two stretches go at the end) */
+                const size_t rb = bytes / (size_t)w[i]->rows;
+                const uint8_t *src = w[i]->data;
+                for (int64_t r = 0; r < w[i]->rows; r += 1024) {
+                    int64_t n = w[i]->rows - r < 1024 ? w[i]->rows - r : 1024;
+                    LLM_TRY(llm_x16_pack(w[i]->type, src + (size_t)r * rb, w[i]->ne0, n,
+                                         p + (size_t)r * rb));
+                    llm_file_drop_pages(m->f, src + (size_t)r * rb, (size_t)n * rb);
+                }
+                llm_file_drop_pages(m->f, src, bytes);
+                w[i]->x16 = p;
+                p += bytes;
+            }
+        }
+        if (pass == 0) {
+            if (!total)
+                return LLM_OK;
+            m->x16 = llm_malloc(total);
+            if (!m->x16)
+                return llm_error_set(LLM_E_NOMEM, "%s: no memory for the interleaved copy of "
+                                     "%zu bytes of 4-bit weights", m->f->path, total);
+        }
+    }
+    return LLM_OK;
+}
+
+/* The embedding table is read one row per token, unless it is also the
+ * output head in the row layout: the pages a checksum pass brought in
+ * (llm-run verifies by default) need not stay resident. */
+static void drop_embedding(struct llm_model *m)
+{
+    const struct llm_weight *e = &m->tok_embd;
+    if (e->data && (!m->c.tie_embeddings || m->output.x16))
+        llm_file_drop_pages(m->f, e->data,
+                            (size_t)llm_type_row_bytes(e->type, (uint64_t)e->ne0) * (size_t)e->rows);
+}
+
 static llm_status model_from_file(struct llm_model **out, struct llm_file *f,
                                   const struct llm_model_params *p, int borrowed)
 {
@@ -353,6 +428,10 @@ static llm_status model_from_file(struct llm_model **out, struct llm_file *f,
                                              "only, no model weights", f->path);
     if (!s)
         s = bind_all(m);
+    if (!s && !borrowed) {
+        s = repack(m);
+        drop_embedding(m);
+    }
     if (!s) {
         /* A file without a vocabulary runs from token ids alone. */
         struct llm_vocab_view v;
@@ -404,6 +483,7 @@ void llm_model_close(struct llm_model *m)
     llm_tokenizer_free(m->tok);
     llm_free(m->layers);
     llm_free(m->inv_freq);
+    llm_free(m->x16);
     if (!m->borrowed)
         llm_file_free(m->f);
     llm_free(m);

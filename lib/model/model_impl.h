@@ -22,6 +22,7 @@ struct llm_model {
     uint64_t weight_bytes, n_params;
     int n_threads;
     int borrowed;               /* f is the caller's */
+    void *x16;                  /* the interleaved copies of the q4 matrices (weight.x16) */
 };
 
 struct llm_context {

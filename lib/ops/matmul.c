@@ -472,3 +472,162 @@ llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, 
     }
     return llm_matmul_ref(t, W, X, Y, ne0, nb, ldy, r0, r1);
 }
+
+// ----------------------------------------------------------------------------
+// interleaved 4-bit rows (matmul.h)
+
+int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows)
+{
+    return (t == LLM_TYPE_Q4_0 || t == LLM_TYPE_Q4_1) && ne0 > 0 && ne0 % 32 == 0 &&
+           ne0 <= ((int64_t)1 << 40) && rows > 0 && rows % 16 == 0;
+}
+
+int llm_x16_enabled(void)
+{
+    const char *e = getenv("LLM_X16");
+    return !(e && strcmp(e, "0") == 0);
+}
+
+/* Row r of a group between the layouts; UNITS (9 for q4_0, 10 for q4_1)
+ * 2-byte units per block: d, (m,) then the code pairs p = 0..7. Unit u of
+ * row r's block k sits at unit 16 u + r of the interleaved block k. The
+ * row is walked in order (one stream); the group's interleaved blocks, a
+ * few KiB, stay in cache across its 16 rows. */
+static inline __attribute__((always_inline)) void x16_row(uint8_t *row, uint8_t *grp, int r,
+                                                          int64_t nq, int units, int pack)
+{
+    for (int64_t k = 0; k < nq; k++, row += 2 * units) {
+        uint8_t *blk = grp + (uint64_t)k * 32 * (uint64_t)units + 2 * (uint64_t)r;
+        for (int u = 0; u < units; u++) {
+            if (pack)
+                memcpy(blk + 32 * u, row + 2 * u, 2);
+            else
+                memcpy(row + 2 * u, blk + 32 * u, 2);
+        }
+    }
+}
+
+/* Groups [g0, g1) between the two layouts: pack (1) rows -> P, or unpack
+ * (0) P -> rows; W holds rows 16 g0 onwards. Every field is a 2-byte unit
+ * (fp16 d and m, pairs of code bytes), so this is a transpose of those. */
+static void x16_move(enum llm_type t, uint8_t *W, uint8_t *P, int64_t ne0, int64_t g0,
+                     int64_t g1, int pack)
+{
+    const int BB = t == LLM_TYPE_Q4_1 ? 20 : 18;
+    const int64_t nq = ne0 / 32;
+    const uint64_t rb = (uint64_t)nq * (uint64_t)BB;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *grp = P + (uint64_t)g * 16 * rb;
+        for (int r = 0; r < 16; r++) {
+            uint8_t *row = W + ((uint64_t)(g - g0) * 16 + (uint64_t)r) * rb;
+            /* constant arguments, so that each case unrolls */
+            if (BB == 18 && pack)
+                x16_row(row, grp, r, nq, 9, 1);
+            else if (BB == 18)
+                x16_row(row, grp, r, nq, 9, 0);
+            else if (pack)
+                x16_row(row, grp, r, nq, 10, 1);
+            else
+                x16_row(row, grp, r, nq, 10, 0);
+        }
+    }
+}
+
+static llm_status x16_check(enum llm_type t, const void *P, int64_t ne0, int64_t r0, int64_t r1,
+                            const char *fn)
+{
+    if (!llm_x16_ok(t, ne0, 16))
+        return llm_error_set(LLM_E_INVALID, "%s: %s rows of %lld elements have no interleaved "
+                             "form", fn, llm_type_name((uint32_t)t), (long long)ne0);
+    if (r0 < 0 || r1 < r0 || r0 % 16 || r1 % 16)
+        return llm_error_set(LLM_E_INVALID, "%s: row range [%lld, %lld) is not whole groups of 16",
+                             fn, (long long)r0, (long long)r1);
+    if (r1 > r0 && !P)
+        return llm_error_set(LLM_E_INVALID, "%s: NULL buffer", fn);
+    return LLM_OK;
+}
+
+llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t rows, void *P)
+{
+    if (!llm_x16_ok(t, ne0, rows))
+        return llm_error_set(LLM_E_INVALID, "x16_pack: %s (%lld, %lld) has no interleaved form",
+                             llm_type_name((uint32_t)t), (long long)rows, (long long)ne0);
+    if (!W || !P)
+        return llm_error_set(LLM_E_INVALID, "x16_pack: NULL buffer");
+    x16_move(t, (uint8_t *)(uintptr_t)W, P, ne0, 0, rows / 16, 1);
+    return LLM_OK;
+}
+
+llm_status llm_x16_unpack(enum llm_type t, const void *P, int64_t ne0, int64_t r0, int64_t r1,
+                          void *W)
+{
+    LLM_TRY(x16_check(t, P, ne0, r0, r1, "x16_unpack"));
+    if (r1 > r0 && !W)
+        return llm_error_set(LLM_E_INVALID, "x16_unpack: NULL buffer");
+    x16_move(t, W, (uint8_t *)(uintptr_t)P, ne0, r0 / 16, r1 / 16, 0);
+    return LLM_OK;
+}
+
+/* Rows [r0, r1) of P through the row products, X16_CHUNK rows at a time
+ * unpacked into a scratch buffer: a GEMM tile block (matmul_gemm.h packs
+ * 256 rows), so prefill loses nothing to the detour. */
+#define X16_CHUNK 256
+
+static llm_status x16_by_rows(enum llm_type t, const void *P, const float *X, float *Y,
+                              int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const uint64_t rb = llm_type_row_bytes(t, (uint64_t)ne0);
+    const int64_t n = r1 - r0 < X16_CHUNK ? r1 - r0 : X16_CHUNK;
+    uint64_t bytes;
+    if (!llm_mul_ok(rb, (uint64_t)n, &bytes) || bytes > SIZE_MAX)
+        return llm_error_set(LLM_E_NOMEM, "matmul: rows of %lld elements are too long",
+                             (long long)ne0);
+    uint8_t *w = llm_malloc((size_t)bytes);
+    if (!w)
+        return LLM_E_NOMEM;
+    llm_status s = LLM_OK;
+    for (int64_t c = r0; c < r1 && !s; c += n) {
+        const int64_t cn = r1 - c < n ? r1 - c : n;
+        x16_move(t, w, (uint8_t *)(uintptr_t)P, ne0, c / 16, (c + cn) / 16, 0);
+        /* Y + c: row c of Y is row 0 of the chunk */
+        s = nb == 1 ? llm_matvec(t, w, X, Y + c, ne0, 0, cn)
+                    : llm_matmul(t, w, X, Y + c, ne0, nb, ldy, 0, cn);
+    }
+    llm_free(w);
+    return s;
+}
+
+llm_status llm_matvec_x16(enum llm_type t, const void *P, const float *x, float *y, int64_t ne0,
+                          int64_t r0, int64_t r1)
+{
+    LLM_TRY(x16_check(t, P, ne0, r0, r1, "matvec"));
+    if (r1 == r0)
+        return LLM_OK;
+    if (!x || !y)
+        return llm_error_set(LLM_E_INVALID, "matvec: NULL buffer");
+    if (act_now() == LLM_ACT_Q16) {
+        switch (isa_now()) {
+        case LLM_ISA_AVX512:
+            return llm_matvec_x16_avx512(t, P, x, y, ne0, r0, r1);
+        case LLM_ISA_AVX2:
+            return llm_matvec_x16_avx2(t, P, x, y, ne0, r0, r1);
+        default:
+            break;
+        }
+    }
+    return x16_by_rows(t, P, x, y, ne0, 1, 0, r0, r1);
+}
+
+llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float *Y, int64_t ne0,
+                          int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    LLM_TRY(x16_check(t, P, ne0, r0, r1, "matmul"));
+    if (r1 == r0 || nb == 0)
+        return LLM_OK;
+    if (!X || !Y || nb < 0 || ldy < r1)
+        return llm_error_set(LLM_E_INVALID, "matmul: bad batch %lld or ldy %lld for %lld rows",
+                             (long long)nb, (long long)ldy, (long long)r1);
+    if (nb == 1)
+        return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
+    return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
+}

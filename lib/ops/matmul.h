@@ -32,6 +32,48 @@ llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float 
 llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
                       int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Interleaved 4-bit rows ("x16"), the decode layout of q4_0 and q4_1.
+ *
+ * A row-major q4 matrix makes decode pay, per 32-element block of each
+ * row, a conversion and a scaling of lanes that are then summed across the
+ * vector: on Zen 4 that bound q4_0 decode by instructions, not by memory.
+ * Sixteen rows interleaved put row r in lane r, so a block of 16 rows is
+ * one scale load and one FMA and nothing is summed across lanes (the idea
+ * of llama.cpp's repacked Q4_0 8x8). The CPU backend repacks once at load
+ * (model/model.c) and drops the file's pages, so memory stays one copy.
+ *
+ * Layout: groups of 16 rows, one after the other; a group is nq = ne0/32
+ * blocks of 16 rows, bb = 16 x the type's block bytes each (288, q4_1 320):
+ *   [0, 32)     the 16 rows' scales d (fp16), row order
+ *   [32, 64)    q4_1 only: the 16 mins m (fp16)
+ *   then 256 code bytes: byte 32p + 2r + e (p 0..7, r 0..15, e 0..1) is
+ *               byte 2p + e of row r's qs (its low nibble is element
+ *               2p + e, its high nibble element 2p + e + 16)
+ * So a group is exactly as large as its 16 rows, and the transform is a
+ * transpose of 2-byte units.
+ *
+ * llm_x16_ok: t is q4_0 or q4_1, ne0 a positive multiple of 32 and rows a
+ * positive multiple of 16 (the shapes the layout takes). */
+int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
+/* 0 when the environment says LLM_X16=0: the CPU backend and llm-bench
+ * --kernels then keep the row layout (to compare the two). */
+int llm_x16_enabled(void);
+/* P (rows/16 groups) = the interleaved form of W (rows, ne0). */
+llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t rows, void *P);
+/* W' (r1 - r0, row bytes) = rows [r0, r1) of P in the row layout again;
+ * r0 and r1 multiples of 16. */
+llm_status llm_x16_unpack(enum llm_type t, const void *P, int64_t ne0, int64_t r0, int64_t r1,
+                          void *W);
+/* llm_matvec and llm_matmul on P, for rows [r0, r1), multiples of 16.
+ * Same results as on the row layout within the tolerances of matmul.c;
+ * only decode under int16 activations (the default) has its own kernel,
+ * everything else unpacks a few rows at a time and runs the row
+ * products. */
+llm_status llm_matvec_x16(enum llm_type t, const void *P, const float *x, float *y, int64_t ne0,
+                          int64_t r0, int64_t r1);
+llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float *Y, int64_t ne0,
+                          int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
+
 /* The instruction set the dispatching functions use on this CPU:
  * "avx512-vnni", "avx2" or "scalar" (for benchmark reports). The
  * environment variable LLM_ISA=scalar|avx2|avx512 caps the choice. */

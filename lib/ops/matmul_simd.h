@@ -1294,3 +1294,133 @@ llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, floa
     /* y (rows) is Y with one token: ldy is never used for b = 0 */
     return SIMD(llm_matmul)(t, W, x, y, ne0, rb, 1, 0, r0, r1, act);
 }
+
+// ----------------------------------------------------------------------------
+// decode on interleaved q4_0 / q4_1 rows (matmul.h's x16 layout): lane r of
+// the int32 sums is row r of the group; each vpdpwssd (AVX2: madd, two
+// halves of 8 rows) adds a pair of elements of all 16 rows, the pair of
+// int16 activations broadcast, so a block of 16 rows ends in one exact
+// int32 sum per lane, one conversion and one FMA with the 16 scales (one
+// load), and nothing is summed across lanes. Four sum chains, because one
+// would wait on vpdpwssd's latency.
+
+/* Code bytes 32p .. 32p+31 of a block of 16 rows as int16 lanes: (lo)
+ * the low nibbles, elements 2p, 2p+1 of each row; (hi) the high nibbles,
+ * elements 2p+16, 2p+17 (AVX2: rows 0-7 from bytes 0-15, rows 8-15 from
+ * bytes 16-31). */
+#ifdef SIMD_AVX512
+SIMD_INLINE void SIMD(x16_codes)(const uint8_t *c, __m512i *lo, __m512i *hi)
+{
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)c));
+    *lo = _mm512_and_si512(v, _mm512_set1_epi16(15));
+    *hi = _mm512_srli_epi16(v, 4);
+}
+
+SIMD_INLINE __m512i SIMD(x16_pair)(const int16_t *q)
+{
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm512_set1_epi32(v);
+}
+
+static void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t nq, int zp,
+                            float *y)
+{
+    const uint64_t bb = zp ? 320 : 288;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < nq; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
+        const struct llm_qx16 *b = xq + k;
+        __m512i s[4] = { zp ? _mm512_setzero_si512() : _mm512_set1_epi32(b->m8),
+                         _mm512_setzero_si512(), _mm512_setzero_si512(),
+                         _mm512_setzero_si512() };
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            __m512i lo, hi;
+            SIMD(x16_codes)(cq + 32 * p, &lo, &hi);
+            s[(2 * p) & 3] = _mm512_dpwssd_epi32(s[(2 * p) & 3], lo, SIMD(x16_pair)(b->qs + 2 * p));
+            s[(2 * p + 1) & 3] =
+                _mm512_dpwssd_epi32(s[(2 * p + 1) & 3], hi, SIMD(x16_pair)(b->qs + 2 * p + 16));
+        }
+        const __m512i is = _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]),
+                                            _mm512_add_epi32(s[2], s[3]));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(b->d)), acc);
+        if (zp)
+            acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32))),
+                                  _mm512_set1_ps(b->ds), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
+#else
+SIMD_INLINE void SIMD(x16_codes)(const uint8_t *c, __m256i lo[2], __m256i hi[2])
+{
+    for (int h = 0; h < 2; h++) {
+        const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(c + 16 * h)));
+        lo[h] = _mm256_and_si256(v, _mm256_set1_epi16(15));
+        hi[h] = _mm256_srli_epi16(v, 4);
+    }
+}
+
+SIMD_INLINE __m256i SIMD(x16_pair)(const int16_t *q)
+{
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+}
+
+static void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t nq, int zp,
+                            float *y)
+{
+    const uint64_t bb = zp ? 320 : 288;
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int64_t k = 0; k < nq; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
+        const struct llm_qx16 *b = xq + k;
+        const __m256i init = zp ? _mm256_setzero_si256() : _mm256_set1_epi32(b->m8);
+        __m256i s[2][2] = { { init, _mm256_setzero_si256() }, { init, _mm256_setzero_si256() } };
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            __m256i lo[2], hi[2];
+            SIMD(x16_codes)(cq + 32 * p, lo, hi);
+            const __m256i xl = SIMD(x16_pair)(b->qs + 2 * p), xh = SIMD(x16_pair)(b->qs + 2 * p + 16);
+            for (int h = 0; h < 2; h++) {
+                s[h][0] = _mm256_add_epi32(s[h][0], _mm256_madd_epi16(lo[h], xl));
+                s[h][1] = _mm256_add_epi32(s[h][1], _mm256_madd_epi16(hi[h], xh));
+            }
+        }
+        const __m256 dx = _mm256_set1_ps(b->d);
+        for (int h = 0; h < 2; h++) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s[h][0], s[h][1])),
+                                     _mm256_mul_ps(d, dx), acc[h]);
+            if (zp)
+                acc[h] = _mm256_fmadd_ps(
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h))),
+                    _mm256_set1_ps(b->ds), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+#endif
+
+llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, float *y,
+                                int64_t ne0, int64_t r0, int64_t r1)
+{
+    const int zp = t == LLM_TYPE_Q4_1;
+    const int64_t nq = ne0 / 32;
+    const uint64_t gbytes = (uint64_t)nq * (zp ? 320 : 288);
+    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
+    if ((uint64_t)nq > sizeof stack / sizeof stack[0]) {
+        xq = llm_malloc((size_t)nq * sizeof *xq);
+        if (!xq)
+            return LLM_E_NOMEM;
+    }
+    SIMD(quantize_x16)(x, ne0, xq);
+    for (int64_t g = r0 / 16; g < r1 / 16; g++)
+        SIMD(x16_group)((const uint8_t *)P + (uint64_t)g * gbytes, xq, nq, zp, y + 16 * g);
+    if (xq != stack)
+        llm_free(xq);
+    return LLM_OK;
+}

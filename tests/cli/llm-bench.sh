@@ -144,10 +144,15 @@ t_bench_kernels_columns() {
     # stories260K: dim 64, ffn 172, vocab 512, 8 heads of 8
     expect 0 "$BENCH" --kernels --types q4_0,f32 -r 1 -m "$B260" -t 1 --ctx 32 $BROOF || return 1
     has "$TMP/out" "| kernel | type | shape | rows x cols | batch | threads | us | GB/s (% of bw) | GFLOP/s (% of peak) |" &&
-    has "$TMP/out" "| matvec | q4_0 | attn | 64 x 64 | 1 | 1 |" && has "$TMP/out" "| matmul | f32 | ffn_up | 172 x 64 | 128 | 1 |" &&
-    has "$TMP/out" "| matvec | f32 | ffn_down | 64 x 172 | 1 | 1 |" && has "$TMP/out" "| matmul | q4_0 | output | 512 x 64 | 128 | 1 |" &&
+    # q4_0 runs in the interleaved layout where llm-run would (rows a multiple of 16, row
+    # length of 32), and the table says so; the 172-wide FFN keeps the rows
+    has "$TMP/out" "| matvec | q4_0/x16 | attn | 64 x 64 | 1 | 1 |" && has "$TMP/out" "| matmul | f32 | ffn_up | 172 x 64 | 128 | 1 |" &&
+    has "$TMP/out" "| matvec | f32 | ffn_down | 64 x 172 | 1 | 1 |" && has "$TMP/out" "| matmul | q4_0/x16 | output | 512 x 64 | 128 | 1 |" &&
+    has "$TMP/out" "| matvec | q4_0 | ffn_up | 172 x 64 | 1 | 1 |" &&
     has "$TMP/out" "| attn | f32 | attn | 32 x 8 | 8 | 1 |" || { cat "$TMP/out"; return 1; }
     [ "$(grep -c '^| mat' "$TMP/out")" = 16 ] || return 1
+    expect 0 env LLM_X16=0 "$BENCH" --kernels --types q4_0 -r 1 -m "$B260" -t 1 --ctx 32 $BROOF || return 1
+    has "$TMP/out" "| matvec | q4_0 | attn | 64 x 64 | 1 | 1 |" && ! grep -q x16 "$TMP/out" || return 1
     command -v python3 >/dev/null || skip "no python3"
     expect 0 "$BENCH" --kernels --types q4_0,f32 -r 1 -m "$B260" -t 1,2 --ctx 32 -o csv $BROOF || return 1
     python3 - "$TMP/out" <<'PY'
@@ -160,7 +165,7 @@ for r in rows:
     ns, b, f = float(r["avg_ns"]), int(r["bytes"]), int(r["flops"])
     assert ns > 0 and abs(float(r["bandwidth_gbs"]) - b / ns) <= 1e-4 * b / ns, r
     assert abs(float(r["gflops_pct"]) - f / ns) <= 1e-4 * f / ns, r   # peak 100 GFLOP/s
-q4 = [r for r in rows if r["type"] == "q4_0" and r["shape"] == "output"][0]
+q4 = [r for r in rows if r["type"] == "q4_0/x16" and r["shape"] == "output"][0]
 assert q4["bytes"] == str(512 * 2 * 18) and q4["flops"] == str(2 * 512 * 64), q4
 mm = [r for r in rows if r["kernel"] == "matmul" and r["type"] == "f32" and r["shape"] == "attn"][0]
 assert mm["batch"] == "128" and mm["bytes"] == str(64 * 64 * 4) and mm["flops"] == str(2 * 64 * 64 * 128), mm

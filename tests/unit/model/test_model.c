@@ -5,9 +5,11 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../../lib/llm.h"
+#include "../../../lib/model/model_impl.h"
 #include "../helpers.h"
 
 /* ---- a plain reference forward pass ------------------------------------ */
@@ -339,6 +341,70 @@ Test(model, quantized_weights_close_to_reference)
         scale_weights(f, 6.0f);
         cr_assert_eq(llm_file_convert(f, types[i]), LLM_OK);
         check_against_ref(f, 11, 0.1, 2, LLM_TYPE_F32, 2e-2);
+    }
+}
+
+/* Logits (15, n_vocab) of 11 prompt tokens in one batch (the prefill
+ * path) and then 4 tokens one at a time (decode) with `m`. */
+static void run_prompt(struct llm_model *m, float *lg)
+{
+    const struct llm_config *c = llm_model_config(m);
+    struct llm_context *ctx;
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = 32;
+    cr_assert_eq(llm_context_new(&ctx, m, &cp), LLM_OK);
+    int32_t tok[15];
+    for (int i = 0; i < 15; i++)
+        tok[i] = (int32_t)((i * 37 + 11) % c->n_vocab);
+    cr_assert_eq(llm_decode(ctx, 0, tok, 11, 0, lg, 1), LLM_OK);
+    for (int i = 11; i < 15; i++)
+        cr_assert_eq(llm_decode(ctx, 0, tok + i, 1, i, lg + i * c->n_vocab, 0), LLM_OK);
+    llm_context_free(ctx);
+}
+
+/* A q4_0 / q4_1 model runs its matrices in the interleaved layout of
+ * ops/matmul.h, made at load for every matrix whose shape takes it, and
+ * gives the row layout's logits (LLM_X16=0) up to float rounding: both
+ * take exact integer dots of the same int16 activations. */
+Test(model, interleaved_q4_matches_row_layout)
+{
+    enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
+    for (int ti = 0; ti < 2; ti++) {
+        struct llm_model *m[2];
+        float *lg[2];
+        for (int x16 = 0; x16 < 2; x16++) {
+            struct llm_file *f = synth(LLAMA, LLM_TYPE_F32);
+            scale_weights(f, 6.0f);
+            cr_assert_eq(llm_file_convert(f, types[ti]), LLM_OK);
+            if (x16)
+                unsetenv("LLM_X16");
+            else
+                setenv("LLM_X16", "0", 1);
+            cr_assert_eq(llm_model_from_file(&m[x16], f, NULL), LLM_OK);
+            unsetenv("LLM_X16");
+            lg[x16] = calloc(15 * 80, sizeof(float));
+            run_prompt(m[x16], lg[x16]);
+        }
+        const struct llm_layer_w *L = &m[1]->layers[1];
+        const struct llm_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
+                                          &m[1]->output };
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            cr_assert(ws[i]->x16 && ws[i]->type == types[ti], "weight %zu of %s not interleaved", i,
+                      llm_type_name(types[ti]));
+        cr_assert(!m[0]->layers[1].down.x16 && !m[1]->tok_embd.x16);
+        double err = 0, norm = 0;
+        for (int i = 0; i < 15 * 80; i++) {
+            err = fmax(err, fabs(lg[1][i] - lg[0][i]));
+            norm = fmax(norm, fabs(lg[0][i]));
+        }
+        cr_assert(norm > 0.1, "degenerate logits");
+        cr_assert(err <= 1e-4 * norm, "%s: max |x16 - rows| = %g, max |logit| = %g",
+                  llm_type_name(types[ti]), err, norm);
+        for (int x16 = 0; x16 < 2; x16++) {
+            llm_model_close(m[x16]);
+            free(lg[x16]);
+        }
     }
 }
 

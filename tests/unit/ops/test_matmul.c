@@ -849,3 +849,152 @@ Test(matmul, inf_activation_is_not_finite, .fini = restore_isa)
     free(x);
     mat_free(&m);
 }
+
+// ----------------------------------------------------------------------------
+// interleaved 4-bit rows (matmul.h's x16 layout)
+
+/* The layout byte for byte as matmul.h states it, and back to rows. */
+Test(matmul, x16_layout_and_round_trip)
+{
+    rng_state = 11;
+    const enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
+    const int64_t shapes[][2] = { { 32, 16 }, { 96, 48 }, { 576, 32 } }; /* ne0, rows */
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < 3; si++) {
+            const int64_t ne0 = shapes[si][0], rows = shapes[si][1], nq = ne0 / 32;
+            const int zp = types[ti] == LLM_TYPE_Q4_1;
+            const uint64_t BB = zp ? 20 : 18, hdr = BB - 16;
+            struct mat m;
+            mat_make(&m, types[ti], ne0, rows, 0.1f);
+            cr_assert(llm_x16_ok(m.t, ne0, rows));
+            uint8_t *P = malloc(m.rb * (uint64_t)rows), *back = malloc(m.rb * (uint64_t)rows);
+            cr_assert_eq(llm_x16_pack(m.t, m.w, ne0, rows, P), LLM_OK);
+            for (int64_t g = 0; g < rows / 16; g++)
+                for (int64_t k = 0; k < nq; k++) {
+                    const uint8_t *blk = P + (uint64_t)(g * nq + k) * 16 * BB;
+                    for (int r = 0; r < 16; r++) {
+                        const uint8_t *src = m.w + (uint64_t)(16 * g + r) * m.rb + (uint64_t)k * BB;
+                        cr_assert_eq(memcmp(blk + 2 * r, src, 2), 0, "d of row %d", r);
+                        if (zp)
+                            cr_assert_eq(memcmp(blk + 32 + 2 * r, src + 2, 2), 0, "m of row %d", r);
+                        for (int p = 0; p < 8; p++)
+                            for (int e = 0; e < 2; e++)
+                                cr_assert_eq(blk[16 * hdr + 32 * p + 2 * r + e],
+                                             src[hdr + 2 * p + e], "%s group %lld block %lld "
+                                             "row %d byte %d", llm_type_name(m.t), (long long)g,
+                                             (long long)k, r, 2 * p + e);
+                    }
+                }
+            cr_assert_eq(llm_x16_unpack(m.t, P, ne0, 0, rows, back), LLM_OK);
+            cr_assert_eq(memcmp(back, m.w, m.rb * (uint64_t)rows), 0);
+            memset(back, 0, m.rb * 16);
+            cr_assert_eq(llm_x16_unpack(m.t, P, ne0, rows - 16, rows, back), LLM_OK);
+            cr_assert_eq(memcmp(back, m.w + m.rb * (uint64_t)(rows - 16), m.rb * 16), 0);
+            free(P);
+            free(back);
+            mat_free(&m);
+        }
+    /* shapes and ranges the layout does not take */
+    uint8_t buf[4096] = { 0 };
+    float x[64] = { 0 }, y[64];
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q8_0, 64, 16));
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q4_0, 48, 16));
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q4_0, 64, 24));
+    cr_assert_eq(llm_x16_pack(LLM_TYPE_Q4_G64, buf, 64, 16, buf + 2048), LLM_E_INVALID);
+    cr_assert_eq(llm_x16_pack(LLM_TYPE_Q4_0, buf, 64, 8, buf + 2048), LLM_E_INVALID);
+    cr_assert_eq(llm_x16_unpack(LLM_TYPE_Q4_0, buf, 64, 8, 16, buf + 2048), LLM_E_INVALID);
+    cr_assert_eq(llm_matvec_x16(LLM_TYPE_Q4_0, buf, x, y, 64, 0, 24), LLM_E_INVALID);
+    cr_assert_eq(llm_matvec_x16(LLM_TYPE_Q4_0, buf, x, y, 40, 0, 16), LLM_E_INVALID);
+    cr_assert_eq(llm_matmul_x16(LLM_TYPE_Q4_1, buf, x, y, 64, 1, 8, 0, 16), LLM_E_INVALID);
+    llm_error_clear();
+}
+
+/* Products on the interleaved rows against the reference on the rows: every
+ * ISA (the scalar one too, which unpacks), every activation setting, with
+ * that setting's bound; decode, a few tokens and a GEMM's worth; a sub-range
+ * writes only its rows. */
+Test(matmul, x16_products_match_ref, .fini = restore_isa)
+{
+    enum llm_isa isas[3] = { LLM_ISA_REF };
+    int ni = 1 + n_isas(isas + 1);
+    rng_state = 12;
+    const enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
+    const int64_t lens[] = { 32, 576, 1536 }, nbs[] = { 1, 3, 20 };
+    const int64_t rows = 64, ldy = rows + 5;
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t li = 0; li < 3; li++) {
+            const int64_t ne0 = lens[li];
+            struct mat m;
+            mat_make(&m, types[ti], ne0, rows, 0.1f);
+            uint8_t *P = malloc(m.rb * (uint64_t)rows);
+            cr_assert_eq(llm_x16_pack(m.t, m.w, ne0, rows, P), LLM_OK);
+            for (size_t bi = 0; bi < 3; bi++) {
+                const int64_t nb = nbs[bi];
+                float *X = vec_make(nb * ne0, 1.0f);
+                float *Y = malloc(sizeof(float) * (size_t)(nb * ldy));
+                float *Yr = malloc(sizeof(float) * (size_t)(nb * ldy));
+                cr_assert_eq(llm_matmul_ref(m.t, m.w, X, Yr, ne0, nb, ldy, 0, rows), LLM_OK);
+                for (int act = 0; act < 3; act++)
+                    for (int ii = 0; ii < ni; ii++) {
+                        cr_assert_eq(llm_matmul_set_isa(isas[ii]), isas[ii]);
+                        llm_matmul_set_act(act);
+                        for (int64_t i = 0; i < nb * ldy; i++)
+                            Y[i] = -12345.0f;
+                        /* rows [16, 48) */
+                        cr_assert_eq(nb == 1 ? llm_matvec_x16(m.t, P, X, Y, ne0, 16, 48)
+                                             : llm_matmul_x16(m.t, P, X, Y, ne0, nb, ldy, 16, 48),
+                                     LLM_OK);
+                        for (int64_t b = 0; b < nb; b++)
+                            for (int64_t r = 0; r < ldy; r++) {
+                                const float y = Y[b * ldy + r], yr = Yr[b * ldy + r];
+                                if (r < 16 || r >= 48) {
+                                    cr_assert_eq(y, -12345.0f, "row %lld written", (long long)r);
+                                    continue;
+                                }
+                                const float *x = X + b * ne0;
+                                double tol = 1e-5 * scale_of(&m, r, x);
+                                if (isas[ii] == LLM_ISA_REF)
+                                    tol = 0; /* the reference itself, on unpacked rows */
+                                else if (act == LLM_ACT_Q8)
+                                    tol += act_bound(&m, r, x);
+                                else if (act == LLM_ACT_Q16)
+                                    tol += act_bound(&m, r, x) / 258.0;
+                                cr_assert(fabs(y - yr) <= tol,
+                                          "isa %d act %d %s ne0=%lld nb=%lld token %lld row "
+                                          "%lld: %.9g vs ref %.9g (tol %.3g)",
+                                          isas[ii], act, llm_type_name(m.t), (long long)ne0,
+                                          (long long)nb, (long long)b, (long long)r, y, yr, tol);
+                            }
+                    }
+                free(X);
+                free(Y);
+                free(Yr);
+            }
+            free(P);
+            mat_free(&m);
+        }
+}
+
+/* A NaN activation makes every row of the interleaved product NaN. */
+Test(matmul, x16_nan_activation_propagates, .fini = restore_isa)
+{
+    enum llm_isa isas[2];
+    int ni = n_isas(isas);
+    rng_state = 13;
+    struct mat m;
+    mat_make(&m, LLM_TYPE_Q4_1, 96, 16, 0.1f);
+    uint8_t *P = malloc(m.rb * 16);
+    cr_assert_eq(llm_x16_pack(m.t, m.w, 96, 16, P), LLM_OK);
+    float *x = vec_make(96, 1.0f), y[16];
+    x[50] = NAN;
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(isas[ii]);
+        llm_matmul_set_act(LLM_ACT_Q16);
+        cr_assert_eq(llm_matvec_x16(m.t, P, x, y, 96, 0, 16), LLM_OK);
+        for (int r = 0; r < 16; r++)
+            cr_assert(isnan(y[r]), "isa %d row %d: %g", isas[ii], r, y[r]);
+    }
+    free(x);
+    free(P);
+    mat_free(&m);
+}
