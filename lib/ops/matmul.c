@@ -629,5 +629,7 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
                              (long long)nb, (long long)ldy, (long long)r1);
     if (nb == 1)
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
+    if (act_now() == LLM_ACT_Q16 && isa_now() == LLM_ISA_AVX512)
+        return llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1);
     return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
 }

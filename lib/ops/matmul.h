@@ -65,10 +65,11 @@ llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t row
 llm_status llm_x16_unpack(enum llm_type t, const void *P, int64_t ne0, int64_t r0, int64_t r1,
                           void *W);
 /* llm_matvec and llm_matmul on P, for rows [r0, r1), multiples of 16.
- * Same results as on the row layout within the tolerances of matmul.c;
- * only decode under int16 activations (the default) has its own kernel,
- * everything else unpacks a few rows at a time and runs the row
- * products. */
+ * Same results as on the row layout within the tolerances of matmul.c.
+ * Under int16 activations (the default) decode reads P directly (AVX2,
+ * AVX-512), and so do several tokens on AVX-512 (the int16 GEMM, bit for
+ * bit decode's per token); everything else unpacks a few hundred rows at a
+ * time and runs the row products. */
 llm_status llm_matvec_x16(enum llm_type t, const void *P, const float *x, float *y, int64_t ne0,
                           int64_t r0, int64_t r1);
 llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float *Y, int64_t ne0,

@@ -53,4 +53,11 @@ llm_status llm_matvec_x16_avx512(enum llm_type t, const void *P, const float *x,
     return llm_error_set(LLM_E_UNSUPPORTED, "matvec: no AVX-512 on this build");
 }
 
+llm_status llm_matmul_x16_avx512(enum llm_type t, const void *P, const float *X, float *Y,
+                                 int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    (void)t, (void)P, (void)X, (void)Y, (void)ne0, (void)nb, (void)ldy, (void)r0, (void)r1;
+    return llm_error_set(LLM_E_UNSUPPORTED, "matmul: no AVX-512 on this build");
+}
+
 #endif

@@ -419,6 +419,35 @@ static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64
     }
 }
 
+/* The same for the group of interleaved rows (matmul.h's x16 layout,
+ * q4_0 / q4_1) that holds row r: its blocks already hold the 16 rows'
+ * pairs of codes side by side, so a block is 8 widenings (SIMD(x16_codes)),
+ * q4_0's -8 and the scale conversions. */
+static void SIMD(gq_pack_x16)(int zp, const uint8_t *P16, int64_t r, int64_t nq, int32_t *P,
+                              float *D, float *M)
+{
+    const uint64_t bb = zp ? 320 : 288;
+    const uint8_t *grp = P16 + (uint64_t)(r / 16) * (uint64_t)nq * bb;
+    for (int64_t k = 0; k < nq; k++) {
+        const uint8_t *blk = grp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
+        int32_t *pk = P + k * 256;
+        for (int p = 0; p < 8; p++) {
+            __m512i lo, hi;
+            SIMD(x16_codes)(cq + 32 * p, &lo, &hi);
+            if (!zp) {
+                lo = _mm512_sub_epi16(lo, _mm512_set1_epi16(8));
+                hi = _mm512_sub_epi16(hi, _mm512_set1_epi16(8));
+            }
+            _mm512_storeu_si512((void *)(pk + p * 16), lo);
+            _mm512_storeu_si512((void *)(pk + (p + 8) * 16), hi);
+        }
+        _mm512_storeu_ps(D + k * 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
+        _mm512_storeu_ps(M + k * 16,
+                         zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                            : _mm512_setzero_ps());
+    }
+}
+
 /* out (NT tokens, 16 rows) = the packed tile . xq of tokens xq + t*nq */
 SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M, int zp,
                                 const struct llm_qx16 *xq, int64_t nq, int NT, __m512 *out)
@@ -456,9 +485,11 @@ SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M
         out[t] = acc[t];
 }
 
+/* x16: W is in matmul.h's interleaved layout (rb unused; r0, r1 multiples
+ * of 16) */
 static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W, uint64_t rb,
                                  const float *X, float *Y, int64_t ne0, int64_t nb, int64_t ldy,
-                                 int64_t r0, int64_t r1)
+                                 int64_t r0, int64_t r1, int x16)
 {
     const int64_t nq = (ne0 + 31) / 32, nbc = nb < GQ_NBC ? nb : GQ_NBC;
     const int zp = sh->fam == F_ZP8 || sh->fam == F_ZP4;
@@ -482,7 +513,10 @@ static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W,
             SIMD(quantize_x16)(X + (c0 + b) * ne0, ne0, xq + b * nq);
         for (int64_t r = r0; r < r1; r += 16) {
             const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-            SIMD(gq_pack)(sh, W, rb, r, nr, ne0, nq, P, D, M);
+            if (x16)
+                SIMD(gq_pack_x16)(zp, W, r, nq, P, D, M);
+            else
+                SIMD(gq_pack)(sh, W, rb, r, nr, ne0, nq, P, D, M);
             const __mmask16 mk = (__mmask16)((1u << nr) - 1);
             for (int64_t b = 0; b < nc; b += GQ_NR) {
                 const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;

@@ -101,5 +101,10 @@ llm_status llm_matvec_x16_avx2(enum llm_type t, const void *P, const float *x, f
                                int64_t ne0, int64_t r0, int64_t r1);
 llm_status llm_matvec_x16_avx512(enum llm_type t, const void *P, const float *x, float *y,
                                  int64_t ne0, int64_t r0, int64_t r1);
+/* Several tokens on interleaved rows under int16 activations: the int16
+ * GEMM of matmul_gemm.h (AVX-512 only), the same arithmetic per block as
+ * llm_matvec_x16_avx512, so each token's result is bit for bit decode's. */
+llm_status llm_matmul_x16_avx512(enum llm_type t, const void *P, const float *X, float *Y,
+                                 int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
 
 #endif

@@ -1194,107 +1194,6 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 #undef K_FP8_
 }
 
-#include "matmul_gemm.h"
-
-// ----------------------------------------------------------------------------
-// entry points
-
-/* activation blocks kept on the stack up to this many (20 KiB) */
-#define SIMD_STACK_QX 512
-
-/* gcc cannot see that quantize_x writes every block it later reads */
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
-                            uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act)
-{
-    struct SIMD(shape) sh;
-    const int quant = SIMD(shape_of)(t, &sh);
-#ifdef SIMD_AVX512
-    if (nb >= LLM_MATMUL_GEMM_MIN_NB && quant && act == LLM_ACT_Q16)
-        return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1);
-#endif
-    if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
-        return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
-    if (!quant) {
-        SIMD(rows_f)(t, W, rb, X, ne0, Y, nb, ldy, r0, r1);
-        return LLM_OK;
-    }
-    const int64_t nq = (ne0 + 31) / 32;
-    if (act == LLM_ACT_Q16) {
-        struct llm_qx16 stack16[SIMD_STACK_QX / 2], *xq16 = stack16;
-        uint64_t n;
-        if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) ||
-            !llm_mul_ok(n, sizeof(struct llm_qx16), &n))
-            return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
-                                 (long long)nb, (long long)ne0);
-        if (n > sizeof stack16) {
-            xq16 = llm_malloc((size_t)n);
-            if (!xq16)
-                return LLM_E_NOMEM;
-        }
-        for (int64_t b = 0; b < nb; b++)
-            SIMD(quantize_x16)(X + b * ne0, ne0, xq16 + b * nq);
-        SIMD(rows_q16)(t, W, rb, xq16, nq, ne0, Y, nb, ldy, r0, r1);
-        if (xq16 != stack16)
-            llm_free(xq16);
-        return LLM_OK;
-    }
-    if (act == LLM_ACT_F32) {
-        float fstack[SIMD_STACK_QX], *sx = fstack;
-        uint64_t n;
-        if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) || !llm_mul_ok(n, sizeof(float), &n))
-            return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
-                                 (long long)nb, (long long)ne0);
-        if (n > sizeof fstack) {
-            sx = llm_malloc((size_t)n);
-            if (!sx)
-                return LLM_E_NOMEM;
-        }
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t k = 0; k < nq; k++) {
-                const float *xb = X + b * ne0 + 32 * k;
-                float s = 0.0f;
-                for (int64_t j = 0; j < 32 && 32 * k + j < ne0; j++)
-                    s += xb[j];
-                sx[b * nq + k] = s;
-            }
-        SIMD(rows_qf)(t, W, rb, X, sx, nq, ne0, Y, nb, ldy, r0, r1);
-        if (sx != fstack)
-            llm_free(sx);
-        return LLM_OK;
-    }
-    struct llm_qx stack[SIMD_STACK_QX], *xq = stack;
-    uint64_t n;
-    if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) ||
-        !llm_mul_ok(n, sizeof(struct llm_qx), &n))
-        return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
-                             (long long)nb, (long long)ne0);
-    if (n > sizeof stack) {
-        xq = llm_malloc((size_t)n);
-        if (!xq)
-            return LLM_E_NOMEM;
-    }
-    for (int64_t b = 0; b < nb; b++)
-        SIMD(quantize_x)(X + b * ne0, ne0, xq + b * nq);
-    SIMD(rows_q)(t, W, rb, xq, nq, ne0, Y, nb, ldy, r0, r1);
-    if (xq != stack)
-        llm_free(xq);
-    return LLM_OK;
-}
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
-                            uint64_t rb, int64_t r0, int64_t r1, int act)
-{
-    /* y (rows) is Y with one token: ldy is never used for b = 0 */
-    return SIMD(llm_matmul)(t, W, x, y, ne0, rb, 1, 0, r0, r1, act);
-}
-
 // ----------------------------------------------------------------------------
 // decode on interleaved q4_0 / q4_1 rows (matmul.h's x16 layout): lane r of
 // the int32 sums is row r of the group; each vpdpwssd (AVX2: madd, two
@@ -1405,6 +1304,107 @@ static void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, int64_
 }
 #endif
 
+#include "matmul_gemm.h"
+
+// ----------------------------------------------------------------------------
+// entry points
+
+/* activation blocks kept on the stack up to this many (20 KiB) */
+#define SIMD_STACK_QX 512
+
+/* gcc cannot see that quantize_x writes every block it later reads */
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
+                            uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act)
+{
+    struct SIMD(shape) sh;
+    const int quant = SIMD(shape_of)(t, &sh);
+#ifdef SIMD_AVX512
+    if (nb >= LLM_MATMUL_GEMM_MIN_NB && quant && act == LLM_ACT_Q16)
+        return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
+#endif
+    if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
+        return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
+    if (!quant) {
+        SIMD(rows_f)(t, W, rb, X, ne0, Y, nb, ldy, r0, r1);
+        return LLM_OK;
+    }
+    const int64_t nq = (ne0 + 31) / 32;
+    if (act == LLM_ACT_Q16) {
+        struct llm_qx16 stack16[SIMD_STACK_QX / 2], *xq16 = stack16;
+        uint64_t n;
+        if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) ||
+            !llm_mul_ok(n, sizeof(struct llm_qx16), &n))
+            return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
+                                 (long long)nb, (long long)ne0);
+        if (n > sizeof stack16) {
+            xq16 = llm_malloc((size_t)n);
+            if (!xq16)
+                return LLM_E_NOMEM;
+        }
+        for (int64_t b = 0; b < nb; b++)
+            SIMD(quantize_x16)(X + b * ne0, ne0, xq16 + b * nq);
+        SIMD(rows_q16)(t, W, rb, xq16, nq, ne0, Y, nb, ldy, r0, r1);
+        if (xq16 != stack16)
+            llm_free(xq16);
+        return LLM_OK;
+    }
+    if (act == LLM_ACT_F32) {
+        float fstack[SIMD_STACK_QX], *sx = fstack;
+        uint64_t n;
+        if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) || !llm_mul_ok(n, sizeof(float), &n))
+            return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
+                                 (long long)nb, (long long)ne0);
+        if (n > sizeof fstack) {
+            sx = llm_malloc((size_t)n);
+            if (!sx)
+                return LLM_E_NOMEM;
+        }
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t k = 0; k < nq; k++) {
+                const float *xb = X + b * ne0 + 32 * k;
+                float s = 0.0f;
+                for (int64_t j = 0; j < 32 && 32 * k + j < ne0; j++)
+                    s += xb[j];
+                sx[b * nq + k] = s;
+            }
+        SIMD(rows_qf)(t, W, rb, X, sx, nq, ne0, Y, nb, ldy, r0, r1);
+        if (sx != fstack)
+            llm_free(sx);
+        return LLM_OK;
+    }
+    struct llm_qx stack[SIMD_STACK_QX], *xq = stack;
+    uint64_t n;
+    if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) ||
+        !llm_mul_ok(n, sizeof(struct llm_qx), &n))
+        return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
+                             (long long)nb, (long long)ne0);
+    if (n > sizeof stack) {
+        xq = llm_malloc((size_t)n);
+        if (!xq)
+            return LLM_E_NOMEM;
+    }
+    for (int64_t b = 0; b < nb; b++)
+        SIMD(quantize_x)(X + b * ne0, ne0, xq + b * nq);
+    SIMD(rows_q)(t, W, rb, xq, nq, ne0, Y, nb, ldy, r0, r1);
+    if (xq != stack)
+        llm_free(xq);
+    return LLM_OK;
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
+                            uint64_t rb, int64_t r0, int64_t r1, int act)
+{
+    /* y (rows) is Y with one token: ldy is never used for b = 0 */
+    return SIMD(llm_matmul)(t, W, x, y, ne0, rb, 1, 0, r0, r1, act);
+}
+
 llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, float *y,
                                 int64_t ne0, int64_t r0, int64_t r1)
 {
@@ -1424,3 +1424,15 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         llm_free(xq);
     return LLM_OK;
 }
+
+#ifdef SIMD_AVX512
+/* Products of several tokens on interleaved rows: the int16 GEMM, packing
+ * straight from the groups (SIMD(gq_pack_x16)). */
+llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, float *Y,
+                                int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    struct SIMD(shape) sh;
+    SIMD(shape_of)(t, &sh);
+    return SIMD(gemm_q16)(&sh, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
+}
+#endif

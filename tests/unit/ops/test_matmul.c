@@ -998,3 +998,39 @@ Test(matmul, x16_nan_activation_propagates, .fini = restore_isa)
     free(P);
     mat_free(&m);
 }
+
+/* On AVX-512 under int16 activations, a product of several tokens on the
+ * interleaved rows (the int16 GEMM packing straight from the groups) does
+ * per block the arithmetic of decode: each token's result is decode's, bit
+ * for bit, so a prompt and a generated token see the same logits. */
+Test(matmul, x16_gemm_is_decode_per_token, .fini = restore_isa)
+{
+    if (llm_isa_detect() != LLM_ISA_AVX512) {
+        cr_skip_test("no AVX-512 VNNI on this CPU");
+        return;
+    }
+    rng_state = 14;
+    llm_matmul_set_isa(LLM_ISA_AVX512);
+    llm_matmul_set_act(LLM_ACT_Q16);
+    const enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
+    for (size_t ti = 0; ti < 2; ti++) {
+        const int64_t ne0 = 320, rows = 48, nb = 14, ldy = 50;
+        struct mat m;
+        mat_make(&m, types[ti], ne0, rows, 0.1f);
+        uint8_t *P = malloc(m.rb * (uint64_t)rows);
+        cr_assert_eq(llm_x16_pack(m.t, m.w, ne0, rows, P), LLM_OK);
+        float *X = vec_make(nb * ne0, 1.0f), *Y = malloc(sizeof(float) * (size_t)(nb * ldy));
+        float y[48];
+        cr_assert_eq(llm_matmul_x16(m.t, P, X, Y, ne0, nb, ldy, 0, rows), LLM_OK);
+        for (int64_t b = 0; b < nb; b++) {
+            cr_assert_eq(llm_matvec_x16(m.t, P, X + b * ne0, y, ne0, 0, rows), LLM_OK);
+            for (int64_t r = 0; r < rows; r++)
+                cr_assert_eq(Y[b * ldy + r], y[r], "%s token %lld row %lld: %.9g vs %.9g",
+                             llm_type_name(m.t), (long long)b, (long long)r, Y[b * ldy + r], y[r]);
+        }
+        free(X);
+        free(Y);
+        free(P);
+        mat_free(&m);
+    }
+}
