@@ -255,10 +255,12 @@ t_run_reports_peak_rss_and_kv_bytes() {
         { echo "peak RSS $rss, file $size"; return 1; }
     # the interleaved copy of the q4_1 matrices (70 of the 98 MB) replaces their pages of
     # the file: within 3% of the file of the row layout's peak (LLM_X16=0), not 70 MB above
-    local rows
+    # (under ASan the copy's shadow memory and redzones, about 14 MB, come on top)
+    local rows slack=$((size * 3 / 100))
+    case $BIN in *build-san*) slack=$((slack + size / 4)) ;; esac
     expect 0 env LLM_X16=0 "$RUN" -m "$TMP/smol.llm" -p 'Once upon a time' -n 4 --temp 0 --ctx 256 --json || return 1
     rows=$(sed -n 's/.*"peak_rss_bytes":\([0-9]*\).*/\1/p' "$TMP/out")
-    [ -n "$rows" ] && [ "$rss" -lt $((rows + size * 3 / 100)) ] ||
+    [ -n "$rows" ] && [ "$rss" -lt $((rows + slack)) ] ||
         { echo "peak RSS $rss interleaved, $rows in rows, file $size"; return 1; }
 }
 t_run_json_seed_reproduces_the_run() {
