@@ -272,7 +272,7 @@ _llm_quantize()
             return
             ;;
         --fp8-scale)
-            _llm_words 'channel tensor'
+            _llm_words 'channel tensor auto'
             return
             ;;
         --calib)

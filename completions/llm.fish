@@ -73,7 +73,7 @@ complete -c llm-quantize -l group -x -a '32 64 128 channel' -d 'group size 32, 6
 complete -c llm-quantize -l sym -d 'symmetric grid (default at 8 bits)'
 complete -c llm-quantize -l asym -d 'grid with zero points (default at 4 bits and for awq)'
 complete -c llm-quantize -l double-quant -d 'nf4: fp8 block scales times a row scale (nf4_dq)'
-complete -c llm-quantize -l fp8-scale -x -a 'channel tensor' -d 'fp8: one scale per \'channel\' (row) or per \'tensor\' (default: channel)'
+complete -c llm-quantize -l fp8-scale -x -a 'channel tensor auto' -d 'fp8: one scale per \'channel\' (row), per \'tensor\', or \'auto\': per tensor the scope with the smaller calibration error (needs --calib; default: auto with --calib, else channel)'
 complete -c llm-quantize -l calib -r -F -d 'calibration text for gptq and awq; with fp8, GPTQ on the E4M3 grid'
 complete -c llm-quantize -l samples -x -d 'calibration windows (default: 128)'
 complete -c llm-quantize -l seq-len -x -d 'tokens per calibration window (default: 512)'

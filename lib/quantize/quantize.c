@@ -74,8 +74,11 @@ struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t)
     struct llm_qreport *r = q->rep;
     if (!r)
         return memset(&sink, 0, sizeof sink);
-    if (t->report)
-        return &r->t[t->report - 1];
+    if (t->report) {
+        struct llm_qtensor_report *e = &r->t[t->report - 1];
+        e->fp8_scale = t->to == LLM_TYPE_FP8_E4M3 ? t->spec.per_tensor == 1 : -1;
+        return e;
+    }
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 64;
         struct llm_qtensor_report *nt = llm_realloc(r->t, cap * sizeof *nt);
@@ -93,6 +96,7 @@ struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t)
     e->to = t->to;
     e->out_err_before = e->out_err_after = -1;
     e->awq_ratio = -1;
+    e->fp8_scale = t->to == LLM_TYPE_FP8_E4M3 ? t->spec.per_tensor == 1 : -1;
     t->report = r->n;
     return e;
 }
@@ -136,7 +140,7 @@ static void fp8_row_tensor_scale(const float *x, int64_t ne0, float scale, uint8
 
 float llm_q_fp8_tensor_scale(const struct qt *t, const float *W, int64_t n)
 {
-    if (t->to != LLM_TYPE_FP8_E4M3 || t->spec.per_tensor <= 0)
+    if (t->to != LLM_TYPE_FP8_E4M3 || t->spec.per_tensor != 1)
         return 0.0f;
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++)
@@ -384,6 +388,9 @@ static llm_status plan(struct qctx *q)
          * quantized */
         if (t->spec.method == LLM_QM_FP8 && p->calib_path)
             t->spec.method = LLM_QM_GPTQ;
+        if (t->spec.method == LLM_QM_FP8 && t->spec.per_tensor == LLM_FP8_SCALE_AUTO)
+            return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': fp8 scale auto chooses by the "
+                                 "calibration data: it needs --calib FILE", path, it->name);
         if (t->spec.method == LLM_QM_AWQ && (emb || head))
             return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': awq applies to the linear layers "
                                  "of the blocks only", path, it->name);

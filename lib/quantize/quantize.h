@@ -46,9 +46,12 @@ struct llm_qspec {
     int group;         /* 32, 64, 128; 0: one group per row (per channel) */
     int sym;           /* 1 symmetric, 0 zero points */
     int double_quant;  /* nf4: fp8 block scales x a row scale (nf4_dq) */
-    int per_tensor;    /* fp8: one scale for the whole tensor */
+    int per_tensor;    /* fp8's scale: 0 per row (channel), 1 one for the whole tensor,
+                          LLM_FP8_SCALE_AUTO whichever GPTQ leaves the smaller output
+                          error with on the calibration data (needs it) */
     int type;          /* an explicit llm_type (rtn/keep: convert to it), -1 none */
 };
+#define LLM_FP8_SCALE_AUTO 2
 /* All fields -1. */
 void llm_qspec_unset(struct llm_qspec *s);
 /* The defaults of the command line: method rtn, bits 4, group 128,
@@ -107,6 +110,8 @@ struct llm_qtensor_report {
     double weight_err;
     double out_err_before, out_err_after;
     double awq_ratio;        /* AWQ: the chosen scale exponent (-1: not scaled) */
+    int fp8_scale;           /* fp8: 1 one scale for the tensor, 0 one per row; -1 other types
+                                (with --fp8-scale auto: the scope chosen) */
     double seconds;
 };
 struct llm_qreport {

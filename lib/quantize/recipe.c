@@ -236,8 +236,10 @@ static llm_status parse_spec(const struct rp *p, yaml_node_t *map, struct llm_qs
                 spec->per_tensor = 1;
             else if (val && !strcmp(val, "channel"))
                 spec->per_tensor = 0;
+            else if (val && !strcmp(val, "auto"))
+                spec->per_tensor = LLM_FP8_SCALE_AUTO;
             else
-                return err_at(p, v, "scale must be tensor or channel");
+                return err_at(p, v, "scale must be tensor, channel or auto");
         } else if (!strcmp(key, "type")) {
             enum llm_type t;
             if (!val || llm_type_parse(val, &t)) {

@@ -46,6 +46,8 @@ t_quantize_usage_errors_exit_2() {
     expect 2 "$QUANT" -m x -o y --method gptq --calib c.txt --no-clip && has "$TMP/err" "apply to awq" &&
     expect 2 "$QUANT" -m x -o y --method gptq --samples 8 && has "$TMP/err" "apply to the calibration text (--calib)" &&
     expect 2 "$QUANT" -m x -o y --method nf4 --fp8-scale tensor && has "$TMP/err" "--fp8-scale applies to fp8" &&
+    expect 2 "$QUANT" -m x -o y --method fp8 --fp8-scale auto && has "$TMP/err" "--fp8-scale auto chooses by the calibration data: it needs --calib" &&
+    expect 2 "$QUANT" -m x -o y --method fp8 --fp8-scale row && has "$TMP/err" "expected channel, tensor or auto, got 'row'" &&
     expect 2 "$QUANT" -m x -o y --act-order && has "$TMP/err" "apply to gptq" &&
     expect 2 "$QUANT" -m x -o y --method awq --reference-grid && has "$TMP/err" "apply to gptq" &&
     expect 2 "$QUANT" -m x -o y --method rtn --v-hessian input && has "$TMP/err" "apply to gptq" &&
@@ -197,8 +199,10 @@ t_quantize_nf4_fp8_types_and_quality() {
 # perplexity moves by less than its noise either way, so only closeness to
 # the float model is asserted for it.)
 t_quantize_fp8_calib_is_gptq() {
-    q_make fp8g --method fp8 --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    q_make fp8g --method fp8 --fp8-scale channel --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
     q_make fp8gt --method fp8 --fp8-scale tensor --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
+    # with --calib the scope is auto unless given
+    q_make fp8ga --method fp8 --calib "$Q_CAL" --samples 16 --seq-len 256 || return 1
     [ "$(q_type "$TMP/q-fp8g.llm" blk.1.attn_q.weight)" = fp8_e4m3 ] &&
     [ "$(q_type "$TMP/q-fp8g.llm" token_embd.weight)" = q8_0 ] || return 1
     "$BIN/llm-convert" --info "$TMP/q-fp8g.llm" >"$TMP/info" &&
@@ -210,7 +214,7 @@ t_quantize_fp8_calib_is_gptq() {
     has "$TMP/err" "type fp8_e4m3 cannot be written to a GPTQ checkpoint" || return 1
     python3 -c 1 2>/dev/null || skip "python3 absent"
     local f
-    for f in fp8g fp8gt; do
+    for f in fp8g fp8gt fp8ga; do
         python3 - "$TMP/q-$f.json" <<'EOF' || return 1
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -220,6 +224,24 @@ worse = [t["name"] for t in g if not t["output_mse"] < t["output_mse_rtn"]]
 assert not worse, (sys.argv[1], worse)
 EOF
     done
+    # auto keeps, per tensor, the scope with the smaller output error: on the first block's
+    # q, k and v (the same inputs in all three runs) exactly the better of the two
+    python3 - "$TMP/q-fp8g.json" "$TMP/q-fp8gt.json" "$TMP/q-fp8ga.json" <<'EOF' || return 1
+import json, sys
+row, ten, auto = ({t["name"]: t for t in json.load(open(f))["tensors"]} for f in sys.argv[1:])
+for n in ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"):
+    r, t, a = row[n]["output_mse"], ten[n]["output_mse"], auto[n]["output_mse"]
+    assert abs(a - min(r, t)) <= 1e-6 * min(r, t), (n, r, t, a)
+    assert auto[n]["fp8_scale"] == ("channel" if r <= t else "tensor"), auto[n]
+assert row[n]["fp8_scale"] == "channel" and ten[n]["fp8_scale"] == "tensor", (row[n], ten[n])
+# on stories260K most tensors keep their rows' scales and blk.4.attn_v takes the tensor's
+# (6% less output error): both answers occur
+scopes = [t["fp8_scale"] for t in auto.values() if t["to"] == "fp8_e4m3"]
+assert len(scopes) == 35 and "tensor" in scopes and "channel" in scopes, scopes
+EOF
+    printf 'rules:\n  - match: "blk.*"\n    method: fp8\n    scale: auto\n  - match: token_embd.weight\n    method: keep\n' >"$TMP/fp8a.yaml"
+    expect 1 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-fp8a.llm" --recipe "$TMP/fp8a.yaml" &&
+    has "$TMP/err" "fp8 scale auto chooses by the calibration data: it needs --calib FILE" || return 1
     # a recipe's fp8 rules take the calibration text the same way; rtn rules stay rtn
     printf 'rules:\n  - match: "blk.*.ffn_*"\n    method: fp8\n  - match: "blk.*"\n    method: rtn\n    bits: 8\n' >"$TMP/fp8r.yaml"
     q_make fp8r --recipe "$TMP/fp8r.yaml" --calib "$Q_CAL" --samples 8 --seq-len 128 || return 1
@@ -229,10 +251,11 @@ t = {x["name"]: (x["method"], x["to"]) for x in json.load(open(sys.argv[1]))["te
 assert t["blk.3.ffn_up.weight"] == ("gptq", "fp8_e4m3"), t
 assert t["blk.3.attn_q.weight"][0] == "rtn", t
 EOF
-    local p0 pg pgt
+    local p0 pg pgt pga
     p0=$(q_ppl "$TMP/q-base.llm"); pg=$(q_ppl "$TMP/q-fp8g.llm"); pgt=$(q_ppl "$TMP/q-fp8gt.llm")
-    awk -v a="$p0" -v g="$pg" -v t="$pgt" 'BEGIN { exit !(g < a * 1.02 && t < a * 1.03) }' ||
-        { echo "base $p0 fp8 gptq $pg per tensor $pgt"; return 1; }
+    pga=$(q_ppl "$TMP/q-fp8ga.llm")
+    awk -v a="$p0" -v g="$pg" -v t="$pgt" -v u="$pga" 'BEGIN { exit !(g < a * 1.02 && t < a * 1.03 && u < a * 1.02) }' ||
+        { echo "base $p0 fp8 gptq $pg per tensor $pgt auto $pga"; return 1; }
 }
 t_quantize_recipe_mixes_methods() {
     q_base || return 1

@@ -2,6 +2,7 @@
  * inference, AWQ's folding on a real model, and the quantizer end to end
  * on stories260K. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../../../lib/common/alloc.h"
@@ -80,6 +81,17 @@ Test(quantize, recipe_rules_first_match_wins)
     cr_assert_eq(s.method, LLM_QM_GPTQ); /* the recipe's default */
     cr_assert(strstr(r->text, "    type: f16\n"), "the recipe text is kept");
     llm_recipe_free(r);
+    /* fp8's scale scope: channel, tensor, auto */
+    const char *scopes[] = { "channel", "tensor", "auto" };
+    for (int i = 0; i < 3; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "rules:\n  - match: x\n    method: fp8\n    scale: %s\n",
+                 scopes[i]);
+        cr_assert_eq(parse(text, &r), LLM_OK);
+        llm_recipe_resolve(r, &def, "x", &s, &line);
+        cr_assert_eq(s.per_tensor, i == 2 ? LLM_FP8_SCALE_AUTO : i, "%s", scopes[i]);
+        llm_recipe_free(r);
+    }
 }
 
 Test(quantize, recipe_errors_name_the_line)
@@ -102,6 +114,8 @@ Test(quantize, recipe_errors_name_the_line)
         { "", "r.yaml: the recipe is empty" },
         { "rules:\n  - match: x\nrules:\n  - match: y\n", "r.yaml:3: 'rules' appears twice" },
         { "rules:\n  - match: x\n    bits: 4\n    bits: 8\n", "r.yaml:4: 'bits' appears twice" },
+        { "rules:\n  - match: x\n    method: fp8\n    scale: row\n",
+          "r.yaml:4: scale must be tensor, channel or auto" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct llm_recipe *r = NULL;
