@@ -29,7 +29,7 @@ struct llm_weight {
      * column i (the "<name>.perm" tensor). NULL: identity. Weights that read
      * the same input share one pointer when their permutations are equal. */
     const int32_t *perm; /* (ne0) host */
-    /* The CPU's decode layout of a q4_0 / q4_1 matrix (ops/matmul.h's
+    /* The CPU's decode layout of a 4-bit matrix (ops/matmul.h's
      * interleaved rows), made once at load; when set, products read it and
      * not data. NULL: products read data. */
     const void *x16;

@@ -333,7 +333,7 @@ void llm_model_params_default(struct llm_model_params *p)
     memset(p, 0, sizeof *p);
 }
 
-/* Interleave every q4_0 / q4_1 matrix that takes it (ops/matmul.h: the
+/* Interleave every 4-bit matrix that takes it (ops/matmul.h: the
  * CPU's decode layout, 2.5x fewer instructions per block than the rows)
  * into one buffer the model owns, and drop those matrices' pages of the
  * file, so that resident memory stays one copy of the weights. A borrowed

@@ -476,10 +476,29 @@ llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, 
 // ----------------------------------------------------------------------------
 // interleaved 4-bit rows (matmul.h)
 
+/* The elements per scale of the types the layout takes; 0 for the others. */
+static int x16_group(enum llm_type t)
+{
+    switch (t) {
+    case LLM_TYPE_Q4_0:
+    case LLM_TYPE_Q4_1:
+        return 32;
+    case LLM_TYPE_Q4_G64:
+    case LLM_TYPE_Q4Z_G64:
+        return 64;
+    case LLM_TYPE_Q4_G128:
+    case LLM_TYPE_Q4Z_G128:
+        return 128;
+    default:
+        return 0;
+    }
+}
+
 int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows)
 {
-    return (t == LLM_TYPE_Q4_0 || t == LLM_TYPE_Q4_1) && ne0 > 0 && ne0 % 32 == 0 &&
-           ne0 <= ((int64_t)1 << 40) && rows > 0 && rows % 16 == 0;
+    const int G = x16_group(t);
+    return G && ne0 > 0 && ne0 % G == 0 && ne0 <= ((int64_t)1 << 40) && rows > 0 &&
+           rows % 16 == 0;
 }
 
 int llm_x16_enabled(void)
@@ -488,11 +507,11 @@ int llm_x16_enabled(void)
     return !(e && strcmp(e, "0") == 0);
 }
 
-/* Row r of a group between the layouts; UNITS (9 for q4_0, 10 for q4_1)
- * 2-byte units per block: d, (m,) then the code pairs p = 0..7. Unit u of
- * row r's block k sits at unit 16 u + r of the interleaved block k. The
- * row is walked in order (one stream); the group's interleaved blocks, a
- * few KiB, stay in cache across its 16 rows. */
+/* Row r of a group between the layouts; UNITS 2-byte units per block of
+ * the row (its block bytes / 2: d, m for the zero-point types, then the
+ * code pairs). Unit u of row r's block k sits at unit 16 u + r of the
+ * interleaved block k. The row is walked in order (one stream); the
+ * group's interleaved blocks, a few KiB, stay in cache across its 16 rows. */
 static inline __attribute__((always_inline)) void x16_row(uint8_t *row, uint8_t *grp, int r,
                                                           int64_t nq, int units, int pack)
 {
@@ -513,22 +532,24 @@ static inline __attribute__((always_inline)) void x16_row(uint8_t *row, uint8_t 
 static void x16_move(enum llm_type t, uint8_t *W, uint8_t *P, int64_t ne0, int64_t g0,
                      int64_t g1, int pack)
 {
-    const int BB = t == LLM_TYPE_Q4_1 ? 20 : 18;
-    const int64_t nq = ne0 / 32;
+    const int BB = (int)llm_type_traits((uint32_t)t)->block_bytes, units = BB / 2;
+    const int64_t nq = ne0 / x16_group(t);
     const uint64_t rb = (uint64_t)nq * (uint64_t)BB;
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *grp = P + (uint64_t)g * 16 * rb;
         for (int r = 0; r < 16; r++) {
             uint8_t *row = W + ((uint64_t)(g - g0) * 16 + (uint64_t)r) * rb;
-            /* constant arguments, so that each case unrolls */
-            if (BB == 18 && pack)
+            /* constant arguments for q4_0 and q4_1, so that they unroll */
+            if (units == 9 && pack)
                 x16_row(row, grp, r, nq, 9, 1);
-            else if (BB == 18)
+            else if (units == 9)
                 x16_row(row, grp, r, nq, 9, 0);
-            else if (pack)
+            else if (units == 10 && pack)
                 x16_row(row, grp, r, nq, 10, 1);
-            else
+            else if (units == 10)
                 x16_row(row, grp, r, nq, 10, 0);
+            else
+                x16_row(row, grp, r, nq, units, pack);
         }
     }
 }

@@ -32,28 +32,32 @@ llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float 
 llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
                       int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
 
-/* Interleaved 4-bit rows ("x16"), the decode layout of q4_0 and q4_1.
+/* Interleaved 4-bit rows ("x16"), the decode layout of q4_0, q4_1 and the
+ * grouped q4 types (q4_g64, q4_g128, q4z_g64, q4z_g128).
  *
  * A row-major q4 matrix makes decode pay, per 32-element block of each
  * row, a conversion and a scaling of lanes that are then summed across the
  * vector: on Zen 4 that bound q4_0 decode by instructions, not by memory.
  * Sixteen rows interleaved put row r in lane r, so a block of 16 rows is
- * one scale load and one FMA and nothing is summed across lanes (the idea
- * of llama.cpp's repacked Q4_0 8x8). The CPU backend repacks once at load
- * (model/model.c) and drops the file's pages, so memory stays one copy.
+ * one scale load and one FMA (per 32 elements) and nothing is summed
+ * across lanes (the idea of llama.cpp's repacked Q4_0 8x8). The CPU backend
+ * repacks once at load (model/model.c) and drops the file's pages, so
+ * memory stays one copy.
  *
- * Layout: groups of 16 rows, one after the other; a group is nq = ne0/32
- * blocks of 16 rows, bb = 16 x the type's block bytes each (288, q4_1 320):
- *   [0, 32)     the 16 rows' scales d (fp16), row order
- *   [32, 64)    q4_1 only: the 16 mins m (fp16)
+ * Layout: groups of 16 rows, one after the other; a group is ne0/G blocks
+ * (G = 32, 64 or 128 elements a scale) of 16 rows, 16 x the type's block
+ * bytes each. A row's block is 2-byte units: d (fp16), m (fp16, zero-point
+ * types only), then its G/2 code bytes in pairs; unit u of row r sits at
+ * unit 16 u + r of the interleaved block. So for q4_0:
+ *   [0, 32)     the 16 rows' scales d, row order
  *   then 256 code bytes: byte 32p + 2r + e (p 0..7, r 0..15, e 0..1) is
  *               byte 2p + e of row r's qs (its low nibble is element
  *               2p + e, its high nibble element 2p + e + 16)
- * So a group is exactly as large as its 16 rows, and the transform is a
- * transpose of 2-byte units.
+ * and q4_1 has the 16 mins in [32, 64) before the codes. A group is
+ * exactly as large as its 16 rows.
  *
- * llm_x16_ok: t is q4_0 or q4_1, ne0 a positive multiple of 32 and rows a
- * positive multiple of 16 (the shapes the layout takes). */
+ * llm_x16_ok: t is one of those types, ne0 a positive multiple of G and
+ * rows a positive multiple of 16 (the shapes the layout takes). */
 int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
 /* 0 when the environment says LLM_X16=0: the CPU backend and llm-bench
  * --kernels then keep the row layout (to compare the two). */

@@ -95,7 +95,7 @@ llm_status llm_matmul_avx512(enum llm_type t, const void *W, const float *X, flo
                              int64_t ne0, uint64_t row_bytes, int64_t nb, int64_t ldy, int64_t r0,
                              int64_t r1, int act);
 
-/* Decode on interleaved q4_0 / q4_1 rows (matmul.h's x16 layout) under
+/* Decode on interleaved 4-bit rows (matmul.h's x16 layout) under
  * int16 activations; arguments already checked, r0 and r1 multiples of 16. */
 llm_status llm_matvec_x16_avx2(enum llm_type t, const void *P, const float *x, float *y,
                                int64_t ne0, int64_t r0, int64_t r1);

@@ -1195,7 +1195,7 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 }
 
 // ----------------------------------------------------------------------------
-// decode on interleaved q4_0 / q4_1 rows (matmul.h's x16 layout): lane r of
+// decode on interleaved 4-bit rows (matmul.h's x16 layout): lane r of
 // the int32 sums is row r of the group; each vpdpwssd (AVX2: madd, two
 // halves of 8 rows) adds a pair of elements of all 16 rows, the pair of
 // int16 activations broadcast, so a block of 16 rows ends in one exact
@@ -1304,6 +1304,94 @@ static void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, int64_
 }
 #endif
 
+/* The grouped types (q4_g64/g128, q4z_g64/g128: G = 64 or 128 elements a
+ * scale): a group spans G/32 activation blocks, each with its own scale,
+ * so each keeps its own int32 sums (two chains, by unit parity) and its
+ * own FMA with d_w d_x. Unit u's low nibbles are elements 2u, 2u+1 of the
+ * group (activation block u/16), its high ones 2u + G/2 (block u/16 +
+ * G/64). */
+SIMD_INLINE void SIMD(x16_group_g)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ng,
+                                   int zp, int G, float *y)
+{
+    const int nsub = G / 32, half = G / 64;
+    const uint64_t bb = 16 * (uint64_t)(G / 2 + (zp ? 4 : 2));
+#ifdef SIMD_AVX512
+    __m512 acc = _mm512_setzero_ps();
+#else
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+#endif
+    for (int64_t k = 0; k < ng; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
+        const struct llm_qx16 *b = xq + k * nsub;
+#ifdef SIMD_AVX512
+        __m512i s[8];
+        for (int j = 0; j < nsub; j++) {
+            s[2 * j] = zp ? _mm512_setzero_si512() : _mm512_set1_epi32(b[j].m8);
+            s[2 * j + 1] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 32
+        for (int u = 0; u < G / 4; u++) {
+            __m512i lo, hi;
+            SIMD(x16_codes)(cq + 32 * u, &lo, &hi);
+            const int sl = u / 16, sh = sl + half, c = u & 1;
+            s[2 * sl + c] = _mm512_dpwssd_epi32(s[2 * sl + c], lo,
+                                                SIMD(x16_pair)(b[sl].qs + 2 * (u % 16)));
+            s[2 * sh + c] = _mm512_dpwssd_epi32(s[2 * sh + c], hi,
+                                                SIMD(x16_pair)(b[sh].qs + 2 * (u % 16)));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 m = zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                            : _mm512_setzero_ps();
+        /* per activation block: the int16 GEMM's order, so that its
+         * tokens are decode's bit for bit */
+        for (int j = 0; j < nsub; j++) {
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[2 * j], s[2 * j + 1])),
+                                  _mm512_mul_ps(d, _mm512_set1_ps(b[j].d)), acc);
+            if (zp)
+                acc = _mm512_fmadd_ps(m, _mm512_set1_ps(b[j].ds), acc);
+        }
+#else
+        __m256i s[2][8];
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < nsub; j++) {
+                s[h][2 * j] = zp ? _mm256_setzero_si256() : _mm256_set1_epi32(b[j].m8);
+                s[h][2 * j + 1] = _mm256_setzero_si256();
+            }
+#pragma GCC unroll 32
+        for (int u = 0; u < G / 4; u++) {
+            __m256i lo[2], hi[2];
+            SIMD(x16_codes)(cq + 32 * u, lo, hi);
+            const int sl = u / 16, sh = sl + half, c = u & 1;
+            const __m256i xl = SIMD(x16_pair)(b[sl].qs + 2 * (u % 16));
+            const __m256i xh = SIMD(x16_pair)(b[sh].qs + 2 * (u % 16));
+            for (int h = 0; h < 2; h++) {
+                s[h][2 * sl + c] = _mm256_add_epi32(s[h][2 * sl + c], _mm256_madd_epi16(lo[h], xl));
+                s[h][2 * sh + c] = _mm256_add_epi32(s[h][2 * sh + c], _mm256_madd_epi16(hi[h], xh));
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+            const __m256 m =
+                zp ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
+                   : _mm256_setzero_ps();
+            for (int j = 0; j < nsub; j++) {
+                acc[h] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(_mm256_add_epi32(s[h][2 * j], s[h][2 * j + 1])),
+                    _mm256_mul_ps(d, _mm256_set1_ps(b[j].d)), acc[h]);
+                if (zp)
+                    acc[h] = _mm256_fmadd_ps(m, _mm256_set1_ps(b[j].ds), acc[h]);
+            }
+        }
+#endif
+    }
+#ifdef SIMD_AVX512
+    _mm512_storeu_ps(y, acc);
+#else
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+#endif
+}
+
 #include "matmul_gemm.h"
 
 // ----------------------------------------------------------------------------
@@ -1408,9 +1496,13 @@ llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, floa
 llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, float *y,
                                 int64_t ne0, int64_t r0, int64_t r1)
 {
-    const int zp = t == LLM_TYPE_Q4_1;
+    const int zp = t == LLM_TYPE_Q4_1 || t == LLM_TYPE_Q4Z_G64 || t == LLM_TYPE_Q4Z_G128;
+    const int G = t == LLM_TYPE_Q4_G64 || t == LLM_TYPE_Q4Z_G64     ? 64
+                  : t == LLM_TYPE_Q4_G128 || t == LLM_TYPE_Q4Z_G128 ? 128
+                                                                     : 32;
     const int64_t nq = ne0 / 32;
-    const uint64_t gbytes = (uint64_t)nq * (zp ? 320 : 288);
+    /* a group of 16 rows: ne0 / G blocks of 16 x (G/2 code bytes + d (+ m)) */
+    const uint64_t gbytes = (uint64_t)(ne0 / G) * 16 * (uint64_t)(G / 2 + (zp ? 4 : 2));
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
     if ((uint64_t)nq > sizeof stack / sizeof stack[0]) {
         xq = llm_malloc((size_t)nq * sizeof *xq);
@@ -1418,8 +1510,16 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
             return LLM_E_NOMEM;
     }
     SIMD(quantize_x16)(x, ne0, xq);
-    for (int64_t g = r0 / 16; g < r1 / 16; g++)
-        SIMD(x16_group)((const uint8_t *)P + (uint64_t)g * gbytes, xq, nq, zp, y + 16 * g);
+    for (int64_t g = r0 / 16; g < r1 / 16; g++) {
+        const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gbytes;
+        /* constant G, so that the unit loop unrolls */
+        if (G == 32)
+            SIMD(x16_group)(gp, xq, nq, zp, y + 16 * g);
+        else if (G == 64)
+            SIMD(x16_group_g)(gp, xq, ne0 / 64, zp, 64, y + 16 * g);
+        else
+            SIMD(x16_group_g)(gp, xq, ne0 / 128, zp, 128, y + 16 * g);
+    }
     if (xq != stack)
         llm_free(xq);
     return LLM_OK;

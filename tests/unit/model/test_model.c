@@ -363,14 +363,14 @@ static void run_prompt(struct llm_model *m, float *lg)
     llm_context_free(ctx);
 }
 
-/* A q4_0 / q4_1 model runs its matrices in the interleaved layout of
+/* A 4-bit model runs its matrices in the interleaved layout of
  * ops/matmul.h, made at load for every matrix whose shape takes it, and
  * gives the row layout's logits (LLM_X16=0) up to float rounding: both
  * take exact integer dots of the same int16 activations. */
 Test(model, interleaved_q4_matches_row_layout)
 {
-    enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
-    for (int ti = 0; ti < 2; ti++) {
+    enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64 };
+    for (int ti = 0; ti < 3; ti++) {
         struct llm_model *m[2];
         float *lg[2];
         for (int x16 = 0; x16 < 2; x16++) {
@@ -389,9 +389,12 @@ Test(model, interleaved_q4_matches_row_layout)
         const struct llm_layer_w *L = &m[1]->layers[1];
         const struct llm_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
                                           &m[1]->output };
+        /* q4z_g64: the FFN's 96-wide down rows are no whole groups and keep their rows */
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            cr_assert(ws[i]->x16 && ws[i]->type == types[ti], "weight %zu of %s not interleaved", i,
-                      llm_type_name(types[ti]));
+            cr_assert(ws[i]->type == types[ti] &&
+                          !ws[i]->x16 == !llm_x16_ok(ws[i]->type, ws[i]->ne0, ws[i]->rows) &&
+                          (ws[i]->x16 || ws[i] == &L->down),
+                      "weight %zu of %s", i, llm_type_name(types[ti]));
         cr_assert(!m[0]->layers[1].down.x16 && !m[1]->tok_embd.x16);
         double err = 0, norm = 0;
         for (int i = 0; i < 15 * 80; i++) {

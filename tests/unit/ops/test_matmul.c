@@ -857,13 +857,15 @@ Test(matmul, inf_activation_is_not_finite, .fini = restore_isa)
 Test(matmul, x16_layout_and_round_trip)
 {
     rng_state = 11;
-    const enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
-    const int64_t shapes[][2] = { { 32, 16 }, { 96, 48 }, { 576, 32 } }; /* ne0, rows */
-    for (size_t ti = 0; ti < 2; ti++)
+    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
+                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
+    const int64_t shapes[][2] = { { 128, 16 }, { 384, 48 }, { 640, 32 } }; /* ne0, rows */
+    for (size_t ti = 0; ti < 6; ti++)
         for (size_t si = 0; si < 3; si++) {
-            const int64_t ne0 = shapes[si][0], rows = shapes[si][1], nq = ne0 / 32;
-            const int zp = types[ti] == LLM_TYPE_Q4_1;
-            const uint64_t BB = zp ? 20 : 18, hdr = BB - 16;
+            const struct llm_type_traits *tr = llm_type_traits(types[ti]);
+            const int64_t ne0 = shapes[si][0], rows = shapes[si][1], G = tr->blck, nq = ne0 / G;
+            const uint64_t BB = tr->block_bytes, hdr = BB - (uint64_t)G / 2;
+            const int zp = hdr == 4;
             struct mat m;
             mat_make(&m, types[ti], ne0, rows, 0.1f);
             cr_assert(llm_x16_ok(m.t, ne0, rows));
@@ -877,7 +879,7 @@ Test(matmul, x16_layout_and_round_trip)
                         cr_assert_eq(memcmp(blk + 2 * r, src, 2), 0, "d of row %d", r);
                         if (zp)
                             cr_assert_eq(memcmp(blk + 32 + 2 * r, src + 2, 2), 0, "m of row %d", r);
-                        for (int p = 0; p < 8; p++)
+                        for (int p = 0; p < G / 4; p++)
                             for (int e = 0; e < 2; e++)
                                 cr_assert_eq(blk[16 * hdr + 32 * p + 2 * r + e],
                                              src[hdr + 2 * p + e], "%s group %lld block %lld "
@@ -900,7 +902,10 @@ Test(matmul, x16_layout_and_round_trip)
     cr_assert(!llm_x16_ok(LLM_TYPE_Q8_0, 64, 16));
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_0, 48, 16));
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_0, 64, 24));
-    cr_assert_eq(llm_x16_pack(LLM_TYPE_Q4_G64, buf, 64, 16, buf + 2048), LLM_E_INVALID);
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q4Z_G128, 192, 16)); /* not whole groups */
+    cr_assert(llm_x16_ok(LLM_TYPE_Q4Z_G128, 256, 16));
+    cr_assert_eq(llm_x16_pack(LLM_TYPE_Q4_CH, buf, 64, 16, buf + 2048), LLM_E_INVALID);
+    cr_assert_eq(llm_x16_pack(LLM_TYPE_Q4_G64, buf, 96, 16, buf + 2048), LLM_E_INVALID);
     cr_assert_eq(llm_x16_pack(LLM_TYPE_Q4_0, buf, 64, 8, buf + 2048), LLM_E_INVALID);
     cr_assert_eq(llm_x16_unpack(LLM_TYPE_Q4_0, buf, 64, 8, 16, buf + 2048), LLM_E_INVALID);
     cr_assert_eq(llm_matvec_x16(LLM_TYPE_Q4_0, buf, x, y, 64, 0, 24), LLM_E_INVALID);
@@ -918,12 +923,15 @@ Test(matmul, x16_products_match_ref, .fini = restore_isa)
     enum llm_isa isas[3] = { LLM_ISA_REF };
     int ni = 1 + n_isas(isas + 1);
     rng_state = 12;
-    const enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
-    const int64_t lens[] = { 32, 576, 1536 }, nbs[] = { 1, 3, 20 };
+    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
+                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
+    const int64_t lens[] = { 32, 128, 640, 1536 }, nbs[] = { 1, 3, 20 };
     const int64_t rows = 64, ldy = rows + 5;
-    for (size_t ti = 0; ti < 2; ti++)
-        for (size_t li = 0; li < 3; li++) {
+    for (size_t ti = 0; ti < 6; ti++)
+        for (size_t li = 0; li < 4; li++) {
             const int64_t ne0 = lens[li];
+            if (!llm_x16_ok(types[ti], ne0, rows))
+                continue; /* 32-wide rows are no whole group of 64 or 128 */
             struct mat m;
             mat_make(&m, types[ti], ne0, rows, 0.1f);
             uint8_t *P = malloc(m.rb * (uint64_t)rows);
@@ -1012,9 +1020,10 @@ Test(matmul, x16_gemm_is_decode_per_token, .fini = restore_isa)
     rng_state = 14;
     llm_matmul_set_isa(LLM_ISA_AVX512);
     llm_matmul_set_act(LLM_ACT_Q16);
-    const enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1 };
-    for (size_t ti = 0; ti < 2; ti++) {
-        const int64_t ne0 = 320, rows = 48, nb = 14, ldy = 50;
+    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
+                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
+    for (size_t ti = 0; ti < 6; ti++) {
+        const int64_t ne0 = 384, rows = 48, nb = 14, ldy = 50;
         struct mat m;
         mat_make(&m, types[ti], ne0, rows, 0.1f);
         uint8_t *P = malloc(m.rb * (uint64_t)rows);
