@@ -504,7 +504,9 @@ int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows)
 int llm_x16_enabled(void)
 {
     const char *e = getenv("LLM_X16");
-    return !(e && strcmp(e, "0") == 0);
+    /* without a kernel that reads the layout, decode would unpack it every
+     * token: keep the rows then */
+    return !(e && strcmp(e, "0") == 0) && isa_now() != LLM_ISA_REF && act_now() == LLM_ACT_Q16;
 }
 
 /* Row r of a group between the layouts; UNITS 2-byte units per block of

@@ -59,8 +59,10 @@ llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, 
  * llm_x16_ok: t is one of those types, ne0 a positive multiple of G and
  * rows a positive multiple of 16 (the shapes the layout takes). */
 int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
-/* 0 when the environment says LLM_X16=0: the CPU backend and llm-bench
- * --kernels then keep the row layout (to compare the two). */
+/* Whether the CPU backend and llm-bench --kernels use the layout: not when
+ * the environment says LLM_X16=0 (to compare the two), nor where no kernel
+ * reads it (the scalar build, LLM_MATMUL_ACT other than q16), where decode
+ * would unpack it every token. */
 int llm_x16_enabled(void);
 /* P (rows/16 groups) = the interleaved form of W (rows, ne0). */
 llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t rows, void *P);
