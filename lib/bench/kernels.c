@@ -191,7 +191,7 @@ static void fill_rand(float *x, size_t n, uint64_t *seed)
 }
 
 struct bufs {
-    void *W, *W16;        // the rows; their interleaved form (q4_0, q4_1)
+    void *W, *W16;        // the rows; their interleaved form (4-bit types)
     float *x, *y, *row;
 };
 

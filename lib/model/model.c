@@ -333,65 +333,57 @@ void llm_model_params_default(struct llm_model_params *p)
     memset(p, 0, sizeof *p);
 }
 
-/* Interleave every 4-bit matrix that takes it (ops/matmul.h: the
- * CPU's decode layout, 2.5x fewer instructions per block than the rows)
- * into one buffer the model owns, and drop those matrices' pages of the
- * file, so that resident memory stays one copy of the weights. A borrowed
- * file is the quantizer's input, whose weights it reads as rows: left
- * alone. LLM_X16=0 in the environment keeps the row layout (to compare). */
+/* The weight matrices of the products: i = 0 the output head, then 7 per
+ * layer; NULL past the end. */
+static struct llm_weight *matrix(struct llm_model *m, int64_t i)
+{
+    if (i == 0)
+        return &m->output;
+    if (--i >= 7 * (int64_t)m->c.n_layers)
+        return NULL;
+    struct llm_layer_w *L = &m->layers[i / 7];
+    struct llm_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+    return lw[i % 7];
+}
+
+/* Interleave every 4-bit matrix that takes it (ops/matmul.h: the CPU's
+ * decode layout, 2.5x fewer instructions per block than the rows) into one
+ * buffer the model owns, and drop those matrices' pages of the file, so
+ * that resident memory stays one copy of the weights. A borrowed file is
+ * the quantizer's input, whose weights it reads as rows: left alone.
+ * LLM_X16=0 in the environment keeps the row layout (to compare). */
 static llm_status repack(struct llm_model *m)
 {
     if (!llm_x16_enabled())
         return LLM_OK;
-    struct llm_weight *w[8];
+    struct llm_weight *w;
     size_t total = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        uint8_t *p = m->x16;
-        for (int32_t l = -1; l < m->c.n_layers; l++) {
-            size_t nw = 0;
-            if (l < 0) {
-                w[nw++] = &m->output;
-            } else {
-                struct llm_layer_w *L = &m->layers[l];
-                struct llm_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up,
-                                            &L->down };
-                for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
-                    w[nw++] = lw[i];
-            }
-            for (size_t i = 0; i < nw; i++) {
-                if (!w[i]->data || !llm_x16_ok(w[i]->type, w[i]->ne0, w[i]->rows))
-                    continue;
-                size_t bytes = (size_t)llm_type_row_bytes(w[i]->type, (uint64_t)w[i]->ne0) *
-                               (size_t)w[i]->rows;
-                if (pass == 0) {
-                    total += bytes;
-                    continue;
-                }
-                /* groups of 16 rows are independent: a few at a time, each
-                 * stretch's pages dropped as soon as it is copied, so that
-                 * the peak is not the file plus the largest matrix (the
-                 * pages straddling two stretches go at the end) */
-                const size_t rb = bytes / (size_t)w[i]->rows;
-                const uint8_t *src = w[i]->data;
-                for (int64_t r = 0; r < w[i]->rows; r += 1024) {
-                    int64_t n = w[i]->rows - r < 1024 ? w[i]->rows - r : 1024;
-                    LLM_TRY(llm_x16_pack(w[i]->type, src + (size_t)r * rb, w[i]->ne0, n,
-                                         p + (size_t)r * rb));
-                    llm_file_drop_pages(m->f, src + (size_t)r * rb, (size_t)n * rb);
-                }
-                llm_file_drop_pages(m->f, src, bytes);
-                w[i]->x16 = p;
-                p += bytes;
-            }
+    for (int64_t i = 0; (w = matrix(m, i)); i++)
+        if (w->data && llm_x16_ok(w->type, w->ne0, w->rows))
+            total += (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0) * (size_t)w->rows;
+    if (!total)
+        return LLM_OK;
+    uint8_t *p = m->x16 = llm_malloc(total);
+    if (!p)
+        return llm_error_set(LLM_E_NOMEM, "%s: no memory for the interleaved copy of %zu bytes "
+                             "of 4-bit weights", m->f->path, total);
+    for (int64_t i = 0; (w = matrix(m, i)); i++) {
+        if (!w->data || !llm_x16_ok(w->type, w->ne0, w->rows))
+            continue;
+        /* groups of 16 rows are independent: a few at a time, each
+         * stretch's pages dropped as soon as it is copied, so that the peak
+         * is not the file plus the largest matrix (the pages straddling two
+         * stretches go at the end) */
+        const size_t rb = (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0);
+        const uint8_t *src = w->data;
+        for (int64_t r = 0; r < w->rows; r += 1024) {
+            const int64_t n = w->rows - r < 1024 ? w->rows - r : 1024;
+            LLM_TRY(llm_x16_pack(w->type, src + (size_t)r * rb, w->ne0, n, p + (size_t)r * rb));
+            llm_file_drop_pages(m->f, src + (size_t)r * rb, (size_t)n * rb);
         }
-        if (pass == 0) {
-            if (!total)
-                return LLM_OK;
-            m->x16 = llm_malloc(total);
-            if (!m->x16)
-                return llm_error_set(LLM_E_NOMEM, "%s: no memory for the interleaved copy of "
-                                     "%zu bytes of 4-bit weights", m->f->path, total);
-        }
+        llm_file_drop_pages(m->f, src, rb * (size_t)w->rows);
+        w->x16 = p;
+        p += rb * (size_t)w->rows;
     }
     return LLM_OK;
 }

@@ -422,30 +422,28 @@ static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64
 /* The same for the group of interleaved rows (matmul.h's x16 layout) that
  * holds row r: its blocks already hold the 16 rows' pairs of codes side by
  * side, so a unit is a widening (SIMD(x16_codes)) and the symmetric types'
- * -8. Unit u of a group of G elements: low nibbles = elements 2u, 2u+1
- * (32-element block u/16), high = 2u + G/2 (block u/16 + G/64; for G = 32
- * the same block, pairs 8..15). */
-static void SIMD(gq_pack_x16)(int zp, int G, const uint8_t *P16, int64_t r, int64_t ne0,
-                              int32_t *P, float *D, float *M)
+ * -8. Unit u of a group of G elements: low nibbles = elements 2u, 2u+1,
+ * high = 2u + G/2 and the next (as SIMD(x16_group) reads them); element e
+ * is pair (e % 32) / 2 of 32-element block e / 32. */
+static void SIMD(gq_pack_x16)(const struct SIMD(shape) *sh, const uint8_t *P16, int64_t r,
+                              int64_t ne0, int32_t *P, float *D, float *M)
 {
-    const int nsub = G / 32, half = G / 64;
-    const uint64_t bb = 16 * (uint64_t)(G / 2 + (zp ? 4 : 2));
+    const int G = sh->G, nsub = G / 32, zp = sh->fam == F_ZP4;
+    const uint64_t bb = 16 * (uint64_t)sh->BB;
     const int64_t ng = ne0 / G;
     const uint8_t *grp = P16 + (uint64_t)(r / 16) * (uint64_t)ng * bb;
     for (int64_t k = 0; k < ng; k++) {
         const uint8_t *blk = grp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
         for (int u = 0; u < G / 4; u++) {
-            __m512i lo, hi;
-            SIMD(x16_codes)(cq + 32 * u, &lo, &hi);
-            if (!zp) {
-                lo = _mm512_sub_epi16(lo, _mm512_set1_epi16(8));
-                hi = _mm512_sub_epi16(hi, _mm512_set1_epi16(8));
+            __m512i v[2]; /* low, high nibbles */
+            SIMD(x16_codes)(cq + 32 * u, &v[0], &v[1]);
+            for (int i = 0; i < 2; i++) {
+                const int e = 2 * u + i * G / 2;
+                if (!zp)
+                    v[i] = _mm512_sub_epi16(v[i], _mm512_set1_epi16(8));
+                _mm512_storeu_si512((void *)(P + ((k * nsub + e / 32) * 16 + (e % 32) / 2) * 16),
+                                    v[i]);
             }
-            /* (32-element block, pair) of the low and the high nibbles */
-            const int64_t bl = k * nsub + u / 16, bh = G == 32 ? bl : bl + half;
-            const int pl = u % 16, ph = G == 32 ? u + 8 : u % 16;
-            _mm512_storeu_si512((void *)(P + (bl * 16 + pl) * 16), lo);
-            _mm512_storeu_si512((void *)(P + (bh * 16 + ph) * 16), hi);
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         const __m512 m = zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
@@ -523,7 +521,7 @@ static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W,
         for (int64_t r = r0; r < r1; r += 16) {
             const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
             if (x16)
-                SIMD(gq_pack_x16)(zp, sh->G, W, r, ne0, P, D, M);
+                SIMD(gq_pack_x16)(sh, W, r, ne0, P, D, M);
             else
                 SIMD(gq_pack)(sh, W, rb, r, nr, ne0, nq, P, D, M);
             const __mmask16 mk = (__mmask16)((1u << nr) - 1);

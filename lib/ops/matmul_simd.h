@@ -1199,59 +1199,25 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 // the int32 sums is row r of the group; each vpdpwssd (AVX2: madd, two
 // halves of 8 rows) adds a pair of elements of all 16 rows, the pair of
 // int16 activations broadcast, so a block of 16 rows ends in one exact
-// int32 sum per lane, one conversion and one FMA with the 16 scales (one
-// load), and nothing is summed across lanes. Four sum chains, because one
-// would wait on vpdpwssd's latency.
+// int32 sum per lane and per 32-element activation block, one conversion
+// and one FMA with the 16 scales (one load), and nothing is summed across
+// lanes.
 
-/* Code bytes 32p .. 32p+31 of a block of 16 rows as int16 lanes: (lo)
- * the low nibbles, elements 2p, 2p+1 of each row; (hi) the high nibbles,
- * elements 2p+16, 2p+17 (AVX2: rows 0-7 from bytes 0-15, rows 8-15 from
- * bytes 16-31). */
+/* Code bytes 32u .. 32u+31 of a block of 16 rows (unit u of each row) as
+ * int16 lanes: (lo) the low nibbles, (hi) the high ones (AVX2: rows 0-7
+ * from bytes 0-15, rows 8-15 from bytes 16-31). */
 #ifdef SIMD_AVX512
+typedef __m512i SIMD(x16v);
+#define X16_H 1
 SIMD_INLINE void SIMD(x16_codes)(const uint8_t *c, __m512i *lo, __m512i *hi)
 {
     const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)c));
     *lo = _mm512_and_si512(v, _mm512_set1_epi16(15));
     *hi = _mm512_srli_epi16(v, 4);
 }
-
-SIMD_INLINE __m512i SIMD(x16_pair)(const int16_t *q)
-{
-    int32_t v;
-    memcpy(&v, q, 4);
-    return _mm512_set1_epi32(v);
-}
-
-static void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t nq, int zp,
-                            float *y)
-{
-    const uint64_t bb = zp ? 320 : 288;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t k = 0; k < nq; k++) {
-        const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
-        const struct llm_qx16 *b = xq + k;
-        __m512i s[4] = { zp ? _mm512_setzero_si512() : _mm512_set1_epi32(b->m8),
-                         _mm512_setzero_si512(), _mm512_setzero_si512(),
-                         _mm512_setzero_si512() };
-#pragma GCC unroll 8
-        for (int p = 0; p < 8; p++) {
-            __m512i lo, hi;
-            SIMD(x16_codes)(cq + 32 * p, &lo, &hi);
-            s[(2 * p) & 3] = _mm512_dpwssd_epi32(s[(2 * p) & 3], lo, SIMD(x16_pair)(b->qs + 2 * p));
-            s[(2 * p + 1) & 3] =
-                _mm512_dpwssd_epi32(s[(2 * p + 1) & 3], hi, SIMD(x16_pair)(b->qs + 2 * p + 16));
-        }
-        const __m512i is = _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]),
-                                            _mm512_add_epi32(s[2], s[3]));
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(b->d)), acc);
-        if (zp)
-            acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32))),
-                                  _mm512_set1_ps(b->ds), acc);
-    }
-    _mm512_storeu_ps(y, acc);
-}
 #else
+typedef __m256i SIMD(x16v);
+#define X16_H 2
 SIMD_INLINE void SIMD(x16_codes)(const uint8_t *c, __m256i lo[2], __m256i hi[2])
 {
     for (int h = 0; h < 2; h++) {
@@ -1260,132 +1226,96 @@ SIMD_INLINE void SIMD(x16_codes)(const uint8_t *c, __m256i lo[2], __m256i hi[2])
         hi[h] = _mm256_srli_epi16(v, 4);
     }
 }
-
-SIMD_INLINE __m256i SIMD(x16_pair)(const int16_t *q)
-{
-    int32_t v;
-    memcpy(&v, q, 4);
-    return _mm256_set1_epi32(v);
-}
-
-static void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t nq, int zp,
-                            float *y)
-{
-    const uint64_t bb = zp ? 320 : 288;
-    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-    for (int64_t k = 0; k < nq; k++) {
-        const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
-        const struct llm_qx16 *b = xq + k;
-        const __m256i init = zp ? _mm256_setzero_si256() : _mm256_set1_epi32(b->m8);
-        __m256i s[2][2] = { { init, _mm256_setzero_si256() }, { init, _mm256_setzero_si256() } };
-#pragma GCC unroll 8
-        for (int p = 0; p < 8; p++) {
-            __m256i lo[2], hi[2];
-            SIMD(x16_codes)(cq + 32 * p, lo, hi);
-            const __m256i xl = SIMD(x16_pair)(b->qs + 2 * p), xh = SIMD(x16_pair)(b->qs + 2 * p + 16);
-            for (int h = 0; h < 2; h++) {
-                s[h][0] = _mm256_add_epi32(s[h][0], _mm256_madd_epi16(lo[h], xl));
-                s[h][1] = _mm256_add_epi32(s[h][1], _mm256_madd_epi16(hi[h], xh));
-            }
-        }
-        const __m256 dx = _mm256_set1_ps(b->d);
-        for (int h = 0; h < 2; h++) {
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
-            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s[h][0], s[h][1])),
-                                     _mm256_mul_ps(d, dx), acc[h]);
-            if (zp)
-                acc[h] = _mm256_fmadd_ps(
-                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h))),
-                    _mm256_set1_ps(b->ds), acc[h]);
-        }
-    }
-    _mm256_storeu_ps(y, acc[0]);
-    _mm256_storeu_ps(y + 8, acc[1]);
-}
 #endif
 
-/* The grouped types (q4_g64/g128, q4z_g64/g128: G = 64 or 128 elements a
- * scale): a group spans G/32 activation blocks, each with its own scale,
- * so each keeps its own int32 sums (two chains, by unit parity) and its
- * own FMA with d_w d_x. Unit u's low nibbles are elements 2u, 2u+1 of the
- * group (activation block u/16), its high ones 2u + G/2 (block u/16 +
- * G/64). */
-SIMD_INLINE void SIMD(x16_group_g)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ng,
-                                   int zp, int G, float *y)
+/* One group of 16 rows: y (16) = the rows . x, x as ng * G/32 blocks xq.
+ * G (32, 64 or 128 elements a scale) and zp are constants at each call
+ * (SIMD(llm_matvec_x16)), so the unit loop unrolls. Unit u of a group:
+ * low nibbles = elements 2u, 2u+1, high nibbles = elements 2u + G/2 and
+ * the next; element e meets activation block e/32, offset e%32. Each
+ * activation block keeps two sum chains (by unit parity; G = 32, whose
+ * low and high nibbles share one block, four), because one chain would
+ * wait on vpdpwssd's latency. Per activation block, the int16 GEMM's
+ * order of float operations, so that its tokens are decode's bit for bit. */
+SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ng,
+                                 int zp, int G, int BB, float *y)
 {
-    const int nsub = G / 32, half = G / 64;
-    const uint64_t bb = 16 * (uint64_t)(G / 2 + (zp ? 4 : 2));
+    enum { NC = 8 };    /* chains: 2 per activation block, at most 4 blocks */
+    const int nsub = G / 32, hc = G == 32 ? 2 : 0; /* hc: the high nibbles' own chains */
+    const uint64_t bb = 16 * (uint64_t)BB;
 #ifdef SIMD_AVX512
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[1] = { _mm512_setzero_ps() };
 #else
     __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
 #endif
     for (int64_t k = 0; k < ng; k++) {
         const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
         const struct llm_qx16 *b = xq + k * nsub;
+        /* chain 2j (+ hc) of block j starts at its -8 sum(q) (symmetric types) */
+        SIMD(x16v) s[X16_H][NC];
+        for (int h = 0; h < X16_H; h++)
+            for (int j = 0; j < NC / 2; j++) {
 #ifdef SIMD_AVX512
-        __m512i s[8];
-        for (int j = 0; j < nsub; j++) {
-            s[2 * j] = zp ? _mm512_setzero_si512() : _mm512_set1_epi32(b[j].m8);
-            s[2 * j + 1] = _mm512_setzero_si512();
-        }
-#pragma GCC unroll 32
-        for (int u = 0; u < G / 4; u++) {
-            __m512i lo, hi;
-            SIMD(x16_codes)(cq + 32 * u, &lo, &hi);
-            const int sl = u / 16, sh = sl + half, c = u & 1;
-            s[2 * sl + c] = _mm512_dpwssd_epi32(s[2 * sl + c], lo,
-                                                SIMD(x16_pair)(b[sl].qs + 2 * (u % 16)));
-            s[2 * sh + c] = _mm512_dpwssd_epi32(s[2 * sh + c], hi,
-                                                SIMD(x16_pair)(b[sh].qs + 2 * (u % 16)));
-        }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        const __m512 m = zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
-                            : _mm512_setzero_ps();
-        /* per activation block: the int16 GEMM's order, so that its
-         * tokens are decode's bit for bit */
-        for (int j = 0; j < nsub; j++) {
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[2 * j], s[2 * j + 1])),
-                                  _mm512_mul_ps(d, _mm512_set1_ps(b[j].d)), acc);
-            if (zp)
-                acc = _mm512_fmadd_ps(m, _mm512_set1_ps(b[j].ds), acc);
-        }
+                s[h][2 * j] = !zp && j < nsub ? _mm512_set1_epi32(b[j].m8) : _mm512_setzero_si512();
+                s[h][2 * j + 1] = _mm512_setzero_si512();
 #else
-        __m256i s[2][8];
-        for (int h = 0; h < 2; h++)
-            for (int j = 0; j < nsub; j++) {
-                s[h][2 * j] = zp ? _mm256_setzero_si256() : _mm256_set1_epi32(b[j].m8);
+                s[h][2 * j] = !zp && j < nsub ? _mm256_set1_epi32(b[j].m8) : _mm256_setzero_si256();
                 s[h][2 * j + 1] = _mm256_setzero_si256();
+#endif
             }
 #pragma GCC unroll 32
         for (int u = 0; u < G / 4; u++) {
-            __m256i lo[2], hi[2];
+            SIMD(x16v) lo[X16_H], hi[X16_H];
             SIMD(x16_codes)(cq + 32 * u, lo, hi);
-            const int sl = u / 16, sh = sl + half, c = u & 1;
-            const __m256i xl = SIMD(x16_pair)(b[sl].qs + 2 * (u % 16));
-            const __m256i xh = SIMD(x16_pair)(b[sh].qs + 2 * (u % 16));
-            for (int h = 0; h < 2; h++) {
-                s[h][2 * sl + c] = _mm256_add_epi32(s[h][2 * sl + c], _mm256_madd_epi16(lo[h], xl));
-                s[h][2 * sh + c] = _mm256_add_epi32(s[h][2 * sh + c], _mm256_madd_epi16(hi[h], xh));
+            const int el = 2 * u, eh = 2 * u + G / 2;
+            const int cl = 2 * (el / 32) + (u & 1), ch = 2 * (eh / 32) + hc + (u & 1);
+            int32_t pl, ph;
+            memcpy(&pl, b[el / 32].qs + el % 32, 4);
+            memcpy(&ph, b[eh / 32].qs + eh % 32, 4);
+            for (int h = 0; h < X16_H; h++) {
+#ifdef SIMD_AVX512
+                s[h][cl] = _mm512_dpwssd_epi32(s[h][cl], lo[h], _mm512_set1_epi32(pl));
+                s[h][ch] = _mm512_dpwssd_epi32(s[h][ch], hi[h], _mm512_set1_epi32(ph));
+#else
+                s[h][cl] = _mm256_add_epi32(s[h][cl], _mm256_madd_epi16(lo[h], _mm256_set1_epi32(pl)));
+                s[h][ch] = _mm256_add_epi32(s[h][ch], _mm256_madd_epi16(hi[h], _mm256_set1_epi32(ph)));
+#endif
             }
         }
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < X16_H; h++) {
+            /* block j's sum: its chains (G = 32: all four) */
+#ifdef SIMD_AVX512
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+            const __m512 m = zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                                : _mm512_setzero_ps();
+            for (int j = 0; j < nsub; j++) {
+                __m512i is = _mm512_add_epi32(s[h][2 * j], s[h][2 * j + 1]);
+                if (hc)
+                    is = _mm512_add_epi32(is, _mm512_add_epi32(s[h][2], s[h][3]));
+                acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
+                                         _mm512_mul_ps(d, _mm512_set1_ps(b[j].d)), acc[h]);
+                if (zp)
+                    acc[h] = _mm512_fmadd_ps(m, _mm512_set1_ps(b[j].ds), acc[h]);
+            }
+#else
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
             const __m256 m =
                 zp ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
                    : _mm256_setzero_ps();
             for (int j = 0; j < nsub; j++) {
-                acc[h] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(_mm256_add_epi32(s[h][2 * j], s[h][2 * j + 1])),
-                    _mm256_mul_ps(d, _mm256_set1_ps(b[j].d)), acc[h]);
+                __m256i is = _mm256_add_epi32(s[h][2 * j], s[h][2 * j + 1]);
+                if (hc)
+                    is = _mm256_add_epi32(is, _mm256_add_epi32(s[h][2], s[h][3]));
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),
+                                         _mm256_mul_ps(d, _mm256_set1_ps(b[j].d)), acc[h]);
                 if (zp)
                     acc[h] = _mm256_fmadd_ps(m, _mm256_set1_ps(b[j].ds), acc[h]);
             }
-        }
 #endif
+        }
     }
 #ifdef SIMD_AVX512
-    _mm512_storeu_ps(y, acc);
+    _mm512_storeu_ps(y, acc[0]);
 #else
     _mm256_storeu_ps(y, acc[0]);
     _mm256_storeu_ps(y + 8, acc[1]);
@@ -1496,13 +1426,10 @@ llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, floa
 llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, float *y,
                                 int64_t ne0, int64_t r0, int64_t r1)
 {
-    const int zp = t == LLM_TYPE_Q4_1 || t == LLM_TYPE_Q4Z_G64 || t == LLM_TYPE_Q4Z_G128;
-    const int G = t == LLM_TYPE_Q4_G64 || t == LLM_TYPE_Q4Z_G64     ? 64
-                  : t == LLM_TYPE_Q4_G128 || t == LLM_TYPE_Q4Z_G128 ? 128
-                                                                     : 32;
-    const int64_t nq = ne0 / 32;
-    /* a group of 16 rows: ne0 / G blocks of 16 x (G/2 code bytes + d (+ m)) */
-    const uint64_t gbytes = (uint64_t)(ne0 / G) * 16 * (uint64_t)(G / 2 + (zp ? 4 : 2));
+    struct SIMD(shape) sh;
+    SIMD(shape_of)(t, &sh);
+    const int64_t nq = ne0 / 32, ng = ne0 / sh.G;
+    const uint64_t gbytes = (uint64_t)ng * 16 * (uint64_t)sh.BB; /* a group of 16 rows */
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
     if ((uint64_t)nq > sizeof stack / sizeof stack[0]) {
         xq = llm_malloc((size_t)nq * sizeof *xq);
@@ -1512,13 +1439,16 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
     SIMD(quantize_x16)(x, ne0, xq);
     for (int64_t g = r0 / 16; g < r1 / 16; g++) {
         const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gbytes;
-        /* constant G, so that the unit loop unrolls */
-        if (G == 32)
-            SIMD(x16_group)(gp, xq, nq, zp, y + 16 * g);
-        else if (G == 64)
-            SIMD(x16_group_g)(gp, xq, ne0 / 64, zp, 64, y + 16 * g);
-        else
-            SIMD(x16_group_g)(gp, xq, ne0 / 128, zp, 128, y + 16 * g);
+        float *yg = y + 16 * g;
+        /* constant shapes, so that x16_group's loops unroll */
+        switch (t) {
+        case LLM_TYPE_Q4_0: SIMD(x16_group)(gp, xq, ng, 0, 32, 18, yg); break;
+        case LLM_TYPE_Q4_1: SIMD(x16_group)(gp, xq, ng, 1, 32, 20, yg); break;
+        case LLM_TYPE_Q4_G64: SIMD(x16_group)(gp, xq, ng, 0, 64, 34, yg); break;
+        case LLM_TYPE_Q4Z_G64: SIMD(x16_group)(gp, xq, ng, 1, 64, 36, yg); break;
+        case LLM_TYPE_Q4_G128: SIMD(x16_group)(gp, xq, ng, 0, 128, 66, yg); break;
+        default: SIMD(x16_group)(gp, xq, ng, 1, 128, 68, yg); break; /* q4z_g128 */
+        }
     }
     if (xq != stack)
         llm_free(xq);

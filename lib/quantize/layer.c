@@ -290,21 +290,21 @@ static llm_status shared_order(const float *const *H, int nh, int64_t c, int32_t
     return s;
 }
 
-/* GPTQ on L->W in nh row blocks, each on its own Hessian H[b] (Hc:
- * scratch of cols^2); out: the packed rows. err (may be NULL): the summed
- * output error tr((W - Q) H (W - Q)^T) of the blocks. */
-static llm_status gptq_blocks(struct lin *L, const float *const *H, int nh,
+/* GPTQ on W (rows, cols) in nh row blocks, each on its own Hessian H[b]
+ * (Hc: scratch of cols^2); out: the packed rows. err (may be NULL): the
+ * summed output error tr((W - Q) H (W - Q)^T) of the blocks. */
+static llm_status gptq_blocks(float *W, int64_t rows, int64_t c, const float *const *H, int nh,
                               const struct llm_gptq_params *gp, float *Hc, int32_t *perm,
                               void *out, double *err)
 {
-    const int64_t c = L->cols, rb = L->rows / nh;
+    const int64_t rb = rows / nh;
     const uint64_t row_bytes = llm_type_row_bytes(gp->type, (uint64_t)c);
     if (err)
         *err = 0;
     for (int b = 0; b < nh; b++) {
         struct llm_gptq_stats st;
         memcpy(Hc, H[b], (size_t)(c * c) * sizeof(float));
-        LLM_TRY(llm_gptq_quantize(gp, L->W + b * rb * c, rb, c, Hc,
+        LLM_TRY(llm_gptq_quantize(gp, W + b * rb * c, rb, c, Hc,
                                   (uint8_t *)out + (uint64_t)(b * rb) * row_bytes, perm,
                                   err ? &st : NULL));
         if (err)
@@ -314,48 +314,37 @@ static llm_status gptq_blocks(struct lin *L, const float *const *H, int nh,
 }
 
 /* FP8's scope chosen by the calibration data (--fp8-scale auto): GPTQ with
- * each row's scale and with the tensor's, and the one whose output error
- * on the calibration inputs is smaller is kept (in L->W and *data). E4M3's
- * steps are relative, so which scale suits a tensor depends on where its
- * weights fall between steps; neither scope wins on every model. */
+ * each row's scale (on L->W, into data) and with the tensor's (on a copy),
+ * and the one whose output error on the calibration inputs is smaller is
+ * kept in L->W and data; t's spec then names it. E4M3's steps are
+ * relative, so which scale suits a tensor depends on where its weights
+ * fall between steps; neither scope wins on every model. */
 static llm_status fp8_auto_scope(struct lin *L, const float *const *H, int nh,
-                                 struct llm_gptq_params *gp, float *Hc, int32_t *perm,
-                                 void **data)
+                                 struct llm_gptq_params *gp, float *Hc, int32_t *perm, void *data)
 {
     const size_t n = (size_t)(L->rows * L->cols);
     const size_t nbytes = (size_t)llm_type_row_bytes(gp->type, (uint64_t)L->cols) *
                           (size_t)L->rows;
-    float *W0 = llm_malloc(n * sizeof(float)), *Wrow = NULL;
-    void *drow = llm_malloc(nbytes ? nbytes : 1);
-    if (!W0 || !drow) {
-        llm_free(W0);
-        llm_free(drow);
-        return LLM_E_NOMEM;
-    }
-    memcpy(W0, L->W, n * sizeof(float));
-    double err_row, err_tensor;
-    float amax = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(W0[i]) && fabsf(W0[i]) > amax)
-            amax = fabsf(W0[i]);
-    gp->scale = 0.0f;
-    llm_status s = gptq_blocks(L, H, nh, gp, Hc, perm, drow, &err_row);
+    float *Wt = llm_malloc(n * sizeof(float));
+    void *dt = llm_malloc(nbytes ? nbytes : 1);
+    llm_status s = Wt && dt ? LLM_OK : LLM_E_NOMEM;
+    double err_row = 0, err_tensor = 0;
     if (!s) {
-        Wrow = L->W; /* the per-row result; L->W gets a fresh copy of the original */
-        L->W = W0;
-        W0 = NULL;
-        gp->scale = amax / 448.0f;
-        s = gptq_blocks(L, H, nh, gp, Hc, perm, *data, &err_tensor);
+        memcpy(Wt, L->W, n * sizeof(float));
+        gp->scale = llm_q_fp8_absmax_scale(Wt, (int64_t)n);
+        s = gptq_blocks(Wt, L->rows, L->cols, H, nh, gp, Hc, perm, dt, &err_tensor);
     }
-    if (!s && err_row <= err_tensor) {
-        memcpy(L->W, Wrow, n * sizeof(float));
-        memcpy(*data, drow, nbytes);
+    if (!s) {
+        gp->scale = 0.0f;
+        s = gptq_blocks(L->W, L->rows, L->cols, H, nh, gp, Hc, perm, data, &err_row);
     }
-    /* the resolved spec says which scope the tensor has (the report shows it) */
-    L->t->spec.per_tensor = !s && err_row > err_tensor;
-    llm_free(W0);   /* NULL once it became L->W */
-    llm_free(Wrow); /* NULL unless the swap happened */
-    llm_free(drow);
+    if (!s && err_tensor < err_row) {
+        memcpy(L->W, Wt, n * sizeof(float));
+        memcpy(data, dt, nbytes);
+    }
+    L->t->spec.per_tensor = !s && err_tensor < err_row;
+    llm_free(Wt);
+    llm_free(dt);
     return s;
 }
 
@@ -386,10 +375,10 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
                                       .n_threads = n_threads(q),
                                       .rtn_grid = !p->reference_grid, .order = order };
         gp.scale = llm_q_fp8_tensor_scale(t, L->W, L->rows * c);
-        if (!s && t->to == LLM_TYPE_FP8_E4M3 && t->spec.per_tensor == LLM_FP8_SCALE_AUTO)
-            s = fp8_auto_scope(L, H, nh, &gp, Hc, perm, &t->data);
-        else
-            s = s ? s : gptq_blocks(L, H, nh, &gp, Hc, perm, t->data, NULL);
+        if (!s)
+            s = t->to == LLM_TYPE_FP8_E4M3 && t->spec.per_tensor == LLM_FP8_SCALE_AUTO
+                    ? fp8_auto_scope(L, H, nh, &gp, Hc, perm, t->data)
+                    : gptq_blocks(L->W, L->rows, c, H, nh, &gp, Hc, perm, t->data, NULL);
         llm_free(Hc);
         llm_free(order);
         if (s) {

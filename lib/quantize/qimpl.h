@@ -58,8 +58,10 @@ llm_status llm_q_load_f32(struct qctx *q, struct qt *t, float **out, int64_t *ro
  * (RTN / NF4 / FP8 / keep), into t->data; W becomes the values the file
  * will give back. */
 llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols);
-/* The scale of every row when t is fp8 with one scale per tensor: the
- * largest finite magnitude of W (n) / 448; 0 otherwise (a scale per row). */
+/* FP8's scale for the values W (n): their largest finite magnitude / 448. */
+float llm_q_fp8_absmax_scale(const float *W, int64_t n);
+/* The scale of every row when t is fp8 with one scale per tensor:
+ * llm_q_fp8_absmax_scale of the tensor; 0 otherwise (a scale per row). */
 float llm_q_fp8_tensor_scale(const struct qt *t, const float *W, int64_t n);
 
 /* The type that stores rows of ne0 elements on t's grid with the least

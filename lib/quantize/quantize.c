@@ -74,30 +74,31 @@ struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t)
     struct llm_qreport *r = q->rep;
     if (!r)
         return memset(&sink, 0, sizeof sink);
+    struct llm_qtensor_report *e;
     if (t->report) {
-        struct llm_qtensor_report *e = &r->t[t->report - 1];
-        e->fp8_scale = t->to == LLM_TYPE_FP8_E4M3 ? t->spec.per_tensor == 1 : -1;
-        return e;
+        e = &r->t[t->report - 1];
+    } else {
+        if (r->n == r->cap) {
+            size_t cap = r->cap ? 2 * r->cap : 64;
+            struct llm_qtensor_report *nt = llm_realloc(r->t, cap * sizeof *nt);
+            if (!nt)
+                return memset(&sink, 0, sizeof sink);
+            r->t = nt;
+            r->cap = cap;
+        }
+        e = &r->t[r->n++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", t->name);
+        e->layer = t->stage >= 0 && t->stage < q->m->c.n_layers ? t->stage : -1;
+        e->method = (enum llm_qmethod)t->spec.method;
+        e->from = t->in ? t->in->type : t->to;
+        e->to = t->to;
+        e->out_err_before = e->out_err_after = -1;
+        e->awq_ratio = -1;
+        t->report = r->n;
     }
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 64;
-        struct llm_qtensor_report *nt = llm_realloc(r->t, cap * sizeof *nt);
-        if (!nt)
-            return memset(&sink, 0, sizeof sink);
-        r->t = nt;
-        r->cap = cap;
-    }
-    struct llm_qtensor_report *e = &r->t[r->n++];
-    memset(e, 0, sizeof *e);
-    snprintf(e->name, sizeof e->name, "%s", t->name);
-    e->layer = t->stage >= 0 && t->stage < q->m->c.n_layers ? t->stage : -1;
-    e->method = (enum llm_qmethod)t->spec.method;
-    e->from = t->in ? t->in->type : t->to;
-    e->to = t->to;
-    e->out_err_before = e->out_err_after = -1;
-    e->awq_ratio = -1;
+    /* fp8's scope is final once the tensor is quantized (auto chooses it then) */
     e->fp8_scale = t->to == LLM_TYPE_FP8_E4M3 ? t->spec.per_tensor == 1 : -1;
-    t->report = r->n;
     return e;
 }
 
@@ -138,15 +139,20 @@ static void fp8_row_tensor_scale(const float *x, int64_t ne0, float scale, uint8
         dst[4 + i] = llm_fp32_to_fp8_e4m3(x[i] * inv);
 }
 
-float llm_q_fp8_tensor_scale(const struct qt *t, const float *W, int64_t n)
+float llm_q_fp8_absmax_scale(const float *W, int64_t n)
 {
-    if (t->to != LLM_TYPE_FP8_E4M3 || t->spec.per_tensor != 1)
-        return 0.0f;
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++)
         if (isfinite(W[i]) && fabsf(W[i]) > amax)
             amax = fabsf(W[i]);
     return amax / 448.0f;
+}
+
+float llm_q_fp8_tensor_scale(const struct qt *t, const float *W, int64_t n)
+{
+    if (t->to != LLM_TYPE_FP8_E4M3 || t->spec.per_tensor != 1)
+        return 0.0f;
+    return llm_q_fp8_absmax_scale(W, n);
 }
 
 llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols)
