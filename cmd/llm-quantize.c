@@ -17,7 +17,7 @@ static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the quantized model to FILE ('-' = stdout)", "file" },
     { OPT_METHOD, "method", LLM_ARG_REQUIRED, "METHOD", "rtn, gptq, awq, nf4 or fp8 (default: rtn)", "rtn gptq awq nf4 fp8" },
-    { OPT_BITS, "bits", LLM_ARG_REQUIRED, "B", "4 or 8 bits for rtn, gptq, awq (default: 4)", "4 8" },
+    { OPT_BITS, "bits", LLM_ARG_REQUIRED, "B", "3, 4 or 8 bits for rtn, gptq, awq (3: zero points only; awq: 3 or 4) (default: 4)", "3 4 8" },
     { OPT_GROUP, "group", LLM_ARG_REQUIRED, "G", "group size 32, 64, 128, or 'channel' (default: 128)", "32 64 128 channel" },
     { OPT_SYM, "sym", LLM_ARG_NONE, NULL, "symmetric grid (default at 8 bits)", NULL },
     { OPT_ASYM, "asym", LLM_ARG_NONE, NULL, "grid with zero points (default at 4 bits and for awq)", NULL },

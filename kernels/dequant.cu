@@ -22,7 +22,7 @@ extern "C" {
 // ----------------------------------------------------------------------------
 // layouts
 
-enum dq_kind { DQ_F32, DQ_F16, DQ_BF16, DQ_SYM8, DQ_ZP8, DQ_SYM4, DQ_ZP4, DQ_NF4, DQ_NF4DQ, DQ_FP8 };
+enum dq_kind { DQ_F32, DQ_F16, DQ_BF16, DQ_SYM8, DQ_ZP8, DQ_SYM4, DQ_ZP4, DQ_NF4, DQ_NF4DQ, DQ_FP8, DQ_ZP3 };
 
 /* The element reads below take d at byte 0 of a block, m at byte 2 and the
  * codes at the end; these tie that to blocks.h. */
@@ -33,6 +33,8 @@ static_assert(offsetof(struct llm_block_q4_0, qs) == sizeof(struct llm_block_q4_
 static_assert(offsetof(struct llm_block_q4_1, m) == 2 &&
               offsetof(struct llm_block_q4_1, qs) == sizeof(struct llm_block_q4_1) - 16, "q4_1");
 static_assert(offsetof(struct llm_block_q4z_g128, qs) == sizeof(struct llm_block_q4z_g128) - 64, "q4z");
+static_assert(offsetof(struct llm_block_q3z_g128, m) == 2 &&
+              offsetof(struct llm_block_q3z_g128, qs) == sizeof(struct llm_block_q3z_g128) - 48, "q3z");
 static_assert(offsetof(struct llm_block_nf4, qs) == sizeof(struct llm_block_nf4) - 32, "nf4");
 static_assert(offsetof(struct llm_block_nf4_dq, qs) == sizeof(struct llm_block_nf4_dq) - 32, "nf4_dq");
 
@@ -84,6 +86,15 @@ static __device__ __forceinline__ int nibble(const uint8_t *qs, int j)
     return j < G / 2 ? qs[j] & 15 : qs[j - G / 2] >> 4;
 }
 
+/* code j of a 3-bit block: sub-blocks of 32, low bits then high bits
+ * (blocks.h; llm_q3_code) */
+static __device__ __forceinline__ int code3(const uint8_t *qs, int j)
+{
+    const uint8_t *sub = qs + 12 * (j / 32);
+    const int i = j % 32;
+    return ((sub[i & 7] >> (2 * (i >> 3))) & 3) | (((sub[8 + (i >> 3)] >> (i & 7)) & 1) << 2);
+}
+
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
@@ -115,7 +126,7 @@ static __device__ __forceinline__ float dequant_one(const uint8_t *row, int64_t 
             else
                 q = nibble<G>(blk + BB - G / 2, j) - 8;
             return __fmul_rn((float)q, d);
-        } else if constexpr (KIND == DQ_ZP8 || KIND == DQ_ZP4) {
+        } else if constexpr (KIND == DQ_ZP8 || KIND == DQ_ZP4 || KIND == DQ_ZP3) {
             float d, m;
             if constexpr (HDR > 0) {
                 d = ld_f32(row);
@@ -127,6 +138,8 @@ static __device__ __forceinline__ float dequant_one(const uint8_t *row, int64_t 
             int q;
             if constexpr (KIND == DQ_ZP8)
                 q = blk[BB - G + j];
+            else if constexpr (KIND == DQ_ZP3)
+                q = code3(blk + BB - 3 * G / 8, j);
             else
                 q = nibble<G>(blk + BB - G / 2, j);
             return __fadd_rn(__fmul_rn((float)q, d), m);
@@ -223,6 +236,10 @@ extern "C" llm_status llm_dequant_cuda(enum llm_type t, const void *src, float *
     case LLM_TYPE_NF4: return L(DQ_NF4, 64, BYTES(llm_block_nf4), 0);
     case LLM_TYPE_NF4_DQ: return L(DQ_NF4DQ, 64, BYTES(llm_block_nf4_dq), 4);
     case LLM_TYPE_FP8_E4M3: return L(DQ_FP8, 1, 1, 4);
+    case LLM_TYPE_Q3Z_G32: return L(DQ_ZP3, 32, BYTES(llm_block_q3z_g32), 0);
+    case LLM_TYPE_Q3Z_G64: return L(DQ_ZP3, 64, BYTES(llm_block_q3z_g64), 0);
+    case LLM_TYPE_Q3Z_G128: return L(DQ_ZP3, 128, BYTES(llm_block_q3z_g128), 0);
+    case LLM_TYPE_Q3Z_CH: return L(DQ_ZP3, 32, BYTES(llm_block_q3_ch), 8);
     default: break;
     }
 #undef L

@@ -49,7 +49,7 @@
 // ----------------------------------------------------------------------------
 // type families
 
-enum kind { K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8 };
+enum kind { K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3 };
 
 static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_F32] = K_F32,       [LLM_TYPE_F16] = K_F16,        [LLM_TYPE_BF16] = K_BF16,
@@ -59,7 +59,8 @@ static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_Q4_G64] = K_SYM4,   [LLM_TYPE_Q4_G128] = K_SYM4,   [LLM_TYPE_Q4_CH] = K_SYM4,
     [LLM_TYPE_Q4_1] = K_ZP4,      [LLM_TYPE_Q4Z_G64] = K_ZP4,    [LLM_TYPE_Q4Z_G128] = K_ZP4,
     [LLM_TYPE_Q4Z_CH] = K_ZP4,    [LLM_TYPE_NF4] = K_NF4,        [LLM_TYPE_NF4_DQ] = K_NF4DQ,
-    [LLM_TYPE_FP8_E4M3] = K_FP8,
+    [LLM_TYPE_FP8_E4M3] = K_FP8,  [LLM_TYPE_Q3Z_G32] = K_ZP3,    [LLM_TYPE_Q3Z_G64] = K_ZP3,
+    [LLM_TYPE_Q3Z_G128] = K_ZP3,  [LLM_TYPE_Q3Z_CH] = K_ZP3,
 };
 
 static const float nf4_values[16] = LLM_NF4_VALUES;
@@ -176,6 +177,16 @@ static float dot_row_ref(enum kind k, const struct llm_type_traits *tr, const ui
             m = hdr ? rm : h2f(blk + 2);
             for (int64_t j = 0; j < n; j++) {
                 s += (double)nib(qs, j, G) * xb[j];
+                sx += xb[j];
+            }
+            break;
+        }
+        case K_ZP3: {
+            const uint8_t *qs = blk + BB - 3 * G / 8;
+            d = hdr ? rd : h2f(blk);
+            m = hdr ? rm : h2f(blk + 2);
+            for (int64_t j = 0; j < n; j++) {
+                s += (double)llm_q3_code(qs + 12 * (j / 32), (int)(j % 32)) * xb[j];
                 sx += xb[j];
             }
             break;
@@ -417,6 +428,7 @@ int llm_matmul_simd_type(enum llm_type t)
     case K_NF4:
     case K_NF4DQ:
     case K_FP8:
+    case K_ZP3: /* unpacked to float codes (matmul_simd.h row_q3) */
         return LLM_SIMD_FLOAT;
     case K_SYM8:
     case K_ZP8:

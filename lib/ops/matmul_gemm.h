@@ -214,6 +214,25 @@ static void SIMD(gemm_deq)(enum llm_type t, const uint8_t *row, int64_t ne0, int
         }
         return;
     }
+    case LLM_TYPE_Q3Z_G32:
+    case LLM_TYPE_Q3Z_G64:
+    case LLM_TYPE_Q3Z_G128:
+    case LLM_TYPE_Q3Z_CH: {
+        const int G = t == LLM_TYPE_Q3Z_G64 ? 64 : t == LLM_TYPE_Q3Z_G128 ? 128 : 32;
+        const int hdr = t == LLM_TYPE_Q3Z_CH ? 8 : 0, BB = hdr ? 12 : 4 + 3 * G / 8;
+        for (int64_t k = k0 / 32; 32 * k < k1; k++) {
+            float d, m, tmp[32];
+            SIMD(fv) f[SIMD_NV];
+            SIMD(q3_sub)(row, k, G, BB, hdr, &d, &m, f);
+            const int full = 32 * k + 32 <= k1;
+            float *o = full ? out + (32 * k - k0) : tmp;
+            for (int v = 0; v < SIMD_NV; v++)
+                SIMD(fstore)(o + v * (32 / SIMD_NV), SIMD(fma)(f[v], SIMD(fset1)(d), SIMD(fset1)(m)));
+            if (!full)
+                memcpy(out + (32 * k - k0), tmp, (size_t)(k1 - 32 * k) * sizeof(float));
+        }
+        return;
+    }
     default:
         break;
     }

@@ -945,6 +945,79 @@ SIMD_INLINE void SIMD(row_nf4)(const uint8_t *row, const float *X, int64_t ldx, 
 }
 
 // ----------------------------------------------------------------------------
+// 3-bit zero-point types: a 12-byte sub-block becomes 32 byte codes with
+// a handful of shifts (each 8 consecutive elements are one byte of each
+// plane, blocks.h), then floats; w = d q + m meets float x in FMAs, as
+// llm_dequantize_row and a dot would, up to float rounding
+
+/* the 32 codes (0..7) of a sub-block, bytes in element order */
+SIMD_INLINE __m256i SIMD(q3_codes)(const uint8_t *sub)
+{
+    int64_t lo;
+    int32_t hi;
+    memcpy(&lo, sub, 8);
+    memcpy(&hi, sub + 8, 4);
+    /* 64-bit lane g: the low-bit bytes shifted by 2g (elements 8g..8g+7) */
+    const __m256i l = _mm256_and_si256(
+        _mm256_srlv_epi64(_mm256_set1_epi64x(lo), _mm256_set_epi64x(6, 4, 2, 0)),
+        _mm256_set1_epi8(3));
+    /* byte 8g+b: high-bit byte g, tested against bit b */
+    const __m256i g = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(hi),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
+    const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(g, bit), bit),
+                                       _mm256_set1_epi8(4));
+    return _mm256_or_si256(l, h);
+}
+
+/* Scale, min and the 32 codes of sub-block k of a row (G elements a
+ * block; per-channel: G 32, hdr 8 with d and m in the header) as floats. */
+SIMD_INLINE void SIMD(q3_sub)(const uint8_t *row, int64_t k, int G, int BB, int hdr, float *d,
+                              float *m, SIMD(fv) *f)
+{
+    const int spb = G / 32;
+    const uint8_t *blk = row + hdr + (k / spb) * BB;
+    *d = hdr ? SIMD(ldf)(row) : SIMD(ldh)(blk);
+    *m = hdr ? SIMD(ldf)(row + 4) : SIMD(ldh)(blk + 2);
+    const __m256i c = SIMD(q3_codes)(blk + BB - 12 * spb + 12 * (k % spb));
+    SIMD(codes_to_f)(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1), 0, f);
+}
+
+/* y[t] = row . X[t] for NT tokens of ne0 floats, ldx apart */
+SIMD_INLINE void SIMD(row_q3)(const uint8_t *row, const float *X, int64_t ldx, int64_t ne0, int G,
+                              int BB, int hdr, int NT, float *y)
+{
+    SIMD(fv) acc[SIMD_NT][2];
+    for (int t = 0; t < NT; t++)
+        acc[t][0] = acc[t][1] = SIMD(fzero)();
+    for (int64_t k = 0; 32 * k < ne0; k++) {
+        float d, m;
+        SIMD(fv) f[SIMD_NV];
+        SIMD(q3_sub)(row, k, G, BB, hdr, &d, &m, f);
+        for (int v = 0; v < SIMD_NV; v++)
+            f[v] = SIMD(fma)(f[v], SIMD(fset1)(d), SIMD(fset1)(m));
+        const float *xb[SIMD_NT];
+        float pad[SIMD_NT][32];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = X + t * ldx + 32 * k;
+            if (32 * k + 32 > ne0) { /* the padding of the last block meets x = 0 */
+                memset(pad[t], 0, sizeof pad[t]);
+                memcpy(pad[t], xb[t], (size_t)(ne0 - 32 * k) * sizeof(float));
+                xb[t] = pad[t];
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            for (int v = 0; v < SIMD_NV; v++)
+                acc[t][v & 1] = SIMD(fma)(f[v], SIMD(fload)(xb[t] + v * (32 / SIMD_NV)),
+                                          acc[t][v & 1]);
+    }
+    for (int t = 0; t < NT; t++)
+        y[t] = SIMD(fsum)(acc[t][0]) + SIMD(fsum)(acc[t][1]);
+}
+
+// ----------------------------------------------------------------------------
 // FP8 E4M3: (v & 0x7f) << 7 is a binary16 whose value is 2^-8 times the
 // E4M3 magnitude, subnormals included (both formats have 3 bits of mantissa
 // below the exponent field), so F16C converts 8 codes at once; 2^8 and the
@@ -1177,6 +1250,10 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 #define K_NF4_(row, x, nt, out) SIMD(row_nf4)(row, x, ne0, ne0, 0, nt, fp8, out)
 #define K_NF4DQ_(row, x, nt, out) SIMD(row_nf4)(row, x, ne0, ne0, 1, nt, fp8, out)
 #define K_FP8_(row, x, nt, out) SIMD(row_fp8)(row, x, ne0, ne0, nt, out)
+#define K_Q3_32(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 32, 16, 0, nt, out)
+#define K_Q3_64(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 64, 28, 0, nt, out)
+#define K_Q3_128(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 128, 52, 0, nt, out)
+#define K_Q3_CH(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 32, 12, 8, nt, out)
     switch (t) {
     case LLM_TYPE_F32: SIMD_ROWS_F(K_F32_) break;
     case LLM_TYPE_F16: SIMD_ROWS_F(K_F16_) break;
@@ -1184,6 +1261,10 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
     case LLM_TYPE_NF4: SIMD_ROWS_F(K_NF4_) break;
     case LLM_TYPE_NF4_DQ: SIMD_ROWS_F(K_NF4DQ_) break;
     case LLM_TYPE_FP8_E4M3: SIMD_ROWS_F(K_FP8_) break;
+    case LLM_TYPE_Q3Z_G32: SIMD_ROWS_F(K_Q3_32) break;
+    case LLM_TYPE_Q3Z_G64: SIMD_ROWS_F(K_Q3_64) break;
+    case LLM_TYPE_Q3Z_G128: SIMD_ROWS_F(K_Q3_128) break;
+    case LLM_TYPE_Q3Z_CH: SIMD_ROWS_F(K_Q3_CH) break;
     default: break;
     }
 #undef K_F32_
@@ -1192,6 +1273,10 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 #undef K_NF4_
 #undef K_NF4DQ_
 #undef K_FP8_
+#undef K_Q3_32
+#undef K_Q3_64
+#undef K_Q3_128
+#undef K_Q3_CH
 }
 
 // ----------------------------------------------------------------------------

@@ -19,6 +19,13 @@
  * j + blck/2 in the high nibble (the ggml Q4_0 order, generalised to 64 and
  * 128); per-channel 4-bit rows use 32-element blocks in that order.
  *
+ * 3-bit codes come in sub-blocks of 32 elements, 12 bytes each: bytes 0-7
+ * hold the low two bits (element i at bits 2*(i/8) of byte i%8), bytes 8-11
+ * the third bit (element i at bit i%8 of byte 8 + i/8). A block of G
+ * elements is d, m, then G/32 sub-blocks; per-channel 3-bit rows are the
+ * header's d and m, then bare sub-blocks. So 8 consecutive elements are one
+ * byte's shifted bits in both planes, which a SIMD unpack reads directly.
+ *
  * Lossless GGUF correspondences: LLM_TYPE_Q8_0 = GGML Q8_0, LLM_TYPE_Q4_0 =
  * GGML Q4_0, LLM_TYPE_Q4_1 = GGML Q4_1 (byte for byte).
  */
@@ -71,7 +78,13 @@ enum llm_type {
        scale in each row's header (llm_quantize_row uses the row's absmax/448;
        a per-tensor quantizer writes the same scale in every row) */
     LLM_TYPE_FP8_E4M3 = 34,
-    LLM_TYPE_COUNT_ = 35   /* one past the largest id (ids 6..15 unused) */
+    /* uint3 with zero point, stored as a minimum: w = d * q + m (GPTQ's
+       3-bit grid); codes in 12-byte sub-blocks of 32 (see above) */
+    LLM_TYPE_Q3Z_G32 = 35,
+    LLM_TYPE_Q3Z_G64 = 36,
+    LLM_TYPE_Q3Z_G128 = 37,
+    LLM_TYPE_Q3Z_CH = 38,  /* row header float d, float m */
+    LLM_TYPE_COUNT_ = 39   /* one past the largest id (ids 6..15 unused) */
 };
 
 struct llm_block_q8_0 { uint16_t d; int8_t qs[32]; };
@@ -87,6 +100,10 @@ struct llm_block_q4_1 { uint16_t d, m; uint8_t qs[16]; };
 struct llm_block_q4z_g64 { uint16_t d, m; uint8_t qs[32]; };
 struct llm_block_q4z_g128 { uint16_t d, m; uint8_t qs[64]; };
 struct llm_block_q4_ch { uint8_t qs[16]; };            /* 32 elements */
+struct llm_block_q3z_g32 { uint16_t d, m; uint8_t qs[12]; };
+struct llm_block_q3z_g64 { uint16_t d, m; uint8_t qs[24]; };
+struct llm_block_q3z_g128 { uint16_t d, m; uint8_t qs[48]; };
+struct llm_block_q3_ch { uint8_t qs[12]; };            /* 32 elements */
 struct llm_block_nf4 { uint16_t d; uint8_t qs[32]; };   /* 64 elements */
 struct llm_block_nf4_dq { uint8_t s; uint8_t qs[32]; }; /* 64 elements; s is E4M3 */
 
@@ -103,6 +120,10 @@ LLM_STATIC_ASSERT(sizeof(struct llm_block_q4_1) == 20, "q4_1 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_q4z_g64) == 36, "q4z_g64 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_q4z_g128) == 68, "q4z_g128 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_q4_ch) == 16, "q4_ch block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q3z_g32) == 16, "q3z_g32 block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q3z_g64) == 28, "q3z_g64 block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q3z_g128) == 52, "q3z_g128 block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q3_ch) == 12, "q3_ch block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_nf4) == 34, "nf4 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_nf4_dq) == 33, "nf4_dq block");
 

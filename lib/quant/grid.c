@@ -45,10 +45,14 @@ llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g)
     case LLM_TYPE_Q4Z_G64: bits = 4, group = 64, zp = 1; break;
     case LLM_TYPE_Q4Z_G128: bits = 4, group = 128, zp = 1; break;
     case LLM_TYPE_Q4Z_CH: bits = 4, group = 0, zp = 1; break;
+    case LLM_TYPE_Q3Z_G32: bits = 3, group = 32, zp = 1; break;
+    case LLM_TYPE_Q3Z_G64: bits = 3, group = 64, zp = 1; break;
+    case LLM_TYPE_Q3Z_G128: bits = 3, group = 128, zp = 1; break;
+    case LLM_TYPE_Q3Z_CH: bits = 3, group = 0, zp = 1; break;
     case LLM_TYPE_FP8_E4M3: bits = 8, group = 0, fp8 = 1; break;
     default:
         return llm_error_set(LLM_E_INVALID,
-                             "type %s is not a grid (q8*, q4* and fp8_e4m3 types only)",
+                             "type %s is not a grid (q8*, q4*, q3z* and fp8_e4m3 types only)",
                              llm_type_name((uint32_t)t));
     }
     g->type = t;
@@ -258,13 +262,19 @@ static inline float ldf(const uint8_t *b)
                         (uint32_t)b[3] << 24);
 }
 
-/* The block length in the packed row: the group, or 32 for 4-bit _ch rows
- * (8-bit _ch rows are one long run of bytes). */
+/* The block length in the packed row: the group, or 32 for 4- and 3-bit
+ * _ch rows (8-bit _ch rows are one long run of bytes). */
 static int64_t pack_block(const struct llm_qgrid *g, int64_t ne0)
 {
     if (g->group)
         return g->group;
-    return g->bits == 4 ? 32 : ne0;
+    return g->bits < 8 ? 32 : ne0;
+}
+
+/* Code bytes of a block of B elements. */
+static int64_t code_bytes(const struct llm_qgrid *g, int64_t B)
+{
+    return g->bits == 8 ? B : g->bits == 4 ? B / 2 : 3 * B / 8;
 }
 
 static llm_status check_row(const struct llm_qgrid *g, const void *buf, const void *q,
@@ -298,7 +308,7 @@ llm_status llm_qgrid_pack_row(const struct llm_qgrid *g, const uint8_t *q,
     const int64_t nb = (ne0 + B - 1) / B;
     const int hdr = g->group ? 0 : (g->zero_point ? 8 : 4);
     const int pre = g->group ? (g->zero_point ? 4 : 2) : 0; /* scale bytes per block */
-    const int64_t qbytes = g->bits == 4 ? B / 2 : B;
+    const int64_t qbytes = code_bytes(g, B);
     if (!g->group) {
         stf(dst, p[0].d);
         if (g->zero_point)
@@ -325,8 +335,12 @@ llm_status llm_qgrid_pack_row(const struct llm_qgrid *g, const uint8_t *q,
         } else {
             for (int64_t j = 0; j < B; j++)
                 codes[j] = e0 + j < ne0 ? q[e0 + j] : pad;
-            for (int64_t j = 0; j < B / 2; j++)
-                qs[j] = (uint8_t)((codes[j] & 15) | codes[j + B / 2] << 4);
+            if (g->bits == 3)
+                for (int64_t s = 0; s < B / 32; s++)
+                    llm_q3_pack32(codes + 32 * s, qs + 12 * s);
+            else
+                for (int64_t j = 0; j < B / 2; j++)
+                    qs[j] = (uint8_t)((codes[j] & 15) | codes[j + B / 2] << 4);
         }
     }
     return LLM_OK;
@@ -346,7 +360,7 @@ llm_status llm_qgrid_unpack_row(const struct llm_qgrid *g, const void *src_, int
     const int64_t nb = (ne0 + B - 1) / B;
     const int hdr = g->group ? 0 : (g->zero_point ? 8 : 4);
     const int pre = g->group ? (g->zero_point ? 4 : 2) : 0;
-    const int64_t qbytes = g->bits == 4 ? B / 2 : B;
+    const int64_t qbytes = code_bytes(g, B);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = src + hdr + b * (pre + qbytes);
         if (g->group || b == 0) {
@@ -366,6 +380,8 @@ llm_status llm_qgrid_unpack_row(const struct llm_qgrid *g, const void *src_, int
         for (int64_t j = 0; j < n; j++) {
             if (g->bits == 8)
                 q[e0 + j] = g->zero_point ? qs[j] : (uint8_t)((int8_t)qs[j] + 128);
+            else if (g->bits == 3)
+                q[e0 + j] = (uint8_t)llm_q3_code(qs + 12 * (j / 32), (int)(j % 32));
             else
                 q[e0 + j] = j < B / 2 ? qs[j] & 15 : qs[j - B / 2] >> 4;
         }

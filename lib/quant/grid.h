@@ -32,7 +32,7 @@
 /* The grid of a type. */
 struct llm_qgrid {
     enum llm_type type;
-    int bits;        /* 4 or 8 */
+    int bits;        /* 3, 4 or 8 */
     int group;       /* elements per group; 0: the whole row (_ch types, fp8) */
     int zero_point;  /* 1: w = d*q + m with an integer zero; 0: symmetric */
     int maxq;        /* 2^bits - 1 */

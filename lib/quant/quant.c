@@ -54,7 +54,7 @@
 // ----------------------------------------------------------------------------
 // type families
 
-enum kind { K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8 };
+enum kind { K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3 };
 
 static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_F32] = K_F32,       [LLM_TYPE_F16] = K_F16,        [LLM_TYPE_BF16] = K_BF16,
@@ -64,7 +64,8 @@ static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_Q4_G64] = K_SYM4,   [LLM_TYPE_Q4_G128] = K_SYM4,   [LLM_TYPE_Q4_CH] = K_SYM4,
     [LLM_TYPE_Q4_1] = K_ZP4,      [LLM_TYPE_Q4Z_G64] = K_ZP4,    [LLM_TYPE_Q4Z_G128] = K_ZP4,
     [LLM_TYPE_Q4Z_CH] = K_ZP4,    [LLM_TYPE_NF4] = K_NF4,        [LLM_TYPE_NF4_DQ] = K_NF4DQ,
-    [LLM_TYPE_FP8_E4M3] = K_FP8,
+    [LLM_TYPE_FP8_E4M3] = K_FP8,  [LLM_TYPE_Q3Z_G32] = K_ZP3,    [LLM_TYPE_Q3Z_G64] = K_ZP3,
+    [LLM_TYPE_Q3Z_G128] = K_ZP3,  [LLM_TYPE_Q3Z_CH] = K_ZP3,
 };
 
 /* The generic code below finds d at byte 0, m at byte 2 and qs at the end
@@ -77,6 +78,8 @@ _Static_assert(offsetof(struct llm_block_q4_0, qs) == 2, "q4_0 layout");
 _Static_assert(offsetof(struct llm_block_q4_g128, qs) == 2, "q4_g128 layout");
 _Static_assert(offsetof(struct llm_block_q4_1, m) == 2 &&
                offsetof(struct llm_block_q4z_g128, qs) == 4, "q4z layout");
+_Static_assert(offsetof(struct llm_block_q3z_g32, m) == 2 &&
+               offsetof(struct llm_block_q3z_g128, qs) == 4, "q3z layout");
 _Static_assert(offsetof(struct llm_block_nf4, qs) == 2, "nf4 layout");
 _Static_assert(offsetof(struct llm_block_nf4_dq, qs) == 1, "nf4_dq layout");
 
@@ -230,6 +233,21 @@ static void pack4(uint8_t *qs, const uint8_t *codes, uint32_t G)
 static inline int unpack4(const uint8_t *qs, uint32_t j, uint32_t G)
 {
     return j < G / 2 ? qs[j] & 15 : qs[j - G / 2] >> 4;
+}
+
+void llm_q3_pack32(const uint8_t *codes, uint8_t *sub)
+{
+    memset(sub, 0, 12);
+    for (int i = 0; i < 32; i++) {
+        sub[i & 7] |= (uint8_t)((codes[i] & 3) << (2 * (i >> 3)));
+        sub[8 + (i >> 3)] |= (uint8_t)(((codes[i] >> 2) & 1) << (i & 7));
+    }
+}
+
+/* Element j of the 3-bit codes qs of a block (its sub-blocks of 32). */
+static inline int unpack3(const uint8_t *qs, uint32_t j)
+{
+    return llm_q3_code(qs + 12 * (j / 32), (int)(j % 32));
 }
 
 /* Index of the NF4 value nearest v: the number of code midpoints strictly
@@ -422,7 +440,7 @@ static void quant_sym_ch(const float *x, int64_t ne0, uint8_t *dst, int bits)
 
 static void quant_zp_ch(const float *x, int64_t ne0, uint8_t *dst, int bits)
 {
-    const int L = bits == 8 ? 255 : 15;
+    const int L = (1 << bits) - 1;
     float m, mx;
     minmax(x, ne0, &m, &mx);
     float d = (mx - m) / (float)L;
@@ -440,7 +458,10 @@ static void quant_zp_ch(const float *x, int64_t ne0, uint8_t *dst, int bits)
             float v = i < ne0 ? nan_to_zero(x[i]) : 0.0f;
             codes[j] = (uint8_t)(d > 0 ? clamp_round((v - m) / d, 0, L, 0) : 0);
         }
-        pack4(dst + 8 + b * 16, codes, 32);
+        if (bits == 3)
+            llm_q3_pack32(codes, dst + 8 + b * 12);
+        else
+            pack4(dst + 8 + b * 16, codes, 32);
     }
 }
 
@@ -548,6 +569,18 @@ llm_status llm_quantize_row(enum llm_type t, const float *src, void *dst_, int64
             }
         }
         return LLM_OK;
+    case K_ZP3:
+        if (tr->row_header) {
+            quant_zp_ch(src, ne0, dst, 3);
+        } else {
+            for (int64_t b = 0; b * G < ne0; b++) {
+                uint8_t *blk = dst + b * BB;
+                quant_zp_block(block_in(src, ne0, b * G, G, buf), blk, G, 7, 0, codes);
+                for (uint32_t s = 0; s < G / 32; s++)
+                    llm_q3_pack32(codes + 32 * s, blk + 4 + 12 * s);
+            }
+        }
+        return LLM_OK;
     case K_NF4:
         for (int64_t b = 0; b * 64 < ne0; b++)
             quant_nf4_block(block_in(src, ne0, b * 64, 64, buf), dst + b * BB);
@@ -599,12 +632,14 @@ llm_status llm_dequantize_row(enum llm_type t, const void *src_, float *dst, int
         return LLM_OK;
     case K_ZP8:
     case K_ZP4:
+    case K_ZP3:
         for (int64_t i = 0; i < ne0; i++) {
             const uint8_t *blk = src + hdr + i / G * BB;
             float d = hdr ? ldf(src) : h2f(blk);
             float m = hdr ? ldf(src + 4) : h2f(blk + 2);
-            int q = kind_of[t] == K_ZP8 ? blk[BB - G + i % G]
-                                        : unpack4(blk + BB - G / 2, (uint32_t)(i % G), G);
+            int q = kind_of[t] == K_ZP8   ? blk[BB - G + i % G]
+                    : kind_of[t] == K_ZP4 ? unpack4(blk + BB - G / 2, (uint32_t)(i % G), G)
+                                          : unpack3(blk + BB - 3 * G / 8, (uint32_t)(i % G));
             float p = (float)q * d; /* two roundings, never an fma (see top) */
             dst[i] = p + m;
         }

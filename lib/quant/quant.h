@@ -29,6 +29,13 @@ llm_status llm_quantize_row(enum llm_type t, const float *src, void *dst, int64_
 llm_status llm_convert_rows(enum llm_type from, const void *src, enum llm_type to, void *dst,
                             int64_t ne0, int64_t nrows);
 
+/* 3-bit codes (32, each 0..7) <-> a 12-byte sub-block (blocks.h). */
+void llm_q3_pack32(const uint8_t *codes, uint8_t *sub);
+static inline int llm_q3_code(const uint8_t *sub, int i)
+{
+    return ((sub[i & 7] >> (2 * (i >> 3))) & 3) | (((sub[8 + (i >> 3)] >> (i & 7)) & 1) << 2);
+}
+
 /* FP8 E4M3 (OCP "fn") <-> float32, round to nearest even, saturating at 448. */
 float llm_fp8_e4m3_to_fp32(uint8_t v);
 uint8_t llm_fp32_to_fp8_e4m3(float f);

@@ -35,6 +35,10 @@ static const struct llm_type_traits table[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_NF4] = Q("nf4", 64, 34, 0, -1, "NF4 code book, blocks of 64, fp16 absmax"),
     [LLM_TYPE_NF4_DQ] = Q("nf4_dq", 64, 33, 4, -1, "NF4, blocks of 64, fp8 absmax x float32 row scale"),
     [LLM_TYPE_FP8_E4M3] = Q("fp8_e4m3", 1, 1, 4, -1, "FP8 E4M3 times a float32 row scale"),
+    [LLM_TYPE_Q3Z_G32] = Q("q3z_g32", 32, 16, 0, -1, "uint3 with zero point, groups of 32"),
+    [LLM_TYPE_Q3Z_G64] = Q("q3z_g64", 64, 28, 0, -1, "uint3 with zero point, groups of 64"),
+    [LLM_TYPE_Q3Z_G128] = Q("q3z_g128", 128, 52, 0, -1, "uint3 with zero point, groups of 128"),
+    [LLM_TYPE_Q3Z_CH] = Q("q3z_ch", 32, 12, 8, -1, "uint3 with zero point, per row"),
 };
 
 const struct llm_type_traits *llm_type_traits(uint32_t t)

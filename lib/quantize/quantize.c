@@ -286,6 +286,7 @@ static const enum llm_type grid_family[][4] = {
     { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
     { LLM_TYPE_Q4_0, LLM_TYPE_Q4_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH },
     { LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH },
+    { LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64, LLM_TYPE_Q3Z_G128, LLM_TYPE_Q3Z_CH },
 };
 
 /* The type that stores rows of ne0 elements on t's grid without wasting

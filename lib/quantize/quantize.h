@@ -42,7 +42,7 @@ llm_status llm_qmethod_parse(const char *s, enum llm_qmethod *out);
 /* What to do with one tensor. Fields left at -1 take the default's value. */
 struct llm_qspec {
     int method;        /* enum llm_qmethod */
-    int bits;          /* 4 or 8 (rtn, gptq, awq) */
+    int bits;          /* 3, 4 or 8 (rtn, gptq; awq: 3 or 4) */
     int group;         /* 32, 64, 128; 0: one group per row (per channel) */
     int sym;           /* 1 symmetric, 0 zero points */
     int double_quant;  /* nf4: fp8 block scales x a row scale (nf4_dq) */

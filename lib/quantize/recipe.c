@@ -116,15 +116,24 @@ llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm
     default:
         return llm_error_set(LLM_E_INVALID, "no method");
     }
-    if (s->bits != 4 && s->bits != 8)
-        return llm_error_set(LLM_E_INVALID, "%s: %d bits is not supported (4, 8)", m, s->bits);
-    if (s->method == LLM_QM_AWQ && s->bits != 4)
-        return llm_error_set(LLM_E_INVALID, "awq: %d bits is not supported (4)", s->bits);
+    if (s->bits != 3 && s->bits != 4 && s->bits != 8)
+        return llm_error_set(LLM_E_INVALID, "%s: %d bits is not supported (3, 4, 8)", m, s->bits);
+    if (s->method == LLM_QM_AWQ && s->bits == 8)
+        return llm_error_set(LLM_E_INVALID, "awq: %d bits is not supported (3, 4)", s->bits);
     int gi = s->group == 32 ? 0 : s->group == 64 ? 1 : s->group == 128 ? 2 : s->group == 0 ? 3 : -1;
     if (gi < 0)
         return llm_error_set(LLM_E_INVALID, "%s: group %d is not supported (32, 64, 128, or "
                              "channel)", m, s->group);
     int sym = s->sym >= 0 ? s->sym : (s->method != LLM_QM_AWQ && s->bits == 8);
+    if (s->bits == 3) { /* GPTQ's 3-bit grid: zero points only */
+        static const enum llm_type q3z[4] = { LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64,
+                                              LLM_TYPE_Q3Z_G128, LLM_TYPE_Q3Z_CH };
+        if (sym)
+            return llm_error_set(LLM_E_INVALID, "%s: 3 bits has only the zero-point grid "
+                                 "(sym: false)", m);
+        *out = q3z[gi];
+        return LLM_OK;
+    }
     *out = grid[s->bits == 8][sym][gi];
     return LLM_OK;
 }

@@ -19,6 +19,7 @@ static const enum llm_type grid_types[] = {
     LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH,
     LLM_TYPE_Q4_0,    LLM_TYPE_Q4_G64,  LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH,
     LLM_TYPE_Q4_1,    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH,
+    LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64, LLM_TYPE_Q3Z_G128, LLM_TYPE_Q3Z_CH,
 };
 #define N_GRID_TYPES (sizeof grid_types / sizeof grid_types[0])
 
@@ -62,6 +63,8 @@ Test(grid, grid_of_each_type)
         { LLM_TYPE_Q4_G128, 4, 128, 0 }, { LLM_TYPE_Q4_CH, 4, 0, 0 },
         { LLM_TYPE_Q4_1, 4, 32, 1 },    { LLM_TYPE_Q4Z_G64, 4, 64, 1 },
         { LLM_TYPE_Q4Z_G128, 4, 128, 1 }, { LLM_TYPE_Q4Z_CH, 4, 0, 1 },
+        { LLM_TYPE_Q3Z_G32, 3, 32, 1 }, { LLM_TYPE_Q3Z_G64, 3, 64, 1 },
+        { LLM_TYPE_Q3Z_G128, 3, 128, 1 }, { LLM_TYPE_Q3Z_CH, 3, 0, 1 },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         struct llm_qgrid g;
@@ -70,7 +73,7 @@ Test(grid, grid_of_each_type)
         cr_expect_eq(g.bits, want[i].bits, "%s", llm_type_name(want[i].t));
         cr_expect_eq(g.group, want[i].group, "%s", llm_type_name(want[i].t));
         cr_expect_eq(g.zero_point, want[i].zp, "%s", llm_type_name(want[i].t));
-        cr_expect_eq(g.maxq, want[i].bits == 8 ? 255 : 15);
+        cr_expect_eq(g.maxq, (1 << want[i].bits) - 1);
         cr_expect_eq(g.fp8, 0);
     }
     struct llm_qgrid f;

@@ -33,7 +33,8 @@ static const enum llm_type weight_types[] = {
     LLM_TYPE_Q8_G128,  LLM_TYPE_Q8_CH,    LLM_TYPE_Q8Z_G32,  LLM_TYPE_Q8Z_G64,  LLM_TYPE_Q8Z_G128,
     LLM_TYPE_Q8Z_CH,   LLM_TYPE_Q4_0,     LLM_TYPE_Q4_G64,   LLM_TYPE_Q4_G128,  LLM_TYPE_Q4_CH,
     LLM_TYPE_Q4_1,     LLM_TYPE_Q4Z_G64,  LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH,   LLM_TYPE_NF4,
-    LLM_TYPE_NF4_DQ,   LLM_TYPE_FP8_E4M3,
+    LLM_TYPE_NF4_DQ,   LLM_TYPE_FP8_E4M3, LLM_TYPE_Q3Z_G32,  LLM_TYPE_Q3Z_G64,  LLM_TYPE_Q3Z_G128,
+    LLM_TYPE_Q3Z_CH,
 };
 #define N_WEIGHT_TYPES (sizeof weight_types / sizeof weight_types[0])
 
@@ -155,11 +156,12 @@ static double err_bound(enum llm_type t, const float *x, int64_t ne0, const uint
         return 0.5 * rd_f16(blk);
     case LLM_TYPE_Q8Z_G32: case LLM_TYPE_Q8Z_G64: case LLM_TYPE_Q8Z_G128:
     case LLM_TYPE_Q4Z_G64: case LLM_TYPE_Q4Z_G128:
+    case LLM_TYPE_Q3Z_G32: case LLM_TYPE_Q3Z_G64: case LLM_TYPE_Q3Z_G128:
         *m_out = fabs(rd_f16(blk + 2));
         return 0.5 * rd_f16(blk);
     case LLM_TYPE_Q8_CH: case LLM_TYPE_Q4_CH:
         return 0.5 * rd_f32(row);
-    case LLM_TYPE_Q8Z_CH: case LLM_TYPE_Q4Z_CH:
+    case LLM_TYPE_Q8Z_CH: case LLM_TYPE_Q4Z_CH: case LLM_TYPE_Q3Z_CH:
         *m_out = fabs(rd_f32(row + 4));
         return 0.5 * rd_f32(row);
     case LLM_TYPE_NF4: {
@@ -253,6 +255,8 @@ Test(quant, roundtrip_rms_error_is_plausible)
         { LLM_TYPE_Q4_0, 0.05, 0.15 },   { LLM_TYPE_Q4_G128, 0.06, 0.17 },
         { LLM_TYPE_Q4_1, 0.04, 0.15 },   { LLM_TYPE_NF4, 0.05, 0.15 },
         { LLM_TYPE_NF4_DQ, 0.05, 0.17 }, { LLM_TYPE_FP8_E4M3, 0.01, 0.05 },
+        /* 7 steps instead of 15: about twice q4's error */
+        { LLM_TYPE_Q3Z_G32, 0.08, 0.25 }, { LLM_TYPE_Q3Z_G128, 0.10, 0.30 },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cr_assert_eq(llm_quantize_row(cases[c].t, x, q, N), LLM_OK);
@@ -624,6 +628,22 @@ Test(quant, dequantize_hand_made_blocks)
     cr_assert_eq(llm_dequantize_row(LLM_TYPE_Q4Z_CH, b, y, 17), LLM_OK);
     cr_assert(y[0] == 1.5f && y[16] == 2.0f && y[1] == 1.0f);
 
+    memset(b, 0, sizeof b); /* q3z_g64: d = 2, m = 1; sub-blocks at 4 and 16 */
+    set16(b, 0x4000), set16(b + 2, 0x3c00);
+    b[4] = 0xc6;      /* low bits: element 0: 2, 8: 1, 16: 0, 24: 3 */
+    b[4 + 8] = 0x01;  /* high bit of element 0 */
+    b[4 + 9] = 0x02;  /* high bit of element 9 */
+    b[16 + 7] = 0x80, b[16 + 11] = 0x80; /* element 63: low 2, high bit */
+    cr_assert_eq(llm_dequantize_row(LLM_TYPE_Q3Z_G64, b, y, 64), LLM_OK);
+    cr_assert(y[0] == 13.0f && y[8] == 3.0f && y[16] == 1.0f && y[24] == 7.0f && y[9] == 9.0f &&
+              y[63] == 13.0f && y[1] == 1.0f && y[62] == 1.0f);
+
+    memset(b, 0, sizeof b); /* q3z_ch, ne0 = 33: d = 0.5, m = 1; element 32 in the second */
+    setf(b, 0.5f), setf(b + 4, 1.0f);
+    b[8 + 12] = 0x03, b[8 + 12 + 8] = 0x01;
+    cr_assert_eq(llm_dequantize_row(LLM_TYPE_Q3Z_CH, b, y, 33), LLM_OK);
+    cr_assert(y[32] == 4.5f && y[0] == 1.0f && y[31] == 1.0f);
+
     memset(b, 0, sizeof b); /* nf4: d = 2 */
     set16(b, 0x4000);
     b[2] = 0xf0, b[3] = 0x87;
@@ -649,6 +669,27 @@ Test(quant, dequantize_hand_made_blocks)
     set16(b, 0x3f80), set16(b + 2, 0xc0a0);
     cr_assert_eq(llm_dequantize_row(LLM_TYPE_BF16, b, y, 2), LLM_OK);
     cr_assert(y[0] == 1.0f && y[1] == -5.0f);
+}
+
+/* The 3-bit sub-block as blocks.h states it: codes i % 8 put code b's low
+ * bits in every 2-bit field of byte b and its high bit in bits 4-7 of the
+ * high-bit bytes; the quantizer's grid for x = i % 8 is d = 1, m = 0. */
+Test(quant, q3_hand_computed_bytes)
+{
+    static const uint8_t want[12] = { 0x00, 0x55, 0xaa, 0xff, 0x00, 0x55,
+                                      0xaa, 0xff, 0xf0, 0xf0, 0xf0, 0xf0 };
+    uint8_t codes[32], sub[12], blk[16];
+    float x[32];
+    for (int i = 0; i < 32; i++)
+        codes[i] = (uint8_t)(i % 8), x[i] = (float)(i % 8);
+    llm_q3_pack32(codes, sub);
+    cr_assert(memcmp(sub, want, 12) == 0);
+    for (int i = 0; i < 32; i++)
+        cr_assert_eq(llm_q3_code(sub, i), i % 8);
+    cr_assert_eq(llm_quantize_row(LLM_TYPE_Q3Z_G32, x, blk, 32), LLM_OK);
+    cr_assert(blk[0] == 0x00 && blk[1] == 0x3c && blk[2] == 0 && blk[3] == 0, /* d = 1, m = 0 */
+              "%02x %02x %02x %02x", blk[0], blk[1], blk[2], blk[3]);
+    cr_assert(memcmp(blk + 4, want, 12) == 0);
 }
 
 /* Rows at odd addresses (a q8_ch row of 31 elements is 35 bytes, so the

@@ -32,6 +32,10 @@ Test(types, traits_match_block_structs)
         { LLM_TYPE_NF4, 64, sizeof(struct llm_block_nf4), 0 },
         { LLM_TYPE_NF4_DQ, 64, sizeof(struct llm_block_nf4_dq), 4 },
         { LLM_TYPE_FP8_E4M3, 1, 1, 4 },
+        { LLM_TYPE_Q3Z_G32, 32, sizeof(struct llm_block_q3z_g32), 0 },
+        { LLM_TYPE_Q3Z_G64, 64, sizeof(struct llm_block_q3z_g64), 0 },
+        { LLM_TYPE_Q3Z_G128, 128, sizeof(struct llm_block_q3z_g128), 0 },
+        { LLM_TYPE_Q3Z_CH, 32, sizeof(struct llm_block_q3_ch), 8 },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const struct llm_type_traits *tr = llm_type_traits(want[i].t);
@@ -98,6 +102,8 @@ Test(types, row_bytes)
     cr_assert_eq(llm_type_row_bytes(LLM_TYPE_NF4, 65), 68);
     cr_assert_eq(llm_type_row_bytes(LLM_TYPE_NF4_DQ, 65), 4 + 2 * 33);
     cr_assert_eq(llm_type_row_bytes(LLM_TYPE_FP8_E4M3, 10), 14);
+    cr_assert_eq(llm_type_row_bytes(LLM_TYPE_Q3Z_G128, 172), 2 * 52);
+    cr_assert_eq(llm_type_row_bytes(LLM_TYPE_Q3Z_CH, 64), 8 + 2 * 12);
     cr_assert_eq(llm_type_row_bytes(LLM_TYPE_FP8_E4M3, 0), 4); /* the header alone */
     /* overflow and unknown types give 0 */
     cr_assert_eq(llm_type_row_bytes(LLM_TYPE_F32, UINT64_MAX / 2), 0);
@@ -186,6 +192,6 @@ Test(types, names_list)
     int commas = 0;
     for (const char *p = names; *p; p++)
         commas += *p == ',';
-    cr_assert_eq(commas, 21, "%s", names); /* 22 weight types */
+    cr_assert_eq(commas, 25, "%s", names); /* 26 weight types */
     cr_assert_eq(llm_type_names(), names);
 }
