@@ -544,9 +544,13 @@ static int is_float(enum llm_type t)
 
 /* GPTQ and AWQ checkpoints hold integer grids only: fp8_e4m3, a grid of
  * grid.h too, goes the way of the other non-integer types. */
+/* The grids written packed: 4 and 8 bits (3-bit GPTQ checkpoints pack 32
+ * codes across three int32 words; that packing is not written, so q3z
+ * tensors go the way of the other non-grid types: refused, or f16 with
+ * --dequant). */
 static int int_grid(enum llm_type t, struct llm_qgrid *g)
 {
-    return llm_qgrid_of(t, g) == LLM_OK && !g->fp8;
+    return llm_qgrid_of(t, g) == LLM_OK && !g->fp8 && g->bits != 3;
 }
 
 static llm_status plan_tensor(struct xplan *p, struct llm_tensor *t)

@@ -129,8 +129,8 @@ llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm
         static const enum llm_type q3z[4] = { LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64,
                                               LLM_TYPE_Q3Z_G128, LLM_TYPE_Q3Z_CH };
         if (sym)
-            return llm_error_set(LLM_E_INVALID, "%s: 3 bits has only the zero-point grid "
-                                 "(sym: false)", m);
+            return llm_error_set(LLM_E_INVALID, "%s: 3 bits has only the zero-point grid, "
+                                 "not a symmetric one", m);
         *out = q3z[gi];
         return LLM_OK;
     }

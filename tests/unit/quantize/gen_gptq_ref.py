@@ -5,8 +5,9 @@ Run by hand, not by `make test`:
 
     python3 tests/unit/quantize/gen_gptq_ref.py tests/unit/quantize
 
-It writes gptq_ref_a.txt, gptq_ref_b.txt and gptq_ref_c.txt. They were
-produced with Python 3.11 and numpy 2.4 from this script as committed.
+It writes gptq_ref_a.txt, gptq_ref_b.txt, gptq_ref_c.txt (4 bits) and
+gptq_ref_d.txt (3 bits, maxq 7). They were produced with Python 3.11 and
+numpy 2.4 from this script as committed.
 
 The algorithm is written from the description in
 shared/reference/quantization.md section 1.1 (IST-DASLab/gptq fasterquant,
@@ -38,7 +39,7 @@ import sys
 import numpy as np
 
 ROWS, COLS, TOKENS = 8, 96, 256
-MAXQ = 15
+MAXQ = 15  # 4 bits; case d sets 7 (3 bits)
 GROUP = 32
 
 
@@ -146,14 +147,18 @@ def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01):
     return perm, codes, groups_out
 
 
-def write(path, name, W, H, blocksize, actorder, static_groups):
+def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15):
+    global MAXQ
+    MAXQ = maxq
     perm, codes, groups = gptq(W, H, blocksize, actorder, static_groups)
+    kind = "q4_1 (asym 4-bit" if maxq == 15 else "q3z_g32 (asym 3-bit"
+
     with open(path, "w") as f:
         f.write("# GPTQ reference written by tests/unit/quantize/gen_gptq_ref.py (numpy %s)\n"
                 % np.__version__)
-        f.write("# case %s: q4_1 (asym 4-bit, group 32), rows %d cols %d, block %d, "
+        f.write("# case %s: %s, group 32), rows %d cols %d, block %d, "
                 "act_order %d, static_groups %d, seed 1\n"
-                % (name, ROWS, COLS, blocksize, int(actorder), int(static_groups)))
+                % (name, kind, ROWS, COLS, blocksize, int(actorder), int(static_groups)))
         f.write("# perm (stored column -> original), then per row: stored codes, then\n"
                 "# d m zero of each stored group (d, m as float32 %.9g)\n")
         f.write("params %d %d %d\n" % (blocksize, int(actorder), int(static_groups)))
@@ -170,6 +175,7 @@ def main():
     write(out + "/gptq_ref_a.txt", "a", W, H, 128, False, False)
     write(out + "/gptq_ref_b.txt", "b", W, H, 128, True, False)
     write(out + "/gptq_ref_c.txt", "c", W, H, 48, True, True)
+    write(out + "/gptq_ref_d.txt", "d", W, H, 128, True, False, maxq=7)
 
 
 if __name__ == "__main__":

@@ -207,7 +207,7 @@ static int is_identity(const int32_t *perm, int64_t n)
 static void check_beats_rtn(int64_t rows, int64_t cols)
 {
     static const enum llm_type types[] = { LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_CH,
-                                           LLM_TYPE_FP8_E4M3 };
+                                           LLM_TYPE_FP8_E4M3, LLM_TYPE_Q3Z_G128, LLM_TYPE_Q3Z_CH };
     struct problem pr;
     problem_correlated(&pr, rows, cols, 42);
     float *Qr = malloc((size_t)(rows * cols) * sizeof(float));
@@ -651,7 +651,7 @@ static int read_word(FILE *f, const char *want)
     return fscanf(f, "%31s", w) == 1 && strcmp(w, want) == 0;
 }
 
-static void check_reference(const char *name)
+static void check_reference(const char *name, enum llm_type type)
 {
     char path[256];
     snprintf(path, sizeof path, "tests/unit/quantize/gptq_ref_%s.txt", name);
@@ -671,7 +671,7 @@ static void check_reference(const char *name)
     problem_ref(&pr);
     const int64_t n = pr.cols;
     struct llm_gptq_params p;
-    llm_gptq_params_init(&p, LLM_TYPE_Q4_1);
+    llm_gptq_params_init(&p, type);
     p.block_size = bs, p.act_order = ao, p.static_groups = sg;
     struct result res;
     cr_assert_eq(run_gptq(&pr, &p, &res), LLM_OK);
@@ -722,15 +722,21 @@ static void check_reference(const char *name)
 
 Test(gptq, matches_numpy_reference_plain)
 {
-    check_reference("a");
+    check_reference("a", LLM_TYPE_Q4_1);
 }
 
 Test(gptq, matches_numpy_reference_act_order)
 {
-    check_reference("b");
+    check_reference("b", LLM_TYPE_Q4_1);
 }
 
 Test(gptq, matches_numpy_reference_static_groups_block_48)
 {
-    check_reference("c");
+    check_reference("c", LLM_TYPE_Q4_1);
+}
+
+/* 3 bits (maxq 7), act-order with the permutation stored */
+Test(gptq, matches_numpy_reference_3bit_act_order)
+{
+    check_reference("d", LLM_TYPE_Q3Z_G32);
 }

@@ -156,6 +156,34 @@ Test(quantize, spec_types)
     s.group = 128;
     cr_assert_eq(llm_qspec_type(&s, LLM_TYPE_F32, &t), LLM_OK);
     cr_assert_eq(t, LLM_TYPE_Q4Z_G128);
+    s.bits = 3; /* awq and gptq at 3 bits: zero points, every group */
+    cr_assert_eq(llm_qspec_type(&s, LLM_TYPE_F32, &t), LLM_OK);
+    cr_assert_eq(t, LLM_TYPE_Q3Z_G128);
+    s.method = LLM_QM_GPTQ;
+    s.group = 0;
+    cr_assert_eq(llm_qspec_type(&s, LLM_TYPE_F32, &t), LLM_OK);
+    cr_assert_eq(t, LLM_TYPE_Q3Z_CH);
+    s.group = 32;
+    cr_assert_eq(llm_qspec_type(&s, LLM_TYPE_F32, &t), LLM_OK);
+    cr_assert_eq(t, LLM_TYPE_Q3Z_G32);
+    s.sym = 1; /* no symmetric 3-bit grid */
+    llm_status st = llm_qspec_type(&s, LLM_TYPE_F32, &t);
+    cr_assert_eq(st, LLM_E_INVALID);
+    cr_assert(strstr(llm_error_detail(st), "3 bits has only the zero-point grid"), "%s",
+              llm_error_detail(st));
+    s.sym = -1;
+    s.method = LLM_QM_AWQ;
+    s.bits = 8;
+    st = llm_qspec_type(&s, LLM_TYPE_F32, &t);
+    cr_assert_eq(st, LLM_E_INVALID);
+    cr_assert(strstr(llm_error_detail(st), "awq: 8 bits is not supported (3, 4)"), "%s",
+              llm_error_detail(st));
+    s.method = LLM_QM_RTN;
+    s.bits = 2;
+    st = llm_qspec_type(&s, LLM_TYPE_F32, &t);
+    cr_assert_eq(st, LLM_E_INVALID);
+    cr_assert(strstr(llm_error_detail(st), "2 bits is not supported (3, 4, 8)"), "%s",
+              llm_error_detail(st));
     s.method = LLM_QM_KEEP;
     s.type = -1;
     cr_assert_eq(llm_qspec_type(&s, LLM_TYPE_BF16, &t), LLM_OK);
