@@ -264,7 +264,7 @@ _llm_quantize()
             return
             ;;
         --bits)
-            _llm_words '4 8'
+            _llm_words '3 4 8'
             return
             ;;
         --group)
