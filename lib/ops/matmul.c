@@ -428,12 +428,12 @@ int llm_matmul_simd_type(enum llm_type t)
     case K_NF4:
     case K_NF4DQ:
     case K_FP8:
-    case K_ZP3: /* unpacked to float codes (matmul_simd.h row_q3) */
         return LLM_SIMD_FLOAT;
     case K_SYM8:
     case K_ZP8:
     case K_SYM4:
     case K_ZP4:
+    case K_ZP3: /* int16 activations; float ones under LLM_ACT_F32 and _Q8 */
         return LLM_SIMD_INT8;
     default:
         return LLM_SIMD_NONE;

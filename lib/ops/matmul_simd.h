@@ -32,7 +32,7 @@
 #include "../common/alloc.h"
 #include "matmul_impl.h"
 
-enum { F_SYM8, F_ZP8, F_SYM4, F_ZP4 };
+enum { F_SYM8, F_ZP8, F_SYM4, F_ZP4, F_ZP3 }; /* F_ZP3: int16 activations only (codes16) */
 
 /* the float vector of the float-activation and int16 kernels */
 #ifdef SIMD_AVX512
@@ -195,6 +195,27 @@ static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
 
 // ----------------------------------------------------------------------------
 // weight codes of the 32 elements [32k, 32k+32) of a row
+
+/* the 32 codes (0..7) of a sub-block, bytes in element order */
+SIMD_INLINE __m256i SIMD(q3_codes)(const uint8_t *sub)
+{
+    int64_t lo;
+    int32_t hi;
+    memcpy(&lo, sub, 8);
+    memcpy(&hi, sub + 8, 4);
+    /* 64-bit lane g: the low-bit bytes shifted by 2g (elements 8g..8g+7) */
+    const __m256i l = _mm256_and_si256(
+        _mm256_srlv_epi64(_mm256_set1_epi64x(lo), _mm256_set_epi64x(6, 4, 2, 0)),
+        _mm256_set1_epi8(3));
+    /* byte 8g+b: high-bit byte g, tested against bit b */
+    const __m256i g = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(hi),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
+    const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(g, bit), bit),
+                                       _mm256_set1_epi8(4));
+    return _mm256_or_si256(l, h);
+}
 
 /* 32 nibble codes of a 4-bit block of G elements, elements [32s, 32s+32) */
 SIMD_INLINE __m256i SIMD(nibbles)(const uint8_t *qs, int G, int s)
@@ -461,8 +482,15 @@ SIMD_INLINE __m128 SIMD(dm_f)(const uint8_t *row, int zp)
 SIMD_INLINE void SIMD(codes16)(const uint8_t *row, int64_t k, int64_t ne0, int fam, int G, int BB,
                                int hdr, __m128 *dm, __m256i *w0, __m256i *w1)
 {
-    const int zp = fam == F_ZP8 || fam == F_ZP4;
-    if (G == 0 || fam == F_SYM8 || fam == F_ZP8) {
+    const int zp = fam == F_ZP8 || fam == F_ZP4 || fam == F_ZP3;
+    if (fam == F_ZP3) { /* 12-byte sub-blocks after d, m (q3z_ch: the header's d, m) */
+        const int spb = G / 32;
+        const uint8_t *blk = row + hdr + (k / spb) * BB;
+        *dm = hdr ? SIMD(dm_f)(row, 1) : SIMD(dm_h)(blk);
+        const __m256i c = SIMD(q3_codes)(blk + BB - 12 * spb + 12 * (k % spb));
+        *w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(c));
+        *w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(c, 1));
+    } else if (G == 0 || fam == F_SYM8 || fam == F_ZP8) {
         const uint8_t *q;
         uint8_t tmp[32];
         if (G == 0) { /* per-row 8-bit: header d (and m), then ne0 codes */
@@ -539,7 +567,7 @@ SIMD_INLINE void SIMD(row_q16)(const uint8_t *row, const struct llm_qx16 *xq, in
     enum { U = 2 };
     __m256 acc[SIMD_NT][U];
     __m128 corr[SIMD_NT][U];
-    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    const int zp = fam == F_ZP8 || fam == F_ZP4 || fam == F_ZP3;
     for (int t = 0; t < NT; t++)
         for (int u = 0; u < U; u++) {
             acc[t][u] = _mm256_setzero_ps();
@@ -606,7 +634,7 @@ SIMD_INLINE void SIMD(rown_q16)(const uint8_t *const *rows, const struct llm_qx1
     enum { U = 2 };
     __m256 acc[SIMD_NR][U];
     __m128 corr[SIMD_NR][U];
-    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    const int zp = fam == F_ZP8 || fam == F_ZP4 || fam == F_ZP3;
     for (int i = 0; i < SIMD_NR; i++)
         for (int u = 0; u < U; u++) {
             acc[i][u] = _mm256_setzero_ps();
@@ -950,27 +978,6 @@ SIMD_INLINE void SIMD(row_nf4)(const uint8_t *row, const float *X, int64_t ldx, 
 // plane, blocks.h), then floats; w = d q + m meets float x in FMAs, as
 // llm_dequantize_row and a dot would, up to float rounding
 
-/* the 32 codes (0..7) of a sub-block, bytes in element order */
-SIMD_INLINE __m256i SIMD(q3_codes)(const uint8_t *sub)
-{
-    int64_t lo;
-    int32_t hi;
-    memcpy(&lo, sub, 8);
-    memcpy(&hi, sub + 8, 4);
-    /* 64-bit lane g: the low-bit bytes shifted by 2g (elements 8g..8g+7) */
-    const __m256i l = _mm256_and_si256(
-        _mm256_srlv_epi64(_mm256_set1_epi64x(lo), _mm256_set_epi64x(6, 4, 2, 0)),
-        _mm256_set1_epi8(3));
-    /* byte 8g+b: high-bit byte g, tested against bit b */
-    const __m256i g = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(hi),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
-    const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(g, bit), bit),
-                                       _mm256_set1_epi8(4));
-    return _mm256_or_si256(l, h);
-}
-
 /* Scale, min and the 32 codes of sub-block k of a row (G elements a
  * block; per-channel: G 32, hdr 8 with d and m in the header) as floats. */
 SIMD_INLINE void SIMD(q3_sub)(const uint8_t *row, int64_t k, int G, int BB, int hdr, float *d,
@@ -1220,6 +1227,10 @@ static void SIMD(rows_q16)(enum llm_type t, const uint8_t *w, uint64_t rb,
     case LLM_TYPE_Q4Z_G64: SIMD_ROWS_Q16(F_ZP4, 64, 36, 0) break;
     case LLM_TYPE_Q4Z_G128: SIMD_ROWS_Q16(F_ZP4, 128, 68, 0) break;
     case LLM_TYPE_Q4Z_CH: SIMD_ROWS_Q16(F_ZP4, 32, 16, 8) break;
+    case LLM_TYPE_Q3Z_G32: SIMD_ROWS_Q16(F_ZP3, 32, 16, 0) break;
+    case LLM_TYPE_Q3Z_G64: SIMD_ROWS_Q16(F_ZP3, 64, 28, 0) break;
+    case LLM_TYPE_Q3Z_G128: SIMD_ROWS_Q16(F_ZP3, 128, 52, 0) break;
+    case LLM_TYPE_Q3Z_CH: SIMD_ROWS_Q16(F_ZP3, 32, 12, 8) break;
     default: break;
     }
 }
@@ -1425,13 +1436,17 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
 {
     struct SIMD(shape) sh;
     const int quant = SIMD(shape_of)(t, &sh);
+    /* q3z: rows_q16 under int16 activations; float products otherwise
+     * (there is no int8 variant, and float is the more exact one) */
+    const int q3 = t == LLM_TYPE_Q3Z_G32 || t == LLM_TYPE_Q3Z_G64 || t == LLM_TYPE_Q3Z_G128 ||
+                   t == LLM_TYPE_Q3Z_CH;
 #ifdef SIMD_AVX512
     if (nb >= LLM_MATMUL_GEMM_MIN_NB && quant && act == LLM_ACT_Q16)
         return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
 #endif
     if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
         return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
-    if (!quant) {
+    if (!quant && !(q3 && act == LLM_ACT_Q16)) {
         SIMD(rows_f)(t, W, rb, X, ne0, Y, nb, ldy, r0, r1);
         return LLM_OK;
     }
