@@ -49,6 +49,31 @@ uint32_t llm_hfq_rd32(const uint8_t *p, uint64_t i)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+uint32_t llm_hfq_get(const uint8_t *p, uint64_t w0, uint64_t stride, uint64_t j, int bits)
+{
+    const uint64_t pos = (uint64_t)bits * j, w = pos / 32;
+    const unsigned s = (unsigned)(pos % 32);
+    uint64_t v = llm_hfq_rd32(p, w0 + w * stride) >> s;
+    if (s + (unsigned)bits > 32)
+        v |= (uint64_t)llm_hfq_rd32(p, w0 + (w + 1) * stride) << (32 - s);
+    return (uint32_t)v & ((1u << bits) - 1);
+}
+
+static void or32(uint8_t *p, uint64_t i, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        p[4 * i + (uint64_t)k] |= (uint8_t)(v >> (8 * k));
+}
+
+void llm_hfq_put(uint8_t *p, uint64_t w0, uint64_t stride, uint64_t j, int bits, uint32_t v)
+{
+    const uint64_t pos = (uint64_t)bits * j, w = pos / 32;
+    const unsigned s = (unsigned)(pos % 32);
+    or32(p, w0 + w * stride, v << s);
+    if (s + (unsigned)bits > 32)
+        or32(p, w0 + (w + 1) * stride, v >> (32 - s));
+}
+
 /* One quantized linear layer of the checkpoint; after llm_hfq_finish also
  * the fill context of its weight, owned by the file. */
 struct hfq_lin {
@@ -141,9 +166,9 @@ static llm_status read_qconfig(struct llm_hfq *q, const json_t *qc)
     if (q->method == LLM_HFQ_AWQ && bits != 4)
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: AWQ with %lld bits is not supported (4)",
                              path, (long long)bits);
-    if (bits != 4 && bits != 8)
+    if (bits != 3 && bits != 4 && bits != 8)
         return llm_error_set(LLM_E_UNSUPPORTED,
-                             "%s: GPTQ with %lld bits is not supported (4 and 8)", path,
+                             "%s: GPTQ with %lld bits is not supported (3, 4 and 8)", path,
                              (long long)bits);
     if (group != -1 && group != 32 && group != 64 && group != 128)
         return llm_error_set(LLM_E_UNSUPPORTED,
@@ -329,9 +354,7 @@ static int lin_zero(const struct hfq_lin *l, int64_t k, int64_t o)
         uint32_t w = llm_hfq_rd32(z, (uint64_t)(k * (l->out / 8) + o / 8));
         return (int)(w >> (4 * llm_hfq_awq_slot[o % 8])) & maxq;
     }
-    int per = 32 / l->bits;
-    uint32_t w = llm_hfq_rd32(z, (uint64_t)(k * (l->out / per) + o / per));
-    return (int)(w >> (l->bits * (o % per))) & maxq;
+    return (int)llm_hfq_get(z, (uint64_t)(k * (l->out * l->bits / 32)), 1, (uint64_t)o, l->bits);
 }
 
 /* Codes of output columns os[0..nt) for every input column, in the
@@ -340,7 +363,6 @@ static void lin_codes(const struct hfq_lin *l, const int64_t *os, int nt, uint8_
 {
     const uint8_t *qw = l->data[LLM_HFQ_QWEIGHT];
     const int64_t in = l->in, out = l->out;
-    const uint32_t maxq = (1u << l->bits) - 1;
     if (l->method == LLM_HFQ_AWQ) {
         for (int64_t c = 0; c < in; c++)
             for (int t = 0; t < nt; t++) {
@@ -349,13 +371,10 @@ static void lin_codes(const struct hfq_lin *l, const int64_t *os, int nt, uint8_
             }
         return;
     }
-    const int per = 32 / l->bits;
-    for (int64_t wr = 0; wr < in / per; wr++)
-        for (int t = 0; t < nt; t++) {
-            uint32_t w = llm_hfq_rd32(qw, (uint64_t)(wr * out + os[t]));
-            for (int k = 0; k < per; k++)
-                codes[t * in + wr * per + k] = (uint8_t)(w >> (l->bits * k) & maxq);
-        }
+    for (int64_t c = 0; c < in; c++)
+        for (int t = 0; t < nt; t++)
+            codes[t * in + c] =
+                (uint8_t)llm_hfq_get(qw, (uint64_t)os[t], (uint64_t)out, (uint64_t)c, l->bits);
 }
 
 static llm_status fill_lin(const struct llm_tensor *t, void *dst, void *ctx)
@@ -448,7 +467,7 @@ static llm_status check_shapes(const struct llm_hfq *q, struct hfq_lin *l)
                                  l->have[p] ? "not part of an AWQ checkpoint" : "missing");
     }
     const int64_t in = l->in, out = l->out;
-    const int per = 32 / q->bits;
+    const int per = llm_hfq_per(q->bits);
     const int64_t g = q->group;
     l->groups = g < 0 ? 1 : (in + g - 1) / g;
     l->group = g < 0 ? 0 : (int)g;
@@ -463,8 +482,8 @@ static llm_status check_shapes(const struct llm_hfq *q, struct hfq_lin *l)
                   "%s: tensor '%s.qweight': in_features %lld and out_features %lld must be "
                   "multiples of %d for %d-bit packing",
                   lin_file(q, l, 0), l->base, (long long)in, (long long)out, per, q->bits);
-        LLM_TRY(check_shape(q, l, LLM_HFQ_QWEIGHT, in / per, out));
-        LLM_TRY(check_shape(q, l, LLM_HFQ_QZEROS, l->groups, out / per));
+        LLM_TRY(check_shape(q, l, LLM_HFQ_QWEIGHT, in * q->bits / 32, out));
+        LLM_TRY(check_shape(q, l, LLM_HFQ_QZEROS, l->groups, out * q->bits / 32));
         if (l->have[LLM_HFQ_GIDX])
             LLM_TRY(check_shape(q, l, LLM_HFQ_GIDX, in, 0));
     }
@@ -554,7 +573,11 @@ static enum llm_type pick_type(int bits, int group, int sym)
         { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
         { LLM_TYPE_Q8_0, LLM_TYPE_Q8_G64, LLM_TYPE_Q8_G128, LLM_TYPE_Q8_CH },
     };
+    static const enum llm_type t3[4] = { LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64, LLM_TYPE_Q3Z_G128,
+                                         LLM_TYPE_Q3Z_CH };
     int gi = group == 32 ? 0 : group == 64 ? 1 : group == 128 ? 2 : 3;
+    if (bits == 3) /* no symmetric 3-bit type: zero 4 is a minimum of -4 d */
+        return t3[gi];
     return bits == 4 ? t4[sym][gi] : t8[sym][gi];
 }
 

@@ -21,4 +21,19 @@ void llm_hfq_group(const struct llm_qgrid *g, float s, int z, struct llm_qgroup 
 /* Little-endian 32-bit word i of p (p may be unaligned). */
 uint32_t llm_hfq_rd32(const uint8_t *p, uint64_t i);
 
+/* GPTQ packing: values of `bits` bits, LSB first, as one bit stream over
+ * the words w0, w0 + stride, w0 + 2 stride, ...; value j at stream bit
+ * bits * j. For 2, 4 and 8 bits a word holds 32/bits whole values; 3-bit
+ * values straddle words (AutoGPTQ's pack: 10 values, 2 bits of the 11th,
+ * and so on, 32 values in 3 words). Get value j, or OR v (< 2^bits) in. */
+uint32_t llm_hfq_get(const uint8_t *p, uint64_t w0, uint64_t stride, uint64_t j, int bits);
+void llm_hfq_put(uint8_t *p, uint64_t w0, uint64_t stride, uint64_t j, int bits, uint32_t v);
+
+/* Values per whole number of words: 32 (3 bits), 8 (4 bits), 4 (8 bits);
+ * packed dimensions must be multiples of it. */
+static inline int llm_hfq_per(int bits)
+{
+    return 32 / (bits & -bits);
+}
+
 #endif

@@ -172,7 +172,7 @@ static llm_status x_part(struct xlin *x, int part, uint8_t *dst)
         return s;
     }
     const uint64_t rb = llm_type_row_bytes(x->t->type, (uint64_t)in);
-    const int bits = x->grid.bits, per = 32 / bits;
+    const int bits = x->grid.bits;
     for (int64_t o = 0; o < out && !s; o++) {
         int64_t r = x->rowof ? x->rowof[o] : o;
         s = llm_qgrid_unpack_row(&x->grid, raw + (uint64_t)r * rb, in, codes, p);
@@ -194,7 +194,7 @@ static llm_status x_part(struct xlin *x, int part, uint8_t *dst)
                 if (x->method == LLM_HFQ_AWQ)
                     or32(dst, (uint64_t)(k * (out / 8) + o / 8), z << (4 * llm_hfq_awq_slot[o % 8]));
                 else
-                    or32(dst, (uint64_t)(k * (out / per) + o / per), z << (bits * (o % per)));
+                    llm_hfq_put(dst, (uint64_t)(k * (out * bits / 32)), 1, (uint64_t)o, bits, z);
             }
         } else {
             const uint8_t *q = codes;
@@ -208,12 +208,8 @@ static llm_status x_part(struct xlin *x, int part, uint8_t *dst)
                     or32(dst, (uint64_t)(c * (out / 8) + o / 8),
                          (uint32_t)q[c] << (4 * llm_hfq_awq_slot[o % 8]));
             } else {
-                for (int64_t wr = 0; wr < in / per; wr++) {
-                    uint32_t w = 0;
-                    for (int k = 0; k < per; k++)
-                        w |= (uint32_t)q[wr * per + k] << (bits * k);
-                    or32(dst, (uint64_t)(wr * out + o), w);
-                }
+                for (int64_t c = 0; c < in; c++)
+                    llm_hfq_put(dst, (uint64_t)o, (uint64_t)out, (uint64_t)c, bits, q[c]);
             }
         }
     }
@@ -365,7 +361,7 @@ static llm_status load_perm(struct xplan *p, const char *wname, int64_t in, cons
 static llm_status why_not(struct xplan *p, struct xlin *x)
 {
     const char *path = p->f->path, *name = x->name;
-    int per = 32 / x->grid.bits;
+    int per = llm_hfq_per(x->grid.bits);
     if (x->method == LLM_HFQ_AWQ) {
         LLM_CHECK(x->grid.bits == 4, LLM_E_UNSUPPORTED,
                   "%s: tensor '%s': AWQ holds 4-bit weights only (%s)", path, name,
@@ -509,12 +505,11 @@ static llm_status plan_quant(struct xplan *p, struct llm_tensor *t, const struct
     p->n_quant++;
     p->all_sym &= !g->zero_point;
     p->act |= x->inv != NULL;
-    const int per = 32 / bits;
     const int awq = x->method == LLM_HFQ_AWQ;
     const int64_t shapes[LLM_HFQ_NPARTS][2] = {
         /* ggml ne: {cols, rows} of the PyTorch [rows, cols] */
-        { awq ? x->out / 8 : x->out, awq ? x->in : x->in / per },
-        { awq ? x->out / 8 : x->out / per, x->groups },
+        { awq ? x->out / 8 : x->out, awq ? x->in : x->in * bits / 32 },
+        { awq ? x->out / 8 : x->out * bits / 32, x->groups },
         { x->out, x->groups },
         { x->in, 1 },
     };
@@ -544,13 +539,9 @@ static int is_float(enum llm_type t)
 
 /* GPTQ and AWQ checkpoints hold integer grids only: fp8_e4m3, a grid of
  * grid.h too, goes the way of the other non-integer types. */
-/* The grids written packed: 4 and 8 bits (3-bit GPTQ checkpoints pack 32
- * codes across three int32 words; that packing is not written, so q3z
- * tensors go the way of the other non-grid types: refused, or f16 with
- * --dequant). */
 static int int_grid(enum llm_type t, struct llm_qgrid *g)
 {
-    return llm_qgrid_of(t, g) == LLM_OK && !g->fp8 && g->bits != 3;
+    return llm_qgrid_of(t, g) == LLM_OK && !g->fp8;
 }
 
 static llm_status plan_tensor(struct xplan *p, struct llm_tensor *t)
@@ -821,7 +812,7 @@ static llm_status plan(struct xplan *p)
         LLM_TRY(plan_tensor(p, &f->tensors[i]));
     if (!p->n_quant)
         return llm_error_set(LLM_E_UNSUPPORTED,
-                             "%s: no linear weight of an integer grid type (q4*, q8*) can be "
+                             "%s: no linear weight of an integer grid type (q3z*, q4*, q8*) can be "
                              "written as %s",
                              f->path, method_name(p));
     return LLM_OK;

@@ -22,6 +22,7 @@
 #include "../../../lib/common/alloc.h"
 #include "../../../lib/common/fp16.h"
 #include "../../../lib/format/file.h"
+#include "../../../lib/format/hf_quant_impl.h"
 #include "../../../lib/format/hf.h"
 #include "../../../lib/format/hf_quant.h"
 #include "../../../lib/format/import.h"
@@ -543,9 +544,9 @@ Test(hf_quant, unsupported_method_and_bits)
                " \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
                " \"num_attention_heads\": 4, \"num_key_value_heads\": 1,"
                " \"max_position_embeddings\": 64,"
-               " \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 3,"
+               " \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 2,"
                " \"group_size\": 32}}");
-    const char *p1[] = { "config.json", "3 bits", NULL };
+    const char *p1[] = { "config.json", "GPTQ with 2 bits is not supported (3, 4 and 8)", NULL };
     expect_error(dir, LLM_E_UNSUPPORTED, p1);
     write_text(dir, "config.json",
                "{\"model_type\": \"llama\", \"vocab_size\": 32, \"hidden_size\": 64,"
@@ -684,6 +685,50 @@ Test(hf_quant, round_trip_q4_g64) { trip_all(LLM_TYPE_Q4_G64, 1); }
 Test(hf_quant, round_trip_q4z_ch) { trip_all(LLM_TYPE_Q4Z_CH, 0); }
 Test(hf_quant, round_trip_q8z_g32) { trip_all(LLM_TYPE_Q8Z_G32, 0); }
 Test(hf_quant, round_trip_q8_g128) { trip_all(LLM_TYPE_Q8_G128, 0); }
+Test(hf_quant, round_trip_q3z_g128) { trip_all(LLM_TYPE_Q3Z_G128, 0); }
+Test(hf_quant, round_trip_q3z_g32) { trip_all(LLM_TYPE_Q3Z_G32, 0); }
+Test(hf_quant, round_trip_q3z_ch) { trip_all(LLM_TYPE_Q3Z_CH, 0); }
+
+/* AutoGPTQ's 3-bit pack, transcribed from its loop (formats: 32 values in
+ * 3 words: v0..v9 at 3k, the low 2 bits of v10 at 30; v10's third bit at
+ * 0, v11..v20 at 3k + 1, v21's low bit at 31; v21's high 2 bits at 0,
+ * v22..v31 at 3k + 2), against the bit stream the importer reads and the
+ * exporter writes. Two columns of a [3, 2] qweight: stride 2. */
+Test(hf_quant, gptq_3bit_packing_is_autogptqs)
+{
+    uint32_t v[2][32], want[6] = { 0 };
+    for (int o = 0; o < 2; o++)
+        for (int j = 0; j < 32; j++)
+            v[o][j] = (uint32_t)(j * 5 + 3 + o) % 8;
+    for (int o = 0; o < 2; o++) {
+        uint32_t *w0 = &want[o], *w1 = &want[2 + o], *w2 = &want[4 + o];
+        const uint32_t *x = v[o];
+        for (int k = 0; k < 10; k++)
+            *w0 |= x[k] << (3 * k);
+        *w0 |= x[10] << 30;
+        *w1 |= (x[10] >> 2) & 1;
+        for (int k = 0; k < 10; k++)
+            *w1 |= x[11 + k] << (3 * k + 1);
+        *w1 |= x[21] << 31;
+        *w2 |= (x[21] >> 1) & 3;
+        for (int k = 0; k < 10; k++)
+            *w2 |= x[22 + k] << (3 * k + 2);
+    }
+    uint8_t bytes[24], got[24] = { 0 };
+    for (int i = 0; i < 6; i++)
+        for (int b = 0; b < 4; b++)
+            bytes[4 * i + b] = (uint8_t)(want[i] >> (8 * b));
+    for (int o = 0; o < 2; o++)
+        for (int j = 0; j < 32; j++) {
+            cr_assert_eq(llm_hfq_get(bytes, (uint64_t)o, 2, (uint64_t)j, 3), v[o][j],
+                         "column %d value %d", o, j);
+            llm_hfq_put(got, (uint64_t)o, 2, (uint64_t)j, 3, v[o][j]);
+        }
+    cr_assert(memcmp(got, bytes, sizeof got) == 0);
+    cr_assert_eq(llm_hfq_per(3), 32);
+    cr_assert_eq(llm_hfq_per(4), 8);
+    cr_assert_eq(llm_hfq_per(8), 4);
+}
 
 Test(hf_quant, round_trip_act_order)
 {
