@@ -973,10 +973,10 @@ SIMD_INLINE void SIMD(row_nf4)(const uint8_t *row, const float *X, int64_t ldx, 
 }
 
 // ----------------------------------------------------------------------------
-// 3-bit zero-point types: a 12-byte sub-block becomes 32 byte codes with
-// a handful of shifts (each 8 consecutive elements are one byte of each
-// plane, blocks.h), then floats; w = d q + m meets float x in FMAs, as
-// llm_dequantize_row and a dot would, up to float rounding
+// 3-bit zero-point types under float (and, for want of an int8 kernel,
+// int8) activations: the 32 codes of SIMD(q3_codes) become floats and
+// w = d q + m meets float x in FMAs, as llm_dequantize_row and a dot would,
+// up to float rounding. Int16 activations take rows_q16 (codes16).
 
 /* Scale, min and the 32 codes of sub-block k of a row (G elements a
  * block; per-channel: G 32, hdr 8 with d and m in the header) as floats. */
