@@ -133,7 +133,7 @@ SIMD_INLINE void SIMD(tr8)(__m256 r[8])
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* out[j - k0] = w(j) for j in [k0, k1) of one row of an int8/int4 type
+/* out[j - k0] = w(j) for j in [k0, k1) of one row of an int8/int4/int3 type
  * (k0 a multiple of 32); fam, G, BB, hdr constants after inlining */
 SIMD_INLINE void SIMD(gemm_deq_q)(const uint8_t *row, int64_t ne0, int64_t k0, int64_t k1,
                                   int fam, int G, int BB, int hdr, float *out)
@@ -141,10 +141,14 @@ SIMD_INLINE void SIMD(gemm_deq_q)(const uint8_t *row, int64_t ne0, int64_t k0, i
     const int sgn = fam == F_SYM8 || fam == F_SYM4;
     for (int64_t k = k0 / 32; 32 * k < k1; k++) {
         float dw, m, tmp[32];
-        __m128i c0, c1;
-        SIMD(codes2)(row, k, ne0, fam, G, BB, hdr, &dw, &m, &c0, &c1);
         SIMD(fv) f[SIMD_NV];
-        SIMD(codes_to_f)(c0, c1, sgn, f);
+        if (fam == F_ZP3) {
+            SIMD(q3_sub)(row, k, G, BB, hdr, &dw, &m, f);
+        } else {
+            __m128i c0, c1;
+            SIMD(codes2)(row, k, ne0, fam, G, BB, hdr, &dw, &m, &c0, &c1);
+            SIMD(codes_to_f)(c0, c1, sgn, f);
+        }
         const int full = 32 * k + 32 <= k1;
         float *o = full ? out + (32 * k - k0) : tmp;
         /* w = d c + m, rounded once as llm_dequantize_row rounds it */
@@ -214,25 +218,6 @@ static void SIMD(gemm_deq)(enum llm_type t, const uint8_t *row, int64_t ne0, int
         }
         return;
     }
-    case LLM_TYPE_Q3Z_G32:
-    case LLM_TYPE_Q3Z_G64:
-    case LLM_TYPE_Q3Z_G128:
-    case LLM_TYPE_Q3Z_CH: {
-        const int G = t == LLM_TYPE_Q3Z_G64 ? 64 : t == LLM_TYPE_Q3Z_G128 ? 128 : 32;
-        const int hdr = t == LLM_TYPE_Q3Z_CH ? 8 : 0, BB = hdr ? 12 : 4 + 3 * G / 8;
-        for (int64_t k = k0 / 32; 32 * k < k1; k++) {
-            float d, m, tmp[32];
-            SIMD(fv) f[SIMD_NV];
-            SIMD(q3_sub)(row, k, G, BB, hdr, &d, &m, f);
-            const int full = 32 * k + 32 <= k1;
-            float *o = full ? out + (32 * k - k0) : tmp;
-            for (int v = 0; v < SIMD_NV; v++)
-                SIMD(fstore)(o + v * (32 / SIMD_NV), SIMD(fma)(f[v], SIMD(fset1)(d), SIMD(fset1)(m)));
-            if (!full)
-                memcpy(out + (32 * k - k0), tmp, (size_t)(k1 - 32 * k) * sizeof(float));
-        }
-        return;
-    }
     default:
         break;
     }
@@ -257,6 +242,10 @@ static void SIMD(gemm_deq)(enum llm_type t, const uint8_t *row, int64_t ne0, int
         GM_DEQ(LLM_TYPE_Q4Z_G64, F_ZP4, 64, 36, 0)
         GM_DEQ(LLM_TYPE_Q4Z_G128, F_ZP4, 128, 68, 0)
         GM_DEQ(LLM_TYPE_Q4Z_CH, F_ZP4, 32, 16, 8)
+        GM_DEQ(LLM_TYPE_Q3Z_G32, F_ZP3, 32, 16, 0)
+        GM_DEQ(LLM_TYPE_Q3Z_G64, F_ZP3, 64, 28, 0)
+        GM_DEQ(LLM_TYPE_Q3Z_G128, F_ZP3, 128, 52, 0)
+        GM_DEQ(LLM_TYPE_Q3Z_CH, F_ZP3, 32, 12, 8)
 #undef GM_DEQ
     default:
         return;

@@ -559,28 +559,24 @@ llm_status llm_quantize_row(enum llm_type t, const float *src, void *dst_, int64
         }
         return LLM_OK;
     case K_ZP4:
+    case K_ZP3: {
+        const int bits = kind_of[t] == K_ZP4 ? 4 : 3;
         if (tr->row_header) {
-            quant_zp_ch(src, ne0, dst, 4);
-        } else {
-            for (int64_t b = 0; b * G < ne0; b++) {
-                uint8_t *blk = dst + b * BB;
-                quant_zp_block(block_in(src, ne0, b * G, G, buf), blk, G, 15, ggml, codes);
-                pack4(blk + 4, codes, G);
-            }
+            quant_zp_ch(src, ne0, dst, bits);
+            return LLM_OK;
         }
-        return LLM_OK;
-    case K_ZP3:
-        if (tr->row_header) {
-            quant_zp_ch(src, ne0, dst, 3);
-        } else {
-            for (int64_t b = 0; b * G < ne0; b++) {
-                uint8_t *blk = dst + b * BB;
-                quant_zp_block(block_in(src, ne0, b * G, G, buf), blk, G, 7, 0, codes);
+        for (int64_t b = 0; b * G < ne0; b++) {
+            uint8_t *blk = dst + b * BB;
+            quant_zp_block(block_in(src, ne0, b * G, G, buf), blk, G, (1 << bits) - 1,
+                           bits == 4 && ggml, codes);
+            if (bits == 4)
+                pack4(blk + 4, codes, G);
+            else
                 for (uint32_t s = 0; s < G / 32; s++)
                     llm_q3_pack32(codes + 32 * s, blk + 4 + 12 * s);
-            }
         }
         return LLM_OK;
+    }
     case K_NF4:
         for (int64_t b = 0; b * 64 < ne0; b++)
             quant_nf4_block(block_in(src, ne0, b * 64, 64, buf), dst + b * BB);

@@ -129,6 +129,14 @@ Test(quantize, recipe_errors_name_the_line)
     }
 }
 
+static void spec_refused(const struct llm_qspec *s, const char *msg)
+{
+    enum llm_type t;
+    llm_status st = llm_qspec_type(s, LLM_TYPE_F32, &t);
+    cr_assert_eq(st, LLM_E_INVALID);
+    cr_assert(strstr(llm_error_detail(st), msg), "%s", llm_error_detail(st));
+}
+
 Test(quantize, spec_types)
 {
     struct llm_qspec s;
@@ -169,23 +177,14 @@ Test(quantize, spec_types)
     cr_assert_eq(llm_qspec_type(&s, LLM_TYPE_F32, &t), LLM_OK);
     cr_assert_eq(t, LLM_TYPE_Q3Z_G32);
     s.sym = 1; /* no symmetric 3-bit grid */
-    llm_status st = llm_qspec_type(&s, LLM_TYPE_F32, &t);
-    cr_assert_eq(st, LLM_E_INVALID);
-    cr_assert(strstr(llm_error_detail(st), "3 bits has only the zero-point grid"), "%s",
-              llm_error_detail(st));
+    spec_refused(&s, "3 bits has only the zero-point grid");
     s.sym = -1;
     s.method = LLM_QM_AWQ;
     s.bits = 8;
-    st = llm_qspec_type(&s, LLM_TYPE_F32, &t);
-    cr_assert_eq(st, LLM_E_INVALID);
-    cr_assert(strstr(llm_error_detail(st), "awq: 8 bits is not supported (3, 4)"), "%s",
-              llm_error_detail(st));
+    spec_refused(&s, "awq: 8 bits is not supported (3, 4)");
     s.method = LLM_QM_RTN;
     s.bits = 2;
-    st = llm_qspec_type(&s, LLM_TYPE_F32, &t);
-    cr_assert_eq(st, LLM_E_INVALID);
-    cr_assert(strstr(llm_error_detail(st), "2 bits is not supported (3, 4, 8)"), "%s",
-              llm_error_detail(st));
+    spec_refused(&s, "2 bits is not supported (3, 4, 8)");
     s.method = LLM_QM_KEEP;
     s.type = -1;
     cr_assert_eq(llm_qspec_type(&s, LLM_TYPE_BF16, &t), LLM_OK);
