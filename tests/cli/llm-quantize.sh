@@ -187,6 +187,17 @@ t_quantize_3bit_gptq_beats_rtn() {
         { echo "ppl base $p0 rtn3 $pr gptq3 $pg"; return 1; }
     awk -v a="$pg" -v b="$ps" 'BEGIN { d = a - b; exit !(d < 1e-3 && d > -1e-3) }' ||
         { echo "ppl simd $pg scalar $ps"; return 1; }
+    # a GPTQ checkpoint of 3 bits (AutoGPTQ's packing) and back: the same attention tensors
+    # (ffn_gate/up/down, 172 wide, are not multiples of 32: written as f16, listed as
+    # unquantized modules)
+    "$BIN/llm-convert" "$TMP/q-gptq3.llm" --to gptq_v2 --dequant -o "$TMP/g3-hf" 2>/dev/null &&
+    grep -q '"bits": 3' "$TMP/g3-hf/config.json" &&
+    "$BIN/llm-convert" "$TMP/g3-hf" -o "$TMP/g3-back.llm" || return 1
+    [ "$(q_type "$TMP/g3-back.llm" blk.1.attn_q.weight)" = q3z_ch ] || return 1
+    local a b
+    a=$(tensors "$TMP/q-gptq3.llm" | grep -E 'blk\.[0-9]\.attn_(q|k|v|output)\.weight')
+    b=$(tensors "$TMP/g3-back.llm" | grep -E 'blk\.[0-9]\.attn_(q|k|v|output)\.weight')
+    [ -n "$a" ] && [ "$a" = "$b" ] || { echo "attention tensors differ after the GPTQ round trip"; return 1; }
     python3 -c 1 2>/dev/null || skip "python3 absent"
     q_make rtn4 --bits 4 --group 128 || return 1
     python3 - "$TMP/q-gptq3.json" "$TMP/q-rtn4.json" <<'EOF' || return 1
@@ -200,17 +211,6 @@ assert not worse, worse
 # 5.06 bits per weight against 4-bit's 5.52
 assert r["bits_per_weight"] < r4["bits_per_weight"] - 0.4, (r["bits_per_weight"], r4["bits_per_weight"])
 EOF
-    # a GPTQ checkpoint of 3 bits (AutoGPTQ's packing) and back: the same attention tensors
-    # (ffn_gate/up/down, 172 wide, are not multiples of 32: written as f16, listed as
-    # unquantized modules)
-    "$BIN/llm-convert" "$TMP/q-gptq3.llm" --to gptq_v2 --dequant -o "$TMP/g3-hf" 2>/dev/null &&
-    grep -q '"bits": 3' "$TMP/g3-hf/config.json" &&
-    "$BIN/llm-convert" "$TMP/g3-hf" -o "$TMP/g3-back.llm" || return 1
-    [ "$(q_type "$TMP/g3-back.llm" blk.1.attn_q.weight)" = q3z_ch ] || return 1
-    local a b
-    a=$(tensors "$TMP/q-gptq3.llm" | grep -E 'blk\.[0-9]\.attn_(q|k|v|output)\.weight')
-    b=$(tensors "$TMP/g3-back.llm" | grep -E 'blk\.[0-9]\.attn_(q|k|v|output)\.weight')
-    [ -n "$a" ] && [ "$a" = "$b" ] || { echo "attention tensors differ after the GPTQ round trip"; return 1; }
 }
 t_quantize_awq_beats_rtn() {
     q_make rtn4 --bits 4 --group 128 || return 1
