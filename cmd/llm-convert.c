@@ -11,7 +11,7 @@ enum { OPT_TO = 256, OPT_JSON, OPT_SUMS, OPT_VERIFY, OPT_SYNTH, OPT_SEED, OPT_ME
 static const struct llm_opt opts[] = {
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the converted model to FILE ('-' = stdout)", "file" },
     { 't', "type", LLM_ARG_REQUIRED, "TYPE", "convert every weight matrix to TYPE (default: keep; K-quants become f16)",
-      "f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_ch q8z_g32 q8z_g64 q8z_g128 q8z_ch q4_0 q4_g64 q4_g128 q4_ch q4_1 q4z_g64 q4z_g128 q4z_ch nf4 nf4_dq fp8_e4m3" },
+      "f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_ch q8z_g32 q8z_g64 q8z_g128 q8z_ch q4_0 q4_g64 q4_g128 q4_ch q4_1 q4z_g64 q4z_g128 q4z_ch nf4 nf4_dq fp8_e4m3 q3z_g32 q3z_g64 q3z_g128 q3z_ch" },
     { OPT_TO, "to", LLM_ARG_REQUIRED, "FORMAT", "output format: llm, gguf; gptq, gptq_v2, awq write a HF directory (default: from the file name, else llm)", "llm gguf gptq gptq_v2 awq" },
     { OPT_DEQUANT, "dequant", LLM_ARG_NONE, NULL, "with --to gptq/gptq_v2/awq: write what cannot stay quantized as f16", NULL },
     { OPT_COMPRESS, "compress", LLM_ARG_OPTIONAL, "LEVEL", "zstd-compress each tensor (.llm; default level 3)", NULL },

@@ -146,7 +146,7 @@ _llm_convert()
             return
             ;;
         -t|--type)
-            _llm_words 'f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_ch q8z_g32 q8z_g64 q8z_g128 q8z_ch q4_0 q4_g64 q4_g128 q4_ch q4_1 q4z_g64 q4z_g128 q4z_ch nf4 nf4_dq fp8_e4m3'
+            _llm_words 'f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_ch q8z_g32 q8z_g64 q8z_g128 q8z_ch q4_0 q4_g64 q4_g128 q4_ch q4_1 q4z_g64 q4z_g128 q4z_ch nf4 nf4_dq fp8_e4m3 q3z_g32 q3z_g64 q3z_g128 q3z_ch'
             return
             ;;
         --to)

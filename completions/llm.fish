@@ -30,7 +30,7 @@ complete -c llm-bench -s v -l verbose -d 'more messages on stderr (repeatable)'
 complete -c llm-bench -s q -l quiet -d 'fewer messages on stderr'
 
 complete -c llm-convert -s o -l output -r -F -d 'write the converted model to FILE (\'-\' = stdout)'
-complete -c llm-convert -s t -l type -x -a 'f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_ch q8z_g32 q8z_g64 q8z_g128 q8z_ch q4_0 q4_g64 q4_g128 q4_ch q4_1 q4z_g64 q4z_g128 q4z_ch nf4 nf4_dq fp8_e4m3' -d 'convert every weight matrix to TYPE (default: keep; K-quants become f16)'
+complete -c llm-convert -s t -l type -x -a 'f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_ch q8z_g32 q8z_g64 q8z_g128 q8z_ch q4_0 q4_g64 q4_g128 q4_ch q4_1 q4z_g64 q4z_g128 q4z_ch nf4 nf4_dq fp8_e4m3 q3z_g32 q3z_g64 q3z_g128 q3z_ch' -d 'convert every weight matrix to TYPE (default: keep; K-quants become f16)'
 complete -c llm-convert -l to -x -a 'llm gguf gptq gptq_v2 awq' -d 'output format: llm, gguf; gptq, gptq_v2, awq write a HF directory (default: from the file name, else llm)'
 complete -c llm-convert -l dequant -d 'with --to gptq/gptq_v2/awq: write what cannot stay quantized as f16'
 complete -c llm-convert -l compress -d 'zstd-compress each tensor (.llm; default level 3)'
