@@ -59,19 +59,20 @@ uint32_t llm_hfq_get(const uint8_t *p, uint64_t w0, uint64_t stride, uint64_t j,
     return (uint32_t)v & ((1u << bits) - 1);
 }
 
-static void or32(uint8_t *p, uint64_t i, uint32_t v)
+void llm_hfq_or32(uint8_t *p, uint64_t i, uint32_t v)
 {
+    p += 4 * i;
     for (int k = 0; k < 4; k++)
-        p[4 * i + (uint64_t)k] |= (uint8_t)(v >> (8 * k));
+        p[k] |= (uint8_t)(v >> (8 * k));
 }
 
 void llm_hfq_put(uint8_t *p, uint64_t w0, uint64_t stride, uint64_t j, int bits, uint32_t v)
 {
     const uint64_t pos = (uint64_t)bits * j, w = pos / 32;
     const unsigned s = (unsigned)(pos % 32);
-    or32(p, w0 + w * stride, v << s);
+    llm_hfq_or32(p, w0 + w * stride, v << s);
     if (s + (unsigned)bits > 32)
-        or32(p, w0 + (w + 1) * stride, v >> (32 - s));
+        llm_hfq_or32(p, w0 + (w + 1) * stride, v >> (32 - s));
 }
 
 /* One quantized linear layer of the checkpoint; after llm_hfq_finish also
@@ -563,22 +564,11 @@ static llm_status check_values(const struct llm_hfq *q, struct hfq_lin *l, struc
     return LLM_OK;
 }
 
+/* The type of the checkpoint's grid; 3 bits is zero points only, so a
+ * symmetric 3-bit checkpoint's zero of 4 is a minimum of -4 d there. */
 static enum llm_type pick_type(int bits, int group, int sym)
 {
-    static const enum llm_type t4[2][4] = {
-        { LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH },
-        { LLM_TYPE_Q4_0, LLM_TYPE_Q4_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH },
-    };
-    static const enum llm_type t8[2][4] = {
-        { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
-        { LLM_TYPE_Q8_0, LLM_TYPE_Q8_G64, LLM_TYPE_Q8_G128, LLM_TYPE_Q8_CH },
-    };
-    static const enum llm_type t3[4] = { LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64, LLM_TYPE_Q3Z_G128,
-                                         LLM_TYPE_Q3Z_CH };
-    int gi = group == 32 ? 0 : group == 64 ? 1 : group == 128 ? 2 : 3;
-    if (bits == 3) /* no symmetric 3-bit type: zero 4 is a minimum of -4 d */
-        return t3[gi];
-    return bits == 4 ? t4[sym][gi] : t8[sym][gi];
+    return (enum llm_type)llm_qgrid_type(bits, bits == 3 || !sym, group < 0 ? 0 : group);
 }
 
 static llm_status give_to_file(struct llm_file *f, struct hfq_lin *l)

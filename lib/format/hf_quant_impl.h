@@ -18,8 +18,10 @@ struct llm_qgroup;
  * scale of 0 stays 0. */
 void llm_hfq_group(const struct llm_qgrid *g, float s, int z, struct llm_qgroup *p);
 
-/* Little-endian 32-bit word i of p (p may be unaligned). */
+/* Little-endian 32-bit word i of p (p may be unaligned): read it; OR v
+ * into it. */
 uint32_t llm_hfq_rd32(const uint8_t *p, uint64_t i);
+void llm_hfq_or32(uint8_t *p, uint64_t i, uint32_t v);
 
 /* GPTQ packing: values of `bits` bits, LSB first, as one bit stream over
  * the words w0, w0 + stride, w0 + 2 stride, ...; value j at stream bit

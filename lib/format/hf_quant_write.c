@@ -127,13 +127,6 @@ struct xcopy {
     int dequant;
 };
 
-static void or32(uint8_t *p, uint64_t i, uint32_t v)
-{
-    p += 4 * i;
-    for (int k = 0; k < 4; k++)
-        p[k] |= (uint8_t)(v >> (8 * k));
-}
-
 static llm_status read_src(struct llm_file *f, struct llm_tensor *t, uint8_t **out)
 {
     *out = NULL;
@@ -159,7 +152,7 @@ static llm_status x_part(struct xlin *x, int part, uint8_t *dst)
     const int64_t in = x->in, out = x->out, G = x->groups;
     if (part == LLM_HFQ_GIDX) {
         for (int64_t c = 0; c < in; c++)
-            or32(dst, (uint64_t)c, (uint32_t)((x->inv ? x->inv[c] : c) / x->group));
+            llm_hfq_or32(dst, (uint64_t)c, (uint32_t)((x->inv ? x->inv[c] : c) / x->group));
         return LLM_OK;
     }
     uint8_t *raw, *codes = llm_malloc((size_t)in), *orig = llm_malloc((size_t)in);
@@ -181,7 +174,7 @@ static llm_status x_part(struct xlin *x, int part, uint8_t *dst)
         if (part == LLM_HFQ_SCALES) {
             for (int64_t k = 0; k < G; k++) {
                 if (x->f32_scales) {
-                    or32(dst, (uint64_t)(k * out + o), llm_f32_bits(p[k].d));
+                    llm_hfq_or32(dst, (uint64_t)(k * out + o), llm_f32_bits(p[k].d));
                     continue;
                 }
                 uint16_t h = llm_fp32_to_fp16(p[k].d);
@@ -192,7 +185,8 @@ static llm_status x_part(struct xlin *x, int part, uint8_t *dst)
             for (int64_t k = 0; k < G; k++) {
                 uint32_t z = (uint32_t)(p[k].zero - x->zsub);
                 if (x->method == LLM_HFQ_AWQ)
-                    or32(dst, (uint64_t)(k * (out / 8) + o / 8), z << (4 * llm_hfq_awq_slot[o % 8]));
+                    llm_hfq_or32(dst, (uint64_t)(k * (out / 8) + o / 8),
+                                 z << (4 * llm_hfq_awq_slot[o % 8]));
                 else
                     llm_hfq_put(dst, (uint64_t)(k * (out * bits / 32)), 1, (uint64_t)o, bits, z);
             }
@@ -205,7 +199,7 @@ static llm_status x_part(struct xlin *x, int part, uint8_t *dst)
             }
             if (x->method == LLM_HFQ_AWQ) {
                 for (int64_t c = 0; c < in; c++)
-                    or32(dst, (uint64_t)(c * (out / 8) + o / 8),
+                    llm_hfq_or32(dst, (uint64_t)(c * (out / 8) + o / 8),
                          (uint32_t)q[c] << (4 * llm_hfq_awq_slot[o % 8]));
             } else {
                 for (int64_t c = 0; c < in; c++)

@@ -49,7 +49,9 @@
 // ----------------------------------------------------------------------------
 // type families
 
-enum kind { K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3 };
+enum kind {
+    K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3
+};
 
 static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_F32] = K_F32,       [LLM_TYPE_F16] = K_F16,        [LLM_TYPE_BF16] = K_BF16,
@@ -171,22 +173,15 @@ static float dot_row_ref(enum kind k, const struct llm_type_traits *tr, const ui
                 s += (double)(nib(qs, j, G) - 8) * xb[j];
             break;
         }
-        case K_ZP4: {
-            const uint8_t *qs = blk + BB - G / 2;
-            d = hdr ? rd : h2f(blk);
-            m = hdr ? rm : h2f(blk + 2);
-            for (int64_t j = 0; j < n; j++) {
-                s += (double)nib(qs, j, G) * xb[j];
-                sx += xb[j];
-            }
-            break;
-        }
+        case K_ZP4:
         case K_ZP3: {
-            const uint8_t *qs = blk + BB - 3 * G / 8;
+            const uint8_t *qs = blk + BB - (k == K_ZP4 ? G / 2 : 3 * G / 8);
             d = hdr ? rd : h2f(blk);
             m = hdr ? rm : h2f(blk + 2);
             for (int64_t j = 0; j < n; j++) {
-                s += (double)llm_q3_code(qs + 12 * (j / 32), (int)(j % 32)) * xb[j];
+                const int c = k == K_ZP4 ? nib(qs, j, G)
+                                         : llm_q3_code(qs, j);
+                s += (double)c * xb[j];
                 sx += xb[j];
             }
             break;
@@ -433,7 +428,7 @@ int llm_matmul_simd_type(enum llm_type t)
     case K_ZP8:
     case K_SYM4:
     case K_ZP4:
-    case K_ZP3: /* int16 activations; float ones under LLM_ACT_F32 and _Q8 */
+    case K_ZP3:
         return LLM_SIMD_INT8;
     default:
         return LLM_SIMD_NONE;

@@ -141,14 +141,10 @@ SIMD_INLINE void SIMD(gemm_deq_q)(const uint8_t *row, int64_t ne0, int64_t k0, i
     const int sgn = fam == F_SYM8 || fam == F_SYM4;
     for (int64_t k = k0 / 32; 32 * k < k1; k++) {
         float dw, m, tmp[32];
+        __m128i c0, c1;
+        SIMD(codes2)(row, k, ne0, fam, G, BB, hdr, &dw, &m, &c0, &c1);
         SIMD(fv) f[SIMD_NV];
-        if (fam == F_ZP3) {
-            SIMD(q3_sub)(row, k, G, BB, hdr, &dw, &m, f);
-        } else {
-            __m128i c0, c1;
-            SIMD(codes2)(row, k, ne0, fam, G, BB, hdr, &dw, &m, &c0, &c1);
-            SIMD(codes_to_f)(c0, c1, sgn, f);
-        }
+        SIMD(codes_to_f)(c0, c1, sgn, f);
         const int full = 32 * k + 32 <= k1;
         float *o = full ? out + (32 * k - k0) : tmp;
         /* w = d c + m, rounded once as llm_dequantize_row rounds it */
@@ -422,7 +418,7 @@ static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64
             float dmv[4];
             _mm_storeu_ps(dmv, dm);
             D[k * 16 + i] = dmv[0];
-            M[k * 16 + i] = fam == F_ZP8 || fam == F_ZP4 ? dmv[1] : 0.0f;
+            M[k * 16 + i] = FAM_ZP(fam) ? dmv[1] : 0.0f;
         }
     }
 }
@@ -507,7 +503,7 @@ static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W,
                                  int64_t r0, int64_t r1, int x16)
 {
     const int64_t nq = (ne0 + 31) / 32, nbc = nb < GQ_NBC ? nb : GQ_NBC;
-    const int zp = sh->fam == F_ZP8 || sh->fam == F_ZP4;
+    const int zp = FAM_ZP(sh->fam);
     /* one packed tile: (nq, 16, 16) int32, then (nq, 16) d and m (1152
      * bytes a block: 28 KB for 768-wide rows); activations (nbc, nq) */
     const uint64_t tile = (uint64_t)nq * (256 * 4 + 2 * 16 * 4);

@@ -55,8 +55,7 @@ enum llm_isa llm_matmul_set_isa(enum llm_isa isa);
 /* The SIMD variants' path for t: LLM_SIMD_NONE (the dispatch runs the
  * reference), LLM_SIMD_FLOAT (float FMAs on float x always: f32, f16,
  * bf16, nf4, nf4_dq, fp8_e4m3) or LLM_SIMD_INT8 (the int8, int4 and int3
- * types: float, int16 or int8 activations, llm_matmul_set_act; the q3z
- * types meet float ones for int8, which they have no kernel for). */
+ * types: float, int16 or int8 activations, llm_matmul_set_act). */
 enum { LLM_SIMD_NONE = 0, LLM_SIMD_FLOAT = 1, LLM_SIMD_INT8 = 2 };
 int llm_matmul_simd_type(enum llm_type t);
 

@@ -32,7 +32,9 @@
 #include "../common/alloc.h"
 #include "matmul_impl.h"
 
-enum { F_SYM8, F_ZP8, F_SYM4, F_ZP4, F_ZP3 }; /* F_ZP3: int16 activations only (codes16) */
+enum { F_SYM8, F_ZP8, F_SYM4, F_ZP4, F_ZP3 };
+/* the families with a minimum m per block (w = d c + m) */
+#define FAM_ZP(fam) ((fam) == F_ZP8 || (fam) == F_ZP4 || (fam) == F_ZP3)
 
 /* the float vector of the float-activation and int16 kernels */
 #ifdef SIMD_AVX512
@@ -264,16 +266,17 @@ SIMD_INLINE __m256i SIMD(codes)(const uint8_t *row, int64_t k, int64_t ne0, int 
     } else {
         const int spb = G / 32;
         const uint8_t *blk = row + hdr + (k / spb) * BB;
-        if (hdr) { /* q4_ch / q4z_ch: 32-element blocks of bare codes */
+        if (hdr) { /* _ch: 32-element blocks of bare codes, d and m in the header */
             d = SIMD(ldf)(row);
-            if (fam == F_ZP4)
+            if (FAM_ZP(fam))
                 m = SIMD(ldf)(row + 4);
         } else {
             d = SIMD(ldh)(blk);
-            if (fam == F_ZP4)
+            if (FAM_ZP(fam))
                 m = SIMD(ldh)(blk + 2);
         }
-        c = SIMD(nibbles)(blk + BB - G / 2, G, (int)(k % spb));
+        c = fam == F_ZP3 ? SIMD(q3_codes)(blk + BB - 12 * spb + 12 * (k % spb))
+                         : SIMD(nibbles)(blk + BB - G / 2, G, (int)(k % spb));
     }
     *dw = d;
     *coef = m;
@@ -308,7 +311,7 @@ SIMD_INLINE void SIMD(row_q)(const uint8_t *row, const struct llm_qx *xq, int64_
     enum { U = 2 };
     __m256 acc[SIMD_NT][U];
     float corr[SIMD_NT][U];
-    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    const int zp = FAM_ZP(fam);
     /* the same split for every NT, so that matmul gives matvec's bits */
     const int nu = U;
     for (int t = 0; t < NT; t++)
@@ -358,7 +361,7 @@ SIMD_INLINE void SIMD(rown_q)(const uint8_t *const *rows, const struct llm_qx *x
     enum { U = 2 };
     __m256 acc[SIMD_NR][U];
     float corr[SIMD_NR][U];
-    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    const int zp = FAM_ZP(fam);
     for (int i = 0; i < SIMD_NR; i++)
         for (int u = 0; u < U; u++) {
             acc[i][u] = _mm256_setzero_ps();
@@ -482,15 +485,8 @@ SIMD_INLINE __m128 SIMD(dm_f)(const uint8_t *row, int zp)
 SIMD_INLINE void SIMD(codes16)(const uint8_t *row, int64_t k, int64_t ne0, int fam, int G, int BB,
                                int hdr, __m128 *dm, __m256i *w0, __m256i *w1)
 {
-    const int zp = fam == F_ZP8 || fam == F_ZP4 || fam == F_ZP3;
-    if (fam == F_ZP3) { /* 12-byte sub-blocks after d, m (q3z_ch: the header's d, m) */
-        const int spb = G / 32;
-        const uint8_t *blk = row + hdr + (k / spb) * BB;
-        *dm = hdr ? SIMD(dm_f)(row, 1) : SIMD(dm_h)(blk);
-        const __m256i c = SIMD(q3_codes)(blk + BB - 12 * spb + 12 * (k % spb));
-        *w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(c));
-        *w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(c, 1));
-    } else if (G == 0 || fam == F_SYM8 || fam == F_ZP8) {
+    const int zp = FAM_ZP(fam);
+    if (G == 0 || fam == F_SYM8 || fam == F_ZP8) {
         const uint8_t *q;
         uint8_t tmp[32];
         if (G == 0) { /* per-row 8-bit: header d (and m), then ne0 codes */
@@ -515,11 +511,15 @@ SIMD_INLINE void SIMD(codes16)(const uint8_t *row, int64_t k, int64_t ne0, int f
     } else {
         const int spb = G / 32, s = (int)(k % spb);
         const uint8_t *blk = row + hdr + (k / spb) * BB;
-        /* q4_ch / q4z_ch: 32-element blocks of bare codes, scales in the header */
+        /* _ch: 32-element blocks of bare codes, scales in the header */
         *dm = hdr ? SIMD(dm_f)(row, zp) : SIMD(dm_h)(blk);
         const uint8_t *qs = blk + BB - G / 2;
         const __m256i lo4 = _mm256_set1_epi16(15);
-        if (G == 32) { /* byte j: element j (low nibble), j + 16 (high) */
+        if (fam == F_ZP3) { /* 12-byte sub-blocks after d, m */
+            const __m256i c = SIMD(q3_codes)(blk + BB - 12 * spb + 12 * s);
+            *w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(c));
+            *w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(c, 1));
+        } else if (G == 32) { /* byte j: element j (low nibble), j + 16 (high) */
             const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
             *w0 = _mm256_and_si256(v, lo4);
             *w1 = _mm256_srli_epi16(v, 4);
@@ -567,7 +567,7 @@ SIMD_INLINE void SIMD(row_q16)(const uint8_t *row, const struct llm_qx16 *xq, in
     enum { U = 2 };
     __m256 acc[SIMD_NT][U];
     __m128 corr[SIMD_NT][U];
-    const int zp = fam == F_ZP8 || fam == F_ZP4 || fam == F_ZP3;
+    const int zp = FAM_ZP(fam);
     for (int t = 0; t < NT; t++)
         for (int u = 0; u < U; u++) {
             acc[t][u] = _mm256_setzero_ps();
@@ -634,7 +634,7 @@ SIMD_INLINE void SIMD(rown_q16)(const uint8_t *const *rows, const struct llm_qx1
     enum { U = 2 };
     __m256 acc[SIMD_NR][U];
     __m128 corr[SIMD_NR][U];
-    const int zp = fam == F_ZP8 || fam == F_ZP4 || fam == F_ZP3;
+    const int zp = FAM_ZP(fam);
     for (int i = 0; i < SIMD_NR; i++)
         for (int u = 0; u < U; u++) {
             acc[i][u] = _mm256_setzero_ps();
@@ -716,19 +716,23 @@ SIMD_INLINE void SIMD(codes2)(const uint8_t *row, int64_t k, int64_t ne0, int fa
     } else {
         const int spb = G / 32, s = (int)(k % spb);
         const uint8_t *blk = row + hdr + (k / spb) * BB;
-        if (hdr) { /* q4_ch / q4z_ch: 32-element blocks of bare codes */
+        if (hdr) { /* _ch: 32-element blocks of bare codes */
             d = SIMD(ldf)(row);
-            if (fam == F_ZP4)
+            if (FAM_ZP(fam))
                 m = SIMD(ldf)(row + 4);
         } else {
             d = SIMD(ldh)(blk);
-            if (fam == F_ZP8 || fam == F_ZP4)
+            if (FAM_ZP(fam))
                 m = SIMD(ldh)(blk + 2);
         }
         if (fam == F_SYM8 || fam == F_ZP8) {
             const uint8_t *q = blk + BB - G + 32 * s;
             *c0 = _mm_loadu_si128((const __m128i *)q);
             *c1 = _mm_loadu_si128((const __m128i *)(q + 16));
+        } else if (fam == F_ZP3) {
+            const __m256i c = SIMD(q3_codes)(blk + BB - 12 * spb + 12 * s);
+            *c0 = _mm256_castsi256_si128(c);
+            *c1 = _mm256_extracti128_si256(c, 1);
         } else {
             const __m128i lo4 = _mm_set1_epi8(15);
             const uint8_t *qs = blk + BB - G / 2;
@@ -781,7 +785,7 @@ SIMD_INLINE void SIMD(row_qf)(const uint8_t *row, const float *X, int64_t ldx, c
     enum { U = 2 };
     SIMD(fv) acc[SIMD_NT][U];
     float corr[SIMD_NT][U];
-    const int zp = fam == F_ZP8 || fam == F_ZP4;
+    const int zp = FAM_ZP(fam);
     for (int t = 0; t < NT; t++)
         for (int u = 0; u < U; u++) {
             acc[t][u] = SIMD(fzero)();
@@ -973,58 +977,6 @@ SIMD_INLINE void SIMD(row_nf4)(const uint8_t *row, const float *X, int64_t ldx, 
 }
 
 // ----------------------------------------------------------------------------
-// 3-bit zero-point types under float (and, for want of an int8 kernel,
-// int8) activations: the 32 codes of SIMD(q3_codes) become floats and
-// w = d q + m meets float x in FMAs, as llm_dequantize_row and a dot would,
-// up to float rounding. Int16 activations take rows_q16 (codes16).
-
-/* Scale, min and the 32 codes of sub-block k of a row (G elements a
- * block; per-channel: G 32, hdr 8 with d and m in the header) as floats. */
-SIMD_INLINE void SIMD(q3_sub)(const uint8_t *row, int64_t k, int G, int BB, int hdr, float *d,
-                              float *m, SIMD(fv) *f)
-{
-    const int spb = G / 32;
-    const uint8_t *blk = row + hdr + (k / spb) * BB;
-    *d = hdr ? SIMD(ldf)(row) : SIMD(ldh)(blk);
-    *m = hdr ? SIMD(ldf)(row + 4) : SIMD(ldh)(blk + 2);
-    const __m256i c = SIMD(q3_codes)(blk + BB - 12 * spb + 12 * (k % spb));
-    SIMD(codes_to_f)(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1), 0, f);
-}
-
-/* y[t] = row . X[t] for NT tokens of ne0 floats, ldx apart */
-SIMD_INLINE void SIMD(row_q3)(const uint8_t *row, const float *X, int64_t ldx, int64_t ne0, int G,
-                              int BB, int hdr, int NT, float *y)
-{
-    SIMD(fv) acc[SIMD_NT][2];
-    for (int t = 0; t < NT; t++)
-        acc[t][0] = acc[t][1] = SIMD(fzero)();
-    for (int64_t k = 0; 32 * k < ne0; k++) {
-        float d, m;
-        SIMD(fv) f[SIMD_NV];
-        SIMD(q3_sub)(row, k, G, BB, hdr, &d, &m, f);
-        for (int v = 0; v < SIMD_NV; v++)
-            f[v] = SIMD(fma)(f[v], SIMD(fset1)(d), SIMD(fset1)(m));
-        const float *xb[SIMD_NT];
-        float pad[SIMD_NT][32];
-        for (int t = 0; t < NT; t++) {
-            xb[t] = X + t * ldx + 32 * k;
-            if (32 * k + 32 > ne0) { /* the padding of the last block meets x = 0 */
-                memset(pad[t], 0, sizeof pad[t]);
-                memcpy(pad[t], xb[t], (size_t)(ne0 - 32 * k) * sizeof(float));
-                xb[t] = pad[t];
-            }
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            for (int v = 0; v < SIMD_NV; v++)
-                acc[t][v & 1] = SIMD(fma)(f[v], SIMD(fload)(xb[t] + v * (32 / SIMD_NV)),
-                                          acc[t][v & 1]);
-    }
-    for (int t = 0; t < NT; t++)
-        y[t] = SIMD(fsum)(acc[t][0]) + SIMD(fsum)(acc[t][1]);
-}
-
-// ----------------------------------------------------------------------------
 // FP8 E4M3: (v & 0x7f) << 7 is a binary16 whose value is 2^-8 times the
 // E4M3 magnitude, subnormals included (both formats have 3 bits of mantissa
 // below the exponent field), so F16C converts 8 codes at once; 2^8 and the
@@ -1099,6 +1051,10 @@ static int SIMD(shape_of)(enum llm_type t, struct SIMD(shape) *s)
     case LLM_TYPE_Q4Z_G64: *s = (struct SIMD(shape)){ F_ZP4, 64, 36, 0 }; return 1;
     case LLM_TYPE_Q4Z_G128: *s = (struct SIMD(shape)){ F_ZP4, 128, 68, 0 }; return 1;
     case LLM_TYPE_Q4Z_CH: *s = (struct SIMD(shape)){ F_ZP4, 32, 16, 8 }; return 1;
+    case LLM_TYPE_Q3Z_G32: *s = (struct SIMD(shape)){ F_ZP3, 32, 16, 0 }; return 1;
+    case LLM_TYPE_Q3Z_G64: *s = (struct SIMD(shape)){ F_ZP3, 64, 28, 0 }; return 1;
+    case LLM_TYPE_Q3Z_G128: *s = (struct SIMD(shape)){ F_ZP3, 128, 52, 0 }; return 1;
+    case LLM_TYPE_Q3Z_CH: *s = (struct SIMD(shape)){ F_ZP3, 32, 12, 8 }; return 1;
     default: return 0;
     }
 }
@@ -1142,6 +1098,10 @@ static void SIMD(rows_q)(enum llm_type t, const uint8_t *w, uint64_t rb, const s
     case LLM_TYPE_Q4Z_G64: SIMD_ROWS_Q(F_ZP4, 64, 36, 0) break;
     case LLM_TYPE_Q4Z_G128: SIMD_ROWS_Q(F_ZP4, 128, 68, 0) break;
     case LLM_TYPE_Q4Z_CH: SIMD_ROWS_Q(F_ZP4, 32, 16, 8) break;
+    case LLM_TYPE_Q3Z_G32: SIMD_ROWS_Q(F_ZP3, 32, 16, 0) break;
+    case LLM_TYPE_Q3Z_G64: SIMD_ROWS_Q(F_ZP3, 64, 28, 0) break;
+    case LLM_TYPE_Q3Z_G128: SIMD_ROWS_Q(F_ZP3, 128, 52, 0) break;
+    case LLM_TYPE_Q3Z_CH: SIMD_ROWS_Q(F_ZP3, 32, 12, 8) break;
     default: break;
     }
 }
@@ -1185,6 +1145,10 @@ static void SIMD(rows_qf)(enum llm_type t, const uint8_t *w, uint64_t rb, const 
     case LLM_TYPE_Q4Z_G64: SIMD_ROWS_QF(F_ZP4, 64, 36, 0) break;
     case LLM_TYPE_Q4Z_G128: SIMD_ROWS_QF(F_ZP4, 128, 68, 0) break;
     case LLM_TYPE_Q4Z_CH: SIMD_ROWS_QF(F_ZP4, 32, 16, 8) break;
+    case LLM_TYPE_Q3Z_G32: SIMD_ROWS_QF(F_ZP3, 32, 16, 0) break;
+    case LLM_TYPE_Q3Z_G64: SIMD_ROWS_QF(F_ZP3, 64, 28, 0) break;
+    case LLM_TYPE_Q3Z_G128: SIMD_ROWS_QF(F_ZP3, 128, 52, 0) break;
+    case LLM_TYPE_Q3Z_CH: SIMD_ROWS_QF(F_ZP3, 32, 12, 8) break;
     default: break;
     }
 }
@@ -1261,10 +1225,6 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 #define K_NF4_(row, x, nt, out) SIMD(row_nf4)(row, x, ne0, ne0, 0, nt, fp8, out)
 #define K_NF4DQ_(row, x, nt, out) SIMD(row_nf4)(row, x, ne0, ne0, 1, nt, fp8, out)
 #define K_FP8_(row, x, nt, out) SIMD(row_fp8)(row, x, ne0, ne0, nt, out)
-#define K_Q3_32(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 32, 16, 0, nt, out)
-#define K_Q3_64(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 64, 28, 0, nt, out)
-#define K_Q3_128(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 128, 52, 0, nt, out)
-#define K_Q3_CH(row, x, nt, out) SIMD(row_q3)(row, x, ne0, ne0, 32, 12, 8, nt, out)
     switch (t) {
     case LLM_TYPE_F32: SIMD_ROWS_F(K_F32_) break;
     case LLM_TYPE_F16: SIMD_ROWS_F(K_F16_) break;
@@ -1272,10 +1232,6 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
     case LLM_TYPE_NF4: SIMD_ROWS_F(K_NF4_) break;
     case LLM_TYPE_NF4_DQ: SIMD_ROWS_F(K_NF4DQ_) break;
     case LLM_TYPE_FP8_E4M3: SIMD_ROWS_F(K_FP8_) break;
-    case LLM_TYPE_Q3Z_G32: SIMD_ROWS_F(K_Q3_32) break;
-    case LLM_TYPE_Q3Z_G64: SIMD_ROWS_F(K_Q3_64) break;
-    case LLM_TYPE_Q3Z_G128: SIMD_ROWS_F(K_Q3_128) break;
-    case LLM_TYPE_Q3Z_CH: SIMD_ROWS_F(K_Q3_CH) break;
     default: break;
     }
 #undef K_F32_
@@ -1284,10 +1240,6 @@ static void SIMD(rows_f)(enum llm_type t, const uint8_t *w, uint64_t rb, const f
 #undef K_NF4_
 #undef K_NF4DQ_
 #undef K_FP8_
-#undef K_Q3_32
-#undef K_Q3_64
-#undef K_Q3_128
-#undef K_Q3_CH
 }
 
 // ----------------------------------------------------------------------------
@@ -1373,8 +1325,10 @@ SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, i
                 s[h][cl] = _mm512_dpwssd_epi32(s[h][cl], lo[h], _mm512_set1_epi32(pl));
                 s[h][ch] = _mm512_dpwssd_epi32(s[h][ch], hi[h], _mm512_set1_epi32(ph));
 #else
-                s[h][cl] = _mm256_add_epi32(s[h][cl], _mm256_madd_epi16(lo[h], _mm256_set1_epi32(pl)));
-                s[h][ch] = _mm256_add_epi32(s[h][ch], _mm256_madd_epi16(hi[h], _mm256_set1_epi32(ph)));
+                s[h][cl] =
+                    _mm256_add_epi32(s[h][cl], _mm256_madd_epi16(lo[h], _mm256_set1_epi32(pl)));
+                s[h][ch] =
+                    _mm256_add_epi32(s[h][ch], _mm256_madd_epi16(hi[h], _mm256_set1_epi32(ph)));
 #endif
             }
         }
@@ -1436,17 +1390,13 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
 {
     struct SIMD(shape) sh;
     const int quant = SIMD(shape_of)(t, &sh);
-    /* q3z: rows_q16 under int16 activations; float products otherwise
-     * (there is no int8 variant, and float is the more exact one) */
-    const int q3 = t == LLM_TYPE_Q3Z_G32 || t == LLM_TYPE_Q3Z_G64 || t == LLM_TYPE_Q3Z_G128 ||
-                   t == LLM_TYPE_Q3Z_CH;
 #ifdef SIMD_AVX512
     if (nb >= LLM_MATMUL_GEMM_MIN_NB && quant && act == LLM_ACT_Q16)
         return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
 #endif
     if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
         return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
-    if (!quant && !(q3 && act == LLM_ACT_Q16)) {
+    if (!quant) {
         SIMD(rows_f)(t, W, rb, X, ne0, Y, nb, ldy, r0, r1);
         return LLM_OK;
     }

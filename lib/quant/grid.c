@@ -25,43 +25,50 @@
 // ----------------------------------------------------------------------------
 // grids
 
+/* Every grid: type, bits, elements per group (0: the row), zero point, fp8. */
+static const struct {
+    enum llm_type t;
+    int8_t bits, zp, fp8;
+    int16_t group;
+} grids[] = {
+    { LLM_TYPE_Q8_0, 8, 0, 0, 32 },       { LLM_TYPE_Q8_G64, 8, 0, 0, 64 },
+    { LLM_TYPE_Q8_G128, 8, 0, 0, 128 },   { LLM_TYPE_Q8_CH, 8, 0, 0, 0 },
+    { LLM_TYPE_Q8Z_G32, 8, 1, 0, 32 },    { LLM_TYPE_Q8Z_G64, 8, 1, 0, 64 },
+    { LLM_TYPE_Q8Z_G128, 8, 1, 0, 128 },  { LLM_TYPE_Q8Z_CH, 8, 1, 0, 0 },
+    { LLM_TYPE_Q4_0, 4, 0, 0, 32 },       { LLM_TYPE_Q4_G64, 4, 0, 0, 64 },
+    { LLM_TYPE_Q4_G128, 4, 0, 0, 128 },   { LLM_TYPE_Q4_CH, 4, 0, 0, 0 },
+    { LLM_TYPE_Q4_1, 4, 1, 0, 32 },       { LLM_TYPE_Q4Z_G64, 4, 1, 0, 64 },
+    { LLM_TYPE_Q4Z_G128, 4, 1, 0, 128 },  { LLM_TYPE_Q4Z_CH, 4, 1, 0, 0 },
+    { LLM_TYPE_Q3Z_G32, 3, 1, 0, 32 },    { LLM_TYPE_Q3Z_G64, 3, 1, 0, 64 },
+    { LLM_TYPE_Q3Z_G128, 3, 1, 0, 128 },  { LLM_TYPE_Q3Z_CH, 3, 1, 0, 0 },
+    { LLM_TYPE_FP8_E4M3, 8, 0, 1, 0 },
+};
+
 llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g)
 {
-    int bits = 0, group = 0, zp = 0, fp8 = 0;
-    switch (t) {
-    case LLM_TYPE_Q8_0: bits = 8, group = 32; break;
-    case LLM_TYPE_Q8_G64: bits = 8, group = 64; break;
-    case LLM_TYPE_Q8_G128: bits = 8, group = 128; break;
-    case LLM_TYPE_Q8_CH: bits = 8, group = 0; break;
-    case LLM_TYPE_Q8Z_G32: bits = 8, group = 32, zp = 1; break;
-    case LLM_TYPE_Q8Z_G64: bits = 8, group = 64, zp = 1; break;
-    case LLM_TYPE_Q8Z_G128: bits = 8, group = 128, zp = 1; break;
-    case LLM_TYPE_Q8Z_CH: bits = 8, group = 0, zp = 1; break;
-    case LLM_TYPE_Q4_0: bits = 4, group = 32; break;
-    case LLM_TYPE_Q4_G64: bits = 4, group = 64; break;
-    case LLM_TYPE_Q4_G128: bits = 4, group = 128; break;
-    case LLM_TYPE_Q4_CH: bits = 4, group = 0; break;
-    case LLM_TYPE_Q4_1: bits = 4, group = 32, zp = 1; break;
-    case LLM_TYPE_Q4Z_G64: bits = 4, group = 64, zp = 1; break;
-    case LLM_TYPE_Q4Z_G128: bits = 4, group = 128, zp = 1; break;
-    case LLM_TYPE_Q4Z_CH: bits = 4, group = 0, zp = 1; break;
-    case LLM_TYPE_Q3Z_G32: bits = 3, group = 32, zp = 1; break;
-    case LLM_TYPE_Q3Z_G64: bits = 3, group = 64, zp = 1; break;
-    case LLM_TYPE_Q3Z_G128: bits = 3, group = 128, zp = 1; break;
-    case LLM_TYPE_Q3Z_CH: bits = 3, group = 0, zp = 1; break;
-    case LLM_TYPE_FP8_E4M3: bits = 8, group = 0, fp8 = 1; break;
-    default:
-        return llm_error_set(LLM_E_INVALID,
-                             "type %s is not a grid (q8*, q4*, q3z* and fp8_e4m3 types only)",
-                             llm_type_name((uint32_t)t));
+    for (size_t i = 0; i < sizeof grids / sizeof grids[0]; i++) {
+        if (grids[i].t != t)
+            continue;
+        g->type = t;
+        g->bits = grids[i].bits;
+        g->group = grids[i].group;
+        g->zero_point = grids[i].zp;
+        g->maxq = (1 << grids[i].bits) - 1;
+        g->fp8 = grids[i].fp8;
+        return LLM_OK;
     }
-    g->type = t;
-    g->bits = bits;
-    g->group = group;
-    g->zero_point = zp;
-    g->maxq = (1 << bits) - 1;
-    g->fp8 = fp8;
-    return LLM_OK;
+    return llm_error_set(LLM_E_INVALID,
+                         "type %s is not a grid (q8*, q4*, q3z* and fp8_e4m3 types only)",
+                         llm_type_name((uint32_t)t));
+}
+
+int llm_qgrid_type(int bits, int zero_point, int group)
+{
+    for (size_t i = 0; i < sizeof grids / sizeof grids[0]; i++)
+        if (!grids[i].fp8 && grids[i].bits == bits && grids[i].zp == !!zero_point &&
+            grids[i].group == group)
+            return (int)grids[i].t;
+    return -1;
 }
 
 // ----------------------------------------------------------------------------
@@ -336,8 +343,7 @@ llm_status llm_qgrid_pack_row(const struct llm_qgrid *g, const uint8_t *q,
             for (int64_t j = 0; j < B; j++)
                 codes[j] = e0 + j < ne0 ? q[e0 + j] : pad;
             if (g->bits == 3)
-                for (int64_t s = 0; s < B / 32; s++)
-                    llm_q3_pack32(codes + 32 * s, qs + 12 * s);
+                llm_q3_pack(codes, B, qs);
             else
                 for (int64_t j = 0; j < B / 2; j++)
                     qs[j] = (uint8_t)((codes[j] & 15) | codes[j + B / 2] << 4);
@@ -381,7 +387,7 @@ llm_status llm_qgrid_unpack_row(const struct llm_qgrid *g, const void *src_, int
             if (g->bits == 8)
                 q[e0 + j] = g->zero_point ? qs[j] : (uint8_t)((int8_t)qs[j] + 128);
             else if (g->bits == 3)
-                q[e0 + j] = (uint8_t)llm_q3_code(qs + 12 * (j / 32), (int)(j % 32));
+                q[e0 + j] = (uint8_t)llm_q3_code(qs, j);
             else
                 q[e0 + j] = j < B / 2 ? qs[j] & 15 : qs[j - B / 2] >> 4;
         }

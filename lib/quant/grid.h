@@ -42,6 +42,10 @@ struct llm_qgrid {
 /* The grid of `t`; LLM_E_INVALID (detail names the type) for types that are
  * not grids (f32/f16/bf16, nf4, nf4_dq, aux types). */
 llm_status llm_qgrid_of(enum llm_type t, struct llm_qgrid *g);
+/* The inverse for the integer grids: the type of `bits` (3, 4 or 8), with
+ * zero points or symmetric, in groups of `group` elements (32, 64, 128; 0:
+ * one per row); -1 when there is none (3 bits is zero points only). */
+int llm_qgrid_type(int bits, int zero_point, int group);
 
 /* Parameters of one group, as stored. d is never 0: a scale that would be
  * stored as 0 becomes the smallest positive value of the stored precision. */

@@ -54,7 +54,9 @@
 // ----------------------------------------------------------------------------
 // type families
 
-enum kind { K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3 };
+enum kind {
+    K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3
+};
 
 static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_F32] = K_F32,       [LLM_TYPE_F16] = K_F16,        [LLM_TYPE_BF16] = K_BF16,
@@ -235,19 +237,15 @@ static inline int unpack4(const uint8_t *qs, uint32_t j, uint32_t G)
     return j < G / 2 ? qs[j] & 15 : qs[j - G / 2] >> 4;
 }
 
-void llm_q3_pack32(const uint8_t *codes, uint8_t *sub)
+void llm_q3_pack(const uint8_t *codes, int64_t n, uint8_t *qs)
 {
-    memset(sub, 0, 12);
-    for (int i = 0; i < 32; i++) {
-        sub[i & 7] |= (uint8_t)((codes[i] & 3) << (2 * (i >> 3)));
-        sub[8 + (i >> 3)] |= (uint8_t)(((codes[i] >> 2) & 1) << (i & 7));
+    memset(qs, 0, (size_t)(3 * n / 8));
+    for (int64_t j = 0; j < n; j++) {
+        uint8_t *sub = qs + 12 * (j / 32);
+        const int i = (int)(j % 32);
+        sub[i & 7] |= (uint8_t)((codes[j] & 3) << (2 * (i >> 3)));
+        sub[8 + (i >> 3)] |= (uint8_t)(((codes[j] >> 2) & 1) << (i & 7));
     }
-}
-
-/* Element j of the 3-bit codes qs of a block (its sub-blocks of 32). */
-static inline int unpack3(const uint8_t *qs, uint32_t j)
-{
-    return llm_q3_code(qs + 12 * (j / 32), (int)(j % 32));
 }
 
 /* Index of the NF4 value nearest v: the number of code midpoints strictly
@@ -459,7 +457,7 @@ static void quant_zp_ch(const float *x, int64_t ne0, uint8_t *dst, int bits)
             codes[j] = (uint8_t)(d > 0 ? clamp_round((v - m) / d, 0, L, 0) : 0);
         }
         if (bits == 3)
-            llm_q3_pack32(codes, dst + 8 + b * 12);
+            llm_q3_pack(codes, 32, dst + 8 + b * 12);
         else
             pack4(dst + 8 + b * 16, codes, 32);
     }
@@ -572,8 +570,7 @@ llm_status llm_quantize_row(enum llm_type t, const float *src, void *dst_, int64
             if (bits == 4)
                 pack4(blk + 4, codes, G);
             else
-                for (uint32_t s = 0; s < G / 32; s++)
-                    llm_q3_pack32(codes + 32 * s, blk + 4 + 12 * s);
+                llm_q3_pack(codes, G, blk + 4);
         }
         return LLM_OK;
     }
@@ -635,7 +632,7 @@ llm_status llm_dequantize_row(enum llm_type t, const void *src_, float *dst, int
             float m = hdr ? ldf(src + 4) : h2f(blk + 2);
             int q = kind_of[t] == K_ZP8   ? blk[BB - G + i % G]
                     : kind_of[t] == K_ZP4 ? unpack4(blk + BB - G / 2, (uint32_t)(i % G), G)
-                                          : unpack3(blk + BB - 3 * G / 8, (uint32_t)(i % G));
+                                          : llm_q3_code(blk + BB - 3 * G / 8, i % G);
             float p = (float)q * d; /* two roundings, never an fma (see top) */
             dst[i] = p + m;
         }

@@ -29,10 +29,13 @@ llm_status llm_quantize_row(enum llm_type t, const float *src, void *dst, int64_
 llm_status llm_convert_rows(enum llm_type from, const void *src, enum llm_type to, void *dst,
                             int64_t ne0, int64_t nrows);
 
-/* 3-bit codes (32, each 0..7) <-> a 12-byte sub-block (blocks.h). */
-void llm_q3_pack32(const uint8_t *codes, uint8_t *sub);
-static inline int llm_q3_code(const uint8_t *sub, int i)
+/* 3-bit codes (blocks.h): n codes (each 0..7, n a multiple of 32) into
+ * n/32 sub-blocks of 12 bytes at qs; code j of the sub-blocks at qs. */
+void llm_q3_pack(const uint8_t *codes, int64_t n, uint8_t *qs);
+static inline int llm_q3_code(const uint8_t *qs, int64_t j)
 {
+    const uint8_t *sub = qs + 12 * (j / 32);
+    const int i = (int)(j % 32);
     return ((sub[i & 7] >> (2 * (i >> 3))) & 3) | (((sub[8 + (i >> 3)] >> (i & 7)) & 1) << 2);
 }
 

@@ -280,15 +280,6 @@ static int is_quant(enum llm_type t)
     return tr && tr->is_quant;
 }
 
-/* The grids of one kind by group size: 32, 64, 128, per channel. */
-static const enum llm_type grid_family[][4] = {
-    { LLM_TYPE_Q8_0, LLM_TYPE_Q8_G64, LLM_TYPE_Q8_G128, LLM_TYPE_Q8_CH },
-    { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
-    { LLM_TYPE_Q4_0, LLM_TYPE_Q4_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH },
-    { LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH },
-    { LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64, LLM_TYPE_Q3Z_G128, LLM_TYPE_Q3Z_CH },
-};
-
 /* The type that stores rows of ne0 elements on t's grid without wasting
  * bits on padding:
  *  - a group as long as the row or longer is one group per row: the
@@ -301,23 +292,20 @@ static const enum llm_type grid_family[][4] = {
  *    type). */
 enum llm_type llm_q_fit_group(enum llm_type t, int64_t ne0)
 {
-    for (size_t f = 0; f < sizeof grid_family / sizeof grid_family[0]; f++) {
-        const enum llm_type *fam = grid_family[f];
-        int k = 0;
-        while (k < 3 && fam[k] != t)
-            k++;
-        if (k == 3)
-            continue;
-        if ((int64_t)llm_type_traits(t)->blck > ne0)
-            return fam[3];
-        enum llm_type best = t; /* ties keep the larger group */
-        for (int j = k - 1; j >= 0; j--)
-            if (llm_type_row_bytes(fam[j], (uint64_t)ne0) <
-                llm_type_row_bytes(best, (uint64_t)ne0))
-                best = fam[j];
-        return best;
+    struct llm_qgrid g;
+    if (llm_qgrid_of(t, &g) != LLM_OK || g.fp8 || !g.group) {
+        llm_error_clear();
+        return t;
     }
-    return t;
+    if (g.group > ne0)
+        return (enum llm_type)llm_qgrid_type(g.bits, g.zero_point, 0);
+    enum llm_type best = t; /* ties keep the larger group */
+    for (int G = g.group / 2; G >= 32; G /= 2) {
+        enum llm_type f = (enum llm_type)llm_qgrid_type(g.bits, g.zero_point, G);
+        if (llm_type_row_bytes(f, (uint64_t)ne0) < llm_type_row_bytes(best, (uint64_t)ne0))
+            best = f;
+    }
+    return best;
 }
 
 /* Which tensor gets what; the calibration flow; refusals. */

@@ -24,6 +24,7 @@
 #include <yaml.h>
 
 #include "../common/alloc.h"
+#include "../quant/grid.h"
 
 static const char *const method_names[] = { "keep", "rtn", "gptq", "awq", "nf4", "fp8" };
 
@@ -81,14 +82,6 @@ static void spec_over(struct llm_qspec *a, const struct llm_qspec *b)
 
 llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm_type *out)
 {
-    static const enum llm_type grid[2][2][4] = {
-        /* bits 4: zero points, symmetric; groups 32, 64, 128, channel */
-        { { LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH },
-          { LLM_TYPE_Q4_0, LLM_TYPE_Q4_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH } },
-        /* bits 8 */
-        { { LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8Z_G64, LLM_TYPE_Q8Z_G128, LLM_TYPE_Q8Z_CH },
-          { LLM_TYPE_Q8_0, LLM_TYPE_Q8_G64, LLM_TYPE_Q8_G128, LLM_TYPE_Q8_CH } },
-    };
     const char *m = llm_qmethod_name((enum llm_qmethod)s->method);
     switch (s->method) {
     case LLM_QM_KEEP:
@@ -120,21 +113,15 @@ llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm
         return llm_error_set(LLM_E_INVALID, "%s: %d bits is not supported (3, 4, 8)", m, s->bits);
     if (s->method == LLM_QM_AWQ && s->bits == 8)
         return llm_error_set(LLM_E_INVALID, "awq: %d bits is not supported (3, 4)", s->bits);
-    int gi = s->group == 32 ? 0 : s->group == 64 ? 1 : s->group == 128 ? 2 : s->group == 0 ? 3 : -1;
-    if (gi < 0)
+    if (s->group != 32 && s->group != 64 && s->group != 128 && s->group != 0)
         return llm_error_set(LLM_E_INVALID, "%s: group %d is not supported (32, 64, 128, or "
                              "channel)", m, s->group);
     int sym = s->sym >= 0 ? s->sym : (s->method != LLM_QM_AWQ && s->bits == 8);
-    if (s->bits == 3) { /* GPTQ's 3-bit grid: zero points only */
-        static const enum llm_type q3z[4] = { LLM_TYPE_Q3Z_G32, LLM_TYPE_Q3Z_G64,
-                                              LLM_TYPE_Q3Z_G128, LLM_TYPE_Q3Z_CH };
-        if (sym)
-            return llm_error_set(LLM_E_INVALID, "%s: 3 bits has only the zero-point grid, "
-                                 "not a symmetric one", m);
-        *out = q3z[gi];
-        return LLM_OK;
-    }
-    *out = grid[s->bits == 8][sym][gi];
+    int t = llm_qgrid_type(s->bits, !sym, s->group);
+    if (t < 0) /* GPTQ's 3-bit grid: zero points only */
+        return llm_error_set(LLM_E_INVALID, "%s: %d bits has only the zero-point grid, not a "
+                             "symmetric one", m, s->bits);
+    *out = (enum llm_type)t;
     return LLM_OK;
 }
 

@@ -75,7 +75,11 @@ Test(grid, grid_of_each_type)
         cr_expect_eq(g.zero_point, want[i].zp, "%s", llm_type_name(want[i].t));
         cr_expect_eq(g.maxq, (1 << want[i].bits) - 1);
         cr_expect_eq(g.fp8, 0);
+        /* and back */
+        cr_expect_eq(llm_qgrid_type(want[i].bits, want[i].zp, want[i].group), (int)want[i].t);
     }
+    cr_expect_eq(llm_qgrid_type(3, 0, 128), -1); /* no symmetric 3-bit grid */
+    cr_expect_eq(llm_qgrid_type(2, 1, 128), -1);
     struct llm_qgrid f;
     cr_assert_eq(llm_qgrid_of(LLM_TYPE_FP8_E4M3, &f), LLM_OK);
     cr_expect(f.fp8 == 1 && f.bits == 8 && f.group == 0 && f.zero_point == 0 && f.maxq == 255);

@@ -682,7 +682,7 @@ Test(quant, q3_hand_computed_bytes)
     float x[32];
     for (int i = 0; i < 32; i++)
         codes[i] = (uint8_t)(i % 8), x[i] = (float)(i % 8);
-    llm_q3_pack32(codes, sub);
+    llm_q3_pack(codes, 32, sub);
     cr_assert(memcmp(sub, want, 12) == 0);
     for (int i = 0; i < 32; i++)
         cr_assert_eq(llm_q3_code(sub, i), i % 8);
