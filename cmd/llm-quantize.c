@@ -11,7 +11,7 @@
 enum { OPT_METHOD = 256, OPT_BITS, OPT_GROUP, OPT_SYM, OPT_ASYM, OPT_DQ, OPT_FP8_SCALE, OPT_CALIB,
        OPT_SAMPLES, OPT_SEQLEN, OPT_SEED, OPT_DAMP, OPT_ACT, OPT_STATIC, OPT_BLOCK, OPT_GRID,
        OPT_NO_DUO, OPT_NO_CLIP, OPT_AWQ_TOKENS, OPT_RECIPE, OPT_REPORT, OPT_REQUANT,
-       OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS };
+       OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS, OPT_GPTAQ };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
@@ -32,6 +32,7 @@ static const struct llm_opt opts[] = {
     { OPT_STATIC, "static-groups", LLM_ARG_NONE, NULL, "gptq: group parameters from the original weights (act-order stays in column order)", NULL },
     { OPT_REFGRID, "reference-grid", LLM_ARG_NONE, NULL, "gptq: group scales by the reference's find_params rule, not the type's round-to-nearest rule", NULL },
     { OPT_VHESS, "v-hessian", LLM_ARG_REQUIRED, "FROM", "gptq (and fp8 with --calib): v's Hessian from the 'attention'-weighted input of each KV head (default) or from its 'input', as the reference", "attention input" },
+    { OPT_GPTAQ, "gptaq", LLM_ARG_OPTIONAL, "ALPHA", "gptq (and fp8 with --calib): asymmetric calibration (GPTAQ): fit each layer to the float model's output, with the correction weighted by ALPHA (default: 0.25)", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "N", "gptq (and fp8 with --calib): columns per lazy batch update (default: 128)", NULL },
     { OPT_GRID, "awq-grid", LLM_ARG_REQUIRED, "N", "awq: grid points of the scale and clip searches (default: 20)", NULL },
     { OPT_NO_DUO, "no-duo-scaling", LLM_ARG_NONE, NULL, "awq: scales from activations only (llm-awq), not AutoAWQ's activations and weights", NULL },
@@ -248,6 +249,16 @@ int main(int argc, char **argv)
             have_gptq = 1;
             break;
         case OPT_ACT: p.act_order = 1; break;
+        case OPT_GPTAQ:
+            p.gptaq_alpha = LLM_GPTAQ_ALPHA;
+            if (arg && llm_parse_f64(arg, 0, 4, "--gptaq", &d))
+                return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
+            if (arg && !(d > 0))
+                return llm_cli_usage(&cli, "--gptaq: ALPHA must be above 0, got '%s'", arg);
+            if (arg)
+                p.gptaq_alpha = (float)d;
+            have_gptq = 1;
+            break;
         case OPT_STATIC: p.static_groups = 1; break;
         case OPT_REFGRID: p.reference_grid = 1; break;
         case OPT_BLOCK:
@@ -301,8 +312,8 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--calib applies to gptq, awq and fp8 (or a recipe that uses "
                              "them)");
     if ((p.act_order || have_vhess || have_gptq) && m != LLM_QM_GPTQ && !fp8_gptq && !recipe_path)
-        return llm_cli_usage(&cli, "--act-order, --v-hessian, --damp and --block-size apply to "
-                             "gptq, and to fp8 with --calib");
+        return llm_cli_usage(&cli, "--act-order, --v-hessian, --damp, --gptaq and --block-size "
+                             "apply to gptq, and to fp8 with --calib");
     if (have_awq && m != LLM_QM_AWQ && !recipe_path)
         return llm_cli_usage(&cli, "--awq-grid, --awq-tokens, --no-clip and --no-duo-scaling "
                              "apply to awq");

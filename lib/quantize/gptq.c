@@ -29,6 +29,13 @@
  * Every row is independent once U is known (the group parameters are per
  * row too), so threads take contiguous ranges of rows through all batches
  * with no synchronisation.
+ *
+ * GPTAQ (llm_gptq_params.dxxt; Li et al. 2025, the GPTAQ repository's
+ * fasterquant) adds to each rank-1 update the term x_i P[i][:], x_i the
+ * column's value just before rounding, with P = alpha triu1(D U^T) U. The
+ * reference's lazy batch multiplies P by the batch after rounding (its W1
+ * then holds Q), so its result depends on block_size; here the batch
+ * keeps the pre-rounding values (npre), which gives the unbatched result.
  */
 #include "gptq.h"
 
@@ -69,6 +76,10 @@ struct job {
     int dynamic, statics, rtn_grid;
     const int32_t *perm;     /* (cols) original column of each processed column */
     float *err;              /* (rows, bs) */
+    const float *P;          /* (cols, cols) strictly upper, processing order: GPTAQ's
+                                correction, or NULL */
+    float *npre;             /* (rows, bs) with P: minus each column's value before it
+                                was quantized */
     /* statistics */
     const float *H0;         /* (cols, cols) original H */
     const float *D1, *D2;    /* (rows, cols) W0 - RTN, W0 - Q */
@@ -110,6 +121,7 @@ static void gptq_rows(int ti, int nt, void *ctx)
         for (int64_t r = r0; r < r1; r++) {
             float *w = J->W + r * n;
             float *e = J->err + r * bs;
+            float *np = J->npre ? J->npre + r * bs : NULL;
             uint8_t *cd = J->codes + r * n;
             const struct llm_qgroup *gp = J->gp + r * J->ng;
             for (int64_t i = i1; i < i2; i++) {
@@ -123,10 +135,17 @@ static void gptq_rows(int ti, int nt, void *ctx)
                 w[i] = v;
                 e[i - i1] = ei;
                 J->K->axpy_sub(w + i + 1, u + i + 1, ei, i2 - i - 1);
+                if (np) { /* w[j] += x P[i][j]: x is the value before rounding */
+                    J->K->axpy_sub(w + i + 1, J->P + i * n + i + 1, -x, i2 - i - 1);
+                    np[i - i1] = -x;
+                }
             }
         }
         if (i2 < n)
             J->K->gemm_sub(r1 - r0, n - i2, i2 - i1, J->err + r0 * bs, bs, J->U + i1 * n + i2,
+                           n, J->W + r0 * n + i2, n);
+        if (i2 < n && J->P)
+            J->K->gemm_sub(r1 - r0, n - i2, i2 - i1, J->npre + r0 * bs, bs, J->P + i1 * n + i2,
                            n, J->W + r0 * n + i2, n);
     }
 }
@@ -152,6 +171,45 @@ static void stats_rows(int ti, int nt, void *ctx)
             J->q1[r] = q[0], J->q2[r] = q[1];
             J->q1[rb] = q[2], J->q2[rb] = q[3];
         }
+    }
+}
+
+/* GPTAQ's correction P = alpha triu1(D U^T) U, D the asymmetry term in
+ * processing order, by rows of P (each row is independent). U is upper, so
+ * row b of U starts at column b: (D U^T)[a][b] = D[a][b:] . U[b][b:], and
+ * row a of P sums M[a][b] U[b][:] over b > a. Row a costs about (n - a)^2,
+ * so threads take every nt-th row rather than a contiguous range. */
+struct pjob {
+    const float *D;      /* (n, n) original order */
+    const int32_t *perm; /* (n) */
+    const float *U;      /* (n, n) upper */
+    float *P;            /* (n, n) out */
+    int64_t n;
+    double alpha;
+    double *scratch;     /* (threads, 2 n) */
+};
+
+static void asym_rows(int ti, int nt, void *ctx)
+{
+    struct pjob *J = ctx;
+    const int64_t n = J->n;
+    double *d = J->scratch + (int64_t)ti * 2 * n; /* (n) row of D */
+    double *p = d + n;                             /* (n) row of P */
+    for (int64_t a = ti; a < n; a += nt) {
+        const float *dr = J->D + (int64_t)J->perm[a] * n;
+        for (int64_t k = 0; k < n; k++)
+            d[k] = dr[J->perm[k]];
+        memset(p, 0, (size_t)n * sizeof *p);
+        for (int64_t b = a + 1; b < n; b++) {
+            const float *u = J->U + b * n;
+            double m = 0.0;
+            for (int64_t k = b; k < n; k++)
+                m += d[k] * u[k];
+            for (int64_t j = b; j < n; j++)
+                p[j] += m * u[j];
+        }
+        for (int64_t j = 0; j < n; j++)
+            J->P[a * n + j] = (float)(J->alpha * p[j]);
     }
 }
 
@@ -257,10 +315,11 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
         return llm_error_set(LLM_E_INVALID, "gptq: bad shape %lld x %lld", (long long)rows,
                              (long long)cols);
     if (!(p->damp >= 0.0f) || !isfinite(p->damp) || p->block_size < 0 || p->n_threads < 0 ||
-        !(p->scale >= 0.0f) || !isfinite(p->scale) || (p->scale > 0.0f && !g.fp8))
+        !(p->scale >= 0.0f) || !isfinite(p->scale) || (p->scale > 0.0f && !g.fp8) ||
+        !(p->alpha >= 0.0f) || !isfinite(p->alpha))
         return llm_error_set(LLM_E_INVALID, "gptq: bad parameters (damp %g, block %d, threads %d, "
-                             "scale %g)", (double)p->damp, p->block_size, p->n_threads,
-                             (double)p->scale);
+                             "scale %g, alpha %g)", (double)p->damp, p->block_size, p->n_threads,
+                             (double)p->scale, (double)p->alpha);
     const int64_t n = cols;
     const int64_t G = g.group ? g.group : n;
     const int64_t ng = (n + G - 1) / G;
@@ -272,6 +331,9 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     if (!all_finite(H, n * n))
         return llm_error_set(LLM_E_INVALID, "gptq: the Hessian (%lld x %lld) is not all finite",
                              (long long)n, (long long)n);
+    if (p->dxxt && !all_finite(p->dxxt, n * n))
+        return llm_error_set(LLM_E_INVALID, "gptq: GPTAQ's cross term (%lld x %lld) is not all "
+                             "finite", (long long)n, (long long)n);
     for (int64_t i = 0; i < n; i++)
         if (H[i * n + i] < 0.0f)
             return llm_error_set(LLM_E_INVALID,
@@ -286,8 +348,16 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     float *err = alloc_n(rows * bs, sizeof(float), &fail);  // (rows, bs)
     float *rowbuf = alloc_n(n, sizeof(float), &fail);       // (n)
     uint8_t *cbuf = alloc_n(n, 1, &fail);                   // (n)
-    float *W0 = NULL, *D1 = NULL, *H0 = NULL;
-    double *q1 = NULL, *q2 = NULL;
+    float *W0 = NULL, *D1 = NULL, *H0 = NULL, *P = NULL, *npre = NULL;
+    double *q1 = NULL, *q2 = NULL, *pscr = NULL;
+    int nt = p->n_threads > 1 ? p->n_threads : 1;
+    if (nt > rows)
+        nt = (int)rows;
+    if (p->dxxt) {
+        P = alloc_n(n * n, sizeof(float), &fail);        // (n, n)
+        npre = alloc_n(rows * bs, sizeof(float), &fail); // (rows, bs)
+        pscr = alloc_n(nt * 2 * n, sizeof(double), &fail);
+    }
     if (st) {
         W0 = alloc_n(rows * n, sizeof(float), &fail); // (rows, n), later W0 - Q
         D1 = alloc_n(rows * n, sizeof(float), &fail); // (rows, n) W0 - RTN
@@ -296,9 +366,6 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
         q2 = alloc_n(rows, sizeof(double), &fail);
     }
     struct llm_pool *pool = NULL;
-    int nt = p->n_threads > 1 ? p->n_threads : 1;
-    if (nt > rows)
-        nt = (int)rows;
     llm_status s = LLM_OK;
     if (fail) {
         s = llm_error_set(LLM_E_NOMEM, "gptq: out of memory for a %lld x %lld matrix",
@@ -399,11 +466,17 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
             U[(n - 1 - m) * n + c] = (float)t[m];
     }
 
+    if (P) {
+        struct pjob PJ = { .D = p->dxxt, .perm = perm, .U = U, .P = P, .n = n,
+                           .alpha = p->alpha, .scratch = pscr };
+        run(pool, asym_rows, &PJ);
+    }
+
     struct job J = {
         .K = llm_qkern_get(), .g = &g, .W = W, .rows = rows, .cols = n, .U = U,
         .codes = codes, .gp = gp, .G = G,
         .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics, .rtn_grid = p->rtn_grid, .perm = perm,
-        .err = err, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1, .q2 = q2,
+        .err = err, .P = P, .npre = npre, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1, .q2 = q2,
     };
     run(pool, gptq_rows, &J);
 
@@ -446,5 +519,6 @@ done:
     llm_free(A), llm_free(diag), llm_free(codes), llm_free(gp);
     llm_free(err), llm_free(rowbuf), llm_free(cbuf);
     llm_free(W0), llm_free(D1), llm_free(H0), llm_free(q1), llm_free(q2);
+    llm_free(P), llm_free(npre), llm_free(pscr);
     return s;
 }

@@ -27,6 +27,13 @@ struct llm_gptq_params {
                              order (NULL: diag(H)'s) */
     float scale;        /* fp8_e4m3 only: > 0 gives every row this scale (one
                            scale per tensor); 0: each row's absmax / 448 */
+    /* GPTAQ's asymmetric calibration (Li et al. 2025): with dxxt, the target
+     * is the float model's output W x_f, not W x with x the input of the
+     * already-quantized model that H is made of. dxxt (cols, cols), original
+     * column order, is mean (x_f - x) x^T on H's scale (H = mean x x^T);
+     * NULL: plain GPTQ. alpha weighs its correction (the reference's 0.25). */
+    const float *dxxt;
+    float alpha;
 };
 
 /* type, with the reference defaults: damp 0.01, block 128, no act-order, no

@@ -9,6 +9,12 @@
  * (using the model's backend ops and a one-window KV cache), collects the
  * Hessians / Gram matrices H = mean x x^T of each group's input, quantizes,
  * and leaves X as the next stage's input.
+ *
+ * GPTQ with GPTAQ (llm_quantize_params.gptaq_alpha) also carries the float
+ * model's stream Xf (and its attention outputs Af): each block runs on Xf
+ * with the weights before quantization, and each Hessian gets the cross
+ * term D = mean (x_f - x) x^T of the float and quantized inputs of the
+ * same tokens (hacc_add_pair).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -45,6 +51,8 @@ struct hacc {
     double *sum;   /* (cols, cols) */
     double *asum;  /* (cols) sum |x| (AWQ's activation statistic) */
     float *t, *y;  /* scratch: (cols, n_batch) transposed chunk, (cols, cols) product */
+    double *dsum;  /* GPTAQ (hacc_add_pair): (cols, cols) sum (x_f - x) x^T, or NULL */
+    float *td;     /* scratch: (cols, n_batch) transposed x_f - x */
     int64_t cols, n;
 };
 
@@ -59,8 +67,19 @@ static llm_status hacc_init(struct hacc *h, int64_t cols, int32_t n_batch)
     return h->sum && h->asum && h->t && h->y ? LLM_OK : LLM_E_NOMEM;
 }
 
+/* hacc_init, and the float model's cross term for hacc_add_pair. */
+static llm_status hacc_init_pair(struct hacc *h, int64_t cols, int32_t n_batch)
+{
+    LLM_TRY(hacc_init(h, cols, n_batch));
+    h->dsum = llm_calloc((size_t)(cols * cols), sizeof(double));
+    h->td = llm_malloc((size_t)(cols * n_batch) * sizeof(float));
+    return h->dsum && h->td ? LLM_OK : LLM_E_NOMEM;
+}
+
 static void hacc_free(struct hacc *h)
 {
+    llm_free(h->dsum);
+    llm_free(h->td);
     llm_free(h->sum);
     llm_free(h->asum);
     llm_free(h->t);
@@ -86,6 +105,26 @@ static llm_status hacc_add(struct qctx *q, struct hacc *h, const float *x, int32
     return LLM_OK;
 }
 
+/* hacc_add of the quantized model's x (n, cols), and, when h has the cross
+ * term and xf is not NULL, sum (xf - x) x^T with xf (n, cols) the float
+ * model's input at the same tokens: GPTAQ's dXX^T, as D[i][j] =
+ * sum (xf_i - x_i) x_j. */
+static llm_status hacc_add_pair(struct qctx *q, struct hacc *h, const float *x, const float *xf,
+                                int32_t n)
+{
+    LLM_TRY(hacc_add(q, h, x, n));
+    if (!h->dsum || !xf)
+        return LLM_OK;
+    int64_t c = h->cols;
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < c; j++)
+            h->td[j * n + i] = xf[(int64_t)i * c + j] - x[(int64_t)i * c + j];
+    LLM_TRY(mm(q, h->t, c, n, h->td, (int32_t)c, h->y, NULL)); /* y = td t^T */
+    for (int64_t i = 0; i < c * c; i++)
+        h->dsum[i] += h->y[i];
+    return LLM_OK;
+}
+
 /* H (cols, cols) = mean x x^T, and x_mean (cols) = mean |x| when wanted. */
 static llm_status hacc_mean(const struct hacc *h, float **H, float *x_mean)
 {
@@ -99,6 +138,23 @@ static llm_status hacc_mean(const struct hacc *h, float **H, float *x_mean)
     if (x_mean)
         for (int64_t j = 0; j < c; j++)
             x_mean[j] = (float)(h->asum[j] * inv);
+    return LLM_OK;
+}
+
+/* D (cols, cols) = mean (x_f - x) x^T, on H's scale; NULL without the
+ * cross term. */
+static llm_status hacc_cross(const struct hacc *h, float **D)
+{
+    *D = NULL;
+    if (!h->dsum)
+        return LLM_OK;
+    int64_t c = h->cols;
+    *D = llm_malloc((size_t)(c * c) * sizeof(float));
+    if (!*D)
+        return LLM_E_NOMEM;
+    double inv = h->n ? 1.0 / (double)h->n : 0.0;
+    for (int64_t i = 0; i < c * c; i++)
+        (*D)[i] = (float)(h->dsum[i] * inv);
     return LLM_OK;
 }
 
@@ -293,9 +349,9 @@ static llm_status shared_order(const float *const *H, int nh, int64_t c, int32_t
 /* GPTQ on W (rows, cols) in nh row blocks, each on its own Hessian H[b]
  * (Hc: scratch of cols^2); out: the packed rows. err (may be NULL): the
  * summed output error tr((W - Q) H (W - Q)^T) of the blocks. */
-static llm_status gptq_blocks(float *W, int64_t rows, int64_t c, const float *const *H, int nh,
-                              const struct llm_gptq_params *gp, float *Hc, int32_t *perm,
-                              void *out, double *err)
+static llm_status gptq_blocks(float *W, int64_t rows, int64_t c, const float *const *H,
+                              const float *const *D, int nh, const struct llm_gptq_params *gp,
+                              float *Hc, int32_t *perm, void *out, double *err)
 {
     const int64_t rb = rows / nh;
     const uint64_t row_bytes = llm_type_row_bytes(gp->type, (uint64_t)c);
@@ -303,8 +359,10 @@ static llm_status gptq_blocks(float *W, int64_t rows, int64_t c, const float *co
         *err = 0;
     for (int b = 0; b < nh; b++) {
         struct llm_gptq_stats st;
+        struct llm_gptq_params pb = *gp;
+        pb.dxxt = D ? D[b] : NULL;
         memcpy(Hc, H[b], (size_t)(c * c) * sizeof(float));
-        LLM_TRY(llm_gptq_quantize(gp, W + b * rb * c, rb, c, Hc,
+        LLM_TRY(llm_gptq_quantize(&pb, W + b * rb * c, rb, c, Hc,
                                   (uint8_t *)out + (uint64_t)(b * rb) * row_bytes, perm,
                                   err ? &st : NULL));
         if (err)
@@ -319,7 +377,8 @@ static llm_status gptq_blocks(float *W, int64_t rows, int64_t c, const float *co
  * kept in L->W and data; t's spec then names it. E4M3's steps are
  * relative, so which scale suits a tensor depends on where its weights
  * fall between steps; neither scope wins on every model. */
-static llm_status fp8_auto_scope(struct lin *L, const float *const *H, int nh,
+static llm_status fp8_auto_scope(struct lin *L, const float *const *H, const float *const *D,
+                                 int nh,
                                  struct llm_gptq_params *gp, float *Hc, int32_t *perm, void *data)
 {
     const size_t n = (size_t)(L->rows * L->cols);
@@ -332,11 +391,11 @@ static llm_status fp8_auto_scope(struct lin *L, const float *const *H, int nh,
     if (!s) {
         memcpy(Wt, L->W, n * sizeof(float));
         gp->scale = llm_q_fp8_absmax_scale(Wt, (int64_t)n);
-        s = gptq_blocks(Wt, L->rows, L->cols, H, nh, gp, Hc, perm, dt, &err_tensor);
+        s = gptq_blocks(Wt, L->rows, L->cols, H, D, nh, gp, Hc, perm, dt, &err_tensor);
     }
     if (!s) {
         gp->scale = 0.0f;
-        s = gptq_blocks(L->W, L->rows, L->cols, H, nh, gp, Hc, perm, data, &err_row);
+        s = gptq_blocks(L->W, L->rows, L->cols, H, D, nh, gp, Hc, perm, data, &err_row);
     }
     if (!s && err_tensor < err_row) {
         memcpy(L->W, Wt, n * sizeof(float));
@@ -350,8 +409,10 @@ static llm_status fp8_auto_scope(struct lin *L, const float *const *H, int nh,
 
 /* Quantize one linear with GPTQ, its rows in nh equal blocks each on its
  * own Hessian H[b], or plainly for other methods; L->W becomes the file's
- * values (original column order). */
-static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *const *H, int nh)
+ * values (original column order). D (cols, cols): GPTAQ's cross term for
+ * nh == 1 (hacc_cross), or NULL. */
+static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *const *H, int nh,
+                                   const float *const *D)
 {
     double t0 = llm_q_now();
     struct qt *t = L->t;
@@ -373,12 +434,13 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
                                       .block_size = p->block_size, .act_order = p->act_order,
                                       .static_groups = p->static_groups,
                                       .n_threads = n_threads(q),
-                                      .rtn_grid = !p->reference_grid, .order = order };
+                                      .rtn_grid = !p->reference_grid, .order = order,
+                                      .alpha = p->gptaq_alpha };
         gp.scale = llm_q_fp8_tensor_scale(t, L->W, L->rows * c);
         if (!s)
             s = t->to == LLM_TYPE_FP8_E4M3 && t->spec.per_tensor == LLM_FP8_SCALE_AUTO
-                    ? fp8_auto_scope(L, H, nh, &gp, Hc, perm, t->data)
-                    : gptq_blocks(L->W, L->rows, c, H, nh, &gp, Hc, perm, t->data, NULL);
+                    ? fp8_auto_scope(L, H, D, nh, &gp, Hc, perm, t->data)
+                    : gptq_blocks(L->W, L->rows, c, H, D, nh, &gp, Hc, perm, t->data, NULL);
         llm_free(Hc);
         llm_free(order);
         if (s) {
@@ -408,9 +470,9 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
     return LLM_OK;
 }
 
-static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H)
+static llm_status quant_lin(struct qctx *q, struct lin *L, const float *H, const float *D)
 {
-    return quant_lin_blocks(q, L, &H, 1);
+    return quant_lin_blocks(q, L, &H, 1, &D);
 }
 
 /* The model's per-layer vectors as float weights. */
@@ -448,16 +510,23 @@ llm_status llm_q_calib_begin(struct qctx *q)
     if (!q->X)
         return llm_error_set(LLM_E_NOMEM, "calibration activations: %.1f MB not available",
                              (double)nx / 1e6);
+    const int asym = q->flow == FLOW_GPTQ && p->gptaq_alpha > 0.0f;
     if (q->flow == FLOW_GPTQ) {
         q->A = llm_malloc((size_t)na);
-        if (!q->A)
+        if (asym) {
+            q->Xf = llm_malloc((size_t)nx);
+            q->Af = llm_malloc((size_t)na);
+        }
+        if (!q->A || (asym && (!q->Xf || !q->Af)))
             return llm_error_set(LLM_E_NOMEM, "calibration activations: %.1f MB not available",
-                                 (double)na / 1e6);
+                                 (double)(na * (asym ? 2 : 1) + (asym ? nx : 0)) / 1e6);
     }
     struct llm_backend *b = q->ctx->be;
     for (int32_t w = 0; w < q->cal.n; w++)
         LLM_TRY(b->ops->embed(b, &q->m->tok_embd, q->cal.tokens + (int64_t)w * q->cal.len,
                               q->cal.len, q->X + (int64_t)w * q->cal.len * c->dim));
+    if (asym)
+        memcpy(q->Xf, q->X, (size_t)nx);
     return LLM_OK;
 }
 
@@ -467,7 +536,9 @@ void llm_q_calib_end(struct qctx *q)
     q->ctx = NULL;
     llm_free(q->X);
     llm_free(q->A);
-    q->X = q->A = NULL;
+    llm_free(q->Xf);
+    llm_free(q->Af);
+    q->X = q->A = q->Xf = q->Af = NULL;
     llm_calib_free(&q->cal);
 }
 
@@ -520,26 +591,94 @@ static llm_status attn_chunk(struct qctx *q, int32_t l, const struct llm_layer_w
 }
 
 /* H (dim, dim) = mean x x^T of the residual stream X normed by `norm`: the
- * input of q/k/v, of gate/up, or of the head. */
-static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, float **H)
+ * input of q/k/v, of gate/up, or of the head. With GPTAQ (q->Xf), D gets
+ * the cross term with the float model's stream Xf normed alike; otherwise
+ * NULL. */
+static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, float **H,
+                                 float **D)
 {
     struct llm_context *c = q->ctx;
     struct llm_backend *b = c->be;
     const struct llm_config *cf = &q->m->c;
+    const int64_t dim = cf->dim;
     struct hacc h;
-    llm_status s = hacc_init(&h, cf->dim, c->n_batch);
+    *D = NULL;
+    llm_status s = q->Xf ? hacc_init_pair(&h, dim, c->n_batch) : hacc_init(&h, dim, c->n_batch);
     for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
-        s = b->ops->rmsnorm(b, q->X + k.row0 * cf->dim, norm, c->xb, k.n, cf->dim, cf->rms_eps);
+        s = b->ops->rmsnorm(b, q->X + k.row0 * dim, norm, c->xb, k.n, dim, cf->rms_eps);
+        if (!s && q->Xf)
+            s = b->ops->rmsnorm(b, q->Xf + k.row0 * dim, norm, c->xb2, k.n, dim, cf->rms_eps);
         if (!s)
-            s = hacc_add(q, &h, c->xb, k.n);
+            s = hacc_add_pair(q, &h, c->xb, q->Xf ? c->xb2 : NULL, k.n);
     }
     if (!s)
         s = hacc_mean(&h, H, NULL);
+    if (!s)
+        s = hacc_cross(&h, D);
     hacc_free(&h);
     return s;
 }
 
 /* ---- GPTQ: true-sequential block ---------------------------------------- */
+
+/* One window's roped queries Qw (len, qd), keys Kw (len, kvd) and normed
+ * input transposed XT (dim, len), from the stream rows X (len, dim) with
+ * the q and k weights Wq, Wk. */
+static llm_status window_qkx(struct qctx *q, const struct llm_layer_w *LW, const struct lin *lq,
+                             const float *Wq, const struct lin *lk, const float *Wk,
+                             const float *X, float *Qw, float *Kw, float *XT)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    const int64_t dim = cf->dim, qd = lq->rows, kvd = lk->rows, len = q->cal.len;
+    struct llm_weight bqw = LW->bq, bkw = LW->bk;
+    for (int32_t off = 0; off < len; off += c->n_batch) {
+        int32_t n = len - off < c->n_batch ? (int32_t)(len - off) : c->n_batch;
+        LLM_TRY(b->ops->rmsnorm(b, X + off * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps));
+        LLM_TRY(mm(q, Wq, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL));
+        LLM_TRY(mm(q, Wk, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL));
+        LLM_TRY(b->ops->rope(b, &c->rope, &c->ash, c->q, c->k, n, off));
+        memcpy(Qw + off * qd, c->q, (size_t)(n * qd) * sizeof(float));
+        memcpy(Kw + off * kvd, c->k, (size_t)(n * kvd) * sizeof(float));
+        for (int32_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < dim; j++)
+                XT[j * len + off + i] = c->xb[(int64_t)i * dim + j];
+    }
+    return LLM_OK;
+}
+
+/* Y (len, dim) = P X for query head hq of one window (window_qkx's
+ * buffers): P (len, len) its causal attention probabilities, computed as
+ * the backend's attention does (scale, softmax); Qh, Kh (len, hd) scratch. */
+static llm_status head_y(struct qctx *q, const float *Qw, const float *Kw, const float *XT,
+                         int64_t hq, float *Qh, float *Kh, float *P, float *Y)
+{
+    const struct llm_config *cf = &q->m->c;
+    const int64_t dim = cf->dim, hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads;
+    const int64_t qd = nh * hd, kvd = nkv * hd, len = q->cal.len, g = hq / (nh / nkv);
+    const float scale = q->ctx->ash.scale;
+    for (int64_t i = 0; i < len; i++) {
+        memcpy(Qh + i * hd, Qw + i * qd + hq * hd, (size_t)hd * sizeof(float));
+        memcpy(Kh + i * hd, Kw + i * kvd + g * hd, (size_t)hd * sizeof(float));
+    }
+    LLM_TRY(mm(q, Kh, len, hd, Qh, (int32_t)len, P, NULL)); /* P = Qh Kh^T */
+    for (int64_t i = 0; i < len; i++) {
+        float *p = P + i * len, mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+            p[j] *= scale;
+            mx = p[j] > mx ? p[j] : mx;
+        }
+        for (int64_t j = 0; j <= i; j++) {
+            p[j] = expf(p[j] - mx);
+            sum += p[j];
+        }
+        for (int64_t j = 0; j <= i; j++)
+            p[j] /= sum;
+        memset(p + i + 1, 0, (size_t)(len - i - 1) * sizeof(float));
+    }
+    return mm(q, XT, dim, len, P, (int32_t)len, Y, NULL); /* Y = P X */
+}
 
 /* GPTQ's Hessians of v, one per KV head (H: n_kv_heads pointers).
  *
@@ -556,81 +695,57 @@ static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, 
  *
  * Attention uses the quantized q and k (true-sequential), each window
  * whole: the probabilities are computed here (scale, causal softmax, as
- * the backend's attention), then Y = P X on the backend's matmul. */
+ * the backend's attention), then Y = P X on the backend's matmul.
+ *
+ * With GPTAQ (q->Xf), D (n_kv_heads pointers) gets each head's cross term
+ * with y_f, the same from the float stream, q and k (their W0). */
 static llm_status v_hessians(struct qctx *q, const struct llm_layer_w *LW, const struct lin *lq,
-                             const struct lin *lk, float **H)
+                             const struct lin *lk, float **H, float **D)
 {
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
     const struct llm_config *cf = &q->m->c;
     const int64_t dim = cf->dim, hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads;
     const int64_t qd = nh * hd, kvd = nkv * hd, len = q->cal.len;
-    const float scale = c->ash.scale;
-    float *Qw = llm_malloc((size_t)(len * qd) * sizeof(float));   /* (len, qd) roped */
-    float *Kw = llm_malloc((size_t)(len * kvd) * sizeof(float));  /* (len, kvd) roped */
-    float *XT = llm_malloc((size_t)(dim * len) * sizeof(float));  /* (dim, len) normed input^T */
+    const int asym = q->Xf != NULL, nv = asym ? 2 : 1; /* quantized, float */
+    float *Qw[2] = { 0 }, *Kw[2] = { 0 }, *XT[2] = { 0 }, *Y[2] = { 0 };
+    int fail = 0;
+    for (int v = 0; v < nv; v++) {
+        Qw[v] = llm_malloc((size_t)(len * qd) * sizeof(float));  /* (len, qd) roped */
+        Kw[v] = llm_malloc((size_t)(len * kvd) * sizeof(float)); /* (len, kvd) roped */
+        XT[v] = llm_malloc((size_t)(dim * len) * sizeof(float)); /* (dim, len) normed input^T */
+        Y[v] = llm_malloc((size_t)(len * dim) * sizeof(float));  /* (len, dim) */
+        fail |= !Qw[v] || !Kw[v] || !XT[v] || !Y[v];
+    }
     float *Qh = llm_malloc((size_t)(len * hd) * sizeof(float));   /* (len, hd) one head */
     float *Kh = llm_malloc((size_t)(len * hd) * sizeof(float));   /* (len, hd) */
     float *P = llm_malloc((size_t)(len * len) * sizeof(float));   /* (len, len) probabilities */
-    float *Y = llm_malloc((size_t)(len * dim) * sizeof(float));   /* (len, dim) */
     struct hacc *h = llm_calloc((size_t)nkv, sizeof *h);
-    llm_status s = Qw && Kw && XT && Qh && Kh && P && Y && h ? LLM_OK : LLM_E_NOMEM;
+    llm_status s = !fail && Qh && Kh && P && h ? LLM_OK : LLM_E_NOMEM;
     for (int64_t g = 0; g < nkv && !s; g++)
-        s = hacc_init(&h[g], dim, (int32_t)len);
-    struct llm_weight bqw = LW->bq, bkw = LW->bk;
+        s = asym ? hacc_init_pair(&h[g], dim, (int32_t)len) : hacc_init(&h[g], dim, (int32_t)len);
     for (int32_t w = 0; w < q->cal.n && !s; w++) {
-        for (int32_t off = 0; off < len && !s; off += c->n_batch) {
-            int32_t n = len - off < c->n_batch ? (int32_t)(len - off) : c->n_batch;
-            int64_t row0 = (int64_t)w * len + off;
-            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
-            if (!s)
-                s = mm(q, lq->W, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL);
-            if (!s)
-                s = mm(q, lk->W, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL);
-            if (!s)
-                s = b->ops->rope(b, &c->rope, &c->ash, c->q, c->k, n, off);
-            if (s)
-                break;
-            memcpy(Qw + off * qd, c->q, (size_t)(n * qd) * sizeof(float));
-            memcpy(Kw + off * kvd, c->k, (size_t)(n * kvd) * sizeof(float));
-            for (int32_t i = 0; i < n; i++)
-                for (int64_t j = 0; j < dim; j++)
-                    XT[j * len + off + i] = c->xb[(int64_t)i * dim + j];
-        }
+        const int64_t row0 = (int64_t)w * len;
+        s = window_qkx(q, LW, lq, lq->W, lk, lk->W, q->X + row0 * dim, Qw[0], Kw[0], XT[0]);
+        if (!s && asym)
+            s = window_qkx(q, LW, lq, lq->W0, lk, lk->W0, q->Xf + row0 * dim, Qw[1], Kw[1],
+                           XT[1]);
         for (int64_t hq = 0; hq < nh && !s; hq++) {
-            const int64_t g = hq / (nh / nkv);
-            for (int64_t i = 0; i < len; i++) {
-                memcpy(Qh + i * hd, Qw + i * qd + hq * hd, (size_t)hd * sizeof(float));
-                memcpy(Kh + i * hd, Kw + i * kvd + g * hd, (size_t)hd * sizeof(float));
-            }
-            s = mm(q, Kh, len, hd, Qh, (int32_t)len, P, NULL); /* P = Qh Kh^T */
-            for (int64_t i = 0; i < len && !s; i++) {
-                float *p = P + i * len, mx = -INFINITY, sum = 0;
-                for (int64_t j = 0; j <= i; j++) {
-                    p[j] *= scale;
-                    mx = p[j] > mx ? p[j] : mx;
-                }
-                for (int64_t j = 0; j <= i; j++) {
-                    p[j] = expf(p[j] - mx);
-                    sum += p[j];
-                }
-                for (int64_t j = 0; j <= i; j++)
-                    p[j] /= sum;
-                memset(p + i + 1, 0, (size_t)(len - i - 1) * sizeof(float));
-            }
+            for (int v = 0; v < nv && !s; v++)
+                s = head_y(q, Qw[v], Kw[v], XT[v], hq, Qh, Kh, P, Y[v]);
             if (!s)
-                s = mm(q, XT, dim, len, P, (int32_t)len, Y, NULL); /* Y = P X */
-            if (!s)
-                s = hacc_add(q, &h[g], Y, (int32_t)len);
+                s = hacc_add_pair(q, &h[hq / (nh / nkv)], Y[0], Y[1], (int32_t)len);
         }
     }
-    for (int64_t g = 0; g < nkv && !s; g++)
+    for (int64_t g = 0; g < nkv && !s; g++) {
         s = hacc_mean(&h[g], &H[g], NULL);
+        if (!s)
+            s = hacc_cross(&h[g], &D[g]);
+    }
     for (int64_t g = 0; h && g < nkv; g++)
         hacc_free(&h[g]);
     llm_free(h);
-    llm_free(Qw), llm_free(Kw), llm_free(XT), llm_free(Qh), llm_free(Kh);
-    llm_free(P), llm_free(Y);
+    for (int v = 0; v < 2; v++)
+        llm_free(Qw[v]), llm_free(Kw[v]), llm_free(XT[v]), llm_free(Y[v]);
+    llm_free(Qh), llm_free(Kh), llm_free(P);
     return s;
 }
 
@@ -641,6 +756,41 @@ static const char *const lin_fmt[NLIN] = {
     "blk.%d.ffn_down.weight",
 };
 
+/* GPTAQ: the float block's attention outputs Af (N, qd) from the float
+ * stream Xf, with the block's weights before quantization. */
+static llm_status float_attention(struct qctx *q, int32_t l, struct lin *L)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    const struct llm_layer_w *LW = &q->m->layers[l];
+    const int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim;
+    llm_status s = LLM_OK;
+    for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
+        s = b->ops->rmsnorm(b, q->Xf + k.row0 * dim, &LW->attn_norm, c->xb, k.n, dim,
+                            cf->rms_eps);
+        if (!s)
+            s = attn_chunk(q, l, LW, &L[LQ], &L[LK], &L[LV], NULL, k.off, k.n,
+                           q->Af + k.row0 * qd);
+    }
+    return s;
+}
+
+/* The FFN's input h (n, ff) = silu(gate x) * up x of the stream rows X
+ * (n, dim), with the weights of gate and up in W[0], W[1] (float). */
+static llm_status ffn_hidden(struct qctx *q, const struct llm_layer_w *LW, const float *X,
+                             const float *const W[2], int64_t ff, int32_t n, float *h,
+                             float *h2)
+{
+    struct llm_context *c = q->ctx;
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &q->m->c;
+    LLM_TRY(b->ops->rmsnorm(b, X, &LW->ffn_norm, c->xb, n, cf->dim, cf->rms_eps));
+    LLM_TRY(mm(q, W[0], ff, cf->dim, c->xb, n, h, NULL));
+    LLM_TRY(mm(q, W[1], ff, cf->dim, c->xb, n, h2, NULL));
+    return b->ops->swiglu(b, h, h2, (int64_t)n * ff);
+}
+
 static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
 {
     struct llm_context *c = q->ctx;
@@ -648,29 +798,35 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     const struct llm_config *cf = &q->m->c;
     const struct llm_layer_w *LW = &q->m->layers[l];
     int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim, ff = cf->ffn_dim;
-    struct hacc h;
-    float *H = NULL;
+    const int asym = q->Xf != NULL;
+    struct hacc h = { 0 };
+    float *H = NULL, *D = NULL;
     llm_status s;
 
     /* [q, k, v] on the normed input; v, unless asked otherwise, on the
-     * attention-weighted input of each KV head (v_hessians) */
+     * attention-weighted input of each KV head (v_hessians). With GPTAQ the
+     * float attention is computed first, while the weights are still float. */
     const int v_attn = !q->p->input_v_hessian && L[LV].t->spec.method == LLM_QM_GPTQ;
-    s = normed_hessian(q, &LW->attn_norm, &H);
+    s = normed_hessian(q, &LW->attn_norm, &H, &D);
+    if (!s && asym)
+        s = float_attention(q, l, L);
     for (int i = LQ; !s && i <= (v_attn ? LK : LV); i++)
-        s = quant_lin(q, &L[i], H);
+        s = quant_lin(q, &L[i], H, D);
     llm_free(H);
-    H = NULL;
+    llm_free(D);
+    H = D = NULL;
     if (s)
         return s;
     if (v_attn) {
         int nkv = cf->n_kv_heads;
-        float **Hv = llm_calloc((size_t)nkv, sizeof *Hv);
+        float **Hv = llm_calloc((size_t)(2 * nkv), sizeof *Hv), **Dv = Hv + nkv;
         if (!Hv)
             return LLM_E_NOMEM;
-        s = v_hessians(q, LW, &L[LQ], &L[LK], Hv);
+        s = v_hessians(q, LW, &L[LQ], &L[LK], Hv, Dv);
         if (!s)
-            s = quant_lin_blocks(q, &L[LV], (const float *const *)Hv, nkv);
-        for (int g = 0; g < nkv; g++)
+            s = quant_lin_blocks(q, &L[LV], (const float *const *)Hv, nkv,
+                                 (const float *const *)Dv);
+        for (int g = 0; g < 2 * nkv; g++)
             llm_free(Hv[g]);
         llm_free(Hv);
         if (s)
@@ -678,7 +834,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     }
 
     /* [o] on the attention output computed with the quantized q, k, v */
-    LLM_TRY(hacc_init(&h, qd, c->n_batch));
+    LLM_TRY(asym ? hacc_init_pair(&h, qd, c->n_batch) : hacc_init(&h, qd, c->n_batch));
     for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
         int32_t n = k.n;
         int64_t row0 = k.row0;
@@ -687,16 +843,20 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
         if (!s)
             s = attn_chunk(q, l, LW, &L[LQ], &L[LK], &L[LV], NULL, k.off, n, q->A + row0 * qd);
         if (!s)
-            s = hacc_add(q, &h, q->A + row0 * qd, n);
+            s = hacc_add_pair(q, &h, q->A + row0 * qd, asym ? q->Af + row0 * qd : NULL, n);
     }
     if (!s)
         s = hacc_mean(&h, &H, NULL);
+    if (!s)
+        s = hacc_cross(&h, &D);
     hacc_free(&h);
     if (!s)
-        s = quant_lin(q, &L[LO], H);
+        s = quant_lin(q, &L[LO], H, D);
     llm_free(H);
-    H = NULL;
-    /* residual, then [gate, up] on the normed stream */
+    llm_free(D);
+    H = D = NULL;
+    /* residual (the float stream with the float o), then [gate, up] on the
+     * normed stream */
     for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
         int32_t n = k.n;
         int64_t row0 = k.row0;
@@ -704,50 +864,66 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
             s = mm(q, L[LO].W, L[LO].rows, L[LO].cols, q->A + row0 * qd, n, c->xb2, NULL);
         if (!s)
             s = b->ops->add(b, q->X + row0 * dim, c->xb2, n * dim);
+        if (!s && asym)
+            s = mm(q, L[LO].W0, L[LO].rows, L[LO].cols, q->Af + row0 * qd, n, c->xb2, NULL);
+        if (!s && asym)
+            s = b->ops->add(b, q->Xf + row0 * dim, c->xb2, n * dim);
     }
     if (s)
         return s;
-    s = normed_hessian(q, &LW->ffn_norm, &H);
+    s = normed_hessian(q, &LW->ffn_norm, &H, &D);
     for (int i = LG; !s && i <= LU; i++)
-        s = quant_lin(q, &L[i], H);
+        s = quant_lin(q, &L[i], H, D);
     llm_free(H);
-    H = NULL;
+    llm_free(D);
+    H = D = NULL;
     if (s)
         return s;
 
     /* [down] on silu(gate) * up with the quantized gate and up; the
      * intermediate is recomputed for the residual rather than kept
-     * (N x ffn floats would be the largest buffer of the run). */
-    LLM_TRY(hacc_init(&h, ff, c->n_batch));
+     * (N x ffn floats would be the largest buffer of the run). GPTAQ's
+     * float intermediate hf comes from the float gate and up on Xf. */
+    const float *Wq[2] = { L[LG].W, L[LU].W }, *Wf[2] = { L[LG].W0, L[LU].W0 };
+    float *hf = asym ? llm_malloc((size_t)(c->n_batch * ff) * sizeof(float)) : NULL;
+    float *hf2 = asym ? llm_malloc((size_t)(c->n_batch * ff) * sizeof(float)) : NULL;
+    if (asym && (!hf || !hf2))
+        s = LLM_E_NOMEM;
+    if (!s)
+        s = asym ? hacc_init_pair(&h, ff, c->n_batch) : hacc_init(&h, ff, c->n_batch);
     for (int pass = 0; pass < 2 && !s; pass++) {
-        for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
-        int32_t n = k.n;
-        int64_t row0 = k.row0;
-            if (!s)
-                s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->ffn_norm, c->xb, n, dim,
-                                    cf->rms_eps);
-            if (!s)
-                s = mm(q, L[LG].W, L[LG].rows, L[LG].cols, c->xb, n, c->hb, NULL);
-            if (!s)
-                s = mm(q, L[LU].W, L[LU].rows, L[LU].cols, c->xb, n, c->hb2, NULL);
-            if (!s)
-                s = b->ops->swiglu(b, c->hb, c->hb2, (int64_t)n * ff);
+        for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
+            int32_t n = k.n;
+            int64_t row0 = k.row0;
+            s = ffn_hidden(q, LW, q->X + row0 * dim, Wq, ff, n, c->hb, c->hb2);
+            /* the float stream is done in pass 0: its down is the float one */
+            if (!s && pass == 0 && asym)
+                s = ffn_hidden(q, LW, q->Xf + row0 * dim, Wf, ff, n, hf, hf2);
             if (!s && pass == 0)
-                s = hacc_add(q, &h, c->hb, n);
+                s = hacc_add_pair(q, &h, c->hb, hf, n);
+            if (!s && pass == 0 && asym)
+                s = mm(q, L[LD].W0, L[LD].rows, L[LD].cols, hf, n, c->xb2, NULL);
+            if (!s && pass == 0 && asym)
+                s = b->ops->add(b, q->Xf + row0 * dim, c->xb2, n * dim);
             if (!s && pass == 1)
                 s = mm(q, L[LD].W, L[LD].rows, L[LD].cols, c->hb, n, c->xb2, NULL);
             if (!s && pass == 1)
-                s = b->ops->add(b, q->X + (row0 + 0) * dim, c->xb2, n * dim);
+                s = b->ops->add(b, q->X + row0 * dim, c->xb2, n * dim);
         }
         if (!s && pass == 0) {
             s = hacc_mean(&h, &H, NULL);
             if (!s)
-                s = quant_lin(q, &L[LD], H);
+                s = hacc_cross(&h, &D);
+            if (!s)
+                s = quant_lin(q, &L[LD], H, D);
             llm_free(H);
-            H = NULL;
+            llm_free(D);
+            H = D = NULL;
         }
     }
     hacc_free(&h);
+    llm_free(hf);
+    llm_free(hf2);
     return s;
 }
 
@@ -1012,8 +1188,8 @@ static llm_status gptq_head(struct qctx *q)
         t = llm_q_find(q, "token_embd.weight");
     if (!t || t->spec.method != LLM_QM_GPTQ)
         return LLM_OK;
-    float *H = NULL;
-    llm_status s = normed_hessian(q, &q->m->out_norm, &H);
+    float *H = NULL, *D = NULL;
+    llm_status s = normed_hessian(q, &q->m->out_norm, &H, &D);
     struct lin L;
     memset(&L, 0, sizeof L);
     L.t = t;
@@ -1028,9 +1204,10 @@ static llm_status gptq_head(struct qctx *q)
         }
     }
     if (!s)
-        s = quant_lin(q, &L, H);
+        s = quant_lin(q, &L, H, D);
     lin_free(&L);
     llm_free(H);
+    llm_free(D);
     return s;
 }
 

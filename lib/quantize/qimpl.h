@@ -38,6 +38,7 @@ struct qctx {
     struct llm_context *ctx;    /* backend, KV cache for one window, scratch */
     float *X;                   /* (N, dim) residual stream of every window, N = n * len */
     float *A;                   /* (N, q dim) attention outputs */
+    float *Xf, *Af;             /* GPTAQ: X and A of the float model (else NULL) */
     int64_t N;
     /* progress */
     int64_t work_done, work_total;

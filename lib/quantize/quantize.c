@@ -492,6 +492,9 @@ static llm_status set_meta(struct qctx *q, struct llm_meta *meta)
         LLM_TRY(llm_meta_set_str(meta, "quantization.gptq.grid",
                                  p->reference_grid ? "reference" : "rtn"));
         LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.true_sequential", 1));
+        LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.gptaq", p->gptaq_alpha > 0.0f));
+        if (p->gptaq_alpha > 0.0f)
+            LLM_TRY(llm_meta_set_f64(meta, "quantization.gptq.gptaq_alpha", p->gptaq_alpha));
         LLM_TRY(llm_meta_set_str(meta, "quantization.gptq.v_hessian",
                                  p->input_v_hessian ? "input" : "attention"));
     }

@@ -126,6 +126,10 @@ struct llm_qreport {
 };
 void llm_qreport_free(struct llm_qreport *r);
 
+/* GPTAQ's weight when none is given: the reference's (on SmolLM2 1 did
+ * about as well: 26.94 against 26.87, README). */
+#define LLM_GPTAQ_ALPHA 0.25f
+
 struct llm_quantize_params {
     struct llm_qspec def;              /* complete (llm_qspec_default + options) */
     const struct llm_recipe *recipe;   /* optional */
@@ -139,6 +143,9 @@ struct llm_quantize_params {
     int act_order, static_groups;
     int reference_grid;                /* group scales by GPTQ's find_params instead of the
                                           type's round-to-nearest rule (llm_qgrid_group_rtn) */
+    float gptaq_alpha;                 /* > 0: GPTAQ's asymmetric calibration with this
+                                          weight (llm_gptq_params.alpha; the usual value is
+                                          LLM_GPTAQ_ALPHA); 0 (default): plain GPTQ */
     int input_v_hessian;               /* v's Hessian from its input, as the reference, instead
                                           of the attention-weighted input per KV head */
     /* awq */

@@ -5,9 +5,10 @@ Run by hand, not by `make test`:
 
     python3 tests/unit/quantize/gen_gptq_ref.py tests/unit/quantize
 
-It writes gptq_ref_a.txt, gptq_ref_b.txt, gptq_ref_c.txt (4 bits) and
-gptq_ref_d.txt (3 bits, maxq 7). They were produced with Python 3.11 and
-numpy 2.4 from this script as committed.
+It writes gptq_ref_a.txt, gptq_ref_b.txt, gptq_ref_c.txt (4 bits),
+gptq_ref_d.txt (3 bits, maxq 7), and gptq_ref_e.txt, gptq_ref_f.txt (GPTAQ,
+4 bits). They were produced with Python 3.11 and numpy 2.4 from this script
+as committed.
 
 The algorithm is written from the description in
 shared/reference/quantization.md section 1.1 (IST-DASLab/gptq fasterquant,
@@ -26,6 +27,18 @@ q * d + m (one product, one sum). The zero z is round(-xmin / scale) on the
 float32 scale, as the reference. act-order ties are broken by the lower column
 (a stable sort; torch.argsort is not stable, but the cases here have no ties
 besides the dead column).
+
+GPTAQ (cases e, f) follows Li et al. 2025 and its reference code
+(Intelligent-Computing-Lab-Yale/GPTAQ, GPTAQ.fasterquant), again written from
+the description: the target is the float model's output, D = (2/T)(Xf - X)^T X
+is the cross term on H's scale, P = alpha * triu(D U^T, 1) U with U the upper
+factor above (D permuted like H), and each column's quantization adds
+w_i * P[i, j] to every later column j, w_i its value just before rounding. The
+one departure: after a lazy batch the reference multiplies P by the batch's
+quantized values (W1 then holds them), which makes its result depend on the
+batch size; here, as in gptq.c, the pre-rounding values are used, so any
+batch size gives the unbatched algorithm. Xf = X + E with E drawn after the
+noise (% 5 - 2), so D is exact in float32 as well.
 
 Inputs are integers so that C and Python build the same W and H exactly: a
 64-bit LCG (state = state * 6364136223846793005 + 1442695040888963407 mod 2^64,
@@ -62,7 +75,9 @@ def inputs(seed):
     X = Z @ A + N
     X[:, 5] = 0
     H = (X.T @ X).astype(np.float32) * np.float32(2.0 / TOKENS)
-    return W, H
+    E = np.array([[g.next() % 5 - 2 for _ in range(COLS)] for _ in range(TOKENS)], dtype=np.int64)
+    D = (E.T @ X).astype(np.float32) * np.float32(2.0 / TOKENS)
+    return W, H, D
 
 
 def f16(x):
@@ -88,7 +103,7 @@ def quantize(x, d, m, zero):
     return q, (q * d).astype(np.float32) + m
 
 
-def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01):
+def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01, D=None, alpha=0.0):
     W = W.copy()
     H = H.copy()
     n = W.shape[1]
@@ -104,12 +119,18 @@ def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01):
         perm = np.argsort(-np.diag(H), kind="stable")
         W = W[:, perm]
         H = H[perm][:, perm]
+        if D is not None:
+            D = D[perm][:, perm]
     Hd = H.astype(np.float64)
     Hd[np.arange(n), np.arange(n)] += percdamp * np.mean(np.diag(Hd))
     L = np.linalg.cholesky(Hd)
     Linv = np.linalg.inv(L)
     Hinv = Linv.T @ Linv  # cholesky_inverse
     Hinv = np.linalg.cholesky(Hinv).T.astype(np.float32)  # upper factor
+    P = np.zeros((n, n), dtype=np.float32)
+    if D is not None:
+        U = Hinv.astype(np.float64)
+        P = (alpha * (np.triu(D.astype(np.float64) @ U.T, 1) @ U)).astype(np.float32)
 
     Q = np.zeros_like(W)
     codes = np.zeros(W.shape, dtype=np.int64)
@@ -118,7 +139,9 @@ def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01):
         i2 = min(i1 + blocksize, n)
         W1 = W[:, i1:i2].copy()
         Err1 = np.zeros_like(W1)
+        Pre1 = np.zeros_like(W1)  # each column just before rounding
         Hinv1 = Hinv[i1:i2, i1:i2]
+        P1 = P[i1:i2, i1:i2]
         for i in range(i2 - i1):
             w = W1[:, i]
             dd = Hinv1[i, i]
@@ -133,9 +156,12 @@ def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01):
             codes[:, col] = q
             Q[:, col] = v
             err1 = ((w - v) / dd).astype(np.float32)
+            Pre1[:, i] = w
             W1[:, i:] -= np.outer(err1, Hinv1[i, i:]).astype(np.float32)
+            W1[:, i + 1:] += np.outer(Pre1[:, i], P1[i, i + 1:]).astype(np.float32)
             Err1[:, i] = err1
         W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
+        W[:, i2:] += Pre1 @ P[i1:i2, i2:]
     stored_perm = actorder and not static_groups
     if not stored_perm:
         inv = np.argsort(perm)
@@ -147,10 +173,10 @@ def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01):
     return perm, codes, groups_out
 
 
-def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15):
+def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15, D=None, alpha=0.0):
     global MAXQ
     MAXQ = maxq
-    perm, codes, groups = gptq(W, H, blocksize, actorder, static_groups)
+    perm, codes, groups = gptq(W, H, blocksize, actorder, static_groups, D=D, alpha=alpha)
     kind = "q4_1 (asym 4-bit" if maxq == 15 else "q3z_g32 (asym 3-bit"
 
     with open(path, "w") as f:
@@ -162,6 +188,8 @@ def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15):
         f.write("# perm (stored column -> original), then per row: stored codes, then\n"
                 "# d m zero of each stored group (d, m as float32 %.9g)\n")
         f.write("params %d %d %d\n" % (blocksize, int(actorder), int(static_groups)))
+        if D is not None:
+            f.write("gptaq %.9g\n" % alpha)
         f.write("perm " + " ".join(str(int(p)) for p in perm) + "\n")
         for r in range(ROWS):
             f.write("codes " + " ".join(str(int(c)) for c in codes[r]) + "\n")
@@ -171,11 +199,13 @@ def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "."
-    W, H = inputs(1)
+    W, H, D = inputs(1)
     write(out + "/gptq_ref_a.txt", "a", W, H, 128, False, False)
     write(out + "/gptq_ref_b.txt", "b", W, H, 128, True, False)
     write(out + "/gptq_ref_c.txt", "c", W, H, 48, True, True)
     write(out + "/gptq_ref_d.txt", "d", W, H, 128, True, False, maxq=7)
+    write(out + "/gptq_ref_e.txt", "e", W, H, 128, True, False, D=D, alpha=1.0)
+    write(out + "/gptq_ref_f.txt", "f", W, H, 32, False, False, D=D, alpha=0.25)
 
 
 if __name__ == "__main__":

@@ -244,6 +244,71 @@ Test(gptq, beats_rtn_on_correlated_inputs, .timeout = 120)
     check_beats_rtn(24, 256);
 }
 
+/* sum over tokens of |Q x - W xf|^2: the error against the float model's
+ * output when the quantized model's input is x (pr->X) and the float
+ * model's xf (tokens, cols). */
+static double float_target_err(const struct problem *pr, const float *xf, const float *Q)
+{
+    const int64_t n = pr->cols;
+    double e = 0.0;
+    for (int64_t r = 0; r < pr->rows; r++)
+        for (int64_t t = 0; t < pr->tokens; t++) {
+            double s = 0.0;
+            for (int64_t c = 0; c < n; c++)
+                s += (double)Q[r * n + c] * pr->X[t * n + c] -
+                     (double)pr->W[r * n + c] * xf[t * n + c];
+            e += s * s;
+        }
+    return e;
+}
+
+/* GPTAQ: when the input has drifted from the float model's (x = xf + an
+ * error made upstream), fitting Q x to W xf leaves less error against the
+ * float output than GPTQ's fit of Q x to W x, for both a per-row and a
+ * grouped type, with and without act-order. */
+Test(gptq, gptaq_lowers_the_error_against_the_float_output, .timeout = 120)
+{
+    struct problem pr;
+    problem_correlated(&pr, 16, 128, 11);
+    const int64_t n = pr.cols, T = pr.tokens;
+    float *xf = malloc((size_t)(T * n) * sizeof(float));
+    float *D = malloc((size_t)(n * n) * sizeof(float)); /* (2/T) (xf - x)^T x */
+    cr_assert(xf && D);
+    /* xf = x + a 10% distortion: a mix of neighbouring channels plus noise */
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < n; c++)
+            xf[t * n + c] = pr.X[t * n + c] + 0.1f * pr.X[t * n + (c + 1) % n] +
+                            0.02f * rng_gauss();
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int64_t t = 0; t < T; t++)
+                s += ((double)xf[t * n + i] - pr.X[t * n + i]) * pr.X[t * n + j];
+            D[i * n + j] = (float)(2.0 * s / (double)T);
+        }
+    static const enum llm_type types[] = { LLM_TYPE_Q4Z_CH, LLM_TYPE_Q4Z_G64 };
+    for (int k = 0; k < 2; k++)
+        for (int ao = 0; ao < 2; ao++) {
+            struct llm_gptq_params p;
+            llm_gptq_params_init(&p, types[k]);
+            p.act_order = ao;
+            struct result plain, asym;
+            cr_assert_eq(run_gptq(&pr, &p, &plain), LLM_OK);
+            p.dxxt = D, p.alpha = 1.0f;
+            cr_assert_eq(run_gptq(&pr, &p, &asym), LLM_OK);
+            check_dequant(&pr, p.type, &asym);
+            const double e0 = float_target_err(&pr, xf, plain.Q);
+            const double e1 = float_target_err(&pr, xf, asym.Q);
+            cr_expect_lt(e1, 0.5 * e0, "%s act-order %d: GPTAQ %g, GPTQ %g",
+                         llm_type_name(types[k]), ao, e1, e0);
+            result_free(&plain);
+            result_free(&asym);
+        }
+    free(xf);
+    free(D);
+    problem_free(&pr);
+}
+
 Test(gptq, cols_not_a_multiple_of_the_group, .timeout = 120)
 {
     check_beats_rtn(16, 172);
@@ -594,6 +659,16 @@ Test(gptq, bad_arguments)
     cr_expect_eq(llm_gptq_quantize(&p, W, 2, 2, H, out, perm, NULL), LLM_E_INVALID);
     p.damp = 0.01f;
     cr_expect_eq(llm_gptq_quantize(&p, W, 0, 2, H, out, perm, NULL), LLM_E_INVALID);
+    /* GPTAQ: a negative or NaN weight, a non-finite cross term */
+    float D[4] = { 0.1f, 0, 0, NAN };
+    p.dxxt = D, p.alpha = -0.25f;
+    cr_expect_eq(llm_gptq_quantize(&p, W, 2, 2, H, out, perm, NULL), LLM_E_INVALID);
+    p.alpha = NAN;
+    cr_expect_eq(llm_gptq_quantize(&p, W, 2, 2, H, out, perm, NULL), LLM_E_INVALID);
+    p.alpha = 0.25f;
+    cr_expect_eq(llm_gptq_quantize(&p, W, 2, 2, H, out, perm, NULL), LLM_E_INVALID);
+    cr_expect(strstr(llm_error_detail(LLM_E_INVALID), "cross term"));
+    D[3] = 0;
     cr_expect_eq(llm_gptq_quantize(&p, W, 2, 2, H, out, perm, NULL), LLM_OK);
 }
 
@@ -610,8 +685,9 @@ static int64_t lcg_next(struct lcg *g)
     return (int64_t)(g->s >> 33);
 }
 
-/* gen_gptq_ref.py's inputs: integers, so that W and H are exact. */
-static void problem_ref(struct problem *pr)
+/* gen_gptq_ref.py's inputs: integers, so that W and H are exact; D (cols,
+ * cols) receives its GPTAQ cross term (2/T) E^T X, exact too. */
+static void problem_ref(struct problem *pr, float *D)
 {
     const int64_t R = 8, C = 96, T = 256;
     problem_alloc(pr, R, C, T);
@@ -642,6 +718,18 @@ static void problem_ref(struct problem *pr)
                 s += X[t * C + i] * X[t * C + j];
             pr->H[i * C + j] = (float)s * (2.0f / (float)T);
         }
+    int64_t *E = malloc((size_t)(T * C) * sizeof *E); /* Xf - X */
+    cr_assert(E);
+    for (int64_t i = 0; i < T * C; i++)
+        E[i] = lcg_next(&g) % 5 - 2;
+    for (int64_t i = 0; i < C; i++)
+        for (int64_t j = 0; j < C; j++) {
+            int64_t s = 0;
+            for (int64_t t = 0; t < T; t++)
+                s += E[t * C + i] * X[t * C + j];
+            D[i * C + j] = (float)s * (2.0f / (float)T);
+        }
+    free(E);
     free(X);
 }
 
@@ -666,18 +754,26 @@ static void check_reference(const char *name, enum llm_type type)
     fseek(f, pos, SEEK_SET);
     int bs, ao, sg;
     cr_assert(read_word(f, "params") && fscanf(f, "%d %d %d", &bs, &ao, &sg) == 3);
+    char word[16];
+    float alpha = 0.0f; /* GPTAQ's weight, when the case has a "gptaq" line */
+    cr_assert(fscanf(f, "%15s", word) == 1);
+    if (!strcmp(word, "gptaq"))
+        cr_assert(fscanf(f, "%f", &alpha) == 1 && read_word(f, "perm"));
+    else
+        cr_assert_str_eq(word, "perm");
 
     struct problem pr;
-    problem_ref(&pr);
+    float D[96 * 96];
+    problem_ref(&pr, D);
     const int64_t n = pr.cols;
     struct llm_gptq_params p;
     llm_gptq_params_init(&p, type);
     p.block_size = bs, p.act_order = ao, p.static_groups = sg;
+    p.dxxt = alpha > 0.0f ? D : NULL, p.alpha = alpha;
     struct result res;
     cr_assert_eq(run_gptq(&pr, &p, &res), LLM_OK);
     check_dequant(&pr, p.type, &res);
 
-    cr_assert(read_word(f, "perm"));
     for (int64_t i = 0; i < n; i++) {
         int v;
         cr_assert(fscanf(f, "%d", &v) == 1);
@@ -739,4 +835,17 @@ Test(gptq, matches_numpy_reference_static_groups_block_48)
 Test(gptq, matches_numpy_reference_3bit_act_order)
 {
     check_reference("d", LLM_TYPE_Q3Z_G32);
+}
+
+/* GPTAQ, the float model's output as the target: alpha 1 with act-order in
+ * one batch, and the reference's alpha 0.25 in batches of 32 (the lazy
+ * update with the pre-rounding values, gen_gptq_ref.py) */
+Test(gptq, matches_numpy_reference_gptaq_act_order)
+{
+    check_reference("e", LLM_TYPE_Q4_1);
+}
+
+Test(gptq, matches_numpy_reference_gptaq_block_32)
+{
+    check_reference("f", LLM_TYPE_Q4_1);
 }
