@@ -412,6 +412,10 @@ static llm_status plan(struct qctx *q)
     if (q->flow != FLOW_NONE && !p->calib_path)
         return llm_error_set(LLM_E_INVALID, "%s needs calibration text: --calib FILE",
                              has_gptq ? "gptq" : "awq");
+    /* GPTQ's own options, given to a run (a recipe) that has no GPTQ */
+    if (q->flow != FLOW_GPTQ && (p->gptaq_alpha > 0.0f || p->act_order))
+        return llm_error_set(LLM_E_INVALID, "%s: no tensor uses gptq (or fp8 with calibration)",
+                             p->gptaq_alpha > 0.0f ? "--gptaq" : "--act-order");
     /* Progress counts weight elements; with calibration only those the
      * stages process, which take nearly all the time. */
     for (size_t i = 0; i < q->n_t; i++) {

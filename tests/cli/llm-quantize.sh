@@ -184,7 +184,11 @@ t_quantize_gptaq_runs() {
     pr=$(q_ppl "$TMP/q-rtn4.llm"); pg=$(q_ppl "$TMP/q-gptaq.llm"); ph=$(q_ppl "$TMP/q-gptaqh.llm")
     lt "$pg" "$pr" && lt "$ph" "$pr" || { echo "ppl gptaq $pg, alpha 1 $ph, rtn4 $pr"; return 1; }
     "$BIN/llm-run" -m "$TMP/q-gptaq.llm" -p "Once upon a time" -n 20 --temp 0 >"$TMP/out" &&
-    has "$TMP/out" "Lily"
+    has "$TMP/out" "Lily" || return 1
+    # a recipe with no gptq rule: --gptaq would be ignored, so it is refused
+    printf 'default:\n  method: rtn\n  bits: 4\n' >"$TMP/rtn.yaml"
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/rtn.yaml" --gptaq &&
+    has "$TMP/err" "--gptaq: no tensor uses gptq" && [ ! -e "$TMP/qx.llm" ]
 }
 # static groups keep act-order in column order: no .perm
 t_quantize_gptq_static_groups_no_perm() {
