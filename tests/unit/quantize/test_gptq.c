@@ -110,8 +110,10 @@ static void problem_free(struct problem *pr)
     free(pr->W), free(pr->X), free(pr->H);
 }
 
-/* ||X D^T||^2 for D = W - Q (rows, cols). */
-static double out_err(const struct problem *pr, const float *Q)
+/* sum over tokens of |Q x - W xf|^2: the error against the float model's
+ * output when the quantized model's input is x (pr->X) and the float
+ * model's xf (tokens, cols). */
+static double float_target_err(const struct problem *pr, const float *xf, const float *Q)
 {
     const int64_t n = pr->cols;
     double e = 0.0;
@@ -119,10 +121,17 @@ static double out_err(const struct problem *pr, const float *Q)
         for (int64_t t = 0; t < pr->tokens; t++) {
             double s = 0.0;
             for (int64_t c = 0; c < n; c++)
-                s += (double)pr->X[t * n + c] * ((double)pr->W[r * n + c] - Q[r * n + c]);
+                s += (double)Q[r * n + c] * pr->X[t * n + c] -
+                     (double)pr->W[r * n + c] * xf[t * n + c];
             e += s * s;
         }
     return e;
+}
+
+/* ||X D^T||^2 for D = W - Q (rows, cols). */
+static double out_err(const struct problem *pr, const float *Q)
+{
+    return float_target_err(pr, pr->X, Q);
 }
 
 /* RTN on the grid: contiguous groups of the original W, nearest codes. */
@@ -244,23 +253,6 @@ Test(gptq, beats_rtn_on_correlated_inputs, .timeout = 120)
     check_beats_rtn(24, 256);
 }
 
-/* sum over tokens of |Q x - W xf|^2: the error against the float model's
- * output when the quantized model's input is x (pr->X) and the float
- * model's xf (tokens, cols). */
-static double float_target_err(const struct problem *pr, const float *xf, const float *Q)
-{
-    const int64_t n = pr->cols;
-    double e = 0.0;
-    for (int64_t r = 0; r < pr->rows; r++)
-        for (int64_t t = 0; t < pr->tokens; t++) {
-            double s = 0.0;
-            for (int64_t c = 0; c < n; c++)
-                s += (double)Q[r * n + c] * pr->X[t * n + c] -
-                     (double)pr->W[r * n + c] * xf[t * n + c];
-            e += s * s;
-        }
-    return e;
-}
 
 /* GPTAQ: when the input has drifted from the float model's (x = xf + an
  * error made upstream), fitting Q x to W xf leaves less error against the
