@@ -125,16 +125,25 @@ static llm_status hacc_add_pair(struct qctx *q, struct hacc *h, const float *x, 
     return LLM_OK;
 }
 
+/* out (cols, cols) = sum / the token count, llm_malloc'd. */
+static llm_status hacc_div(const struct hacc *h, const double *sum, float **out)
+{
+    int64_t c = h->cols;
+    *out = llm_malloc((size_t)(c * c) * sizeof(float));
+    if (!*out)
+        return LLM_E_NOMEM;
+    double inv = h->n ? 1.0 / (double)h->n : 0.0;
+    for (int64_t i = 0; i < c * c; i++)
+        (*out)[i] = (float)(sum[i] * inv);
+    return LLM_OK;
+}
+
 /* H (cols, cols) = mean x x^T, and x_mean (cols) = mean |x| when wanted. */
 static llm_status hacc_mean(const struct hacc *h, float **H, float *x_mean)
 {
     int64_t c = h->cols;
-    *H = llm_malloc((size_t)(c * c) * sizeof(float));
-    if (!*H)
-        return LLM_E_NOMEM;
+    LLM_TRY(hacc_div(h, h->sum, H));
     double inv = h->n ? 1.0 / (double)h->n : 0.0;
-    for (int64_t i = 0; i < c * c; i++)
-        (*H)[i] = (float)(h->sum[i] * inv);
     if (x_mean)
         for (int64_t j = 0; j < c; j++)
             x_mean[j] = (float)(h->asum[j] * inv);
@@ -146,16 +155,7 @@ static llm_status hacc_mean(const struct hacc *h, float **H, float *x_mean)
 static llm_status hacc_cross(const struct hacc *h, float **D)
 {
     *D = NULL;
-    if (!h->dsum)
-        return LLM_OK;
-    int64_t c = h->cols;
-    *D = llm_malloc((size_t)(c * c) * sizeof(float));
-    if (!*D)
-        return LLM_E_NOMEM;
-    double inv = h->n ? 1.0 / (double)h->n : 0.0;
-    for (int64_t i = 0; i < c * c; i++)
-        (*D)[i] = (float)(h->dsum[i] * inv);
-    return LLM_OK;
+    return h->dsum ? hacc_div(h, h->dsum, D) : LLM_OK;
 }
 
 /* Mean squared output error tr(D H D^T) / rows for D (rows, cols). */
