@@ -67,10 +67,13 @@ static llm_status hacc_init(struct hacc *h, int64_t cols, int32_t n_batch)
     return h->sum && h->asum && h->t && h->y ? LLM_OK : LLM_E_NOMEM;
 }
 
-/* hacc_init, and the float model's cross term for hacc_add_pair. */
-static llm_status hacc_init_pair(struct hacc *h, int64_t cols, int32_t n_batch)
+/* hacc_init, with the float model's cross term for hacc_add_pair when
+ * cross (GPTAQ: q->Xf is set). */
+static llm_status hacc_init_x(struct hacc *h, int64_t cols, int32_t n_batch, int cross)
 {
     LLM_TRY(hacc_init(h, cols, n_batch));
+    if (!cross)
+        return LLM_OK;
     h->dsum = llm_calloc((size_t)(cols * cols), sizeof(double));
     h->td = llm_malloc((size_t)(cols * n_batch) * sizeof(float));
     return h->dsum && h->td ? LLM_OK : LLM_E_NOMEM;
@@ -603,7 +606,7 @@ static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, 
     const int64_t dim = cf->dim;
     struct hacc h;
     *D = NULL;
-    llm_status s = q->Xf ? hacc_init_pair(&h, dim, c->n_batch) : hacc_init(&h, dim, c->n_batch);
+    llm_status s = hacc_init_x(&h, dim, c->n_batch, q->Xf != NULL);
     for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
         s = b->ops->rmsnorm(b, q->X + k.row0 * dim, norm, c->xb, k.n, dim, cf->rms_eps);
         if (!s && q->Xf)
@@ -721,7 +724,7 @@ static llm_status v_hessians(struct qctx *q, const struct llm_layer_w *LW, const
     struct hacc *h = llm_calloc((size_t)nkv, sizeof *h);
     llm_status s = !fail && Qh && Kh && P && h ? LLM_OK : LLM_E_NOMEM;
     for (int64_t g = 0; g < nkv && !s; g++)
-        s = asym ? hacc_init_pair(&h[g], dim, (int32_t)len) : hacc_init(&h[g], dim, (int32_t)len);
+        s = hacc_init_x(&h[g], dim, (int32_t)len, asym);
     for (int32_t w = 0; w < q->cal.n && !s; w++) {
         const int64_t row0 = (int64_t)w * len;
         s = window_qkx(q, LW, lq, lq->W, lk, lk->W, q->X + row0 * dim, Qw[0], Kw[0], XT[0]);
@@ -834,7 +837,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     }
 
     /* [o] on the attention output computed with the quantized q, k, v */
-    LLM_TRY(asym ? hacc_init_pair(&h, qd, c->n_batch) : hacc_init(&h, qd, c->n_batch));
+    LLM_TRY(hacc_init_x(&h, qd, c->n_batch, asym));
     for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
         int32_t n = k.n;
         int64_t row0 = k.row0;
@@ -890,7 +893,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     if (asym && (!hf || !hf2))
         s = LLM_E_NOMEM;
     if (!s)
-        s = asym ? hacc_init_pair(&h, ff, c->n_batch) : hacc_init(&h, ff, c->n_batch);
+        s = hacc_init_x(&h, ff, c->n_batch, asym);
     for (int pass = 0; pass < 2 && !s; pass++) {
         for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
             int32_t n = k.n;
