@@ -36,18 +36,21 @@ llm_status llm_hf_path(char *buf, size_t size, const char *dir, const char *file
 }
 
 llm_status llm_hf_json_load(struct json_t **out, const char *dir, const char *file, size_t max,
-                            int optional)
+                            int flags)
 {
     char path[4096];
     *out = NULL;
     LLM_TRY(llm_hf_path(path, sizeof path, dir, file));
-    if (optional && access(path, F_OK) != 0)
+    if ((flags & LLM_HF_JSON_OPTIONAL) && access(path, F_OK) != 0)
         return LLM_E_NOTFOUND;
     char *text;
     size_t len;
     LLM_TRY(llm_read_file(path, max, &text, &len));
     json_error_t err;
-    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    size_t jflags = JSON_REJECT_DUPLICATES;
+    if (flags & LLM_HF_JSON_INT_AS_REAL)
+        jflags |= JSON_DECODE_INT_AS_REAL;
+    json_t *j = json_loadb(text, len, jflags, &err);
     llm_free(text);
     if (!j)
         return llm_error_set(LLM_E_FORMAT, "%s: JSON: %s (line %d, column %d)", path, err.text,
@@ -710,7 +713,8 @@ static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cf
     llm_status s = llm_hf_path(ipath, sizeof ipath, dir, "model.safetensors.index.json");
     if (s)
         return s;
-    s = llm_hf_json_load(&index, dir, "model.safetensors.index.json", MAX_INDEX_JSON, 1);
+    s = llm_hf_json_load(&index, dir, "model.safetensors.index.json", MAX_INDEX_JSON,
+                         LLM_HF_JSON_OPTIONAL);
     if (s == LLM_E_NOTFOUND) {
         char path[4096];
         s = llm_hf_path(path, sizeof path, dir, "model.safetensors");
@@ -828,7 +832,8 @@ static llm_status json_to_meta(const json_t *j, const char *path, int depth, str
 static llm_status read_generation(struct llm_file *f, const char *dir)
 {
     json_t *g;
-    llm_status s = llm_hf_json_load(&g, dir, "generation_config.json", MAX_CONFIG_JSON, 1);
+    llm_status s = llm_hf_json_load(&g, dir, "generation_config.json", MAX_CONFIG_JSON,
+                                    LLM_HF_JSON_OPTIONAL);
     if (s == LLM_E_NOTFOUND)
         return LLM_OK;
     if (s)

@@ -64,10 +64,20 @@ void llm_hf_permute_qk(void *dst, const void *src, uint64_t n_rows, uint64_t row
 
 struct json_t;
 
-/* Read and parse DIR/FILE (at most `max` bytes). With `optional`, a missing
- * file gives LLM_E_NOTFOUND without a detail. Errors name "DIR/FILE". */
+/* Flags of llm_hf_json_load. */
+enum {
+    LLM_HF_JSON_OPTIONAL = 1,    /* a missing file: LLM_E_NOTFOUND without a detail */
+    /* Numbers are reals (json_number_value), for files of which no integer
+     * is read and where transformers writes integers past int64: its
+     * tokenizer_config.json says "model_max_length": int(1e30) when the
+     * length is unset. */
+    LLM_HF_JSON_INT_AS_REAL = 2,
+};
+
+/* Read and parse DIR/FILE (at most `max` bytes), with LLM_HF_JSON_* flags.
+ * Errors name "DIR/FILE". */
 llm_status llm_hf_json_load(struct json_t **out, const char *dir, const char *file, size_t max,
-                            int optional);
+                            int flags);
 /* "DIR/FILE" into buf; LLM_E_INVALID when it does not fit. */
 llm_status llm_hf_path(char *buf, size_t size, const char *dir, const char *file);
 

@@ -213,7 +213,8 @@ llm_status llm_hfq_new(struct llm_hfq **out, const struct json_t *cfg, const cha
     json_t *loaded = NULL;
     const char *file = "config.json";
     if (!qc || json_is_null(qc)) {
-        llm_status s = llm_hf_json_load(&loaded, dir, "quantize_config.json", MAX_QCONFIG_JSON, 1);
+        llm_status s = llm_hf_json_load(&loaded, dir, "quantize_config.json", MAX_QCONFIG_JSON,
+                                      LLM_HF_JSON_OPTIONAL);
         if (s == LLM_E_NOTFOUND)
             return LLM_OK;
         LLM_TRY(s);
@@ -355,7 +356,8 @@ static int lin_zero(const struct hfq_lin *l, int64_t k, int64_t o)
         uint32_t w = llm_hfq_rd32(z, (uint64_t)(k * (l->out / 8) + o / 8));
         return (int)(w >> (4 * llm_hfq_awq_slot[o % 8])) & maxq;
     }
-    return (int)llm_hfq_get(z, (uint64_t)(k * (l->out * l->bits / 32)), 1, (uint64_t)o, l->bits);
+    const uint64_t words = (uint64_t)(l->out * l->bits + 31) / 32; /* per group */
+    return (int)llm_hfq_get(z, (uint64_t)k * words, 1, (uint64_t)o, l->bits);
 }
 
 /* Codes of output columns os[0..nt) for every input column, in the
@@ -479,12 +481,16 @@ static llm_status check_shapes(const struct llm_hfq *q, struct hfq_lin *l)
         LLM_TRY(check_shape(q, l, LLM_HFQ_QWEIGHT, in, out / 8));
         LLM_TRY(check_shape(q, l, LLM_HFQ_QZEROS, l->groups, out / 8));
     } else {
-        LLM_CHECK(in % per == 0 && out % per == 0, LLM_E_FORMAT,
+        /* At 2, 4 and 8 bits a value never straddles a word, and GPTQModel
+         * packs a dimension that is not a multiple of 32/bits (stories260K's
+         * 172) into ceil(n * bits / 32) words, the last one zero-padded. Its
+         * 3-bit pack has no such tail, so there the multiple is required. */
+        LLM_CHECK(per != 32 || (in % per == 0 && out % per == 0), LLM_E_FORMAT,
                   "%s: tensor '%s.qweight': in_features %lld and out_features %lld must be "
                   "multiples of %d for %d-bit packing",
                   lin_file(q, l, 0), l->base, (long long)in, (long long)out, per, q->bits);
-        LLM_TRY(check_shape(q, l, LLM_HFQ_QWEIGHT, in * q->bits / 32, out));
-        LLM_TRY(check_shape(q, l, LLM_HFQ_QZEROS, l->groups, out * q->bits / 32));
+        LLM_TRY(check_shape(q, l, LLM_HFQ_QWEIGHT, (in * q->bits + 31) / 32, out));
+        LLM_TRY(check_shape(q, l, LLM_HFQ_QZEROS, l->groups, (out * q->bits + 31) / 32));
         if (l->have[LLM_HFQ_GIDX])
             LLM_TRY(check_shape(q, l, LLM_HFQ_GIDX, in, 0));
     }

@@ -12,7 +12,9 @@
  *
  * Layout. Our weights are [out rows][in columns] (ggml ne = {in, out}).
  * GPTQ qweight is int32 [in*bits/32][out], packed along the input dim,
- * LSB first; qzeros int32 [groups][out*bits/32] packed along the output dim;
+ * LSB first; qzeros int32 [groups][out*bits/32] packed along the output dim
+ * (at 2, 4 and 8 bits the reader also takes GPTQModel's ceil(n*bits/32)
+ * words for a dimension that is not a multiple of 32/bits);
  * scales [groups][out]; g_idx int32 [in]. AWQ GEMM qweight is int32
  * [in][out/8] and qzeros [groups][out/8], packed along the output dim with
  * nibble i holding column 8j + {0,2,4,6,1,3,5,7}[i]; 4 bits only, no g_idx.

@@ -614,7 +614,7 @@ static llm_status spm_dir(struct llm_file *f, const char *dir, const char *path,
     struct vb b;
     LLM_TRY(vb_from_file(f, &b, vocab_size));
     json_t *extra = NULL;
-    s = llm_hf_json_load(&extra, dir, "added_tokens.json", MAX_SMALL_JSON, 1);
+    s = llm_hf_json_load(&extra, dir, "added_tokens.json", MAX_SMALL_JSON, LLM_HF_JSON_OPTIONAL);
     if (s == LLM_E_NOTFOUND)
         s = LLM_OK;
     const char *key;
@@ -737,10 +737,12 @@ llm_status llm_hf_tokenizer_dir(struct llm_file *f, const char *dir, uint32_t vo
     LLM_TRY(llm_hf_path(tc_path, sizeof tc_path, dir, "tokenizer_config.json"));
     LLM_TRY(llm_hf_path(jinja, sizeof jinja, dir, "chat_template.jinja"));
     json_t *tj = NULL, *tc = NULL;
-    llm_status s = llm_hf_json_load(&tj, dir, "tokenizer.json", MAX_TOKENIZER_JSON, 1);
+    llm_status s = llm_hf_json_load(&tj, dir, "tokenizer.json", MAX_TOKENIZER_JSON,
+                                    LLM_HF_JSON_OPTIONAL);
     if (s && s != LLM_E_NOTFOUND)
         return s;
-    s = llm_hf_json_load(&tc, dir, "tokenizer_config.json", MAX_SMALL_JSON, 1);
+    s = llm_hf_json_load(&tc, dir, "tokenizer_config.json", MAX_SMALL_JSON,
+                         LLM_HF_JSON_OPTIONAL | LLM_HF_JSON_INT_AS_REAL);
     if (s && s != LLM_E_NOTFOUND) {
         json_decref(tj);
         return s;

@@ -456,6 +456,8 @@ Test(hf, tokenizer_config_and_generation_config)
     const char *dir = write_stories_dir(src, 0, 0);
     write_text(dir, "tokenizer_config.json",
                "{\"add_bos_token\": true, \"add_eos_token\": false,\n"
+               /* transformers' int(1e30) for an unset length, past int64 */
+               " \"model_max_length\": 1000000000000000019884624838656,\n"
                " \"bos_token\": \"<s>\",\n"
                " \"eos_token\": {\"content\": \"</s>\", \"lstrip\": false, \"special\": true},\n"
                " \"unk_token\": \"<unk>\", \"pad_token\": null,\n"

@@ -120,7 +120,8 @@ static void write_text(const char *dir, const char *name, const char *text)
 
 enum { H = 64, NH = 4, HD = 16, NKV = 1, FF = 64, V = 32 };
 
-static const struct {
+/* FF by default; set_ff changes the MLP width for one test. */
+static struct {
     const char *hf, *gguf;
     int out, in;
 } lins[7] = {
@@ -129,6 +130,12 @@ static const struct {
     { "mlp.gate_proj", "ffn_gate", FF, H },         { "mlp.up_proj", "ffn_up", FF, H },
     { "mlp.down_proj", "ffn_down", H, FF },
 };
+static int ff = FF;
+
+static void set_ff(int n)
+{
+    ff = lins[4].out = lins[5].out = lins[6].in = n;
+}
 
 struct fix {
     int awq;       /* AWQ GEMM instead of GPTQ */
@@ -171,9 +178,11 @@ static float spec_w(const struct fix *x, int l, int o, int c)
 static void add_lin(struct st *s, const struct fix *x, int l)
 {
     const int in = lins[l].in, out = lins[l].out;
-    const int G = x->group < 0 ? 1 : in / x->group;
+    const int G = x->group < 0 ? 1 : (in + x->group - 1) / x->group;
+    /* GPTQ words per packed dimension: GPTQModel's ceil(n * 4 / 32) */
+    const int in8 = (in + 7) / 8, out8 = (out + 7) / 8;
     static const int order[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
-    uint32_t *qw = calloc((size_t)in * out / 8, 4), *qz = calloc((size_t)G * out / 8, 4);
+    uint32_t *qw = calloc((size_t)in8 * out, 4), *qz = calloc((size_t)G * out8, 4);
     uint16_t *sc = calloc((size_t)G * out, 2);
     int32_t *gi = calloc((size_t)in, 4);
     for (int c = 0; c < in; c++)
@@ -198,7 +207,7 @@ static void add_lin(struct st *s, const struct fix *x, int l)
                         qz[g * (out / 8) + o / 8] |= z << (4 * i);
                 }
             else
-                qz[g * (out / 8) + o / 8] |= z << (4 * (o % 8));
+                qz[g * out8 + o / 8] |= z << (4 * (o % 8));
             sc[g * out + o] = llm_fp32_to_fp16(scale_of(l, g, o));
         }
     for (int c = 0; c < in; c++)
@@ -208,9 +217,9 @@ static void add_lin(struct st *s, const struct fix *x, int l)
     if (x->awq)
         st_add(s, name, "I32", 2, in, out / 8, qw, (size_t)in * out / 2);
     else
-        st_add(s, name, "I32", 2, in / 8, out, qw, (size_t)in * out / 2);
+        st_add(s, name, "I32", 2, in8, out, qw, (size_t)in8 * out * 4);
     snprintf(name, sizeof name, "model.layers.0.%s.qzeros", lins[l].hf);
-    st_add(s, name, "I32", 2, G, out / 8, qz, (size_t)G * out / 2);
+    st_add(s, name, "I32", 2, G, out8, qz, (size_t)G * out8 * 4);
     snprintf(name, sizeof name, "model.layers.0.%s.scales", lins[l].hf);
     st_add(s, name, "F16", 2, G, out, sc, (size_t)G * out * 2);
     if (!x->awq) {
@@ -248,7 +257,7 @@ static void fixture(struct st *s, const char *dir, const struct fix *x)
              " \"num_key_value_heads\": %d, \"max_position_embeddings\": 64,\n"
              " \"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true,\n"
              " \"quantization_config\": %s}\n",
-             V, H, FF, NH, NKV,
+             V, H, ff, NH, NKV,
              x->awq ? "{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 32, "
                       "\"zero_point\": true, \"version\": \"gemm\"}"
                     : "");
@@ -428,6 +437,18 @@ Test(hf_quant, gptq_act_order_permutes_columns)
     int act = 0;
     cr_expect_eq(llm_meta_get_bool(f->meta, "quantization.act_order", &act), LLM_OK);
     cr_expect(act);
+    llm_file_free(f);
+}
+
+Test(hf_quant, gptq_padded_last_word)
+{
+    /* An MLP 44 wide, as GPTQModel packs stories260K's 172: gate/up qzeros
+     * and down's qweight end in a half-filled word, and down's last group
+     * has 12 columns. */
+    set_ff(44);
+    struct fix x = { .group = 32, .fmt = "gptq" };
+    struct llm_file *f = open_ok(make_fixture(&x));
+    check_values(f, &x, LLM_TYPE_Q4_1);
     llm_file_free(f);
 }
 
