@@ -11,7 +11,8 @@
 enum { OPT_METHOD = 256, OPT_BITS, OPT_GROUP, OPT_SYM, OPT_ASYM, OPT_DQ, OPT_FP8_SCALE, OPT_CALIB,
        OPT_SAMPLES, OPT_SEQLEN, OPT_SEED, OPT_DAMP, OPT_ACT, OPT_STATIC, OPT_BLOCK, OPT_GRID,
        OPT_NO_DUO, OPT_NO_CLIP, OPT_AWQ_TOKENS, OPT_RECIPE, OPT_REPORT, OPT_REQUANT,
-       OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS, OPT_GPTAQ };
+       OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS, OPT_GPTAQ,
+       OPT_MSE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
@@ -33,6 +34,7 @@ static const struct llm_opt opts[] = {
     { OPT_REFGRID, "reference-grid", LLM_ARG_NONE, NULL, "gptq: group scales by the reference's find_params rule, not the type's round-to-nearest rule", NULL },
     { OPT_VHESS, "v-hessian", LLM_ARG_REQUIRED, "FROM", "gptq (and fp8 with --calib): v's Hessian from the 'attention'-weighted input of each KV head (default) or from its 'input', as the reference", "attention input" },
     { OPT_GPTAQ, "gptaq", LLM_ARG_OPTIONAL, "ALPHA", "gptq (and fp8 with --calib): asymmetric calibration (GPTAQ): fit each layer to the float model's output, with the correction weighted by ALPHA (default: 0.25)", NULL },
+    { OPT_MSE, "mse", LLM_ARG_OPTIONAL, "NORM", "gptq: shrink each group's range to the least error in the NORM-th power, as the reference's mse search (default: 2.4)", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "N", "gptq (and fp8 with --calib): columns per lazy batch update (default: 128)", NULL },
     { OPT_GRID, "awq-grid", LLM_ARG_REQUIRED, "N", "awq: grid points of the scale and clip searches (default: 20)", NULL },
     { OPT_NO_DUO, "no-duo-scaling", LLM_ARG_NONE, NULL, "awq: scales from activations only (llm-awq), not AutoAWQ's activations and weights", NULL },
@@ -259,6 +261,15 @@ int main(int argc, char **argv)
                 p.gptaq_alpha = (float)d;
             have_gptq = 1;
             break;
+        case OPT_MSE:
+            p.gptq_mse = LLM_GPTQ_MSE;
+            if (arg && llm_parse_f64(arg, 0, 10, "--mse", &d))
+                return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
+            if (arg && !(d > 0))
+                return llm_cli_usage(&cli, "--mse: NORM must be above 0, got '%s'", arg);
+            if (arg)
+                p.gptq_mse = (float)d;
+            break;
         case OPT_STATIC: p.static_groups = 1; break;
         case OPT_REFGRID: p.reference_grid = 1; break;
         case OPT_BLOCK:
@@ -314,6 +325,8 @@ int main(int argc, char **argv)
     if ((p.act_order || have_vhess || have_gptq) && m != LLM_QM_GPTQ && !fp8_gptq && !recipe_path)
         return llm_cli_usage(&cli, "--act-order, --v-hessian, --damp, --gptaq and --block-size "
                              "apply to gptq, and to fp8 with --calib");
+    if (p.gptq_mse > 0.0f && m != LLM_QM_GPTQ && !recipe_path)
+        return llm_cli_usage(&cli, "--mse applies to gptq (its integer grids)");
     if (have_awq && m != LLM_QM_AWQ && !recipe_path)
         return llm_cli_usage(&cli, "--awq-grid, --awq-tokens, --no-clip and --no-duo-scaling "
                              "apply to awq");

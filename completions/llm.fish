@@ -84,6 +84,7 @@ complete -c llm-quantize -l static-groups -d 'gptq: group parameters from the or
 complete -c llm-quantize -l reference-grid -d 'gptq: group scales by the reference\'s find_params rule, not the type\'s round-to-nearest rule'
 complete -c llm-quantize -l v-hessian -x -a 'attention input' -d 'gptq (and fp8 with --calib): v\'s Hessian from the \'attention\'-weighted input of each KV head (default) or from its \'input\', as the reference'
 complete -c llm-quantize -l gptaq -d 'gptq (and fp8 with --calib): asymmetric calibration (GPTAQ): fit each layer to the float model\'s output, with the correction weighted by ALPHA (default: 0.25)'
+complete -c llm-quantize -l mse -d 'gptq: shrink each group\'s range to the least error in the NORM-th power, as the reference\'s mse search (default: 2.4)'
 complete -c llm-quantize -l block-size -x -d 'gptq (and fp8 with --calib): columns per lazy batch update (default: 128)'
 complete -c llm-quantize -l awq-grid -x -d 'awq: grid points of the scale and clip searches (default: 20)'
 complete -c llm-quantize -l no-duo-scaling -d 'awq: scales from activations only (llm-awq), not AutoAWQ\'s activations and weights'

@@ -141,16 +141,34 @@ static void fp8_group(const struct llm_qgrid *g, const float *x, int64_t n, stru
     finish(g, fmaxf(-xmin, xmax) / 448.0f, 0, p);
 }
 
-void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struct llm_qgroup *p)
+/* A rule's parameters before storage: the float32 scale (the symmetric
+ * round-to-nearest rule's may be negative) and the integer zero. Each rule
+ * takes the group's range (lo, hi) and its element of largest magnitude e,
+ * all times f: the shrink factor of llm_qgrid_group_mse, 1 otherwise. */
+struct raw {
+    float scale;
+    int zero;
+};
+
+struct span {
+    float lo, hi, e;
+};
+
+static struct span span_of(const float *x, int64_t n)
 {
-    if (g->fp8) {
-        fp8_group(g, x, n, p);
-        return;
-    }
-    float xmin, xmax;
-    range(x, n, &xmin, &xmax);
-    xmin = fminf(xmin, 0.0f);
-    xmax = fmaxf(xmax, 0.0f);
+    struct span s = { 0.0f, 0.0f, 0.0f };
+    range(x, n, &s.lo, &s.hi);
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && fabsf(x[i]) > fabsf(s.e))
+            s.e = x[i];
+    return s;
+}
+
+/* GPTQ's Quantizer.find_params; with f < 1 its mse search shrinks the range
+ * after widening it, as the reference does. */
+static struct raw raw_gptq(const struct llm_qgrid *g, const struct span *s, float f)
+{
+    float xmin = fminf(s->lo, 0.0f), xmax = fmaxf(s->hi, 0.0f);
     if (!g->zero_point) {
         /* as the reference: only a negative minimum is mirrored, so a group
          * with no negative element keeps xmin = 0 */
@@ -162,52 +180,129 @@ void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struc
         xmin = -1.0f;
         xmax = 1.0f;
     }
-    const float scale = (xmax - xmin) / (float)g->maxq;
-    int zero = 0;
+    xmin *= f;
+    xmax *= f;
+    struct raw r = { (xmax - xmin) / (float)g->maxq, 0 };
     if (g->zero_point) {
-        float z = scale > 0.0f ? rintf(-xmin / scale) : 0.0f;
-        zero = z > (float)g->maxq ? g->maxq : (int)z;
+        float z = r.scale > 0.0f ? rintf(-xmin / r.scale) : 0.0f;
+        r.zero = z > (float)g->maxq ? g->maxq : (int)z;
+    } else {
+        r.zero = 1 << (g->bits - 1);
     }
-    finish(g, scale, zero, p);
+    return r;
+}
+
+/* AWQ's pseudo_quantize_tensor (grid.h); the symmetric form's zero is the
+ * midpoint, implied. */
+static struct raw raw_awq(const struct llm_qgrid *g, const struct span *s, float f)
+{
+    const float lo = s->lo * f, hi = s->hi * f;
+    if (!g->zero_point) {
+        float amax = fmaxf(fmaxf(-lo, hi), 1e-5f);
+        return (struct raw){ amax / (float)((1 << (g->bits - 1)) - 1), 1 << (g->bits - 1) };
+    }
+    const float scale = fmaxf(hi - lo, 1e-5f) / (float)g->maxq;
+    float z = -rintf(lo / scale);
+    z = z < 0.0f ? 0.0f : (z > (float)g->maxq ? (float)g->maxq : z);
+    return (struct raw){ scale, (int)z };
+}
+
+/* The type's round-to-nearest rule (grid.h): AWQ's for zero points, ggml's
+ * q4_0 rule (the signed extreme to code 0) for symmetric grids. */
+static struct raw raw_rtn(const struct llm_qgrid *g, const struct span *s, float f)
+{
+    if (g->zero_point)
+        return raw_awq(g, s, f);
+    return (struct raw){ s->e * f / -(float)(1 << (g->bits - 1)), 1 << (g->bits - 1) };
+}
+
+static void store(const struct llm_qgrid *g, struct raw r, struct llm_qgroup *p)
+{
+    if (g->zero_point || r.scale >= 0.0f) {
+        finish(g, r.scale, r.zero, p);
+        return;
+    }
+    /* a negative symmetric scale keeps its sign; never 0 (as stored_scale) */
+    float d = stored(g, r.scale);
+    if (!(fabsf(d) > 0.0f))
+        d = g->group ? llm_fp16_to_fp32(0x0001) : FLT_TRUE_MIN;
+    p->d = d;
+    p->zero = r.zero;
+    p->m = 0.0f;
+}
+
+typedef struct raw (*rule_fn)(const struct llm_qgrid *, const struct span *, float);
+
+static rule_fn rule_of(enum llm_qrule rule)
+{
+    return rule == LLM_QRULE_GPTQ ? raw_gptq : rule == LLM_QRULE_AWQ ? raw_awq : raw_rtn;
+}
+
+void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struct llm_qgroup *p)
+{
+    llm_qgrid_group_mse(g, LLM_QRULE_GPTQ, 0.0f, x, n, p);
 }
 
 void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p)
 {
-    if (g->fp8) {
-        fp8_group(g, x, n, p);
-        return;
-    }
-    float xmin, xmax;
-    range(x, n, &xmin, &xmax);
-    if (!g->zero_point) {
-        float amax = fmaxf(fmaxf(-xmin, xmax), 1e-5f);
-        finish(g, amax / (float)((1 << (g->bits - 1)) - 1), 0, p);
-        return;
-    }
-    const float scale = fmaxf(xmax - xmin, 1e-5f) / (float)g->maxq;
-    float z = -rintf(xmin / scale);
-    z = z < 0.0f ? 0.0f : (z > (float)g->maxq ? (float)g->maxq : z);
-    finish(g, scale, (int)z, p);
+    llm_qgrid_group_mse(g, LLM_QRULE_AWQ, 0.0f, x, n, p);
 }
 
 void llm_qgrid_group_rtn(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p)
 {
-    if (g->zero_point || g->fp8) {
-        llm_qgrid_group_awq(g, x, n, p);
+    llm_qgrid_group_mse(g, LLM_QRULE_RTN, 0.0f, x, n, p);
+}
+
+/* The reference's search: grid 100, maxshrink 0.8. */
+#define SHRINK_GRID 100
+#define SHRINK_STEPS 80
+
+/* sum |Q(x) - x|^norm on the unstored grid (scale, zero), as the reference
+ * measures its candidates: scale * (clamp(round(x / scale) + zero) - zero). */
+static double raw_err(const struct llm_qgrid *g, struct raw r, const float *x, int64_t n,
+                      float norm)
+{
+    const float lim = (float)(g->maxq + 1);
+    double e = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i]))
+            continue;
+        float t = x[i] / r.scale;
+        t = t < -lim ? -lim : (t > lim ? lim : t); /* keeps the conversion defined */
+        int q = (int)nearbyintf(t) + r.zero;
+        q = q < 0 ? 0 : (q > g->maxq ? g->maxq : q);
+        const double d = fabsf(r.scale * (float)(q - r.zero) - x[i]);
+        e += norm == 2.0f ? d * d : pow(d, norm);
+    }
+    return e;
+}
+
+void llm_qgrid_group_mse(const struct llm_qgrid *g, enum llm_qrule rule, float norm,
+                         const float *x, int64_t n, struct llm_qgroup *p)
+{
+    if (g->fp8) {
+        fp8_group(g, x, n, p);
         return;
     }
-    float e = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        if (isfinite(x[i]) && fabsf(x[i]) > fabsf(e))
-            e = x[i];
-    float d = stored(g, e / -(float)(1 << (g->bits - 1)));
-    if (!(fabsf(d) > 0.0f))
-        d = g->group ? llm_fp16_to_fp32(0x0001) : FLT_TRUE_MIN;
-    p->d = d;
-    p->zero = 1 << (g->bits - 1);
-    p->m = 0.0f;
+    const rule_fn raw = rule_of(rule);
+    const struct span s = span_of(x, n);
+    struct raw best = raw(g, &s, 1.0f);
+    if (norm > 0.0f && best.scale != 0.0f) {
+        double best_err = raw_err(g, best, x, n, norm);
+        for (int i = 1; i < SHRINK_STEPS; i++) {
+            const struct raw r = raw(g, &s, (float)(1.0 - (double)i / SHRINK_GRID));
+            if (r.scale == 0.0f || !isfinite(r.scale))
+                continue;
+            const double e = raw_err(g, r, x, n, norm);
+            if (e < best_err) {
+                best_err = e;
+                best = r;
+            }
+        }
+    }
+    store(g, best, p);
 }
 
 void llm_qgrid_group_set(const struct llm_qgrid *g, float scale, int zero, struct llm_qgroup *p)

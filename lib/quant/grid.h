@@ -81,6 +81,19 @@ void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
 void llm_qgrid_group_rtn(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p);
 
+/* The three rules above, and the reference's search over them: GPTQ's
+ * Quantizer with mse (quantization.md 1.1; IST-DASLab/gptq quant.py,
+ * GPTQModel's `mse`). With norm > 0 the rule's range (for GPTQ's rule after
+ * widening it to 0) is shrunk by f = 1 - i/100, i = 0..79, and the
+ * parameters of least sum |Q(x) - x|^norm over x (n) are kept (the first on
+ * a tie), the error measured on the unstored float32 scale as the reference
+ * does; they are then stored as the rule's own. Clipping the extremes
+ * trades their error for a finer step on the rest. norm <= 0: the rule
+ * alone; fp8: its one rule, with no search. */
+enum llm_qrule { LLM_QRULE_GPTQ, LLM_QRULE_AWQ, LLM_QRULE_RTN };
+void llm_qgrid_group_mse(const struct llm_qgrid *g, enum llm_qrule rule, float norm,
+                         const float *x, int64_t n, struct llm_qgroup *p);
+
 /* Set d and z from a given scale and integer zero (checkpoint import): d and
  * m are rounded to the stored precision. zero is clamped to [0, maxq]; a
  * symmetric grid's zero is always 2^(bits-1), so there `zero` is not read. */

@@ -74,6 +74,7 @@ struct job {
     struct llm_qgroup *gp;   /* (rows, ng) */
     int64_t G, ng, bs;
     int dynamic, statics, rtn_grid;
+    float mse;               /* llm_gptq_params.mse */
     const int32_t *perm;     /* (cols) original column of each processed column */
     float *err;              /* (rows, bs) */
     const float *P;          /* (cols, cols) strictly upper, processing order: GPTAQ's
@@ -87,14 +88,12 @@ struct job {
 };
 
 /* A group's scale and zero: the reference's find_params, or the type's
- * round-to-nearest rule (llm_gptq_params.rtn_grid). */
-static void group_params(int rtn_grid, const struct llm_qgrid *g, const float *x, int64_t n,
-                         struct llm_qgroup *p)
+ * round-to-nearest rule (llm_gptq_params.rtn_grid); then, with mse > 0, the
+ * reference's search for the range of least error. */
+static void group_params(int rtn_grid, float mse, const struct llm_qgrid *g, const float *x,
+                         int64_t n, struct llm_qgroup *p)
 {
-    if (rtn_grid)
-        llm_qgrid_group_rtn(g, x, n, p);
-    else
-        llm_qgrid_group(g, x, n, p);
+    llm_qgrid_group_mse(g, rtn_grid ? LLM_QRULE_RTN : LLM_QRULE_GPTQ, mse, x, n, p);
 }
 
 static void rows_of(int i, int n, int64_t rows, int64_t *r0, int64_t *r1)
@@ -116,8 +115,8 @@ static void gptq_rows(int ti, int nt, void *ctx)
         if (J->dynamic)
             for (int64_t c = (i1 + G - 1) / G * G; c < i2; c += G)
                 for (int64_t r = r0; r < r1; r++)
-                    group_params(J->rtn_grid, J->g, J->W + r * n + c, n - c < G ? n - c : G,
-                                    &J->gp[r * J->ng + c / G]);
+                    group_params(J->rtn_grid, J->mse, J->g, J->W + r * n + c,
+                                 n - c < G ? n - c : G, &J->gp[r * J->ng + c / G]);
         for (int64_t r = r0; r < r1; r++) {
             float *w = J->W + r * n;
             float *e = J->err + r * bs;
@@ -252,15 +251,15 @@ llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *or
 }
 
 /* A group's parameters before any update: the fixed scale of a per-tensor
- * fp8 grid, or group_params by the rule rtn_grid. */
-static void start_params(const struct llm_gptq_params *p, int rtn_grid,
+ * fp8 grid, or group_params by the rule rtn_grid and the search mse. */
+static void start_params(const struct llm_gptq_params *p, int rtn_grid, float mse,
                          const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *q)
 {
     if (p->scale > 0.0f)
         llm_qgrid_group_set(g, p->scale, 0, q);
     else
-        group_params(rtn_grid, g, x, n, q);
+        group_params(rtn_grid, mse, g, x, n, q);
 }
 
 /* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
@@ -272,7 +271,7 @@ static void rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g,
             const int64_t len = cols - c0 < G ? cols - c0 : G;
             const float *w = W0 + r * cols + c0;
             struct llm_qgroup q;
-            start_params(p, 0, g, w, len, &q);
+            start_params(p, 0, 0.0f, g, w, len, &q);
             for (int64_t j = 0; j < len; j++)
                 D[r * cols + c0 + j] = w[j] - llm_qgrid_value(g, &q, llm_qgrid_code(g, &q, w[j]));
         }
@@ -316,10 +315,11 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
                              (long long)cols);
     if (!(p->damp >= 0.0f) || !isfinite(p->damp) || p->block_size < 0 || p->n_threads < 0 ||
         !(p->scale >= 0.0f) || !isfinite(p->scale) || (p->scale > 0.0f && !g.fp8) ||
-        !(p->alpha >= 0.0f) || !isfinite(p->alpha))
+        !(p->alpha >= 0.0f) || !isfinite(p->alpha) || !(p->mse >= 0.0f) || !isfinite(p->mse) ||
+        (p->mse > 0.0f && g.fp8))
         return llm_error_set(LLM_E_INVALID, "gptq: bad parameters (damp %g, block %d, threads %d, "
-                             "scale %g, alpha %g)", (double)p->damp, p->block_size, p->n_threads,
-                             (double)p->scale, (double)p->alpha);
+                             "scale %g, alpha %g, mse %g)", (double)p->damp, p->block_size,
+                             p->n_threads, (double)p->scale, (double)p->alpha, (double)p->mse);
     const int64_t n = cols;
     const int64_t G = g.group ? g.group : n;
     const int64_t ng = (n + G - 1) / G;
@@ -382,7 +382,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     }
     if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
         for (int64_t r = 0; r < rows; r++)
-            start_params(p, p->rtn_grid, &g, W + r * n, n, &gp[r]);
+            start_params(p, p->rtn_grid, p->mse, &g, W + r * n, n, &gp[r]);
     for (int64_t i = 0; i < n; i++)
         if (H[i * n + i] == 0.0f) {
             H[i * n + i] = 1.0f;
@@ -393,8 +393,8 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     if (statics)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t k = 0; k < ng; k++)
-                group_params(p->rtn_grid, &g, W + r * n + k * G, n - k * G < G ? n - k * G : G,
-                                &gp[r * ng + k]);
+                group_params(p->rtn_grid, p->mse, &g, W + r * n + k * G,
+                             n - k * G < G ? n - k * G : G, &gp[r * ng + k]);
     if (!p->act_order)
         for (int64_t i = 0; i < n; i++)
             perm[i] = (int32_t)i;
@@ -475,7 +475,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     struct job J = {
         .K = llm_qkern_get(), .g = &g, .W = W, .rows = rows, .cols = n, .U = U,
         .codes = codes, .gp = gp, .G = G,
-        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics, .rtn_grid = p->rtn_grid, .perm = perm,
+        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics, .rtn_grid = p->rtn_grid, .mse = p->mse, .perm = perm,
         .err = err, .P = P, .npre = npre, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1, .q2 = q2,
     };
     run(pool, gptq_rows, &J);

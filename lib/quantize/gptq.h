@@ -34,6 +34,10 @@ struct llm_gptq_params {
      * NULL: plain GPTQ. alpha weighs its correction (the reference's 0.25). */
     const float *dxxt;
     float alpha;
+    /* > 0: each group's range shrunk for the least sum |Q - W|^mse over its
+     * weights (llm_qgrid_group_mse), as the reference's Quantizer with mse
+     * (norm 2.4 there); integer grids only. 0: off, the default. */
+    float mse;
 };
 
 /* type, with the reference defaults: damp 0.01, block 128, no act-order, no

@@ -438,7 +438,7 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
                                       .static_groups = p->static_groups,
                                       .n_threads = n_threads(q),
                                       .rtn_grid = !p->reference_grid, .order = order,
-                                      .alpha = p->gptaq_alpha };
+                                      .alpha = p->gptaq_alpha, .mse = p->gptq_mse };
         gp.scale = llm_q_fp8_tensor_scale(t, L->W, L->rows * c);
         if (!s)
             s = t->to == LLM_TYPE_FP8_E4M3 && t->spec.per_tensor == LLM_FP8_SCALE_AUTO

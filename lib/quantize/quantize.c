@@ -396,6 +396,9 @@ static llm_status plan(struct qctx *q)
             return llm_error_set(LLM_E_INVALID, "%s: the tied 'token_embd.weight' cannot take "
                                  "act-order without --static-groups (its columns must stay in "
                                  "order for the lookup)", path);
+        if (t->spec.method == LLM_QM_GPTQ && p->gptq_mse > 0.0f && t->to == LLM_TYPE_FP8_E4M3)
+            return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': --mse searches the range of an "
+                                 "integer grid; fp8 has none", path, it->name);
         if (t->spec.method == LLM_QM_GPTQ) {
             has_gptq = 1;
             if (emb)
@@ -413,9 +416,11 @@ static llm_status plan(struct qctx *q)
         return llm_error_set(LLM_E_INVALID, "%s needs calibration text: --calib FILE",
                              has_gptq ? "gptq" : "awq");
     /* GPTQ's own options, given to a run (a recipe) that has no GPTQ */
-    if (q->flow != FLOW_GPTQ && (p->gptaq_alpha > 0.0f || p->act_order))
+    if (q->flow != FLOW_GPTQ && (p->gptaq_alpha > 0.0f || p->act_order || p->gptq_mse > 0.0f))
         return llm_error_set(LLM_E_INVALID, "%s: no tensor uses gptq (or fp8 with calibration)",
-                             p->gptaq_alpha > 0.0f ? "--gptaq" : "--act-order");
+                             p->gptaq_alpha > 0.0f ? "--gptaq"
+                             : p->act_order        ? "--act-order"
+                                                   : "--mse");
     /* Progress counts weight elements; with calibration only those the
      * stages process, which take nearly all the time. */
     for (size_t i = 0; i < q->n_t; i++) {
@@ -499,6 +504,7 @@ static llm_status set_meta(struct qctx *q, struct llm_meta *meta)
         LLM_TRY(llm_meta_set_bool(meta, "quantization.gptq.gptaq", p->gptaq_alpha > 0.0f));
         if (p->gptaq_alpha > 0.0f)
             LLM_TRY(llm_meta_set_f64(meta, "quantization.gptq.gptaq_alpha", p->gptaq_alpha));
+        LLM_TRY(llm_meta_set_f64(meta, "quantization.gptq.mse", p->gptq_mse));
         LLM_TRY(llm_meta_set_str(meta, "quantization.gptq.v_hessian",
                                  p->input_v_hessian ? "input" : "attention"));
     }

@@ -129,6 +129,9 @@ void llm_qreport_free(struct llm_qreport *r);
 /* GPTAQ's weight when none is given: the reference's (on SmolLM2 1 did
  * about as well: 26.94 against 26.87, README). */
 #define LLM_GPTAQ_ALPHA 0.25f
+/* The norm of the range search when none is given: the reference's
+ * (IST-DASLab/gptq's Quantizer, norm=2.4; GPTQModel's mse=2.4). */
+#define LLM_GPTQ_MSE 2.4f
 
 struct llm_quantize_params {
     struct llm_qspec def;              /* complete (llm_qspec_default + options) */
@@ -146,6 +149,9 @@ struct llm_quantize_params {
     float gptaq_alpha;                 /* > 0: GPTAQ's asymmetric calibration with this
                                           weight (llm_gptq_params.alpha; the usual value is
                                           LLM_GPTAQ_ALPHA); 0 (default): plain GPTQ */
+    float gptq_mse;                    /* > 0: each group's range searched for the least
+                                          error in this norm (llm_gptq_params.mse; the
+                                          reference's is LLM_GPTQ_MSE); 0 (default): off */
     int input_v_hessian;               /* v's Hessian from its input, as the reference, instead
                                           of the attention-weighted input per KV head */
     /* awq */

@@ -430,3 +430,98 @@ Test(grid, rtn_rule)
     llm_qgrid_group_awq(&g, x, 64, &b);
     cr_assert(a.d == b.d && a.m == b.m && a.zero == b.zero);
 }
+
+/* sum |Q(x) - x|^2 on the stored grid: what the file gives back */
+static double stored_err(const struct llm_qgrid *g, const struct llm_qgroup *p, const float *x,
+                         int n)
+{
+    double e = 0.0;
+    for (int i = 0; i < n; i++) {
+        double d = llm_qgrid_value(g, p, llm_qgrid_code(g, p, x[i])) - x[i];
+        e += d * d;
+    }
+    return e;
+}
+
+/* The reference's mse search (grid.h): norm 0 is the rule itself; on
+ * bell-shaped groups it shrinks the range and the error falls; AWQ's rule
+ * is searched as written in grid.h (a brute force here); fp8 has no
+ * search. */
+Test(grid, mse_search)
+{
+    static const enum llm_type types[] = { LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G64, LLM_TYPE_Q3Z_G64,
+                                           LLM_TYPE_Q4Z_CH };
+    static const enum llm_qrule rules[] = { LLM_QRULE_GPTQ, LLM_QRULE_AWQ, LLM_QRULE_RTN };
+    void (*const plain[])(const struct llm_qgrid *, const float *, int64_t,
+                          struct llm_qgroup *) = { llm_qgrid_group, llm_qgrid_group_awq,
+                                                   llm_qgrid_group_rtn };
+    float x[64];
+    rng_state = 11;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        struct llm_qgrid g;
+        cr_assert_eq(llm_qgrid_of(types[t], &g), LLM_OK);
+        for (int r = 0; r < 3; r++) {
+            double e_plain = 0.0, e_mse = 0.0;
+            int shrunk = 0;
+            for (int trial = 0; trial < 100; trial++) {
+                for (int i = 0; i < 64; i++) /* bell-shaped, as weights are */
+                    x[i] = 0.05f * (rng_sym() + rng_sym() + rng_sym());
+                struct llm_qgroup a, b, c;
+                plain[r](&g, x, 64, &a);
+                llm_qgrid_group_mse(&g, rules[r], 0.0f, x, 64, &b);
+                cr_assert(bits_of(a.d) == bits_of(b.d) && bits_of(a.m) == bits_of(b.m) &&
+                              a.zero == b.zero,
+                          "type %zu rule %d: norm 0 is not the rule", t, r);
+                llm_qgrid_group_mse(&g, rules[r], 2.0f, x, 64, &c);
+                double ea = stored_err(&g, &a, x, 64), ec = stored_err(&g, &c, x, 64);
+                /* never worse, but for the rounding of the stored scale */
+                cr_assert_leq(ec, ea * 1.01, "type %zu rule %d trial %d", t, r, trial);
+                shrunk += fabsf(c.d) < fabsf(a.d);
+                e_plain += ea;
+                e_mse += ec;
+            }
+            cr_expect_gt(shrunk, 50, "type %zu rule %d: %d of 100 shrunk", t, r, shrunk);
+            cr_expect_lt(e_mse, 0.95 * e_plain, "type %zu rule %d: %g against %g", t, r, e_mse,
+                         e_plain);
+        }
+    }
+
+    /* AWQ's rule, zero points, norm 2.4, brute force on random groups */
+    struct llm_qgrid g;
+    cr_assert_eq(llm_qgrid_of(LLM_TYPE_Q4Z_G64, &g), LLM_OK);
+    for (int trial = 0; trial < 200; trial++) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int i = 0; i < 64; i++) {
+            x[i] = rng_sym() * (trial % 2 ? 1.0f : 0.01f) + (trial % 3 ? 0.0f : 0.3f);
+            lo = fminf(lo, x[i]);
+            hi = fmaxf(hi, x[i]);
+        }
+        double best = INFINITY;
+        float bs = 0.0f;
+        int bz = 0;
+        for (int i = 0; i < 80; i++) {
+            float f = (float)(1.0 - i / 100.0);
+            float s = fmaxf(hi * f - lo * f, 1e-5f) / 15.0f;
+            float z = fminf(fmaxf(-rintf(lo * f / s), 0.0f), 15.0f);
+            double e = 0.0;
+            for (int k = 0; k < 64; k++) {
+                float q = fminf(fmaxf(rintf(x[k] / s) + z, 0.0f), 15.0f);
+                e += pow(fabsf(s * (q - z) - x[k]), 2.4);
+            }
+            if (e < best)
+                best = e, bs = s, bz = (int)z;
+        }
+        struct llm_qgroup want, got;
+        llm_qgrid_group_set(&g, bs, bz, &want);
+        llm_qgrid_group_mse(&g, LLM_QRULE_AWQ, 2.4f, x, 64, &got);
+        cr_assert(bits_of(want.d) == bits_of(got.d) && want.zero == got.zero,
+                  "trial %d: d %g z %d, want %g z %d", trial, (double)got.d, got.zero,
+                  (double)want.d, want.zero);
+    }
+
+    cr_assert_eq(llm_qgrid_of(LLM_TYPE_FP8_E4M3, &g), LLM_OK);
+    struct llm_qgroup a, b;
+    llm_qgrid_group(&g, x, 64, &a);
+    llm_qgrid_group_mse(&g, LLM_QRULE_GPTQ, 2.4f, x, 64, &b);
+    cr_assert(bits_of(a.d) == bits_of(b.d));
+}

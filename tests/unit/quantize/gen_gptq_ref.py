@@ -6,8 +6,8 @@ Run by hand, not by `make test`:
     python3 tests/unit/quantize/gen_gptq_ref.py tests/unit/quantize
 
 It writes gptq_ref_a.txt, gptq_ref_b.txt, gptq_ref_c.txt (4 bits),
-gptq_ref_d.txt (3 bits, maxq 7), and gptq_ref_e.txt, gptq_ref_f.txt (GPTAQ,
-4 bits). They were produced with Python 3.11 and numpy 2.4 from this script
+gptq_ref_d.txt (3 bits, maxq 7), gptq_ref_e.txt, gptq_ref_f.txt (GPTAQ,
+4 bits), and gptq_ref_g.txt (the Quantizer's mse search, norm 2.4). They were produced with Python 3.11 and numpy 2.4 from this script
 as committed.
 
 The algorithm is written from the description in
@@ -39,6 +39,14 @@ quantized values (W1 then holds them), which makes its result depend on the
 batch size; here, as in gptq.c, the pre-rounding values are used, so any
 batch size gives the unbatched algorithm. Xf = X + E with E drawn after the
 noise (% 5 - 2), so D is exact in float32 as well.
+
+The mse search (case g) is the Quantizer's with mse=True (quantization.md
+1.1; GPTQModel's `mse` float): after find_params' widening, for i in 0..79
+the range xmin, xmax times p = 1 - i/100 (as float32, numpy's and torch's
+weak scalar), scale1 = (xmax1 - xmin1) / maxq, zero1 = round(-xmin1 /
+scale1), error sum |scale1 * (clamp(round(x / scale1) + zero1) - zero1) -
+x|^norm on the unstored float32 scale; the first least error wins, and its
+scale is then stored as above.
 
 Inputs are integers so that C and Python build the same W and H exactly: a
 64-bit LCG (state = state * 6364136223846793005 + 1442695040888963407 mod 2^64,
@@ -84,6 +92,9 @@ def f16(x):
     return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
+MSE = 0.0  # case g sets 2.4
+
+
 def find_params(x):
     """Quantizer.find_params (asym, per row) on x (rows, n), stored as fp16."""
     xmin = np.minimum(x.min(axis=1), np.float32(0))
@@ -93,6 +104,20 @@ def find_params(x):
     xmax[both] = 1
     scale = ((xmax - xmin) / np.float32(MAXQ)).astype(np.float32)
     zero = np.round(-xmin / scale).astype(np.float32)
+    if MSE > 0:
+        best = np.full(x.shape[0], np.inf)
+        for i in range(80):
+            p = np.float32(1 - i / 100)
+            xmin1, xmax1 = p * xmin, p * xmax
+            scale1 = ((xmax1 - xmin1) / np.float32(MAXQ)).astype(np.float32)
+            zero1 = np.round(-xmin1 / scale1).astype(np.float32)
+            q = np.clip(np.round(x / scale1[:, None]) + zero1[:, None], 0, MAXQ)
+            e = np.abs((scale1[:, None] * (q - zero1[:, None])).astype(np.float32) - x)
+            err = np.sum(e.astype(np.float64) ** MSE, axis=1)
+            better = err < best
+            best[better] = err[better]
+            scale[better] = scale1[better]
+            zero[better] = zero1[better]
     d = f16(scale)
     m = f16(-d * zero)
     return d, m, zero
@@ -173,9 +198,11 @@ def gptq(W, H, blocksize, actorder, static_groups, percdamp=0.01, D=None, alpha=
     return perm, codes, groups_out
 
 
-def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15, D=None, alpha=0.0):
-    global MAXQ
+def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15, D=None, alpha=0.0,
+          mse=0.0):
+    global MAXQ, MSE
     MAXQ = maxq
+    MSE = mse
     perm, codes, groups = gptq(W, H, blocksize, actorder, static_groups, D=D, alpha=alpha)
     kind = "q4_1 (asym 4-bit" if maxq == 15 else "q3z_g32 (asym 3-bit"
 
@@ -190,6 +217,8 @@ def write(path, name, W, H, blocksize, actorder, static_groups, maxq=15, D=None,
         f.write("params %d %d %d\n" % (blocksize, int(actorder), int(static_groups)))
         if D is not None:
             f.write("gptaq %.9g\n" % alpha)
+        if mse > 0:
+            f.write("mse %.9g\n" % mse)
         f.write("perm " + " ".join(str(int(p)) for p in perm) + "\n")
         for r in range(ROWS):
             f.write("codes " + " ".join(str(int(c)) for c in codes[r]) + "\n")
@@ -206,6 +235,7 @@ def main():
     write(out + "/gptq_ref_d.txt", "d", W, H, 128, True, False, maxq=7)
     write(out + "/gptq_ref_e.txt", "e", W, H, 128, True, False, D=D, alpha=1.0)
     write(out + "/gptq_ref_f.txt", "f", W, H, 32, False, False, D=D, alpha=0.25)
+    write(out + "/gptq_ref_g.txt", "g", W, H, 128, True, False, mse=2.4)
 
 
 if __name__ == "__main__":

@@ -748,11 +748,13 @@ static void check_reference(const char *name, enum llm_type type)
     cr_assert(read_word(f, "params") && fscanf(f, "%d %d %d", &bs, &ao, &sg) == 3);
     char word[16];
     float alpha = 0.0f; /* GPTAQ's weight, when the case has a "gptaq" line */
+    float mse = 0.0f;   /* the range search's norm, when it has an "mse" line */
     cr_assert(fscanf(f, "%15s", word) == 1);
     if (!strcmp(word, "gptaq"))
-        cr_assert(fscanf(f, "%f", &alpha) == 1 && read_word(f, "perm"));
-    else
-        cr_assert_str_eq(word, "perm");
+        cr_assert(fscanf(f, "%f", &alpha) == 1 && fscanf(f, "%15s", word) == 1);
+    if (!strcmp(word, "mse"))
+        cr_assert(fscanf(f, "%f", &mse) == 1 && fscanf(f, "%15s", word) == 1);
+    cr_assert_str_eq(word, "perm");
 
     struct problem pr;
     float D[96 * 96];
@@ -762,6 +764,7 @@ static void check_reference(const char *name, enum llm_type type)
     llm_gptq_params_init(&p, type);
     p.block_size = bs, p.act_order = ao, p.static_groups = sg;
     p.dxxt = alpha > 0.0f ? D : NULL, p.alpha = alpha;
+    p.mse = mse;
     struct result res;
     cr_assert_eq(run_gptq(&pr, &p, &res), LLM_OK);
     check_dequant(&pr, p.type, &res);
@@ -840,4 +843,11 @@ Test(gptq, matches_numpy_reference_gptaq_act_order)
 Test(gptq, matches_numpy_reference_gptaq_block_32)
 {
     check_reference("f", LLM_TYPE_Q4_1);
+}
+
+/* the Quantizer's mse search (norm 2.4) with act-order: every group's range
+ * is searched on the error-updated weights */
+Test(gptq, matches_numpy_reference_mse_act_order)
+{
+    check_reference("g", LLM_TYPE_Q4_1);
 }
