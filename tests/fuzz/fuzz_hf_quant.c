@@ -40,14 +40,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     uint8_t sel = data[0];
-    /* bit 64: 3 bits, whose packing needs dimensions of multiples of 32 */
+    /* bit 64: 3 bits, whose packing needs dimensions of multiples of 32;
+     * otherwise bits 16 and 32 give 44 inputs and 12 outputs, the shapes
+     * GPTQModel packs into a zero-padded last word */
     const int b3 = sel & 64;
     json_t *cfg = json_pack("{s:{s:s, s:i, s:i, s:s}}", "quantization_config", "quant_method",
                             sel & 1 ? "awq" : "gptq", "bits", b3 ? 3 : sel & 2 ? 8 : 4,
                             "group_size", sel & 4 ? -1 : 32, "checkpoint_format",
                             sel & 8 ? "gptq_v2" : "gptq");
-    struct ctx c = { .in = sel & 16 ? 32 : 64,
-                     .out = b3 ? (sel & 32 ? 32 : 64) : (sel & 32 ? 8 : 16),
+    struct ctx c = { .in = sel & 16 ? (b3 ? 32 : 44) : 64,
+                     .out = b3 ? (sel & 32 ? 32 : 64) : (sel & 32 ? 12 : 16),
                      .heads = sel >> 7 };
     struct llm_file *f = NULL;
     if (!cfg || llm_hfq_new(&c.q, cfg, "/nonexistent") != LLM_OK || !c.q ||
