@@ -169,6 +169,20 @@ static int parse_int(const char *arg, int64_t lo, int64_t hi, const char *what, 
     return 0;
 }
 
+/* An option with an optional value above 0, at most hi: --NAME gives def,
+ * --NAME=V gives V. */
+static int parse_positive(const char *arg, double hi, const char *name, const char *what,
+                          float def, float *v)
+{
+    double d = def;
+    if (arg && llm_parse_f64(arg, 0, hi, name, &d))
+        return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
+    if (!(d > 0))
+        return llm_cli_usage(&cli, "%s: %s must be above 0, got '%s'", name, what, arg);
+    *v = (float)d;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct llm_quantize_params p;
@@ -252,23 +266,13 @@ int main(int argc, char **argv)
             break;
         case OPT_ACT: p.act_order = 1; break;
         case OPT_GPTAQ:
-            p.gptaq_alpha = LLM_GPTAQ_ALPHA;
-            if (arg && llm_parse_f64(arg, 0, 4, "--gptaq", &d))
-                return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
-            if (arg && !(d > 0))
-                return llm_cli_usage(&cli, "--gptaq: ALPHA must be above 0, got '%s'", arg);
-            if (arg)
-                p.gptaq_alpha = (float)d;
+            if (parse_positive(arg, 4, "--gptaq", "ALPHA", LLM_GPTAQ_ALPHA, &p.gptaq_alpha))
+                return 2;
             have_gptq = 1;
             break;
         case OPT_MSE:
-            p.gptq_mse = LLM_GPTQ_MSE;
-            if (arg && llm_parse_f64(arg, 0, 10, "--mse", &d))
-                return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
-            if (arg && !(d > 0))
-                return llm_cli_usage(&cli, "--mse: NORM must be above 0, got '%s'", arg);
-            if (arg)
-                p.gptq_mse = (float)d;
+            if (parse_positive(arg, 10, "--mse", "NORM", LLM_GPTQ_MSE, &p.gptq_mse))
+                return 2;
             break;
         case OPT_STATIC: p.static_groups = 1; break;
         case OPT_REFGRID: p.reference_grid = 1; break;
