@@ -154,13 +154,19 @@ struct span {
     float lo, hi, e;
 };
 
+/* range()'s lo and hi, and the first finite element of largest magnitude
+ * (0 when none), in one pass. */
 static struct span span_of(const float *x, int64_t n)
 {
-    struct span s = { 0.0f, 0.0f, 0.0f };
-    range(x, n, &s.lo, &s.hi);
+    struct span s = { INFINITY, -INFINITY, 0.0f };
     for (int64_t i = 0; i < n; i++)
-        if (isfinite(x[i]) && fabsf(x[i]) > fabsf(s.e))
-            s.e = x[i];
+        if (isfinite(x[i])) {
+            s.lo = x[i] < s.lo ? x[i] : s.lo;
+            s.hi = x[i] > s.hi ? x[i] : s.hi;
+            s.e = fabsf(x[i]) > fabsf(s.e) ? x[i] : s.e;
+        }
+    if (s.lo > s.hi)
+        s.lo = s.hi = 0.0f;
     return s;
 }
 

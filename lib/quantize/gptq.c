@@ -73,7 +73,8 @@ struct job {
     uint8_t *codes;          /* (rows, cols) processing order */
     struct llm_qgroup *gp;   /* (rows, ng) */
     int64_t G, ng, bs;
-    int dynamic, statics, rtn_grid;
+    int dynamic, statics;
+    enum llm_qrule rule;     /* the group rule (rule_of) */
     float mse;               /* llm_gptq_params.mse */
     const int32_t *perm;     /* (cols) original column of each processed column */
     float *err;              /* (rows, bs) */
@@ -88,12 +89,11 @@ struct job {
 };
 
 /* A group's scale and zero: the reference's find_params, or the type's
- * round-to-nearest rule (llm_gptq_params.rtn_grid); then, with mse > 0, the
- * reference's search for the range of least error. */
-static void group_params(int rtn_grid, float mse, const struct llm_qgrid *g, const float *x,
-                         int64_t n, struct llm_qgroup *p)
+ * round-to-nearest rule (llm_gptq_params.rtn_grid); llm_qgrid_group_mse
+ * then searches the range when mse > 0. */
+static enum llm_qrule rule_of(const struct llm_gptq_params *p)
 {
-    llm_qgrid_group_mse(g, rtn_grid ? LLM_QRULE_RTN : LLM_QRULE_GPTQ, mse, x, n, p);
+    return p->rtn_grid ? LLM_QRULE_RTN : LLM_QRULE_GPTQ;
 }
 
 static void rows_of(int i, int n, int64_t rows, int64_t *r0, int64_t *r1)
@@ -115,8 +115,8 @@ static void gptq_rows(int ti, int nt, void *ctx)
         if (J->dynamic)
             for (int64_t c = (i1 + G - 1) / G * G; c < i2; c += G)
                 for (int64_t r = r0; r < r1; r++)
-                    group_params(J->rtn_grid, J->mse, J->g, J->W + r * n + c,
-                                 n - c < G ? n - c : G, &J->gp[r * J->ng + c / G]);
+                    llm_qgrid_group_mse(J->g, J->rule, J->mse, J->W + r * n + c,
+                                        n - c < G ? n - c : G, &J->gp[r * J->ng + c / G]);
         for (int64_t r = r0; r < r1; r++) {
             float *w = J->W + r * n;
             float *e = J->err + r * bs;
@@ -251,15 +251,15 @@ llm_status llm_gptq_order(const float *d, int64_t stride, int64_t n, int32_t *or
 }
 
 /* A group's parameters before any update: the fixed scale of a per-tensor
- * fp8 grid, or group_params by the rule rtn_grid and the search mse. */
-static void start_params(const struct llm_gptq_params *p, int rtn_grid, float mse,
+ * fp8 grid, or the rule and the search mse. */
+static void start_params(const struct llm_gptq_params *p, enum llm_qrule rule, float mse,
                          const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *q)
 {
     if (p->scale > 0.0f)
         llm_qgrid_group_set(g, p->scale, 0, q);
     else
-        group_params(rtn_grid, mse, g, x, n, q);
+        llm_qgrid_group_mse(g, rule, mse, x, n, q);
 }
 
 /* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
@@ -271,7 +271,7 @@ static void rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g,
             const int64_t len = cols - c0 < G ? cols - c0 : G;
             const float *w = W0 + r * cols + c0;
             struct llm_qgroup q;
-            start_params(p, 0, 0.0f, g, w, len, &q);
+            start_params(p, LLM_QRULE_GPTQ, 0.0f, g, w, len, &q);
             for (int64_t j = 0; j < len; j++)
                 D[r * cols + c0 + j] = w[j] - llm_qgrid_value(g, &q, llm_qgrid_code(g, &q, w[j]));
         }
@@ -382,7 +382,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     }
     if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
         for (int64_t r = 0; r < rows; r++)
-            start_params(p, p->rtn_grid, p->mse, &g, W + r * n, n, &gp[r]);
+            start_params(p, rule_of(p), p->mse, &g, W + r * n, n, &gp[r]);
     for (int64_t i = 0; i < n; i++)
         if (H[i * n + i] == 0.0f) {
             H[i * n + i] = 1.0f;
@@ -393,8 +393,8 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     if (statics)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t k = 0; k < ng; k++)
-                group_params(p->rtn_grid, p->mse, &g, W + r * n + k * G,
-                             n - k * G < G ? n - k * G : G, &gp[r * ng + k]);
+                llm_qgrid_group_mse(&g, rule_of(p), p->mse, W + r * n + k * G,
+                                    n - k * G < G ? n - k * G : G, &gp[r * ng + k]);
     if (!p->act_order)
         for (int64_t i = 0; i < n; i++)
             perm[i] = (int32_t)i;
@@ -475,7 +475,8 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     struct job J = {
         .K = llm_qkern_get(), .g = &g, .W = W, .rows = rows, .cols = n, .U = U,
         .codes = codes, .gp = gp, .G = G,
-        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics, .rtn_grid = p->rtn_grid, .mse = p->mse, .perm = perm,
+        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics,
+        .rule = rule_of(p), .mse = p->mse, .perm = perm,
         .err = err, .P = P, .npre = npre, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1, .q2 = q2,
     };
     run(pool, gptq_rows, &J);

@@ -153,11 +153,12 @@ static llm_status hacc_mean(const struct hacc *h, float **H, float *x_mean)
     return LLM_OK;
 }
 
-/* D (cols, cols) = mean (x_f - x) x^T, on H's scale; NULL without the
- * cross term. */
-static llm_status hacc_cross(const struct hacc *h, float **D)
+/* GPTQ's inputs: H (cols, cols) = mean x x^T and D (cols, cols) = mean
+ * (x_f - x) x^T on H's scale, NULL without the cross term. */
+static llm_status hacc_gptq(const struct hacc *h, float **H, float **D)
 {
     *D = NULL;
+    LLM_TRY(hacc_mean(h, H, NULL));
     return h->dsum ? hacc_div(h, h->dsum, D) : LLM_OK;
 }
 
@@ -413,7 +414,7 @@ static llm_status fp8_auto_scope(struct lin *L, const float *const *H, const flo
 /* Quantize one linear with GPTQ, its rows in nh equal blocks each on its
  * own Hessian H[b], or plainly for other methods; L->W becomes the file's
  * values (original column order). D (cols, cols): GPTAQ's cross term for
- * nh == 1 (hacc_cross), or NULL. */
+ * nh == 1 (hacc_gptq), or NULL. */
 static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *const *H, int nh,
                                    const float *const *D)
 {
@@ -615,9 +616,7 @@ static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, 
             s = hacc_add_pair(q, &h, c->xb, q->Xf ? c->xb2 : NULL, k.n);
     }
     if (!s)
-        s = hacc_mean(&h, H, NULL);
-    if (!s)
-        s = hacc_cross(&h, D);
+        s = hacc_gptq(&h, H, D);
     hacc_free(&h);
     return s;
 }
@@ -738,11 +737,8 @@ static llm_status v_hessians(struct qctx *q, const struct llm_layer_w *LW, const
                 s = hacc_add_pair(q, &h[hq / (nh / nkv)], Y[0], Y[1], (int32_t)len);
         }
     }
-    for (int64_t g = 0; g < nkv && !s; g++) {
-        s = hacc_mean(&h[g], &H[g], NULL);
-        if (!s)
-            s = hacc_cross(&h[g], &D[g]);
-    }
+    for (int64_t g = 0; g < nkv && !s; g++)
+        s = hacc_gptq(&h[g], &H[g], &D[g]);
     for (int64_t g = 0; h && g < nkv; g++)
         hacc_free(&h[g]);
     llm_free(h);
@@ -849,9 +845,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
             s = hacc_add_pair(q, &h, q->A + row0 * qd, asym ? q->Af + row0 * qd : NULL, n);
     }
     if (!s)
-        s = hacc_mean(&h, &H, NULL);
-    if (!s)
-        s = hacc_cross(&h, &D);
+        s = hacc_gptq(&h, &H, &D);
     hacc_free(&h);
     if (!s)
         s = quant_lin(q, &L[LO], H, D);
@@ -914,9 +908,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
                 s = b->ops->add(b, q->X + row0 * dim, c->xb2, n * dim);
         }
         if (!s && pass == 0) {
-            s = hacc_mean(&h, &H, NULL);
-            if (!s)
-                s = hacc_cross(&h, &D);
+            s = hacc_gptq(&h, &H, &D);
             if (!s)
                 s = quant_lin(q, &L[LD], H, D);
             llm_free(H);
