@@ -20,6 +20,7 @@ const char *llm_strerror(llm_status s)
     case LLM_E_CHECKSUM: return "checksum mismatch";
     case LLM_E_CUDA: return "CUDA error";
     case LLM_E_INTERRUPTED: return "interrupted";
+    case LLM_E_KV_FULL: return "KV cache full";
     }
     return "unknown error";
 }

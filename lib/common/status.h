@@ -24,6 +24,7 @@ enum {
     LLM_E_CHECKSUM = -7,    /* stored data does not match its checksum */
     LLM_E_CUDA = -8,        /* a CUDA runtime call failed, or no device */
     LLM_E_INTERRUPTED = -9, /* stopped by a signal */
+    LLM_E_KV_FULL = -10,    /* the KV cache has no free block: free or preempt a sequence */
 };
 
 const char *llm_strerror(llm_status s);

@@ -1,4 +1,5 @@
-/* kv.c: block tables and free list of the paged KV cache. */
+/* kv.c: the block pool of the paged KV cache: tables, reference counts,
+ * the free list, fork, truncate and copy-on-write. */
 #include "kv.h"
 
 #include <string.h>
@@ -34,16 +35,23 @@ static int params_ok(const struct llm_kv_params *p)
            (p->type == LLM_TYPE_F32 || p->type == LLM_TYPE_F16) && total_blocks(p) > 0;
 }
 
-uint64_t llm_kv_storage_bytes(const struct llm_kv_params *p)
+uint64_t llm_kv_block_bytes(const struct llm_kv_params *p)
 {
     uint64_t n;
     if (!params_ok(p))
         return 0;
     uint64_t elt = p->type == LLM_TYPE_F16 ? 2 : 4;
-    if (!llm_mul_ok((uint64_t)p->n_layers, (uint64_t)total_blocks(p), &n) ||
-        !llm_mul_ok(n, (uint64_t)p->block_size, &n) ||
+    if (!llm_mul_ok((uint64_t)p->n_layers, (uint64_t)p->block_size, &n) ||
         !llm_mul_ok(n, (uint64_t)p->n_kv_heads * (uint64_t)p->head_dim, &n) ||
         !llm_mul_ok(n, elt * 2, &n))
+        return 0;
+    return n;
+}
+
+uint64_t llm_kv_storage_bytes(const struct llm_kv_params *p)
+{
+    uint64_t n, b = llm_kv_block_bytes(p);
+    if (!b || !llm_mul_ok(b, (uint64_t)total_blocks(p), &n))
         return 0;
     return n;
 }
@@ -53,9 +61,9 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
     *out = NULL;
     if (!params_ok(p))
         return llm_error_set(LLM_E_INVALID, "KV cache: bad parameters (layers %d, kv heads %d, "
-                             "head dim %d, block %d, seqs %d, tokens %d, type %s)",
+                             "head dim %d, block %d, seqs %d, tokens %d, blocks %d, type %s)",
                              p->n_layers, p->n_kv_heads, p->head_dim, p->block_size, p->n_seq,
-                             p->max_tokens, llm_type_name(p->type));
+                             p->max_tokens, p->n_blocks, llm_type_name(p->type));
     struct llm_kv *kv = llm_calloc(1, sizeof *kv);
     if (!kv)
         return LLM_E_NOMEM;
@@ -65,11 +73,12 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
     kv->elt = p->type == LLM_TYPE_F16 ? 2 : 4;
     kv->row_bytes = (size_t)kv->kv_dim * kv->elt;
     kv->max_blocks = blocks_per_seq(p);
+    kv->ref = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
     kv->free_ids = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
     kv->tables = llm_calloc((size_t)p->n_seq * (size_t)kv->max_blocks, sizeof(int32_t));
     kv->n_seq_blocks = llm_calloc((size_t)p->n_seq, sizeof(int32_t));
     kv->seq_len = llm_calloc((size_t)p->n_seq, sizeof(int32_t));
-    if (!kv->free_ids || !kv->tables || !kv->n_seq_blocks || !kv->seq_len) {
+    if (!kv->ref || !kv->free_ids || !kv->tables || !kv->n_seq_blocks || !kv->seq_len) {
         llm_kv_free(kv);
         return LLM_E_NOMEM;
     }
@@ -120,59 +129,204 @@ void llm_kv_free(struct llm_kv *kv)
         llm_free(kv->k);
         llm_free(kv->v);
     }
+    llm_free(kv->ref);
     llm_free(kv->free_ids);
     llm_free(kv->tables);
     llm_free(kv->n_seq_blocks);
     llm_free(kv->seq_len);
+    llm_free(kv->copies);
     llm_free(kv);
 }
 
-llm_status llm_kv_reserve(struct llm_kv *kv, int32_t seq, int32_t n_tokens)
+static int32_t *table_of(const struct llm_kv *kv, int32_t seq)
 {
-    if (seq < 0 || seq >= kv->p.n_seq)
+    return kv->tables + (int64_t)seq * kv->max_blocks;
+}
+
+static int32_t take_block(struct llm_kv *kv)
+{
+    int32_t id = kv->free_ids[--kv->n_free];
+    kv->ref[id] = 1;
+    int32_t used = kv->p.n_blocks - kv->n_free;
+    if (used > kv->peak_used)
+        kv->peak_used = used;
+    return id;
+}
+
+static void drop_block(struct llm_kv *kv, int32_t id)
+{
+    if (--kv->ref[id] == 0)
+        kv->free_ids[kv->n_free++] = id;
+}
+
+static int seq_ok(const struct llm_kv *kv, int32_t seq)
+{
+    return seq >= 0 && seq < kv->p.n_seq;
+}
+
+/* Blocks a prepare of [pos, pos + n) takes once seq is cut to pos (the cut
+ * drops the blocks from ceil(pos / bs) on), and in *freed those the cut
+ * returns to the free list. */
+static int32_t need_after_cut(const struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n,
+                              int32_t *freed)
+{
+    const int32_t bs = kv->p.block_size, *table = table_of(kv, seq);
+    const int32_t keep = (pos + bs - 1) / bs;
+    int32_t need = 0;
+    *freed = 0;
+    for (int32_t i = keep; i < kv->n_seq_blocks[seq]; i++)
+        *freed += kv->ref[table[i]] == 1;
+    if (n == 0)
+        return 0;
+    for (int32_t i = pos / bs; i <= (pos + n - 1) / bs; i++)
+        need += i >= keep || kv->ref[table[i]] > 1;
+    return need;
+}
+
+int32_t llm_kv_need(const struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n, int32_t *freed)
+{
+    int32_t f = 0, need = -1;
+    if (seq_ok(kv, seq) && pos >= 0 && n >= 0 && pos <= kv->seq_len[seq] &&
+        (int64_t)pos + n <= kv->p.max_tokens)
+        need = need_after_cut(kv, seq, pos, n, &f);
+    if (freed)
+        *freed = f;
+    return need;
+}
+
+llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n)
+{
+    if (!seq_ok(kv, seq))
         return llm_error_set(LLM_E_INVALID, "KV cache: sequence %d out of range (0..%d)", seq,
                              kv->p.n_seq - 1);
-    if (n_tokens < 0 || n_tokens > kv->p.max_tokens)
-        return llm_error_set(LLM_E_INVALID, "context full: %d tokens do not fit in a context of %d",
-                             n_tokens, kv->p.max_tokens);
-    int32_t need = (int32_t)(((int64_t)n_tokens + kv->p.block_size - 1) / kv->p.block_size);
-    int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
-    if (need - kv->n_seq_blocks[seq] > kv->n_free)
-        return llm_error_set(LLM_E_NOMEM, "KV cache: out of blocks (%d free, %d needed)",
-                             kv->n_free, need - kv->n_seq_blocks[seq]);
-    while (kv->n_seq_blocks[seq] < need)
-        table[kv->n_seq_blocks[seq]++] = kv->free_ids[--kv->n_free];
+    if (pos < 0 || n < 0 || (int64_t)pos + n > kv->p.max_tokens)
+        return llm_error_set(LLM_E_INVALID, "context full: %lld tokens do not fit in a context "
+                             "of %d", (long long)pos + n, kv->p.max_tokens);
+    if (pos > kv->seq_len[seq])
+        return llm_error_set(LLM_E_INVALID, "KV cache: position %d of sequence %d is past its "
+                             "%d stored tokens", pos, seq, kv->seq_len[seq]);
+    int32_t freed, need = need_after_cut(kv, seq, pos, n, &freed);
+    if (need > kv->n_free + freed)
+        return llm_error_set(LLM_E_KV_FULL, "KV cache: out of blocks (%d free, %d needed)",
+                             kv->n_free + freed, need);
+    /* room for the copies first, so that nothing fails half done */
+    void *cp = kv->copies;
+    size_t cap = (size_t)kv->cap_copies;
+    LLM_TRY(llm_grow(&cp, &cap, (size_t)kv->n_copies + (size_t)need, sizeof *kv->copies));
+    kv->copies = cp;
+    kv->cap_copies = (int32_t)cap;
+    llm_kv_truncate(kv, seq, pos);
+    if (n == 0)
+        return LLM_OK;
+    const int32_t bs = kv->p.block_size;
+    int32_t *table = table_of(kv, seq);
+    for (int32_t i = pos / bs; i <= (pos + n - 1) / bs; i++) {
+        if (i >= kv->n_seq_blocks[seq]) {
+            table[kv->n_seq_blocks[seq]++] = take_block(kv);
+            continue;
+        }
+        if (kv->ref[table[i]] == 1)
+            continue;
+        /* shared: a private copy, recorded for the storage's owner */
+        int32_t id = take_block(kv);
+        kv->copies[kv->n_copies++] = (struct llm_kv_copy){ table[i], id };
+        drop_block(kv, table[i]);
+        table[i] = id;
+    }
     return LLM_OK;
 }
 
 void llm_kv_set_len(struct llm_kv *kv, int32_t seq, int32_t len)
 {
-    if (seq >= 0 && seq < kv->p.n_seq && len >= 0 &&
-        len <= (int64_t)kv->n_seq_blocks[seq] * kv->p.block_size)
+    if (seq_ok(kv, seq) && len >= 0 && len <= (int64_t)kv->n_seq_blocks[seq] * kv->p.block_size)
         kv->seq_len[seq] = len;
 }
 
 int32_t llm_kv_len(const struct llm_kv *kv, int32_t seq)
 {
-    return seq >= 0 && seq < kv->p.n_seq ? kv->seq_len[seq] : 0;
+    return seq_ok(kv, seq) ? kv->seq_len[seq] : 0;
+}
+
+llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n)
+{
+    if (!seq_ok(kv, src) || !seq_ok(kv, dst) || src == dst)
+        return llm_error_set(LLM_E_INVALID, "KV cache: cannot fork sequence %d into %d (0..%d)",
+                             src, dst, kv->p.n_seq - 1);
+    if (n < 0 || n > kv->seq_len[src])
+        return llm_error_set(LLM_E_INVALID, "KV cache: fork of %d tokens from sequence %d, which "
+                             "holds %d", n, src, kv->seq_len[src]);
+    llm_kv_reset(kv, dst);
+    const int32_t nb = (int32_t)(((int64_t)n + kv->p.block_size - 1) / kv->p.block_size);
+    const int32_t *from = table_of(kv, src);
+    int32_t *to = table_of(kv, dst);
+    for (int32_t i = 0; i < nb; i++) {
+        to[i] = from[i];
+        kv->ref[from[i]]++;
+    }
+    kv->n_seq_blocks[dst] = nb;
+    kv->seq_len[dst] = n;
+    return LLM_OK;
+}
+
+void llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n)
+{
+    if (!seq_ok(kv, seq) || n < 0)
+        return;
+    const int32_t keep = (int32_t)(((int64_t)n + kv->p.block_size - 1) / kv->p.block_size);
+    int32_t *table = table_of(kv, seq);
+    while (kv->n_seq_blocks[seq] > keep) {
+        int32_t i = --kv->n_seq_blocks[seq];
+        drop_block(kv, table[i]);
+        table[i] = -1;
+    }
+    if (kv->seq_len[seq] > n)
+        kv->seq_len[seq] = n;
 }
 
 void llm_kv_reset(struct llm_kv *kv, int32_t seq)
 {
-    if (seq < 0 || seq >= kv->p.n_seq)
-        return;
-    int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
-    while (kv->n_seq_blocks[seq] > 0) {
-        int32_t i = --kv->n_seq_blocks[seq];
-        kv->free_ids[kv->n_free++] = table[i];
-        table[i] = -1;
+    llm_kv_truncate(kv, seq, 0);
+}
+
+void llm_kv_copy_host(struct llm_kv *kv)
+{
+    const size_t blk = (size_t)kv->p.block_size * kv->row_bytes;
+    for (int32_t c = 0; c < kv->n_copies; c++)
+        for (int32_t l = 0; l < kv->p.n_layers; l++) {
+            const size_t plane = (size_t)l * (size_t)kv->p.n_blocks;
+            const size_t s = (plane + (size_t)kv->copies[c].src) * blk,
+                         d = (plane + (size_t)kv->copies[c].dst) * blk;
+            memcpy((char *)kv->k + d, (const char *)kv->k + s, blk);
+            memcpy((char *)kv->v + d, (const char *)kv->v + s, blk);
+        }
+    kv->n_copies = 0;
+}
+
+void llm_kv_stats(const struct llm_kv *kv, struct llm_kv_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->n_blocks = kv->p.n_blocks;
+    st->free_ = kv->n_free;
+    st->used = kv->p.n_blocks - kv->n_free;
+    st->peak_used = kv->peak_used;
+    for (int32_t i = 0; i < kv->p.n_blocks; i++)
+        st->shared += kv->ref[i] > 1;
+    for (int32_t s = 0; s < kv->p.n_seq; s++) {
+        st->logical += kv->n_seq_blocks[s];
+        st->tokens += kv->seq_len[s];
     }
-    kv->seq_len[seq] = 0;
 }
 
 int32_t llm_kv_free_blocks(const struct llm_kv *kv)
 {
     return kv->n_free;
+}
+
+int32_t llm_kv_block_ref(const struct llm_kv *kv, int32_t seq, int32_t i)
+{
+    if (!seq_ok(kv, seq) || i < 0 || i >= kv->n_seq_blocks[seq])
+        return 0;
+    return kv->ref[table_of(kv, seq)[i]];
 }
 
 void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,

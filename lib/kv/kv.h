@@ -1,15 +1,33 @@
-/* kv.h: the paged KV cache.
+/* kv.h: the paged KV cache, a pool of blocks shared by reference.
  *
- * Keys and values live in fixed-size blocks of `block_size` token rows; a
+ * Keys and values live in fixed-size blocks of `block_size` token rows. A
  * sequence owns a block table mapping its logical blocks (position /
- * block_size) to physical ones, taken from a shared free list as the
- * sequence grows and returned when it is reset. A block id covers the same
- * token range in every layer, so one table serves all layers.
+ * block_size) to physical ones. A block id covers the same token range in
+ * every layer, so one table serves all layers. Blocks are counted: a block
+ * may sit in several tables at once (a fork shares a prefix instead of
+ * copying it), and returns to the free list when the last table lets go.
+ *
+ * Writing into a block that another sequence also holds first gives the
+ * writer a private copy (copy-on-write): llm_kv_prepare swaps a new block
+ * into the writer's table and records the copy (source, destination) for
+ * the storage's owner to carry out before the write (llm_kv_copy_host for
+ * host storage; a backend does it on its device). The shared original is
+ * never changed.
+ *
+ * The pool's size (n_blocks) is a budget, independent of max_tokens x
+ * n_seq, so that memory can be overcommitted: running out of blocks is
+ * LLM_E_KV_FULL, which a caller can act on (free or preempt a sequence and
+ * try again); nothing is changed by a call that fails.
  *
  * Storage is (n_layers, n_blocks, block_size, kv_dim) for K and for V, in
  * F32 or F16, with kv_dim = n_kv_heads * head_dim. The storage pointers may
  * be device memory when a backend allocates them (llm_kv_new_with); the
- * tables are always host memory.
+ * tables are always host memory. Free blocks are handed out lowest id first
+ * and freed ones reused first, so that the pages of zero-filled storage
+ * become resident only as blocks come into use.
+ *
+ * The cache knows nothing of requests or models: sequences are slots
+ * 0 .. n_seq-1.
  */
 #ifndef LLM_KV_KV_H
 #define LLM_KV_KV_H
@@ -23,10 +41,15 @@
 struct llm_kv_params {
     int32_t n_layers, n_kv_heads, head_dim;
     int32_t block_size;     /* tokens per block (default 16) */
-    int32_t n_seq;          /* sequences with a block table */
-    int32_t max_tokens;     /* capacity of one sequence, in tokens */
-    int32_t n_blocks;       /* physical blocks; 0: n_seq * ceil(max_tokens / block_size) */
+    int32_t n_seq;          /* sequence slots */
+    int32_t max_tokens;     /* the longest one sequence may grow, in tokens */
+    int32_t n_blocks;       /* blocks in the pool; 0: n_seq * ceil(max_tokens / block_size) */
     enum llm_type type;     /* LLM_TYPE_F32 or LLM_TYPE_F16 */
+};
+
+/* A copy-on-write copy: every layer's K and V rows of block src to dst. */
+struct llm_kv_copy {
+    int32_t src, dst;
 };
 
 struct llm_kv {
@@ -36,11 +59,15 @@ struct llm_kv {
     size_t row_bytes;       /* kv_dim * elt */
     int32_t max_blocks;     /* table entries per sequence */
     void *k, *v;            /* (n_layers, n_blocks, block_size, kv_dim) */
-    int32_t *free_ids;      /* (n_blocks) stack of free block ids */
+    int32_t *ref;           /* (n_blocks) tables holding the block; 0: free */
+    int32_t *free_ids;      /* (n_blocks) stack of free block ids, lowest on top */
     int32_t n_free;
     int32_t *tables;        /* (n_seq, max_blocks) physical id or -1 */
     int32_t *n_seq_blocks;  /* (n_seq) blocks held */
     int32_t *seq_len;       /* (n_seq) positions stored */
+    int32_t peak_used;      /* most blocks in use at once */
+    struct llm_kv_copy *copies; /* (n_copies) recorded by llm_kv_prepare, not yet done */
+    int32_t n_copies, cap_copies;
     int owns_storage;
 };
 
@@ -48,6 +75,8 @@ void llm_kv_params_default(struct llm_kv_params *p);
 
 /* Bytes of K+V storage the parameters need; 0 on overflow or bad values. */
 uint64_t llm_kv_storage_bytes(const struct llm_kv_params *p);
+/* Bytes of K+V storage of one block (all layers). */
+uint64_t llm_kv_block_bytes(const struct llm_kv_params *p);
 
 /* A cache with host storage. LLM_E_INVALID for bad parameters. */
 llm_status llm_kv_new(struct llm_kv **out, const struct llm_kv_params *p);
@@ -56,19 +85,54 @@ llm_status llm_kv_new(struct llm_kv **out, const struct llm_kv_params *p);
 llm_status llm_kv_new_with(struct llm_kv **out, const struct llm_kv_params *p, void *k, void *v);
 void llm_kv_free(struct llm_kv *kv);
 
-/* Make positions [0, n_tokens) of `seq` addressable, taking blocks from the
- * free list. LLM_E_INVALID when n_tokens exceeds the sequence capacity,
- * LLM_E_NOMEM when the free list runs out (the detail says which). */
-llm_status llm_kv_reserve(struct llm_kv *kv, int32_t seq, int32_t n_tokens);
-/* Record that positions [0, len) hold data (len <= reserved tokens). */
+/* Blocks llm_kv_prepare(kv, seq, pos, n) would take from the free list
+ * (new blocks, and private copies of shared ones), or -1 when the request
+ * is invalid; *freed (may be NULL): the blocks its cut to pos would return.
+ * For a batch of several sequences the sums bound what the prepares take
+ * and free. */
+int32_t llm_kv_need(const struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n, int32_t *freed);
+/* Make positions [pos, pos + n) of `seq` writable: the sequence is cut to
+ * pos first when it is longer (pos <= its length), missing blocks are
+ * taken, and shared blocks in the range are replaced by private copies
+ * (recorded in kv->copies). LLM_E_INVALID for a bad sequence or a range
+ * past max_tokens or past the sequence's end; LLM_E_KV_FULL when the
+ * blocks run out, changing nothing. The length becomes pos + n only with
+ * llm_kv_set_len, once the rows are written. */
+llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n);
+/* Record that positions [0, len) hold data (len <= the blocks held). */
 void llm_kv_set_len(struct llm_kv *kv, int32_t seq, int32_t len);
 int32_t llm_kv_len(const struct llm_kv *kv, int32_t seq);
-/* Return every block of `seq` to the free list. */
+
+/* dst (empty, or emptied first) shares the first n positions of src: the
+ * blocks covering them are referenced, not copied. n <= src's length.
+ * LLM_E_INVALID for bad arguments or dst == src. */
+llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n);
+/* Keep the first n positions of `seq` (n >= its length changes nothing);
+ * blocks past them are released. */
+void llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n);
+/* Release every block of `seq` (llm_kv_truncate to 0). */
 void llm_kv_reset(struct llm_kv *kv, int32_t seq);
+
+/* Carry out (host storage) and forget the recorded copies. */
+void llm_kv_copy_host(struct llm_kv *kv);
+
+struct llm_kv_stats {
+    int32_t n_blocks;       /* the pool */
+    int32_t used;           /* blocks in at least one table */
+    int32_t free_;          /* n_blocks - used */
+    int32_t shared;         /* blocks in two tables or more */
+    int32_t logical;        /* entries of all tables: what the sequences would hold unshared */
+    int32_t peak_used;
+    int64_t tokens;         /* positions stored, over all sequences */
+};
+void llm_kv_stats(const struct llm_kv *kv, struct llm_kv_stats *st);
 int32_t llm_kv_free_blocks(const struct llm_kv *kv);
+/* The reference count of the block at logical index i of `seq` (0 when
+ * there is none). */
+int32_t llm_kv_block_ref(const struct llm_kv *kv, int32_t seq, int32_t i);
 
 /* Offset in elements of the row of (layer, seq, pos) in the K or V storage;
- * the position must be reserved. */
+ * the position must be held. */
 static inline int64_t llm_kv_row_index(const struct llm_kv *kv, int32_t layer, int32_t seq,
                                        int32_t pos)
 {
@@ -79,7 +143,7 @@ static inline int64_t llm_kv_row_index(const struct llm_kv *kv, int32_t layer, i
 
 /* Store n rows of keys and values (n, kv_dim) float32 at positions
  * pos..pos+n-1 of `seq` in `layer` (host storage only), converting to the
- * cache type. */
+ * cache type. The positions must have been prepared. */
 void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                        const float *k, const float *v);
 

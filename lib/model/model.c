@@ -10,7 +10,7 @@
 #include "../ops/matmul.h"
 #include "../quant/quant.h"
 #include "../tokenizer/tokenizer.h"
-#include "backend.h"
+#include "../backend/backend.h"
 #include "model_impl.h"
 
 /* ---- configuration ---------------------------------------------------- */
@@ -346,44 +346,21 @@ static struct llm_weight *matrix(struct llm_model *m, int64_t i)
     return lw[i % 7];
 }
 
-/* Interleave every 4-bit matrix that takes it (ops/matmul.h: the CPU's
- * decode layout, 2.5x fewer instructions per block than the rows) into one
- * buffer the model owns, and drop those matrices' pages of the file, so
- * that resident memory stays one copy of the weights. A borrowed file is
- * the quantizer's input, whose weights it reads as rows: left alone.
- * LLM_X16=0 in the environment keeps the row layout (to compare). */
-static llm_status repack(struct llm_model *m)
+/* Bind every matrix to the model's backend once. Where the backend keeps
+ * a copy of its own (the CPU's interleaved 4-bit rows, a device's upload),
+ * the file's pages of that matrix are dropped, so that resident memory
+ * stays one copy of the weights. */
+static llm_status bind_backend(struct llm_model *m)
 {
-    if (!llm_x16_enabled())
-        return LLM_OK;
     struct llm_weight *w;
-    size_t total = 0;
-    for (int64_t i = 0; (w = matrix(m, i)); i++)
-        if (w->data && llm_x16_ok(w->type, w->ne0, w->rows))
-            total += (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0) * (size_t)w->rows;
-    if (!total)
-        return LLM_OK;
-    uint8_t *p = m->x16 = llm_malloc(total);
-    if (!p)
-        return llm_error_set(LLM_E_NOMEM, "%s: no memory for the interleaved copy of %zu bytes "
-                             "of 4-bit weights", m->f->path, total);
     for (int64_t i = 0; (w = matrix(m, i)); i++) {
-        if (!w->data || !llm_x16_ok(w->type, w->ne0, w->rows))
+        if (!w->data)
             continue;
-        /* groups of 16 rows are independent: a few at a time, each
-         * stretch's pages dropped as soon as it is copied, so that the peak
-         * is not the file plus the largest matrix (the pages straddling two
-         * stretches go at the end) */
-        const size_t rb = (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0);
-        const uint8_t *src = w->data;
-        for (int64_t r = 0; r < w->rows; r += 1024) {
-            const int64_t n = w->rows - r < 1024 ? w->rows - r : 1024;
-            LLM_TRY(llm_x16_pack(w->type, src + (size_t)r * rb, w->ne0, n, p + (size_t)r * rb));
-            llm_file_drop_pages(m->f, src + (size_t)r * rb, (size_t)n * rb);
-        }
-        llm_file_drop_pages(m->f, src, rb * (size_t)w->rows);
-        w->x16 = p;
-        p += rb * (size_t)w->rows;
+        LLM_TRY(m->be->ops->bind(m->be, w));
+        if (w->x16 || w->dev)
+            llm_file_drop_pages(m->f, w->data,
+                                (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0) *
+                                    (size_t)w->rows);
     }
     return LLM_OK;
 }
@@ -420,10 +397,14 @@ static llm_status model_from_file(struct llm_model **out, struct llm_file *f,
                                              "only, no model weights", f->path);
     if (!s)
         s = bind_all(m);
-    if (!s && !borrowed) {
-        s = repack(m);
+    /* a borrowed file is the quantizer's input, whose weights it reads as
+     * rows: no interleaved copies */
+    if (!s)
+        s = llm_backend_cpu_new(&m->be, m->n_threads, !borrowed);
+    if (!s)
+        s = bind_backend(m);
+    if (!s && !borrowed)
         drop_embedding(m);
-    }
     if (!s) {
         /* A file without a vocabulary runs from token ids alone. */
         struct llm_vocab_view v;
@@ -475,7 +456,8 @@ void llm_model_close(struct llm_model *m)
     llm_tokenizer_free(m->tok);
     llm_free(m->layers);
     llm_free(m->inv_freq);
-    llm_free(m->x16);
+    if (m->be)
+        m->be->ops->destroy(m->be);
     if (!m->borrowed)
         llm_file_free(m->f);
     llm_free(m);
@@ -506,7 +488,7 @@ uint64_t llm_model_n_params(const struct llm_model *m)
     return m->n_params;
 }
 
-/* ---- contexts and the forward pass ------------------------------------ */
+/* ---- contexts ----------------------------------------------------------- */
 
 void llm_context_params_default(struct llm_context_params *p)
 {
@@ -539,10 +521,43 @@ void llm_context_free(struct llm_context *c)
             c->be->ops->release(c->be, c->kv_k);
         if (c->kv_v)
             c->be->ops->release(c->be, c->kv_v);
-        c->be->ops->destroy(c->be);
     }
     llm_kv_free(c->kv);
+    llm_free(c->cs);
+    llm_free(c->segs);
+    llm_free(c->sl);
+    llm_free(c->seen);
+    llm_free(c->out_rows);
     llm_free(c);
+}
+
+/* The KV pool's parameters from the context's: its size in blocks from
+ * kv_blocks, else from the kv_bytes budget, else what n_seq full sequences
+ * need. */
+static llm_status kv_params(const struct llm_config *cf, const struct llm_context_params *p,
+                            struct llm_kv_params *kp)
+{
+    llm_kv_params_default(kp);
+    kp->n_layers = cf->n_layers;
+    kp->n_kv_heads = cf->n_kv_heads;
+    kp->head_dim = cf->head_dim;
+    kp->block_size = p->block_size;
+    kp->n_seq = p->n_seq;
+    kp->max_tokens = p->n_ctx;
+    kp->type = p->kv_type;
+    kp->n_blocks = p->kv_blocks;
+    if (!p->kv_blocks && p->kv_bytes) {
+        uint64_t bb = llm_kv_block_bytes(kp), nb = bb ? p->kv_bytes / bb : 0;
+        if (nb < 1)
+            return llm_error_set(LLM_E_INVALID, "a KV budget of %llu bytes holds no block of %d "
+                                 "tokens (%llu bytes)", (unsigned long long)p->kv_bytes,
+                                 p->block_size, (unsigned long long)bb);
+        kp->n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
+    }
+    if (!llm_kv_storage_bytes(kp))
+        return llm_error_set(LLM_E_NOMEM, "KV cache for %d tokens x %d sequences (%d blocks of "
+                             "%d) is too large", p->n_ctx, p->n_seq, kp->n_blocks, p->block_size);
+    return LLM_OK;
 }
 
 llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
@@ -561,29 +576,34 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         p.n_seq = 1;
     if (p.block_size <= 0)
         p.block_size = 16;
+    if (p.n_batch <= 0)
+        p.n_batch = 512;
     if (p.kv_type != LLM_TYPE_F32 && p.kv_type != LLM_TYPE_F16)
         return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16)",
                              llm_type_name(p.kv_type));
+    if (p.kv_blocks < 0)
+        return llm_error_set(LLM_E_INVALID, "KV pool of %d blocks", p.kv_blocks);
+    struct llm_kv_params kp;
+    LLM_TRY(kv_params(cf, &p, &kp));
     struct llm_context *c = llm_calloc(1, sizeof *c);
     if (!c)
         return LLM_E_NOMEM;
     c->m = m;
+    c->be = m->be;
     c->n_ctx = p.n_ctx;
-    c->n_batch = p.n_ctx < 512 ? p.n_ctx : 512;
-    llm_status s = llm_backend_cpu_new(&c->be, p.n_threads > 0 ? p.n_threads : m->n_threads);
-    struct llm_kv_params kp;
-    llm_kv_params_default(&kp);
-    kp.n_layers = cf->n_layers;
-    kp.n_kv_heads = cf->n_kv_heads;
-    kp.head_dim = cf->head_dim;
-    kp.block_size = p.block_size;
-    kp.n_seq = p.n_seq;
-    kp.max_tokens = p.n_ctx;
-    kp.type = p.kv_type;
+    c->n_batch = p.n_batch;
+    c->n_threads = p.n_threads > 0 ? p.n_threads : m->be->n_threads;
+    /* the backend runs with the thread count of the context using it */
+    llm_status ts = m->be->ops->threads(m->be, c->n_threads);
+    if (ts) {
+        llm_free(c);
+        return ts;
+    }
     uint64_t kvb = llm_kv_storage_bytes(&kp);
-    if (!s && (!kvb || kvb / 2 > SIZE_MAX))
-        s = llm_error_set(LLM_E_NOMEM, "KV cache for %d tokens x %d sequences is too large",
-                          p.n_ctx, p.n_seq);
+    llm_status s = kvb / 2 > SIZE_MAX
+                       ? llm_error_set(LLM_E_NOMEM, "KV cache of %llu bytes is too large",
+                                       (unsigned long long)kvb)
+                       : LLM_OK;
     if (!s)
         s = c->be->ops->alloc(c->be, (size_t)(kvb / 2), &c->kv_k);
     if (!s)
@@ -592,24 +612,10 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         s = llm_kv_new_with(&c->kv, &kp, c->kv_k, c->kv_v);
     int64_t nb = c->n_batch, qd = (int64_t)cf->n_heads * cf->head_dim,
             kd = (int64_t)cf->n_kv_heads * cf->head_dim;
-    if (!s)
-        s = act_alloc(c, &c->x, nb, cf->dim);
-    if (!s)
-        s = act_alloc(c, &c->xb, nb, cf->dim);
-    if (!s)
-        s = act_alloc(c, &c->xb2, nb, cf->dim);
-    if (!s)
-        s = act_alloc(c, &c->q, nb, qd);
-    if (!s)
-        s = act_alloc(c, &c->k, nb, kd);
-    if (!s)
-        s = act_alloc(c, &c->v, nb, kd);
-    if (!s)
-        s = act_alloc(c, &c->att, nb, qd);
-    if (!s)
-        s = act_alloc(c, &c->hb, nb, cf->ffn_dim);
-    if (!s)
-        s = act_alloc(c, &c->hb2, nb, cf->ffn_dim);
+    float **acts[] = { &c->x, &c->xb, &c->xb2, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2 };
+    int64_t widths[] = { cf->dim, cf->dim, cf->dim, qd, kd, kd, qd, cf->ffn_dim, cf->ffn_dim };
+    for (size_t i = 0; !s && i < sizeof acts / sizeof acts[0]; i++)
+        s = act_alloc(c, acts[i], nb, widths[i]);
     if (!s)
         s = act_alloc(c, &c->logits, 1, cf->n_vocab);
     int64_t xpw = cf->dim > qd ? cf->dim : qd;
@@ -617,6 +623,15 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         xpw = cf->ffn_dim;
     if (!s)
         s = act_alloc(c, &c->xp, nb, xpw);
+    if (!s) {
+        c->cs = llm_malloc((size_t)nb * (size_t)(cf->rope_dim ? cf->rope_dim : 1) * sizeof(float));
+        c->segs = llm_malloc((size_t)p.n_seq * sizeof *c->segs);
+        c->sl = llm_malloc((size_t)nb * sizeof *c->sl);
+        c->seen = llm_calloc((size_t)p.n_seq, 1);
+        c->out_rows = llm_malloc((size_t)nb * sizeof *c->out_rows);
+        if (!c->cs || !c->segs || !c->sl || !c->seen || !c->out_rows)
+            s = LLM_E_NOMEM;
+    }
     if (s) {
         llm_context_free(c);
         return s;
@@ -631,14 +646,34 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
     return LLM_OK;
 }
 
+llm_status llm_context_fork(struct llm_context *c, int32_t src, int32_t dst, int32_t n)
+{
+    return llm_kv_fork(c->kv, src, dst, n);
+}
+
+void llm_context_truncate(struct llm_context *c, int32_t seq, int32_t n)
+{
+    llm_kv_truncate(c->kv, seq, n);
+}
+
 void llm_context_reset(struct llm_context *c, int32_t seq)
 {
     llm_kv_reset(c->kv, seq);
 }
 
+int32_t llm_context_seq_len(const struct llm_context *c, int32_t seq)
+{
+    return llm_kv_len(c->kv, seq);
+}
+
 int32_t llm_context_n_ctx(const struct llm_context *c)
 {
     return c->n_ctx;
+}
+
+int32_t llm_context_n_seq(const struct llm_context *c)
+{
+    return c->kv->p.n_seq;
 }
 
 struct llm_model *llm_context_model(struct llm_context *c)
@@ -650,6 +685,16 @@ uint64_t llm_context_kv_bytes(const struct llm_context *c)
 {
     return llm_kv_storage_bytes(&c->kv->p);
 }
+
+void llm_context_kv_stats(const struct llm_context *c, struct llm_kv_stats *st,
+                          uint64_t *block_bytes)
+{
+    llm_kv_stats(c->kv, st);
+    if (block_bytes)
+        *block_bytes = llm_kv_block_bytes(&c->kv->p);
+}
+
+/* ---- the forward pass --------------------------------------------------- */
 
 /* o->matmul of weights that read X, gathering X first for act-order weights
  * (one gather and one product per distinct permutation). */
@@ -688,8 +733,10 @@ static llm_status matmul_perm(struct llm_context *c, int n_w, const struct llm_w
     return LLM_OK;
 }
 
+/* One decoder layer over the n rows of a slice, whose runs are sl[0 ..
+ * n_sl) and whose rope table is c->cs. */
 static llm_status layer_forward(struct llm_context *c, const struct llm_layer_w *L, int32_t l,
-                                int32_t seq, int32_t n, int32_t pos)
+                                const struct llm_seg *sl, int32_t n_sl, int32_t n)
 {
     struct llm_backend *b = c->be;
     const struct llm_backend_ops *o = b->ops;
@@ -701,8 +748,8 @@ static llm_status layer_forward(struct llm_context *c, const struct llm_layer_w 
                                          L->bv.data ? &L->bv : NULL };
     float *qkv_out[3] = { c->q, c->k, c->v };
     LLM_TRY(matmul_perm(c, 3, qkv, cf->qkv_bias ? bias : NULL, c->xb, qkv_out, n));
-    LLM_TRY(o->rope(b, &c->rope, &c->ash, c->q, c->k, n, pos));
-    LLM_TRY(o->attention(b, &c->ash, c->kv, l, seq, c->q, c->k, c->v, c->att, n, pos));
+    LLM_TRY(o->rope(b, &c->ash, c->rope.n_dims, c->rope.neox, c->cs, c->q, c->k, n));
+    LLM_TRY(o->attention(b, &c->ash, c->kv, l, sl, n_sl, c->q, c->k, c->v, c->att));
     const struct llm_weight *wo[1] = { &L->wo };
     float *wo_out[1] = { c->xb2 };
     LLM_TRY(matmul_perm(c, 1, wo, NULL, c->att, wo_out, n));
@@ -718,56 +765,177 @@ static llm_status layer_forward(struct llm_context *c, const struct llm_layer_w 
     return o->add(b, c->x, c->xb2, n * dim);
 }
 
-/* Final norm and output projection of `rows` rows of x starting at `first`,
- * downloaded to dst (rows, n_vocab). */
-static llm_status head_forward(struct llm_context *c, int32_t first, int32_t rows, float *dst)
+/* Final norm and output projection of the rows rows[0 .. n_rows) of x,
+ * downloaded to dst (n_rows, n_vocab). */
+static llm_status head_forward(struct llm_context *c, const int32_t *rows, int32_t n_rows,
+                               float *dst)
 {
     struct llm_backend *b = c->be;
     const struct llm_config *cf = &c->m->c;
-    if (rows > c->logits_rows) {
+    if (n_rows > c->logits_rows) {
         b->ops->release(b, c->logits);
         c->logits = NULL;
         c->logits_rows = 0;
-        LLM_TRY(act_alloc(c, &c->logits, rows, cf->n_vocab));
-        c->logits_rows = rows;
+        LLM_TRY(act_alloc(c, &c->logits, n_rows, cf->n_vocab));
+        c->logits_rows = n_rows;
     }
-    LLM_TRY(b->ops->rmsnorm(b, c->x + (int64_t)first * cf->dim, &c->m->out_norm, c->xb, rows,
-                            cf->dim, cf->rms_eps));
+    /* the rows asked for, normed into consecutive rows of xb */
+    for (int32_t i = 0; i < n_rows;) {
+        int32_t j = i + 1;
+        while (j < n_rows && rows[j] == rows[j - 1] + 1)
+            j++;
+        LLM_TRY(b->ops->rmsnorm(b, c->x + (int64_t)rows[i] * cf->dim, &c->m->out_norm,
+                                c->xb + (int64_t)i * cf->dim, j - i, cf->dim, cf->rms_eps));
+        i = j;
+    }
     const struct llm_weight *w[1] = { &c->m->output };
     float *y[1] = { c->logits };
-    LLM_TRY(matmul_perm(c, 1, w, NULL, c->xb, y, rows));
-    return b->ops->download(b, dst, c->logits, (size_t)rows * (size_t)cf->n_vocab * sizeof(float));
+    LLM_TRY(matmul_perm(c, 1, w, NULL, c->xb, y, n_rows));
+    return b->ops->download(b, dst, c->logits,
+                            (size_t)n_rows * (size_t)cf->n_vocab * sizeof(float));
+}
+
+/* The runs of a batch into c->segs, checked: each sequence one run of
+ * consecutive positions starting at or before its length and ending
+ * within the context; tokens in the vocabulary. */
+static llm_status batch_runs(struct llm_context *c, const struct llm_batch *b, int32_t *n_segs)
+{
+    const struct llm_config *cf = &c->m->c;
+    const int32_t n_seq = c->kv->p.n_seq;
+    llm_status s = LLM_OK;
+    int32_t ns = 0;
+    *n_segs = 0;
+    if (b->n <= 0 || !b->token || !b->pos || !b->seq)
+        return llm_error_set(LLM_E_INVALID, "decode: an empty batch (%d tokens)", b->n);
+    for (int32_t i = 0; i < b->n && !s; i++) {
+        const int32_t seq = b->seq[i], pos = b->pos[i];
+        if (b->token[i] < 0 || b->token[i] >= cf->n_vocab)
+            s = llm_error_set(LLM_E_INVALID, "token id %d out of range (vocabulary of %d)",
+                              b->token[i], cf->n_vocab);
+        else if (seq < 0 || seq >= n_seq)
+            s = llm_error_set(LLM_E_INVALID, "sequence %d out of range (0..%d)", seq, n_seq - 1);
+        else if (i > 0 && seq == b->seq[i - 1]) {
+            if (pos != b->pos[i - 1] + 1)
+                s = llm_error_set(LLM_E_INVALID, "decode: sequence %d goes from position %d to "
+                                  "%d (positions must follow one another)", seq, b->pos[i - 1],
+                                  pos);
+            else
+                c->segs[ns - 1].n++;
+        } else if (c->seen[seq]) {
+            s = llm_error_set(LLM_E_INVALID, "decode: the tokens of sequence %d are not one run "
+                              "of the batch", seq);
+        } else if (pos < 0 || pos > llm_kv_len(c->kv, seq)) {
+            s = llm_error_set(LLM_E_INVALID, "decode: sequence %d starts at position %d (the "
+                              "cache holds %d)", seq, pos, llm_kv_len(c->kv, seq));
+        } else {
+            c->seen[seq] = 1;
+            c->segs[ns++] = (struct llm_seg){ .seq = seq, .pos = pos, .n = 1, .row = i };
+        }
+    }
+    for (int32_t i = 0; i < ns; i++) {
+        c->seen[c->segs[i].seq] = 0;
+        if (!s && (int64_t)c->segs[i].pos + c->segs[i].n > c->n_ctx)
+            s = llm_error_set(LLM_E_INVALID, "context full: sequence %d would hold %lld tokens, "
+                              "more than the context of %d", c->segs[i].seq,
+                              (long long)c->segs[i].pos + c->segs[i].n, c->n_ctx);
+    }
+    *n_segs = ns;
+    return s;
+}
+
+/* Take the KV blocks of every run, all or none. */
+static llm_status batch_blocks(struct llm_context *c, int32_t ns)
+{
+    int64_t need = 0, avail = llm_kv_free_blocks(c->kv);
+    for (int32_t i = 0; i < ns; i++) {
+        const struct llm_seg *g = &c->segs[i];
+        int32_t freed;
+        need += llm_kv_need(c->kv, g->seq, g->pos, g->n, &freed);
+        avail += freed;
+    }
+    if (need > avail)
+        return llm_error_set(LLM_E_KV_FULL, "KV cache full: the batch needs %lld blocks, %lld "
+                             "are free", (long long)need, (long long)avail);
+    llm_status s = LLM_OK;
+    for (int32_t i = 0; i < ns && !s; i++)
+        s = llm_kv_prepare(c->kv, c->segs[i].seq, c->segs[i].pos, c->segs[i].n);
+    /* the copies of the runs prepared are done even if a later one failed,
+     * so that no table points at a block that was never filled */
+    if (c->kv->n_copies) {
+        llm_status cs = c->be->ops->kv_copy(c->be, c->kv);
+        if (!s)
+            s = cs;
+    }
+    return s;
+}
+
+llm_status llm_decode_batch(struct llm_context *c, const struct llm_batch *b, float *logits)
+{
+    const struct llm_config *cf = &c->m->c;
+    struct llm_backend *be = c->be;
+    int32_t ns;
+    LLM_TRY(batch_runs(c, b, &ns));
+    if (be->n_threads != c->n_threads)
+        LLM_TRY(be->ops->threads(be, c->n_threads));
+    LLM_TRY(batch_blocks(c, ns));
+    int64_t n_out = 0;
+    for (int32_t s0 = 0, g = 0; s0 < b->n; s0 += c->n_batch) {
+        const int32_t n = b->n - s0 < c->n_batch ? b->n - s0 : c->n_batch;
+        /* the runs of the slice [s0, s0 + n), rows relative to it */
+        int32_t n_sl = 0;
+        while (g < ns && c->segs[g].row + c->segs[g].n <= s0)
+            g++;
+        for (const struct llm_seg *sg = c->segs + g; sg < c->segs + ns && sg->row < s0 + n;
+             sg++) {
+            const int32_t r0 = sg->row > s0 ? sg->row : s0,
+                          r1 = sg->row + sg->n < s0 + n ? sg->row + sg->n : s0 + n;
+            c->sl[n_sl++] = (struct llm_seg){ .seq = sg->seq, .pos = sg->pos + (r0 - sg->row),
+                                              .n = r1 - r0, .row = r0 - s0 };
+        }
+        llm_rope_table(&c->rope, b->pos + s0, n, c->cs);
+        LLM_TRY(be->ops->embed(be, &c->m->tok_embd, b->token + s0, n, c->x));
+        for (int32_t l = 0; l < cf->n_layers; l++)
+            LLM_TRY(layer_forward(c, &c->m->layers[l], l, c->sl, n_sl, n));
+        for (int32_t k = 0; k < n_sl; k++)
+            llm_kv_set_len(c->kv, c->sl[k].seq, c->sl[k].pos + c->sl[k].n);
+        if (!logits)
+            continue;
+        int32_t n_rows = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t r = s0 + i;
+            /* NULL flags: the last token of each sequence's run */
+            int want = b->logits ? b->logits[r] != 0 : r + 1 == b->n || b->seq[r + 1] != b->seq[r];
+            if (want)
+                c->out_rows[n_rows++] = i;
+        }
+        if (n_rows)
+            LLM_TRY(head_forward(c, c->out_rows, n_rows, logits + n_out * cf->n_vocab));
+        n_out += n_rows;
+    }
+    return LLM_OK;
 }
 
 llm_status llm_decode(struct llm_context *c, int32_t seq, const int32_t *tokens, int32_t n,
                       int32_t pos, float *logits, int all_logits)
 {
-    const struct llm_config *cf = &c->m->c;
-    if (seq < 0 || seq >= c->kv->p.n_seq)
-        return llm_error_set(LLM_E_INVALID, "sequence %d out of range (0..%d)", seq,
-                             c->kv->p.n_seq - 1);
-    if (n <= 0 || pos < 0 || pos > llm_kv_len(c->kv, seq))
-        return llm_error_set(LLM_E_INVALID, "decode: %d tokens at position %d (the cache holds %d)",
-                             n, pos, llm_kv_len(c->kv, seq));
-    if ((int64_t)pos + n > c->n_ctx)
-        return llm_error_set(LLM_E_INVALID, "context full: %lld tokens exceed the context of %d",
-                             (long long)pos + n, c->n_ctx);
-    for (int32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= cf->n_vocab)
-            return llm_error_set(LLM_E_INVALID, "token id %d out of range (vocabulary of %d)",
-                                 tokens[i], cf->n_vocab);
-    LLM_TRY(llm_kv_reserve(c->kv, seq, pos + n));
-    llm_kv_set_len(c->kv, seq, pos);
-    for (int32_t off = 0; off < n; off += c->n_batch) {
-        int32_t nb = n - off < c->n_batch ? n - off : c->n_batch;
-        LLM_TRY(c->be->ops->embed(c->be, &c->m->tok_embd, tokens + off, nb, c->x));
-        for (int32_t l = 0; l < cf->n_layers; l++)
-            LLM_TRY(layer_forward(c, &c->m->layers[l], l, seq, nb, pos + off));
-        llm_kv_set_len(c->kv, seq, pos + off + nb);
-        if (all_logits)
-            LLM_TRY(head_forward(c, 0, nb, logits + (int64_t)off * cf->n_vocab));
-        else if (off + nb == n && logits)
-            LLM_TRY(head_forward(c, nb - 1, 1, logits));
+    if (n <= 0)
+        return llm_error_set(LLM_E_INVALID, "decode: %d tokens at position %d", n, pos);
+    int32_t *ps = llm_malloc(2 * (size_t)n * sizeof(int32_t));
+    int8_t *want = all_logits ? llm_malloc((size_t)n) : NULL;
+    if (!ps || (all_logits && !want)) {
+        llm_free(ps);
+        llm_free(want);
+        return LLM_E_NOMEM;
     }
-    return LLM_OK;
+    for (int32_t i = 0; i < n; i++) {
+        ps[i] = pos + i;
+        ps[n + i] = seq;
+    }
+    if (want)
+        memset(want, 1, (size_t)n);
+    struct llm_batch b = { .n = n, .token = tokens, .pos = ps, .seq = ps + n, .logits = want };
+    llm_status s = llm_decode_batch(c, &b, logits);
+    llm_free(ps);
+    llm_free(want);
+    return s;
 }

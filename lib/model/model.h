@@ -15,6 +15,7 @@
 
 #include "../common/status.h"
 #include "../format/file.h"
+#include "../kv/kv.h"
 #include "../quant/types.h"
 
 /* Hyper-parameters, from the metadata (format/file.h schema). */
@@ -71,30 +72,74 @@ uint64_t llm_model_n_params(const struct llm_model *m);
 struct llm_context;
 
 struct llm_context_params {
-    int32_t n_ctx;            /* tokens of KV capacity per sequence (0: min(train ctx, 4096)) */
+    int32_t n_ctx;            /* the longest a sequence may grow, in tokens (0: min(train ctx, 4096)) */
     enum llm_type kv_type;    /* LLM_TYPE_F32 or LLM_TYPE_F16 */
-    int32_t n_seq;            /* sequences that may be live at once */
+    int32_t n_seq;            /* sequence slots, ids 0 .. n_seq-1 (default 1) */
     int32_t block_size;       /* tokens per KV block (default 16) */
+    int32_t kv_blocks;        /* the KV pool in blocks; 0: from kv_bytes, or what n_seq full
+                                 sequences need (n_seq * ceil(n_ctx / block_size)) */
+    uint64_t kv_bytes;        /* the KV pool as a memory budget, when kv_blocks is 0 */
+    int32_t n_batch;          /* tokens per forward pass: a larger batch goes in slices of
+                                 this many (0: 512) */
     int n_threads;            /* 0: the model's */
 };
 void llm_context_params_default(struct llm_context_params *p);
 
+/* A context: a KV pool shared by n_seq sequences, and the buffers of a
+ * forward pass. Contexts run on their model's backend, one at a time. */
 llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
                            const struct llm_context_params *p);
 void llm_context_free(struct llm_context *c);
 
-/* Run n tokens of sequence `seq` at positions pos .. pos+n-1 (the KV cache
- * must already hold positions < pos). Writes logits (n_vocab) of the last
- * token, or of every token (n, n_vocab) when all_logits. Prompts go in one
- * call (matrix-matrix); generation one token per call. */
+/* A batch: n tokens from any number of sequences, each token with its own
+ * position and sequence id. The tokens of a sequence are one run of
+ * consecutive positions, in order, starting at or before the sequence's
+ * length (a start before it cuts the sequence there first: rollback).
+ * logits[i] != 0 asks for token i's logits; logits NULL asks for the last
+ * token of each sequence's run. */
+struct llm_batch {
+    int32_t n;
+    const int32_t *token;     /* (n) */
+    const int32_t *pos;       /* (n) */
+    const int32_t *seq;       /* (n) */
+    const int8_t *logits;     /* (n) or NULL */
+};
+
+/* Run a batch through one forward pass (in slices of n_batch tokens) and
+ * write the logits asked for to `logits` (n_out, n_vocab), in batch order;
+ * `logits` NULL computes none. A token's logits are the same bits whatever
+ * else is in the batch, its slot, the slicing and the thread count.
+ * LLM_E_INVALID for a malformed batch (nothing is run); LLM_E_KV_FULL when
+ * the KV pool has too few free blocks for it (nothing is run or changed:
+ * free or cut sequences, or run fewer, and try again). */
+llm_status llm_decode_batch(struct llm_context *c, const struct llm_batch *b, float *logits);
+
+/* Run n tokens of sequence `seq` at positions pos .. pos+n-1 (pos at most
+ * the sequence's length; the cache is cut to pos). Writes logits (n_vocab)
+ * of the last token, or of every token (n, n_vocab) when all_logits; none
+ * when logits is NULL. llm_decode_batch with one sequence. */
 llm_status llm_decode(struct llm_context *c, int32_t seq, const int32_t *tokens, int32_t n,
                       int32_t pos, float *logits, int all_logits);
+
+/* dst (emptied first) shares the first n positions of src: their KV
+ * blocks are referenced, not copied; writes into a shared block copy it
+ * first. n <= src's length. */
+llm_status llm_context_fork(struct llm_context *c, int32_t src, int32_t dst, int32_t n);
+/* Keep the first n positions of `seq`; blocks past them are released. */
+void llm_context_truncate(struct llm_context *c, int32_t seq, int32_t n);
 /* Forget a sequence's KV blocks. */
 void llm_context_reset(struct llm_context *c, int32_t seq);
+/* Positions stored for `seq`. */
+int32_t llm_context_seq_len(const struct llm_context *c, int32_t seq);
 int32_t llm_context_n_ctx(const struct llm_context *c);
+int32_t llm_context_n_seq(const struct llm_context *c);
 struct llm_model *llm_context_model(struct llm_context *c);
-/* Bytes of KV storage the context holds. */
+/* Bytes of KV storage the context reserves (the pool; its pages become
+ * resident only as blocks come into use). */
 uint64_t llm_context_kv_bytes(const struct llm_context *c);
+/* The pool's occupancy (kv/kv.h) and the bytes of one block. */
+void llm_context_kv_stats(const struct llm_context *c, struct llm_kv_stats *st,
+                          uint64_t *block_bytes);
 
 /* Perplexity of a token stream (tokenized with LLM_TOK_ADD_BOS as the model
  * wants). Non-overlapping windows of n_ctx tokens; the default protocol is

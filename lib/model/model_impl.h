@@ -1,10 +1,10 @@
 /* model_impl.h: the insides of a model and a context, for the code in lib/
- * that runs parts of the forward pass itself (quantize/: layer-by-layer
- * calibration). Everything else uses model.h. */
+ * that taps the forward pass (quantize/: layer-by-layer calibration, through
+ * model/layer.h). Everything else uses model.h. */
 #ifndef LLM_MODEL_MODEL_IMPL_H
 #define LLM_MODEL_MODEL_IMPL_H
+#include "../backend/backend.h"
 #include "../kv/kv.h"
-#include "backend.h"
 #include "model.h"
 
 struct llm_layer_w {
@@ -15,6 +15,7 @@ struct llm_model {
     struct llm_config c;
     struct llm_file *f;
     struct llm_tokenizer *tok;
+    struct llm_backend *be;     /* the model's backend: weights bound to it once */
     struct llm_weight tok_embd, out_norm, output;
     struct llm_layer_w *layers; /* (n_layers) */
     float *inv_freq;            /* (rope_dim/2) */
@@ -22,15 +23,15 @@ struct llm_model {
     uint64_t weight_bytes, n_params;
     int n_threads;
     int borrowed;               /* f is the caller's */
-    void *x16;                  /* the interleaved copies of the q4 matrices (weight.x16) */
 };
 
 struct llm_context {
     struct llm_model *m;
-    struct llm_backend *be;
+    struct llm_backend *be;     /* the model's */
     struct llm_kv *kv;
     void *kv_k, *kv_v;
     int32_t n_ctx, n_batch;
+    int n_threads;
     struct llm_rope rope;
     struct llm_attn_shape ash;
     /* activations on the backend, n_batch rows each */
@@ -44,6 +45,12 @@ struct llm_context {
     float *xp;      /* (n_batch, max(dim, q dim, ffn_dim)) gathered input of act-order weights */
     float *logits;  /* (logits_rows, n_vocab) */
     int32_t logits_rows;
+    /* host scratch of a batch */
+    float *cs;            /* (n_batch, rope_dim) the rope table of a slice */
+    struct llm_seg *segs; /* (n_seq) the runs of the batch */
+    struct llm_seg *sl;   /* (n_batch) the runs of a slice */
+    uint8_t *seen;        /* (n_seq) */
+    int32_t *out_rows;    /* (n_batch) rows of a slice whose logits are asked for */
 };
 
 #endif

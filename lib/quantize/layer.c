@@ -572,6 +572,16 @@ static int chunk_next(const struct qctx *q, struct chunk *k)
     return 1;
 }
 
+/* RoPE of the chunk's q and k at positions off .. off+n-1. */
+static llm_status rope_at(struct qctx *q, int32_t off, int32_t n)
+{
+    struct llm_context *c = q->ctx;
+    for (int32_t i = 0; i < n; i++)
+        c->out_rows[i] = off + i;
+    llm_rope_table(&c->rope, c->out_rows, n, c->cs);
+    return c->be->ops->rope(c->be, &c->ash, c->rope.n_dims, c->rope.neox, c->cs, c->q, c->k, n);
+}
+
 /* Attention of the chunk: q/k/v projections with the given float weights,
  * RoPE, the window's KV cache at positions off.., output to `out`. */
 static llm_status attn_chunk(struct qctx *q, int32_t l, const struct llm_layer_w *LW,
@@ -586,10 +596,10 @@ static llm_status attn_chunk(struct qctx *q, int32_t l, const struct llm_layer_w
     LLM_TRY(mm(q, lq->W, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL));
     LLM_TRY(mm(q, lk->W, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL));
     LLM_TRY(mm(q, lv->W, lv->rows, lv->cols, c->xb, n, c->v, bvw.data ? &bvw : NULL));
-    LLM_TRY(b->ops->rope(b, &c->rope, &c->ash, c->q, c->k, n, off));
-    LLM_TRY(llm_kv_reserve(c->kv, 0, off + n));
-    llm_kv_set_len(c->kv, 0, off);
-    LLM_TRY(b->ops->attention(b, &c->ash, c->kv, l, 0, c->q, c->k, c->v, out, n, off));
+    LLM_TRY(rope_at(q, off, n));
+    LLM_TRY(llm_kv_prepare(c->kv, 0, off, n));
+    struct llm_seg sg = { .seq = 0, .pos = off, .n = n, .row = 0 };
+    LLM_TRY(b->ops->attention(b, &c->ash, c->kv, l, &sg, 1, c->q, c->k, c->v, out));
     llm_kv_set_len(c->kv, 0, off + n);
     return LLM_OK;
 }
@@ -640,7 +650,7 @@ static llm_status window_qkx(struct qctx *q, const struct llm_layer_w *LW, const
         LLM_TRY(b->ops->rmsnorm(b, X + off * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps));
         LLM_TRY(mm(q, Wq, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL));
         LLM_TRY(mm(q, Wk, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL));
-        LLM_TRY(b->ops->rope(b, &c->rope, &c->ash, c->q, c->k, n, off));
+        LLM_TRY(rope_at(q, off, n));
         memcpy(Qw + off * qd, c->q, (size_t)(n * qd) * sizeof(float));
         memcpy(Kw + off * kvd, c->k, (size_t)(n * kvd) * sizeof(float));
         for (int32_t i = 0; i < n; i++)

@@ -1,5 +1,7 @@
-/* Tests of the paged KV cache: block tables, the free list, capacity
- * errors and F16 storage. */
+/* Tests of the paged KV cache: block tables and the free list, the pool as
+ * a budget (LLM_E_KV_FULL changes nothing), fork (shared blocks counted),
+ * truncate, copy-on-write (the shared original unchanged), and F16
+ * storage. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -17,14 +19,58 @@ static struct llm_kv *mk(int32_t n_seq, int32_t max_tokens, int32_t n_blocks, en
     return kv;
 }
 
+/* Write rows of value `base + pos` (every element) at [pos, pos + n) of
+ * seq in both layers, as a forward pass does: prepare, copy, store. */
+static llm_status put(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n, float base)
+{
+    llm_status s = llm_kv_prepare(kv, seq, pos, n);
+    if (s)
+        return s;
+    llm_kv_copy_host(kv);
+    float k[64 * 8], v[64 * 8];
+    for (int32_t i = 0; i < n * 8; i++)
+        k[i] = base + (float)(pos + i / 8), v[i] = -(base + (float)(pos + i / 8));
+    for (int32_t l = 0; l < 2; l++)
+        llm_kv_store_host(kv, l, seq, pos, n, k, v);
+    llm_kv_set_len(kv, seq, pos + n);
+    return LLM_OK;
+}
+
+/* The K value of (layer, seq, pos), element e. */
+static float kval(const struct llm_kv *kv, int32_t l, int32_t seq, int32_t pos, int e)
+{
+    return ((const float *)kv->k)[llm_kv_row_index(kv, l, seq, pos) + e];
+}
+
+static void assert_rows(const struct llm_kv *kv, int32_t seq, int32_t from, int32_t to, float base)
+{
+    for (int32_t p = from; p < to; p++)
+        for (int32_t l = 0; l < 2; l++)
+            for (int e = 0; e < 8; e++)
+                cr_assert_eq(kval(kv, l, seq, p, e), base + (float)p, "seq %d pos %d layer %d", seq,
+                             p, l);
+}
+
+static void assert_all_free(const struct llm_kv *kv)
+{
+    struct llm_kv_stats st;
+    llm_kv_stats(kv, &st);
+    cr_assert_eq(st.used, 0, "%d blocks still in use", st.used);
+    cr_assert_eq(st.free_, st.n_blocks);
+    cr_assert_eq(st.logical, 0);
+    for (int32_t i = 0; i < kv->p.n_blocks; i++)
+        cr_assert_eq(kv->ref[i], 0, "block %d has %d references", i, kv->ref[i]);
+}
+
 Test(kv, blocks_taken_on_demand_and_returned)
 {
     struct llm_kv *kv = mk(2, 16, 0, LLM_TYPE_F32); /* 2 x 4 blocks */
     cr_assert_eq(llm_kv_free_blocks(kv), 8);
-    cr_assert_eq(llm_kv_reserve(kv, 0, 5), LLM_OK); /* 2 blocks */
+    cr_assert_eq(llm_kv_prepare(kv, 0, 0, 5), LLM_OK); /* 2 blocks */
+    llm_kv_set_len(kv, 0, 5);
     cr_assert_eq(llm_kv_free_blocks(kv), 6);
-    cr_assert_eq(llm_kv_reserve(kv, 1, 1), LLM_OK);
-    cr_assert_eq(llm_kv_reserve(kv, 0, 8), LLM_OK); /* still 2 */
+    cr_assert_eq(llm_kv_prepare(kv, 1, 0, 1), LLM_OK);
+    cr_assert_eq(llm_kv_prepare(kv, 0, 5, 3), LLM_OK); /* still 2 */
     cr_assert_eq(llm_kv_free_blocks(kv), 5);
     /* rows of different sequences never share storage */
     int64_t a = llm_kv_row_index(kv, 0, 0, 4), b = llm_kv_row_index(kv, 0, 1, 0);
@@ -34,18 +80,48 @@ Test(kv, blocks_taken_on_demand_and_returned)
     llm_kv_reset(kv, 0);
     cr_assert_eq(llm_kv_free_blocks(kv), 7);
     cr_assert_eq(llm_kv_len(kv, 0), 0);
+    llm_kv_reset(kv, 1);
+    assert_all_free(kv);
     llm_kv_free(kv);
 }
 
-Test(kv, capacity_errors)
+Test(kv, the_pool_is_a_budget_and_full_changes_nothing)
 {
-    struct llm_kv *kv = mk(2, 16, 5, LLM_TYPE_F32); /* fewer blocks than 2 full sequences */
-    cr_assert_eq(llm_kv_reserve(kv, 0, 17), LLM_E_INVALID);
-    cr_assert_eq(llm_kv_reserve(kv, 2, 1), LLM_E_INVALID);
-    cr_assert_eq(llm_kv_reserve(kv, 0, 16), LLM_OK);
-    cr_assert_eq(llm_kv_reserve(kv, 1, 8), LLM_E_NOMEM);
-    cr_assert_eq(llm_kv_free_blocks(kv), 1, "a failed reserve takes nothing");
-    cr_assert_eq(llm_kv_reserve(kv, 1, 4), LLM_OK);
+    /* 5 blocks for two sequences of up to 16 tokens (4 blocks each):
+     * overcommitted */
+    struct llm_kv *kv = mk(2, 16, 5, LLM_TYPE_F32);
+    cr_assert_eq(llm_kv_storage_bytes(&kv->p), (uint64_t)5 * 2 * 4 * 8 * 4 * 2);
+    cr_assert_eq(llm_kv_prepare(kv, 0, 0, 17), LLM_E_INVALID, "past max_tokens");
+    cr_assert_eq(llm_kv_prepare(kv, 2, 0, 1), LLM_E_INVALID, "no such sequence");
+    cr_assert_eq(llm_kv_prepare(kv, 0, 1, 1), LLM_E_INVALID, "past the sequence's end");
+    cr_assert_eq(put(kv, 0, 0, 16, 0), LLM_OK);
+    cr_assert_eq(put(kv, 1, 0, 4, 100), LLM_OK);
+    cr_assert_eq(llm_kv_free_blocks(kv), 0);
+    cr_assert_eq(llm_kv_need(kv, 1, 4, 4, NULL), 1);
+    cr_assert_eq(llm_kv_prepare(kv, 1, 4, 4), LLM_E_KV_FULL);
+    cr_assert_eq(llm_kv_len(kv, 1), 4, "a failed prepare changes nothing");
+    cr_assert_eq(kv->n_seq_blocks[1], 1);
+    assert_rows(kv, 1, 0, 4, 100);
+    /* rolling sequence 0 back to 8 tokens frees two blocks */
+    llm_kv_truncate(kv, 0, 8);
+    cr_assert_eq(llm_kv_free_blocks(kv), 2);
+    cr_assert_eq(put(kv, 1, 4, 8, 100), LLM_OK);
+    assert_rows(kv, 0, 0, 8, 0);
+    assert_rows(kv, 1, 0, 12, 100);
+    /* a prepare that cuts the sequence counts the blocks the cut frees:
+     * sequence 1 rewritten from position 2 needs its blocks 1 and 2
+     * again, which the cut returns */
+    cr_assert_eq(llm_kv_free_blocks(kv), 0);
+    cr_assert_eq(put(kv, 1, 2, 10, 200), LLM_OK);
+    for (int32_t p = 2; p < 12; p++)
+        cr_assert_eq(kval(kv, 0, 1, p, 0), 200.0f + (float)p);
+    cr_assert_eq(kval(kv, 0, 1, 1, 0), 101.0f, "positions before the cut are kept");
+    struct llm_kv_stats st;
+    llm_kv_stats(kv, &st);
+    cr_assert_eq(st.peak_used, 5);
+    llm_kv_reset(kv, 0);
+    llm_kv_reset(kv, 1);
+    assert_all_free(kv);
     llm_kv_free(kv);
     struct llm_kv_params p;
     llm_kv_params_default(&p);
@@ -53,11 +129,118 @@ Test(kv, capacity_errors)
     cr_assert_eq(llm_kv_storage_bytes(&p), 0);
 }
 
+Test(kv, fork_shares_blocks_and_counts_them)
+{
+    struct llm_kv *kv = mk(4, 32, 0, LLM_TYPE_F32);
+    cr_assert_eq(put(kv, 0, 0, 16, 0), LLM_OK); /* 4 full blocks */
+    cr_assert_eq(llm_kv_fork(kv, 0, 1, 16), LLM_OK);
+    cr_assert_eq(llm_kv_fork(kv, 0, 2, 16), LLM_OK);
+    cr_assert_eq(llm_kv_fork(kv, 0, 3, 8), LLM_OK);
+    struct llm_kv_stats st;
+    llm_kv_stats(kv, &st);
+    cr_assert_eq(st.used, 4, "forks take no block");
+    cr_assert_eq(st.logical, 4 + 4 + 4 + 2);
+    cr_assert_eq(st.shared, 4);
+    cr_assert_eq(llm_kv_block_ref(kv, 0, 0), 4);
+    cr_assert_eq(llm_kv_block_ref(kv, 0, 3), 3);
+    cr_assert_eq(llm_kv_len(kv, 3), 8);
+    for (int s = 0; s < 4; s++)
+        assert_rows(kv, s, 0, llm_kv_len(kv, s), 0);
+    /* the sequences diverge: appends past a full shared block take new
+     * blocks and leave the shared ones alone */
+    cr_assert_eq(put(kv, 1, 16, 3, 1000), LLM_OK);
+    cr_assert_eq(put(kv, 2, 16, 5, 2000), LLM_OK);
+    cr_assert_eq(put(kv, 3, 8, 1, 3000), LLM_OK); /* block 2 was shared: copied */
+    llm_kv_stats(kv, &st);
+    cr_assert_eq(st.used, 4 + 1 + 2 + 1);
+    assert_rows(kv, 0, 0, 16, 0);
+    assert_rows(kv, 1, 0, 16, 0);
+    assert_rows(kv, 1, 16, 19, 1000);
+    assert_rows(kv, 2, 16, 21, 2000);
+    assert_rows(kv, 3, 0, 8, 0);
+    assert_rows(kv, 3, 8, 9, 3000);
+    cr_assert_eq(llm_kv_fork(kv, 0, 0, 4), LLM_E_INVALID);
+    cr_assert_eq(llm_kv_fork(kv, 0, 1, 17), LLM_E_INVALID, "past src's length");
+    cr_assert_eq(llm_kv_fork(kv, 5, 1, 1), LLM_E_INVALID);
+    for (int s = 0; s < 4; s++)
+        llm_kv_reset(kv, s);
+    assert_all_free(kv);
+    llm_kv_free(kv);
+}
+
+Test(kv, copy_on_write_of_a_shared_partial_block)
+{
+    struct llm_kv *kv = mk(2, 32, 0, LLM_TYPE_F32);
+    cr_assert_eq(put(kv, 0, 0, 6, 0), LLM_OK); /* block 1 holds positions 4, 5 of 8 */
+    cr_assert_eq(llm_kv_fork(kv, 0, 1, 6), LLM_OK);
+    const int32_t shared = kv->tables[1];
+    cr_assert_eq(kv->tables[kv->max_blocks + 1], shared);
+    /* the fork writes position 6, inside the shared partial block: it gets
+     * its own copy first (positions 4, 5 carried over) */
+    cr_assert_eq(llm_kv_need(kv, 1, 6, 1, NULL), 1);
+    cr_assert_eq(llm_kv_prepare(kv, 1, 6, 1), LLM_OK);
+    cr_assert_eq(kv->n_copies, 1);
+    cr_assert_eq(kv->copies[0].src, shared);
+    const int32_t mine = kv->tables[kv->max_blocks + 1];
+    cr_assert_neq(mine, shared);
+    cr_assert_eq(kv->copies[0].dst, mine);
+    llm_kv_copy_host(kv);
+    cr_assert_eq(kv->n_copies, 0);
+    float k[8], v[8];
+    for (int e = 0; e < 8; e++)
+        k[e] = 77, v[e] = -77;
+    llm_kv_store_host(kv, 0, 1, 6, 1, k, v);
+    llm_kv_store_host(kv, 1, 1, 6, 1, k, v);
+    llm_kv_set_len(kv, 1, 7);
+    assert_rows(kv, 1, 0, 6, 0);
+    cr_assert_eq(kval(kv, 1, 1, 6, 3), 77.0f);
+    /* the original is unchanged, and so is its owner's next write */
+    assert_rows(kv, 0, 0, 6, 0);
+    cr_assert_eq(kv->ref[shared], 1);
+    cr_assert_eq(llm_kv_block_ref(kv, 0, 0), 2, "the full block stays shared");
+    cr_assert_eq(llm_kv_need(kv, 0, 6, 1, NULL), 0, "the owner writes in place");
+    cr_assert_eq(put(kv, 0, 6, 2, 500), LLM_OK);
+    cr_assert_eq(kval(kv, 0, 1, 6, 0), 77.0f);
+    assert_rows(kv, 0, 6, 8, 500);
+    llm_kv_reset(kv, 0);
+    cr_assert_eq(llm_kv_block_ref(kv, 1, 0), 1, "released by one, kept by the other");
+    assert_rows(kv, 1, 0, 6, 0);
+    llm_kv_reset(kv, 1);
+    assert_all_free(kv);
+    llm_kv_free(kv);
+}
+
+Test(kv, truncate_releases_only_what_no_one_holds)
+{
+    struct llm_kv *kv = mk(2, 32, 0, LLM_TYPE_F32);
+    cr_assert_eq(put(kv, 0, 0, 12, 0), LLM_OK);
+    cr_assert_eq(llm_kv_fork(kv, 0, 1, 12), LLM_OK);
+    llm_kv_truncate(kv, 0, 5);
+    struct llm_kv_stats st;
+    llm_kv_stats(kv, &st);
+    cr_assert_eq(st.used, 3, "sequence 1 still holds all three");
+    cr_assert_eq(llm_kv_len(kv, 0), 5);
+    llm_kv_truncate(kv, 1, 4);
+    llm_kv_stats(kv, &st);
+    cr_assert_eq(st.used, 2);
+    llm_kv_truncate(kv, 1, 100); /* longer than it is: nothing */
+    cr_assert_eq(llm_kv_len(kv, 1), 4);
+    /* rewriting from a position inside a shared block copies it */
+    cr_assert_eq(put(kv, 1, 2, 2, 900), LLM_OK);
+    assert_rows(kv, 0, 0, 5, 0);
+    assert_rows(kv, 1, 0, 2, 0);
+    assert_rows(kv, 1, 2, 4, 900);
+    llm_kv_reset(kv, 0);
+    llm_kv_reset(kv, 1);
+    assert_all_free(kv);
+    llm_kv_free(kv);
+}
+
 Test(kv, store_f32_and_f16)
 {
     for (int f16 = 0; f16 < 2; f16++) {
         struct llm_kv *kv = mk(1, 12, 0, f16 ? LLM_TYPE_F16 : LLM_TYPE_F32);
-        cr_assert_eq(llm_kv_reserve(kv, 0, 6), LLM_OK);
+        cr_assert_eq(llm_kv_prepare(kv, 0, 0, 6), LLM_OK);
         float k[3 * 8], v[3 * 8];
         for (int i = 0; i < 24; i++)
             k[i] = 0.5f * (float)i + 0.25f, v[i] = -(float)i;
@@ -72,6 +255,7 @@ Test(kv, store_f32_and_f16)
             }
         }
         cr_assert_eq(llm_kv_storage_bytes(&kv->p), (uint64_t)2 * 3 * 4 * 8 * (f16 ? 2 : 4) * 2);
+        cr_assert_eq(llm_kv_block_bytes(&kv->p), (uint64_t)2 * 4 * 8 * (f16 ? 2 : 4) * 2);
         llm_kv_free(kv);
     }
 }

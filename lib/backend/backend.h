@@ -1,15 +1,21 @@
 /* backend.h: the operations a forward pass needs, implemented once per
- * device (model/cpu.c always; a CUDA backend may add itself).
+ * device (backend/cpu.c always; a CUDA backend in lib/gpu may add itself).
  *
- * Activation buffers come from the backend's alloc and may live on a device:
- * the forward pass never touches their contents, it only passes them to the
- * ops and downloads the logits. Weights are the tensors of the mapped file in
- * their stored type (struct llm_weight); a device backend repacks or uploads
- * them once in bind. Every op works on a batch of n tokens: rows of
- * activations are token-major, (n, width).
+ * A backend belongs to one model: the model creates it, binds every weight
+ * once (bind: upload, or repack into the layout the backend's kernels read)
+ * and its contexts run on it. Activation buffers come from the backend's
+ * alloc and may live on a device: the forward pass never touches their
+ * contents, it only passes them to the ops and downloads the logits. Every
+ * op works on a batch of n tokens: rows of activations are token-major,
+ * (n, width); the tokens may belong to several sequences (struct llm_seg).
+ *
+ * Determinism: every op computes a token's row with the same arithmetic
+ * whatever the other rows of the batch are, its slot in the batch and the
+ * number of threads, so that a sequence's results do not depend on what it
+ * was batched with (llm(7), "same answer alone or batched").
  */
-#ifndef LLM_MODEL_BACKEND_H
-#define LLM_MODEL_BACKEND_H
+#ifndef LLM_BACKEND_BACKEND_H
+#define LLM_BACKEND_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,15 +29,15 @@ struct llm_weight {
     enum llm_type type;
     const void *data;   /* host bytes (the mapping) */
     int64_t ne0, rows;
-    void *dev;          /* the backend's copy, when it keeps one */
+    void *dev;          /* the backend's copy on its device, when it keeps one */
     /* GPTQ act-order: the columns are stored permuted so that quantization
      * groups are contiguous, and the product reads x[perm[i]] for stored
      * column i (the "<name>.perm" tensor). NULL: identity. Weights that read
      * the same input share one pointer when their permutations are equal. */
     const int32_t *perm; /* (ne0) host */
     /* The CPU's decode layout of a 4-bit matrix (ops/matmul.h's
-     * interleaved rows), made once at load; when set, products read it and
-     * not data. NULL: products read data. */
+     * interleaved rows), made by the CPU backend's bind; when set, products
+     * read it and not data (whose pages the model may then drop). */
     const void *x16;
 };
 
@@ -44,9 +50,19 @@ struct llm_rope {
     float mscale;
 };
 
+/* cs (n, n_dims/2, 2) = [cos, sin](pos[t] * inv_freq[i]) * mscale: the
+ * table the rope op reads, made once per batch for every layer. */
+void llm_rope_table(const struct llm_rope *r, const int32_t *pos, int32_t n, float *cs);
+
 struct llm_attn_shape {
     int32_t n_heads, n_kv_heads, head_dim;
     float scale;            /* 1/sqrt(head_dim) */
+};
+
+/* A run of n tokens of one sequence in a batch: positions pos .. pos+n-1,
+ * rows row .. row+n-1 of the batch's activations. */
+struct llm_seg {
+    int32_t seq, pos, n, row;
 };
 
 struct llm_backend;
@@ -54,11 +70,14 @@ struct llm_backend;
 struct llm_backend_ops {
     const char *name;
     void (*destroy)(struct llm_backend *b);
+    /* Run with n threads from now on (n > 0). */
+    llm_status (*threads)(struct llm_backend *b, int n);
     /* Device memory for activations and the KV cache (zeroed). */
     llm_status (*alloc)(struct llm_backend *b, size_t bytes, void **out);
     void (*release)(struct llm_backend *b, void *p);
     llm_status (*download)(struct llm_backend *b, void *dst, const void *src, size_t bytes);
-    /* Prepare a weight (upload/repack); the CPU uses it in place. */
+    /* Prepare a weight once, at load: upload, or repack (w->dev, w->x16).
+     * Memory the backend allocates here is its own, freed by destroy. */
     llm_status (*bind)(struct llm_backend *b, struct llm_weight *w);
 
     /* x (n, W.ne0) = rows tokens[] of the embedding table W. */
@@ -74,16 +93,21 @@ struct llm_backend_ops {
                          const struct llm_weight *const *bias, const float *X, float *const *Y,
                          int32_t n);
     /* Rotate q (n, n_heads*head_dim) and k (n, n_kv_heads*head_dim) in place
-     * for positions pos .. pos+n-1. */
-    llm_status (*rope)(struct llm_backend *b, const struct llm_rope *r,
-                       const struct llm_attn_shape *s, float *q, float *k, int32_t n, int32_t pos);
-    /* Store k, v (n, kv_dim) of `layer` at pos .. pos+n-1 of seq in the cache,
-     * then out (n, n_heads*head_dim) = causal attention of q over positions
-     * 0 .. pos+i of the cache (GQA: query head h reads KV head
-     * h / (n_heads / n_kv_heads)). */
+     * with the table of llm_rope_table (host memory). */
+    llm_status (*rope)(struct llm_backend *b, const struct llm_attn_shape *s, int32_t n_dims,
+                       int neox, const float *cs, float *q, float *k, int32_t n);
+    /* Carry out the KV cache's recorded copy-on-write copies (kv->copies). */
+    llm_status (*kv_copy)(struct llm_backend *b, struct llm_kv *kv);
+    /* For each segment: store its rows of k, v (kv_dim each) of `layer` at
+     * its positions of its sequence (prepared with llm_kv_prepare), then
+     * out (n_heads*head_dim per row) = causal attention of its rows of q
+     * over positions 0 .. pos+i of its sequence (GQA: query head h reads KV
+     * head h / (n_heads / n_kv_heads)). Each token reads its positions in
+     * order, whatever the segments around it. */
     llm_status (*attention)(struct llm_backend *b, const struct llm_attn_shape *s,
-                            struct llm_kv *kv, int32_t layer, int32_t seq, const float *q,
-                            const float *k, const float *v, float *out, int32_t n, int32_t pos);
+                            struct llm_kv *kv, int32_t layer, const struct llm_seg *seg,
+                            int32_t n_seg, const float *q, const float *k, const float *v,
+                            float *out);
     /* gate (m) = silu(gate) * up. */
     llm_status (*swiglu)(struct llm_backend *b, float *gate, const float *up, int64_t m);
     /* x (m) += y. */
@@ -98,7 +122,9 @@ struct llm_backend {
     int n_threads;
 };
 
-/* The CPU backend with a pool of n_threads (0: the number of cores). */
-llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads);
+/* The CPU backend with a pool of n_threads (0: the number of cores).
+ * repack: bind makes the interleaved copy of the 4-bit matrices that take
+ * it (when llm_x16_enabled()); 0 leaves every weight in its rows. */
+llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads, int repack);
 
 #endif

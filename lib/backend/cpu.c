@@ -1,8 +1,11 @@
 /* cpu.c: the CPU backend. Activations are host memory; weights are read in
- * place from the mapping by ops/matmul.h. Work big enough to pay for a
- * barrier is split across the persistent pool; small work (stories260K's
- * 64-wide layers) runs on the calling thread, because there a barrier costs
- * more than the arithmetic. */
+ * place from the mapping by ops/matmul.h, or from the interleaved copy of
+ * the 4-bit matrices that bind makes. Work big enough to pay for a barrier
+ * is split across the persistent pool; small work (stories260K's 64-wide
+ * layers) runs on the calling thread, because there a barrier costs more
+ * than the arithmetic. How work is split never changes a row's
+ * arithmetic: a matrix row, an attention head of a token, a norm row are
+ * each computed whole by one thread. */
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +25,11 @@ struct cpu_backend {
     struct llm_pool *pool;
     float *scores;          /* (n_threads, ATT_GROUP, scores_cap) attention scratch */
     size_t scores_cap;
+    int repack;             /* bind makes the interleaved 4-bit copies */
+    void **owned;           /* (n_owned) the copies bind made */
+    size_t n_owned, cap_owned;
+    int64_t *task0;         /* (cap_task0) attention's task offsets per segment */
+    size_t cap_task0;
 };
 
 static int work_threads(const struct cpu_backend *cb, double work)
@@ -38,7 +46,30 @@ static void cpu_destroy(struct llm_backend *b)
     struct cpu_backend *cb = (struct cpu_backend *)b;
     llm_pool_free(cb->pool);
     llm_free(cb->scores);
+    llm_free(cb->task0);
+    for (size_t i = 0; i < cb->n_owned; i++)
+        llm_free(cb->owned[i]);
+    llm_free(cb->owned);
     llm_free(cb);
+}
+
+static llm_status cpu_threads(struct llm_backend *b, int n)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    if (n > 63)
+        n = 63;
+    if (n < 1 || n == llm_pool_size(cb->pool))
+        return LLM_OK;
+    struct llm_pool *p;
+    LLM_TRY(llm_pool_new(&p, n));
+    llm_pool_free(cb->pool);
+    cb->pool = p;
+    /* the attention scratch is per thread */
+    llm_free(cb->scores);
+    cb->scores = NULL;
+    cb->scores_cap = 0;
+    b->n_threads = n;
+    return LLM_OK;
 }
 
 static llm_status cpu_alloc(struct llm_backend *b, size_t bytes, void **out)
@@ -62,9 +93,32 @@ static llm_status cpu_download(struct llm_backend *b, void *dst, const void *src
     return LLM_OK;
 }
 
+/* The interleaved copy of a 4-bit matrix that takes it (ops/matmul.h: the
+ * CPU's decode layout, 2.5x fewer instructions per block than the rows);
+ * other weights are read in place. LLM_X16=0 in the environment keeps the
+ * rows (to compare). */
 static llm_status cpu_bind(struct llm_backend *b, struct llm_weight *w)
 {
-    (void)b, (void)w;
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    if (!cb->repack || w->x16 || !w->data || !llm_x16_enabled() ||
+        !llm_x16_ok(w->type, w->ne0, w->rows))
+        return LLM_OK;
+    const size_t bytes = (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0) * (size_t)w->rows;
+    void *own = cb->owned;
+    LLM_TRY(llm_grow(&own, &cb->cap_owned, cb->n_owned + 1, sizeof *cb->owned));
+    cb->owned = own;
+    void *p = llm_malloc(bytes);
+    if (!p)
+        return llm_error_set(LLM_E_NOMEM, "no memory for the interleaved copy of a %lld x %lld "
+                             "%s matrix", (long long)w->rows, (long long)w->ne0,
+                             llm_type_name(w->type));
+    llm_status s = llm_x16_pack(w->type, w->data, w->ne0, w->rows, p);
+    if (s) {
+        llm_free(p);
+        return s;
+    }
+    cb->owned[cb->n_owned++] = p;
+    w->x16 = p;
     return LLM_OK;
 }
 
@@ -187,49 +241,58 @@ static llm_status cpu_matmul(struct llm_backend *b, int n_w, const struct llm_we
     return LLM_OK;
 }
 
-static void rope_vec(float *x, int32_t n_heads, int32_t hd, const struct llm_rope *r, const float *c,
-                     const float *s)
+/* cs: [cos, sin] of each pair */
+static void rope_vec(float *x, int32_t n_heads, int32_t hd, int32_t half, int neox, const float *cs)
 {
-    int32_t half = r->n_dims / 2;
     for (int32_t h = 0; h < n_heads; h++) {
         float *v = x + (int64_t)h * hd;
         for (int32_t i = 0; i < half; i++) {
-            int32_t a = r->neox ? i : 2 * i, bi = r->neox ? i + half : 2 * i + 1;
-            float x0 = v[a], x1 = v[bi];
-            v[a] = x0 * c[i] - x1 * s[i];
-            v[bi] = x0 * s[i] + x1 * c[i];
+            int32_t a = neox ? i : 2 * i, bi = neox ? i + half : 2 * i + 1;
+            float x0 = v[a], x1 = v[bi], c = cs[2 * i], s = cs[2 * i + 1];
+            v[a] = x0 * c - x1 * s;
+            v[bi] = x0 * s + x1 * c;
         }
     }
 }
 
-static llm_status cpu_rope(struct llm_backend *b, const struct llm_rope *r,
-                           const struct llm_attn_shape *sh, float *q, float *k, int32_t n,
-                           int32_t pos)
+static llm_status cpu_rope(struct llm_backend *b, const struct llm_attn_shape *sh, int32_t n_dims,
+                           int neox, const float *cs, float *q, float *k, int32_t n)
 {
     (void)b;
-    float c[512], s[512];
-    int32_t half = r->n_dims / 2;
-    if (half > 512 || r->n_dims > sh->head_dim)
-        return llm_error_set(LLM_E_UNSUPPORTED, "rope: %d rotary dimensions (at most 1024 and the "
-                             "head size %d)", r->n_dims, sh->head_dim);
-    int64_t qd = (int64_t)sh->n_heads * sh->head_dim, kd = (int64_t)sh->n_kv_heads * sh->head_dim;
+    if (n_dims > sh->head_dim || n_dims % 2)
+        return llm_error_set(LLM_E_UNSUPPORTED, "rope: %d rotary dimensions (even, at most the "
+                             "head size %d)", n_dims, sh->head_dim);
+    const int32_t half = n_dims / 2;
+    const int64_t qd = (int64_t)sh->n_heads * sh->head_dim,
+                  kd = (int64_t)sh->n_kv_heads * sh->head_dim;
     for (int32_t t = 0; t < n; t++) {
-        float p = (float)(pos + t);
-        for (int32_t i = 0; i < half; i++) {
-            float th = p * r->inv_freq[i];
-            c[i] = cosf(th) * r->mscale;
-            s[i] = sinf(th) * r->mscale;
-        }
-        rope_vec(q + t * qd, sh->n_heads, sh->head_dim, r, c, s);
-        rope_vec(k + t * kd, sh->n_kv_heads, sh->head_dim, r, c, s);
+        const float *c = cs + (int64_t)t * n_dims;
+        rope_vec(q + t * qd, sh->n_heads, sh->head_dim, half, neox, c);
+        rope_vec(k + t * kd, sh->n_kv_heads, sh->head_dim, half, neox, c);
     }
     return LLM_OK;
+}
+
+void llm_rope_table(const struct llm_rope *r, const int32_t *pos, int32_t n, float *cs)
+{
+    const int32_t half = r->n_dims / 2;
+    for (int32_t t = 0; t < n; t++) {
+        const float p = (float)pos[t];
+        float *c = cs + (int64_t)t * 2 * half;
+        for (int32_t i = 0; i < half; i++) {
+            const float th = p * r->inv_freq[i];
+            c[2 * i] = cosf(th) * r->mscale;
+            c[2 * i + 1] = sinf(th) * r->mscale;
+        }
+    }
 }
 
 struct att_job {
     const struct llm_attn_shape *s;
     struct llm_kv *kv;
-    int32_t layer, seq, n, pos, use;
+    int32_t layer, n_seg, use;
+    const struct llm_seg *seg;
+    const int64_t *task0;   /* (n_seg + 1) the first task of each segment, then the total */
     const float *q;
     float *out;
     float *scores;
@@ -314,9 +377,9 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     }
 }
 
-/* Tasks (a group of ATT_GROUP tokens, a head) go round-robin to the
- * threads: under the causal mask later tokens cost more, and contiguous
- * halves gave one thread three times the other's work. */
+/* Tasks (a group of ATT_GROUP tokens of a segment, a head) go round-robin
+ * to the threads: under the causal mask later tokens cost more, and
+ * contiguous halves gave one thread three times the other's work. */
 static void att_run(int ti, int nth, void *arg)
 {
     struct att_job *j = arg;
@@ -325,24 +388,50 @@ static void att_run(int ti, int nth, void *arg)
     nth = j->use;
     const struct llm_attn_shape *s = j->s;
     int32_t hd = s->head_dim, grp = s->n_heads / s->n_kv_heads;
-    int64_t groups = (j->n + ATT_GROUP - 1) / ATT_GROUP, tasks = groups * s->n_heads;
     int64_t qs = (int64_t)s->n_heads * hd, cap = (int64_t)j->scores_cap;
     float *sc = j->scores + (size_t)ti * ATT_GROUP * j->scores_cap;
-    for (int64_t task = ti; task < tasks; task += nth) {
-        int32_t g = (int32_t)(task / s->n_heads), h = (int32_t)(task % s->n_heads);
-        int32_t t0 = g * ATT_GROUP, nt = j->n - t0 < ATT_GROUP ? j->n - t0 : ATT_GROUP;
-        int64_t qo = (int64_t)t0 * qs + (int64_t)h * hd;
-        att_group(j->kv, j->layer, j->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
-                  j->pos + t0 + 1, sc, cap, j->out + qo);
+    int32_t g = 0; /* the segment of the task: tasks only grow */
+    for (int64_t task = ti; task < j->task0[j->n_seg]; task += nth) {
+        while (task >= j->task0[g + 1])
+            g++;
+        const struct llm_seg *sg = &j->seg[g];
+        const int64_t local = task - j->task0[g];
+        int32_t t0 = (int32_t)(local / s->n_heads) * ATT_GROUP, h = (int32_t)(local % s->n_heads);
+        int32_t nt = sg->n - t0 < ATT_GROUP ? sg->n - t0 : ATT_GROUP;
+        int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
+        att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
+                  sg->pos + t0 + 1, sc, cap, j->out + qo);
     }
 }
 
+static llm_status cpu_kv_copy(struct llm_backend *b, struct llm_kv *kv)
+{
+    (void)b;
+    llm_kv_copy_host(kv);
+    return LLM_OK;
+}
+
 static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_shape *s,
-                                struct llm_kv *kv, int32_t layer, int32_t seq, const float *q,
-                                const float *k, const float *v, float *out, int32_t n, int32_t pos)
+                                struct llm_kv *kv, int32_t layer, const struct llm_seg *seg,
+                                int32_t n_seg, const float *q, const float *k, const float *v,
+                                float *out)
 {
     struct cpu_backend *cb = (struct cpu_backend *)b;
-    llm_kv_store_host(kv, layer, seq, pos, n, k, v);
+    const int64_t kd = kv->kv_dim;
+    if ((size_t)n_seg + 1 > cb->cap_task0) {
+        void *p = cb->task0;
+        LLM_TRY(llm_grow(&p, &cb->cap_task0, (size_t)n_seg + 1, sizeof *cb->task0));
+        cb->task0 = p;
+    }
+    double work = 0;
+    cb->task0[0] = 0;
+    for (int32_t i = 0; i < n_seg; i++) {
+        const struct llm_seg *g = &seg[i];
+        llm_kv_store_host(kv, layer, g->seq, g->pos, g->n, k + (int64_t)g->row * kd,
+                          v + (int64_t)g->row * kd);
+        work += 2.0 * g->n * s->n_heads * (double)(g->pos + g->n) * s->head_dim;
+        cb->task0[i + 1] = cb->task0[i] + (int64_t)(g->n + ATT_GROUP - 1) / ATT_GROUP * s->n_heads;
+    }
     int nth = llm_pool_size(cb->pool);
     size_t cap = (size_t)kv->p.max_tokens;
     if (cb->scores_cap < cap) {
@@ -352,10 +441,10 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
         if (!cb->scores)
             return LLM_E_NOMEM;
     }
-    double work = 2.0 * n * s->n_heads * (double)(pos + n) * s->head_dim;
-    struct att_job j = { .s = s, .kv = kv, .layer = layer, .seq = seq, .n = n, .pos = pos,
-                         .q = q, .out = out, .scores = cb->scores, .scores_cap = cb->scores_cap };
-    const int64_t tasks = (int64_t)(n + ATT_GROUP - 1) / ATT_GROUP * s->n_heads;
+    struct att_job j = { .s = s, .kv = kv, .layer = layer, .n_seg = n_seg, .seg = seg,
+                         .task0 = cb->task0, .q = q, .out = out, .scores = cb->scores,
+                         .scores_cap = cb->scores_cap };
+    const int64_t tasks = cb->task0[n_seg];
     j.use = work_threads(cb, work);
     if (j.use > tasks)
         j.use = (int)tasks;
@@ -422,6 +511,7 @@ static llm_status cpu_gather(struct llm_backend *b, const float *x, const int32_
 static const struct llm_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
+    .threads = cpu_threads,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .download = cpu_download,
@@ -430,13 +520,14 @@ static const struct llm_backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
     .rope = cpu_rope,
+    .kv_copy = cpu_kv_copy,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .gather = cpu_gather,
 };
 
-llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads)
+llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads, int repack)
 {
     *out = NULL;
     if (n_threads <= 0) {
@@ -454,6 +545,7 @@ llm_status llm_backend_cpu_new(struct llm_backend **out, int n_threads)
         return s;
     }
     cb->base.ops = &cpu_ops;
+    cb->repack = repack;
     cb->base.n_threads = n_threads;
     *out = &cb->base;
     return LLM_OK;
