@@ -363,6 +363,32 @@ static enum llm_isa isa_now(void)
 
 /* -1: not yet read from the environment */
 static _Atomic int act_mode = -1;
+static _Atomic int inv_mode = -1;
+
+/* LLM_BATCH_INVARIANT=0 in the environment turns batch invariance off (to
+ * measure what it costs). */
+static int inv_now(void)
+{
+    int v = inv_mode;
+    if (v < 0) {
+        const char *e = getenv("LLM_BATCH_INVARIANT");
+        v = !(e && strcmp(e, "0") == 0);
+        inv_mode = v;
+    }
+    return v;
+}
+
+int llm_matmul_set_invariant(int on)
+{
+    int old = inv_now();
+    inv_mode = on != 0;
+    return old;
+}
+
+int llm_matmul_invariant(void)
+{
+    return inv_now();
+}
 
 static int act_now(void)
 {
@@ -446,9 +472,9 @@ llm_status llm_matvec(enum llm_type t, const void *W, const float *x, float *y, 
     if (llm_matmul_simd_type(t)) {
         switch (isa_now()) {
         case LLM_ISA_AVX512:
-            return llm_matvec_avx512(t, W, x, y, ne0, rb, r0, r1, act_now());
+            return llm_matvec_avx512(t, W, x, y, ne0, rb, r0, r1, act_now(), inv_now());
         case LLM_ISA_AVX2:
-            return llm_matvec_avx2(t, W, x, y, ne0, rb, r0, r1, act_now());
+            return llm_matvec_avx2(t, W, x, y, ne0, rb, r0, r1, act_now(), inv_now());
         default:
             break;
         }
@@ -470,9 +496,9 @@ llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, 
     if (llm_matmul_simd_type(t)) {
         switch (isa_now()) {
         case LLM_ISA_AVX512:
-            return llm_matmul_avx512(t, W, X, Y, ne0, rb, nb, ldy, r0, r1, act_now());
+            return llm_matmul_avx512(t, W, X, Y, ne0, rb, nb, ldy, r0, r1, act_now(), inv_now());
         case LLM_ISA_AVX2:
-            return llm_matmul_avx2(t, W, X, Y, ne0, rb, nb, ldy, r0, r1, act_now());
+            return llm_matmul_avx2(t, W, X, Y, ne0, rb, nb, ldy, r0, r1, act_now(), inv_now());
         default:
             break;
         }
@@ -659,7 +685,20 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
                              (long long)nb, (long long)ldy, (long long)r1);
     if (nb == 1)
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
-    if (act_now() == LLM_ACT_Q16 && isa_now() == LLM_ISA_AVX512)
-        return llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1);
+    if (act_now() == LLM_ACT_Q16) {
+        switch (isa_now()) {
+        case LLM_ISA_AVX512:
+            return llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1);
+        case LLM_ISA_AVX2:
+            /* the int16 GEMM is decode's arithmetic; the float GEMM of the
+             * rows is faster on AVX2, where madd does not pay for its
+             * unpacking, but not the same bits */
+            if (inv_now())
+                return llm_matmul_x16_avx2(t, P, X, Y, ne0, nb, ldy, r0, r1);
+            break;
+        default:
+            break;
+        }
+    }
     return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
 }

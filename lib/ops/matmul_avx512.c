@@ -31,16 +31,18 @@
 #include "matmul_impl.h"
 
 llm_status llm_matvec_avx512(enum llm_type t, const void *W, const float *x, float *y,
-                             int64_t ne0, uint64_t row_bytes, int64_t r0, int64_t r1, int act)
+                             int64_t ne0, uint64_t row_bytes, int64_t r0, int64_t r1, int act, int inv)
 {
     (void)t, (void)W, (void)x, (void)y, (void)ne0, (void)row_bytes, (void)r0, (void)r1, (void)act;
+    (void)inv;
     return llm_error_set(LLM_E_UNSUPPORTED, "matvec: no AVX-512 on this build");
 }
 
 llm_status llm_matmul_avx512(enum llm_type t, const void *W, const float *X, float *Y,
                              int64_t ne0, uint64_t row_bytes, int64_t nb, int64_t ldy, int64_t r0,
-                             int64_t r1, int act)
+                             int64_t r1, int act, int inv)
 {
+    (void)inv;
     (void)t, (void)W, (void)X, (void)Y, (void)ne0, (void)row_bytes, (void)nb, (void)ldy;
     (void)r0, (void)r1, (void)act;
     return llm_error_set(LLM_E_UNSUPPORTED, "matmul: no AVX-512 on this build");

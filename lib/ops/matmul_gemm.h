@@ -364,12 +364,10 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
     return LLM_OK;
 }
 
-#ifdef SIMD_AVX512
 // ----------------------------------------------------------------------------
-// prefill of the int8/int4 types under int16 activations (the default):
-// an integer GEMM on vpdpwssd, 32 multiply-adds an instruction against the
-// 16 of a float FMA, with the same activations (struct llm_qx16) and so
-// the same error bound as the row kernels of decode.
+// the int8/int4/int3 types under int16 activations (the default): an
+// integer GEMM on vpdpwssd (AVX2: madd + add), with the same activations
+// (struct llm_qx16) and so the same error bound as the row kernels.
 //   - the tokens go GQ_NBC at a time: their activations are quantized once
 //     (nq blocks each) and shared by every row tile;
 //   - a tile of 16 rows is packed block by block as pairs of int16 codes,
@@ -377,15 +375,67 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
 //     a block), with the row's scale and min per block (the -8 of q4
 //     symmetric applied in the codes, so no offset term is needed);
 //   - the micro-kernel keeps GQ_NR tokens x 16 rows: per block an int32 dot
-//     per token (16 vpdpwssd with the token's pair broadcast), exact, then
-//     one float FMA with d_w d_x and, for the zero-point types, one with
-//     m ds, as the row kernels do.
+//     per token (16 multiply-adds with the token's pair broadcast), exact,
+//     then one float FMA with d_w d_x and, for the zero-point types, one
+//     with m ds.
+// That float order, per row and token, is the same for every number of
+// tokens, every ISA and both layouts (rows, x16), and x16_group's decode
+// follows it too: this GEMM is also the decode of the rows that are not
+// interleaved, so that a token's result never depends on its batch.
 
+#ifdef SIMD_AVX512
 #define GQ_NR 12
+#define GQ_H 1 /* vectors per 16 rows */
+typedef __m512i SIMD(gqi);
+typedef __m512 SIMD(gqf);
+#else
+#define GQ_NR 3
+#define GQ_H 2
+typedef __m256i SIMD(gqi);
+typedef __m256 SIMD(gqf);
+#endif
 #define GQ_NBC 256
 
+SIMD_INLINE SIMD(gqi) SIMD(gq_load)(const int32_t *p)
+{
+#ifdef SIMD_AVX512
+    return _mm512_load_si512((const void *)p);
+#else
+    return _mm256_load_si256((const __m256i *)p);
+#endif
+}
+
+/* acc + w . pair, per int32 lane: exact (no saturation) */
+SIMD_INLINE SIMD(gqi) SIMD(gq_dp)(SIMD(gqi) acc, SIMD(gqi) w, int32_t pair)
+{
+#ifdef SIMD_AVX512
+    return _mm512_dpwssd_epi32(acc, w, _mm512_set1_epi32(pair));
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(w, _mm256_set1_epi32(pair)));
+#endif
+}
+
+/* 16 x 16 int32 at b, transposed in place: four 8 x 8 blocks through the
+ * float transpose (shuffles move bits, never change them) */
+static void SIMD(gq_tr16)(int32_t *b)
+{
+    __m256 q[4][8];
+    for (int a = 0; a < 2; a++)
+        for (int c = 0; c < 2; c++) {
+            for (int i = 0; i < 8; i++)
+                q[2 * a + c][i] = _mm256_loadu_ps((const float *)(b + (8 * a + i) * 16 + 8 * c));
+            SIMD(tr8)(q[2 * a + c]);
+        }
+    for (int a = 0; a < 2; a++)
+        for (int c = 0; c < 2; c++)
+            for (int i = 0; i < 8; i++) /* block (a, c) transposed goes to (c, a) */
+                _mm256_storeu_ps((float *)(b + (8 * c + i) * 16 + 8 * a), q[2 * a + c][i]);
+}
+
 /* Pack rows [r, r + nr) (nr <= 16; missing rows are zero) of blocks
- * [0, nq): P (nq, 16 pairs, 16 lanes) int32, D and M (nq, 16) */
+ * [0, nq): P (nq, 16 pairs, 16 lanes) int32, D and M (nq, 16). Each row is
+ * read once, in order (one stream), into its lane of every block, and each
+ * block is then transposed. */
 static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64_t rb, int64_t r,
                           int nr, int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
 {
@@ -395,8 +445,7 @@ static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64
     for (int i = 0; i < 16; i++) {
         if (i >= nr) {
             for (int64_t k = 0; k < nq; k++) {
-                for (int p = 0; p < 16; p++)
-                    P[(k * 16 + p) * 16 + i] = 0;
+                memset(P + k * 256 + i * 16, 0, 16 * sizeof(int32_t));
                 D[k * 16 + i] = M[k * 16 + i] = 0.0f;
             }
             continue;
@@ -410,17 +459,15 @@ static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64
                 w0 = _mm256_sub_epi16(w0, _mm256_set1_epi16(8));
                 w1 = _mm256_sub_epi16(w1, _mm256_set1_epi16(8));
             }
-            int32_t pr[16];
-            _mm256_storeu_si256((__m256i *)pr, w0);
-            _mm256_storeu_si256((__m256i *)(pr + 8), w1);
-            for (int p = 0; p < 16; p++)
-                P[(k * 16 + p) * 16 + i] = pr[p];
-            float dmv[4];
-            _mm_storeu_ps(dmv, dm);
-            D[k * 16 + i] = dmv[0];
-            M[k * 16 + i] = FAM_ZP(fam) ? dmv[1] : 0.0f;
+            /* pairs 0-7 and 8-15 of row i, before the transpose */
+            _mm256_storeu_si256((__m256i *)(P + k * 256 + i * 16), w0);
+            _mm256_storeu_si256((__m256i *)(P + k * 256 + i * 16 + 8), w1);
+            D[k * 16 + i] = _mm_cvtss_f32(dm);
+            M[k * 16 + i] = FAM_ZP(fam) ? _mm_cvtss_f32(_mm_movehdup_ps(dm)) : 0.0f;
         }
     }
+    for (int64_t k = 0; k < nq; k++)
+        SIMD(gq_tr16)(P + k * 256);
 }
 
 /* The same for the group of interleaved rows (matmul.h's x16 layout) that
@@ -439,65 +486,108 @@ static void SIMD(gq_pack_x16)(const struct SIMD(shape) *sh, const uint8_t *P16, 
     for (int64_t k = 0; k < ng; k++) {
         const uint8_t *blk = grp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
         for (int u = 0; u < G / 4; u++) {
-            __m512i v[2]; /* low, high nibbles */
-            SIMD(x16_codes)(cq + 32 * u, &v[0], &v[1]);
+            SIMD(x16v) v[2][X16_H]; /* low, high nibbles */
+            SIMD(x16_codes)(cq + 32 * u, v[0], v[1]);
             for (int i = 0; i < 2; i++) {
                 const int e = 2 * u + i * G / 2;
-                if (!zp)
-                    v[i] = _mm512_sub_epi16(v[i], _mm512_set1_epi16(8));
-                _mm512_storeu_si512((void *)(P + ((k * nsub + e / 32) * 16 + (e % 32) / 2) * 16),
-                                    v[i]);
+                int32_t *dst = P + ((k * nsub + e / 32) * 16 + (e % 32) / 2) * 16;
+                for (int h = 0; h < X16_H; h++) {
+#ifdef SIMD_AVX512
+                    __m512i x = v[i][h];
+                    if (!zp)
+                        x = _mm512_sub_epi16(x, _mm512_set1_epi16(8));
+                    _mm512_storeu_si512((void *)dst, x);
+#else
+                    __m256i x = v[i][h];
+                    if (!zp)
+                        x = _mm256_sub_epi16(x, _mm256_set1_epi16(8));
+                    _mm256_storeu_si256((__m256i *)(dst + 8 * h), x);
+#endif
+                }
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        const __m512 m = zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
-                            : _mm512_setzero_ps();
+        float d[16], m[16] = { 0 };
+        for (int h = 0; h < 2; h++) { /* 8 rows' fp16 scales (and mins) a conversion */
+            _mm256_storeu_ps(d + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h))));
+            if (zp)
+                _mm256_storeu_ps(m + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(
+                                                (const __m128i *)(blk + 32 + 16 * h))));
+        }
         for (int j = 0; j < nsub; j++) {
-            _mm512_storeu_ps(D + (k * nsub + j) * 16, d);
-            _mm512_storeu_ps(M + (k * nsub + j) * 16, m);
+            memcpy(D + (k * nsub + j) * 16, d, sizeof d);
+            memcpy(M + (k * nsub + j) * 16, m, sizeof m);
         }
     }
 }
 
-/* out (NT tokens, 16 rows) = the packed tile . xq of tokens xq + t*nq */
+/* out (NT tokens, 16 rows as GQ_H vectors) = the packed tile . xq of
+ * tokens xq + t*nq */
 SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M, int zp,
-                                const struct llm_qx16 *xq, int64_t nq, int NT, __m512 *out)
+                                const struct llm_qx16 *xq, int64_t nq, int NT,
+                                SIMD(gqf) out[][GQ_H])
 {
-    __m512 acc[GQ_NR];
+    SIMD(gqf) acc[GQ_NR][GQ_H];
     for (int t = 0; t < NT; t++)
-        acc[t] = _mm512_setzero_ps();
+        for (int h = 0; h < GQ_H; h++)
+#ifdef SIMD_AVX512
+            acc[t][h] = _mm512_setzero_ps();
+#else
+            acc[t][h] = _mm256_setzero_ps();
+#endif
     for (int64_t k = 0; k < nq; k++) {
-        __m512i ia[GQ_NR];
+        SIMD(gqi) ia[GQ_NR][GQ_H];
         for (int t = 0; t < NT; t++)
-            ia[t] = _mm512_setzero_si512();
+            for (int h = 0; h < GQ_H; h++)
+#ifdef SIMD_AVX512
+                ia[t][h] = _mm512_setzero_si512();
+#else
+                ia[t][h] = _mm256_setzero_si256();
+#endif
         const int32_t *pk = P + k * 256;
 #pragma GCC unroll 4
         for (int p = 0; p < 16; p++) {
-            const __m512i w = _mm512_load_si512((const void *)(pk + p * 16));
+            SIMD(gqi) w[GQ_H];
+            for (int h = 0; h < GQ_H; h++)
+                w[h] = SIMD(gq_load)(pk + p * 16 + 8 * h);
 #pragma GCC unroll 12
             for (int t = 0; t < NT; t++) {
                 int32_t pair;
                 memcpy(&pair, xq[t * nq + k].qs + 2 * p, 4);
-                ia[t] = _mm512_dpwssd_epi32(ia[t], w, _mm512_set1_epi32(pair));
+                for (int h = 0; h < GQ_H; h++)
+                    ia[t][h] = SIMD(gq_dp)(ia[t][h], w[h], pair);
             }
         }
-        const __m512 d = _mm512_loadu_ps(D + k * 16);
-        const __m512 m = _mm512_loadu_ps(M + k * 16);
+        for (int h = 0; h < GQ_H; h++) {
+#ifdef SIMD_AVX512
+            const __m512 d = _mm512_loadu_ps(D + k * 16), m = _mm512_loadu_ps(M + k * 16);
+#else
+            const __m256 d = _mm256_loadu_ps(D + k * 16 + 8 * h),
+                         m = _mm256_loadu_ps(M + k * 16 + 8 * h);
+#endif
 #pragma GCC unroll 12
-        for (int t = 0; t < NT; t++) {
-            const struct llm_qx16 *b = xq + t * nq + k;
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t]),
-                                     _mm512_mul_ps(d, _mm512_set1_ps(b->d)), acc[t]);
-            if (zp)
-                acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(b->ds), acc[t]);
+            for (int t = 0; t < NT; t++) {
+                const struct llm_qx16 *b = xq + t * nq + k;
+#ifdef SIMD_AVX512
+                acc[t][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][h]),
+                                            _mm512_mul_ps(d, _mm512_set1_ps(b->d)), acc[t][h]);
+                if (zp)
+                    acc[t][h] = _mm512_fmadd_ps(m, _mm512_set1_ps(b->ds), acc[t][h]);
+#else
+                acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t][h]),
+                                            _mm256_mul_ps(d, _mm256_set1_ps(b->d)), acc[t][h]);
+                if (zp)
+                    acc[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(b->ds), acc[t][h]);
+#endif
+            }
         }
     }
     for (int t = 0; t < NT; t++)
-        out[t] = acc[t];
+        for (int h = 0; h < GQ_H; h++)
+            out[t][h] = acc[t][h];
 }
 
-/* x16: W is in matmul.h's interleaved layout (rb unused; r0, r1 multiples
- * of 16) */
+/* Y[b*ldy + r] = W[r] . X[b] for b < nb, r in [r0, r1). x16: W is in
+ * matmul.h's interleaved layout (rb unused; r0, r1 multiples of 16). */
 static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W, uint64_t rb,
                                  const float *X, float *Y, int64_t ne0, int64_t nb, int64_t ldy,
                                  int64_t r0, int64_t r1, int x16)
@@ -528,20 +618,32 @@ static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W,
                 SIMD(gq_pack_x16)(sh, W, r, ne0, P, D, M);
             else
                 SIMD(gq_pack)(sh, W, rb, r, nr, ne0, nq, P, D, M);
-            const __mmask16 mk = (__mmask16)((1u << nr) - 1);
             for (int64_t b = 0; b < nc; b += GQ_NR) {
                 const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;
-                __m512 out[GQ_NR];
+                SIMD(gqf) out[GQ_NR][GQ_H];
                 if (nt == GQ_NR)
                     SIMD(gq_micro)(P, D, M, zp, xq + b * nq, nq, GQ_NR, out);
                 else
                     SIMD(gq_micro)(P, D, M, zp, xq + b * nq, nq, nt, out);
-                for (int j = 0; j < nt; j++)
-                    _mm512_mask_storeu_ps(Y + (c0 + b + j) * ldy + r, mk, out[j]);
+                for (int j = 0; j < nt; j++) {
+                    float *y = Y + (c0 + b + j) * ldy + r;
+#ifdef SIMD_AVX512
+                    _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), out[j][0]);
+#else
+                    if (nr == 16) {
+                        _mm256_storeu_ps(y, out[j][0]);
+                        _mm256_storeu_ps(y + 8, out[j][1]);
+                    } else { /* rows past r1 are never touched */
+                        float tmp[16];
+                        _mm256_storeu_ps(tmp, out[j][0]);
+                        _mm256_storeu_ps(tmp + 8, out[j][1]);
+                        memcpy(y, tmp, (size_t)nr * sizeof(float));
+                    }
+#endif
+                }
             }
         }
     }
     llm_free(buf);
     return LLM_OK;
 }
-#endif

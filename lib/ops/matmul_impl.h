@@ -72,28 +72,41 @@ const float *llm_matmul_fp8_table(void);
 enum llm_act { LLM_ACT_F32 = 0, LLM_ACT_Q8 = 1, LLM_ACT_Q16 = 2 };
 int llm_matmul_set_act(int act);
 
-/* From this many tokens on, the variants' llm_matmul runs a register-
- * blocked GEMM (matmul_gemm.h): float on float activations for every type
- * (within the float bound, 1e-5 S, of the reference), except the int8 /
- * int4 types under LLM_ACT_Q8, which keep llama.cpp's int8 scheme row by
- * row, and under LLM_ACT_Q16 with AVX-512, which run an int16 GEMM (the
- * int16 bound). Fewer tokens go row by row, as llm_matvec does, with the
- * same bits. */
+/* Batch invariance (the default): every row of llm_matmul is llm_matvec's
+ * for its token, bit for bit, whatever the number of tokens, their order
+ * and the range of rows, so that a sequence's results do not depend on
+ * what else is in its batch. The int8/int4/int3 types under int16
+ * activations run the int16 GEMM of matmul_gemm.h for any number of
+ * tokens (its order of float operations per row and token is also the
+ * interleaved decode's); everything else runs the row kernels. Off
+ * (LLM_BATCH_INVARIANT=0 in the environment, or llm_matmul_set_invariant
+ * (0), which the quantizer uses for its own products), from
+ * LLM_MATMUL_GEMM_MIN_NB tokens on the variants run a register-blocked
+ * GEMM: float on float activations for every type (within the float bound,
+ * 1e-5 S, of the reference), except the int8/int4 types under LLM_ACT_Q8,
+ * which keep llama.cpp's int8 scheme row by row, and under LLM_ACT_Q16
+ * with AVX-512, which run the int16 GEMM; fewer tokens go row by row, as
+ * llm_matvec does then. Returns the previous setting. Not thread-safe
+ * against concurrent products. */
 #define LLM_MATMUL_GEMM_MIN_NB 8
+int llm_matmul_set_invariant(int on);
+int llm_matmul_invariant(void);
 
 /* The variants: same contract as llm_matvec / llm_matmul for the types of
  * llm_matmul_simd_type, arguments already checked; row_bytes from
- * llm_type_row_bytes; act: an enum llm_act for the LLM_SIMD_INT8 types. */
+ * llm_type_row_bytes; act: an enum llm_act for the LLM_SIMD_INT8 types;
+ * inv: batch-invariant. */
 llm_status llm_matvec_avx2(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
-                           uint64_t row_bytes, int64_t r0, int64_t r1, int act);
+                           uint64_t row_bytes, int64_t r0, int64_t r1, int act, int inv);
 llm_status llm_matmul_avx2(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
                            uint64_t row_bytes, int64_t nb, int64_t ldy, int64_t r0, int64_t r1,
-                           int act);
+                           int act, int inv);
 llm_status llm_matvec_avx512(enum llm_type t, const void *W, const float *x, float *y,
-                             int64_t ne0, uint64_t row_bytes, int64_t r0, int64_t r1, int act);
+                             int64_t ne0, uint64_t row_bytes, int64_t r0, int64_t r1, int act,
+                             int inv);
 llm_status llm_matmul_avx512(enum llm_type t, const void *W, const float *X, float *Y,
                              int64_t ne0, uint64_t row_bytes, int64_t nb, int64_t ldy, int64_t r0,
-                             int64_t r1, int act);
+                             int64_t r1, int act, int inv);
 
 /* Decode on interleaved 4-bit rows (matmul.h's x16 layout) under
  * int16 activations; arguments already checked, r0 and r1 multiples of 16. */
@@ -102,8 +115,10 @@ llm_status llm_matvec_x16_avx2(enum llm_type t, const void *P, const float *x, f
 llm_status llm_matvec_x16_avx512(enum llm_type t, const void *P, const float *x, float *y,
                                  int64_t ne0, int64_t r0, int64_t r1);
 /* Several tokens on interleaved rows under int16 activations: the int16
- * GEMM of matmul_gemm.h (AVX-512 only), the same arithmetic per block as
- * llm_matvec_x16_avx512, so each token's result is bit for bit decode's. */
+ * GEMM of matmul_gemm.h, the same arithmetic per block as decode, so each
+ * token's result is bit for bit decode's. */
+llm_status llm_matmul_x16_avx2(enum llm_type t, const void *P, const float *X, float *Y,
+                               int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
 llm_status llm_matmul_x16_avx512(enum llm_type t, const void *P, const float *X, float *Y,
                                  int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
 

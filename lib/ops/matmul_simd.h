@@ -1386,15 +1386,25 @@ SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, i
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
-                            uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act)
+                            uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act,
+                            int inv)
 {
     struct SIMD(shape) sh;
     const int quant = SIMD(shape_of)(t, &sh);
+    /* Batch-invariant (the default): each row is computed the same way
+     * for any number of tokens, so that a token's result is decode's: the
+     * int16 GEMM for the integer types under int16 activations (it is
+     * their decode too), the row kernels for everything else. Otherwise
+     * the fastest kernel for the number of tokens. */
+    if (quant && act == LLM_ACT_Q16) {
 #ifdef SIMD_AVX512
-    if (nb >= LLM_MATMUL_GEMM_MIN_NB && quant && act == LLM_ACT_Q16)
-        return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
+        if (inv || nb >= LLM_MATMUL_GEMM_MIN_NB)
+#else
+        if (inv)
 #endif
-    if (nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
+            return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
+    }
+    if (!inv && nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
         return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
     if (!quant) {
         SIMD(rows_f)(t, W, rb, X, ne0, Y, nb, ldy, r0, r1);
@@ -1467,10 +1477,10 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
 #endif
 
 llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, float *y, int64_t ne0,
-                            uint64_t rb, int64_t r0, int64_t r1, int act)
+                            uint64_t rb, int64_t r0, int64_t r1, int act, int inv)
 {
     /* y (rows) is Y with one token: ldy is never used for b = 0 */
-    return SIMD(llm_matmul)(t, W, x, y, ne0, rb, 1, 0, r0, r1, act);
+    return SIMD(llm_matmul)(t, W, x, y, ne0, rb, 1, 0, r0, r1, act, inv);
 }
 
 llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, float *y,
@@ -1505,9 +1515,9 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
     return LLM_OK;
 }
 
-#ifdef SIMD_AVX512
 /* Products of several tokens on interleaved rows: the int16 GEMM, packing
- * straight from the groups (SIMD(gq_pack_x16)). */
+ * straight from the groups (SIMD(gq_pack_x16)); each token's result is
+ * SIMD(llm_matvec_x16)'s. */
 llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, float *Y,
                                 int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
 {
@@ -1515,4 +1525,3 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
     SIMD(shape_of)(t, &sh);
     return SIMD(gemm_q16)(&sh, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
 }
-#endif

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "../common/alloc.h"
+#include "../ops/matmul_impl.h"
 #include "../quant/quant.h"
 #include "../quant/grid.h"
 #include "qimpl.h"
@@ -599,6 +600,9 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
     q.t0 = llm_q_now();
     if (rep)
         memset(rep, 0, sizeof *rep);
+    /* The calibration's products serve no sequence: the fastest kernels
+     * for their sizes, batch-invariant or not (ops/matmul_impl.h). */
+    const int inv = llm_matmul_set_invariant(0);
     struct llm_model_params mp;
     llm_model_params_default(&mp);
     mp.n_threads = p->n_threads;
@@ -639,5 +643,6 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
     }
     llm_free(q.t);
     llm_model_close(q.m);
+    llm_matmul_set_invariant(inv);
     return s;
 }

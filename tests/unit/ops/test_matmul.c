@@ -169,6 +169,7 @@ static int n_isas(enum llm_isa *isas)
 static void restore_isa(void)
 {
     llm_matmul_set_isa(LLM_ISA_AVX512);
+    llm_matmul_set_invariant(1);
     if (default_act >= 0)
         llm_matmul_set_act(default_act);
 }
@@ -591,13 +592,17 @@ Test(matmul, gemm_matches_ref, .fini = restore_isa)
             const int q = llm_matmul_simd_type(m.t) == LLM_SIMD_INT8;
             for (int64_t nb = 1; nb <= NBMAX; nb = nb == 17 ? NBMAX : nb + 1)
                 for (int act = 0; act < 3; act++)
-                    for (int ii = 0; ii < ni; ii++) {
-                        llm_matmul_set_isa(isas[ii]);
+                    for (int ii = 0; ii < 2 * ni; ii++) {
+                        /* the batch-invariant kernels, then the others */
+                        const int inv = ii < ni;
+                        llm_matmul_set_invariant(inv);
+                        llm_matmul_set_isa(isas[ii % ni]);
                         llm_matmul_set_act(act);
                         for (int64_t i = 0; i < NBMAX * ldy; i++)
                             Y[i] = -12345.0f;
                         cr_assert_eq(llm_matmul(m.t, m.w, X, Y, ne0, nb, ldy, r0, r1), LLM_OK);
-                        const int gemm = nb >= LLM_MATMUL_GEMM_MIN_NB && !(q && act == LLM_ACT_Q8);
+                        const int gemm =
+                            !inv && nb >= LLM_MATMUL_GEMM_MIN_NB && !(q && act == LLM_ACT_Q8);
                         for (int64_t b = 0; b < NBMAX; b++)
                             for (int64_t r = 0; r < ldy; r++) {
                                 const float y = Y[b * ldy + r];
@@ -611,13 +616,13 @@ Test(matmul, gemm_matches_ref, .fini = restore_isa)
                                 /* the AVX-512 prefill of the int types is an int16 GEMM */
                                 if (!gemm && q && act == LLM_ACT_Q8)
                                     tl += ab[b * rows + r];
-                                else if ((!gemm || isas[ii] == LLM_ISA_AVX512) && q &&
+                                else if ((!gemm || isas[ii % ni] == LLM_ISA_AVX512) && q &&
                                          act == LLM_ACT_Q16)
                                     tl += ab[b * rows + r] / 258.0;
                                 cr_assert(fabs(y - Yr[b * ldy + r]) <= tl,
-                                          "isa %d act %d %s ne0=%lld nb=%lld token %lld row %lld: "
-                                          "%.9g vs ref %.9g (tol %.3g)",
-                                          isas[ii], act, llm_type_name(m.t), (long long)ne0,
+                                          "inv %d isa %d act %d %s ne0=%lld nb=%lld token %lld "
+                                          "row %lld: %.9g vs ref %.9g (tol %.3g)",
+                                          inv, isas[ii % ni], act, llm_type_name(m.t), (long long)ne0,
                                           (long long)nb, (long long)b, (long long)r, y,
                                           Yr[b * ldy + r], tl);
                             }
@@ -649,15 +654,20 @@ Test(matmul, gemm_many_tokens, .fini = restore_isa)
         struct mat m;
         mat_make(&m, types[ti], ne0, rows, 0.1f);
         cr_assert_eq(llm_matmul_ref(m.t, m.w, X, Yr, ne0, nb, rows, 0, rows), LLM_OK);
-        for (int ii = 0; ii < ni; ii++) {
-            llm_matmul_set_isa(isas[ii]);
+        for (int ii = 0; ii < 2 * ni; ii++) {
+            llm_matmul_set_invariant(ii < ni);
+            llm_matmul_set_isa(isas[ii % ni]);
             llm_matmul_set_act(LLM_ACT_Q16);
             cr_assert_eq(llm_matmul(m.t, m.w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
+            /* the int types meet int16 activations in the int16 GEMM */
+            const int a16 = llm_matmul_simd_type(m.t) == LLM_SIMD_INT8 &&
+                            (ii < ni || isas[ii % ni] == LLM_ISA_AVX512);
             for (int64_t b = 0; b < nb; b++)
                 for (int64_t r = 0; r < rows; r++)
                     cr_assert(fabs(Y[b * rows + r] - Yr[b * rows + r]) <=
-                                  1e-5 * scale_of(&m, r, X + b * ne0),
-                              "isa %d %s token %lld row %lld: %.9g vs %.9g", isas[ii],
+                                  1e-5 * scale_of(&m, r, X + b * ne0) +
+                                      (a16 ? act_bound(&m, r, X + b * ne0) / 258.0 : 0),
+                              "isa %d %s token %lld row %lld: %.9g vs %.9g", isas[ii % ni],
                               llm_type_name(m.t), (long long)b, (long long)r, Y[b * rows + r],
                               Yr[b * rows + r]);
         }
@@ -685,8 +695,9 @@ Test(matmul, gemm_nan_stays_in_its_token_and_row, .fini = restore_isa)
         float *X = vec_make(nb * ne0, 1.0f);
         X[13 * ne0 + 260] = NAN;
         float *Y = malloc(sizeof(float) * (size_t)(nb * rows));
-        for (int ii = 0; ii < ni; ii++) {
-            llm_matmul_set_isa(isas[ii]);
+        for (int ii = 0; ii < 2 * ni; ii++) {
+            llm_matmul_set_invariant(ii < ni);
+            llm_matmul_set_isa(isas[ii % ni]);
             for (int act = LLM_ACT_F32; act <= LLM_ACT_Q16; act += LLM_ACT_Q16) {
                 llm_matmul_set_act(act);
                 cr_assert_eq(llm_matmul(m.t, m.w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
@@ -694,7 +705,7 @@ Test(matmul, gemm_nan_stays_in_its_token_and_row, .fini = restore_isa)
                     for (int64_t r = 0; r < rows; r++) {
                         const int nan = b == 13 || (m.t == LLM_TYPE_FP8_E4M3 && r == 5);
                         cr_assert(nan ? isnan(Y[b * rows + r]) : isfinite(Y[b * rows + r]),
-                                  "isa %d act %d %s token %lld row %lld: %g", isas[ii], act,
+                                  "isa %d act %d %s token %lld row %lld: %g", isas[ii % ni], act,
                                   llm_type_name(m.t), (long long)b, (long long)r,
                                   Y[b * rows + r]);
                     }
@@ -1043,4 +1054,110 @@ Test(matmul, x16_gemm_is_decode_per_token, .fini = restore_isa)
         free(P);
         mat_free(&m);
     }
+}
+
+// ----------------------------------------------------------------------------
+// batch invariance: a token's row of llm_matmul is llm_matvec's, bit for
+// bit, whatever the number of tokens beside it, its slot and the rows range
+// a thread takes (llm(7): the same answer alone or batched)
+
+static const int64_t inv_nbs[] = { 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 33, 40 };
+#define N_INV_NBS (sizeof inv_nbs / sizeof inv_nbs[0])
+
+/* Every token of every batch size against its matvec, for rows [r0, r1);
+ * x16: P is the interleaved form. Returns the first mismatch or "". */
+static void check_invariant(const struct mat *m, const uint8_t *P, const float *X, int64_t r0,
+                            int64_t r1, const char *what)
+{
+    const int64_t ne0 = m->ne0, rows = m->rows, nbmax = 40;
+    float *y = malloc(sizeof(float) * (size_t)(nbmax * rows));
+    float *Y = malloc(sizeof(float) * (size_t)(nbmax * rows));
+    for (int64_t b = 0; b < nbmax; b++)
+        cr_assert_eq(P ? llm_matvec_x16(m->t, P, X + b * ne0, y + b * rows, ne0, r0, r1)
+                       : llm_matvec(m->t, m->w, X + b * ne0, y + b * rows, ne0, r0, r1),
+                     LLM_OK);
+    for (size_t i = 0; i < N_INV_NBS; i++) {
+        const int64_t nb = inv_nbs[i];
+        /* the batch starts at token `first`: the same token in other slots */
+        for (int64_t first = 0; first + nb <= nbmax; first += nb > 8 ? 7 : 3) {
+            memset(Y, 0, sizeof(float) * (size_t)(nb * rows));
+            cr_assert_eq(P ? llm_matmul_x16(m->t, P, X + first * ne0, Y, ne0, nb, rows, r0, r1)
+                           : llm_matmul(m->t, m->w, X + first * ne0, Y, ne0, nb, rows, r0, r1),
+                         LLM_OK);
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t r = r0; r < r1; r++) {
+                    const float a = Y[b * rows + r], e = y[(first + b) * rows + r];
+                    if (memcmp(&a, &e, sizeof a))
+                        cr_assert_fail("%s %s ne0=%lld rows [%lld, %lld) nb=%lld token %lld "
+                                       "row %lld: %.9g vs decode's %.9g", what,
+                                       llm_type_name(m->t), (long long)ne0, (long long)r0,
+                                       (long long)r1, (long long)nb, (long long)(first + b),
+                                       (long long)r, a, e);
+                }
+        }
+    }
+    free(y);
+    free(Y);
+}
+
+Test(matmul, batch_invariant_every_type_isa_and_activation, .fini = restore_isa)
+{
+    enum llm_isa isas[3];
+    int ni = n_isas(isas);
+    isas[ni++] = LLM_ISA_REF;
+    static const char *const act_names[] = { "f32", "q8", "q16" };
+    rng_state = 21;
+    const int64_t lens[] = { 64, 172, 576 }, rows = 48;
+    for (size_t li = 0; li < 3; li++) {
+        float *X = vec_make(40 * lens[li], 1.0f);
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            struct mat m;
+            mat_make(&m, weight_types[ti], lens[li], rows, 0.1f);
+            for (int i = 0; i < ni; i++) {
+                llm_matmul_set_isa(isas[i]);
+                for (int act = 0; act < 3; act++) {
+                    llm_matmul_set_act(act);
+                    char what[64];
+                    snprintf(what, sizeof what, "%s act %s",
+                             isas[i] == LLM_ISA_AVX512 ? "avx512"
+                             : isas[i] == LLM_ISA_AVX2 ? "avx2" : "scalar", act_names[act]);
+                    check_invariant(&m, NULL, X, 0, rows, what);
+                    check_invariant(&m, NULL, X, 5, 37, what);
+                }
+            }
+            mat_free(&m);
+        }
+        free(X);
+    }
+}
+
+Test(matmul, batch_invariant_x16, .fini = restore_isa)
+{
+    enum llm_isa isas[3];
+    int ni = n_isas(isas);
+    isas[ni++] = LLM_ISA_REF;
+    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
+                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
+    rng_state = 22;
+    const int64_t ne0 = 384, rows = 48;
+    float *X = vec_make(40 * ne0, 1.0f);
+    for (size_t ti = 0; ti < 6; ti++) {
+        struct mat m;
+        mat_make(&m, types[ti], ne0, rows, 0.1f);
+        uint8_t *P = malloc(m.rb * (uint64_t)rows);
+        cr_assert_eq(llm_x16_pack(m.t, m.w, ne0, rows, P), LLM_OK);
+        for (int i = 0; i < ni; i++) {
+            llm_matmul_set_isa(isas[i]);
+            for (int act = 0; act < 3; act++) {
+                llm_matmul_set_act(act);
+                char what[64];
+                snprintf(what, sizeof what, "x16 isa %d act %d", (int)isas[i], act);
+                check_invariant(&m, P, X, 0, rows, what);
+                check_invariant(&m, P, X, 16, 32, what);
+            }
+        }
+        free(P);
+        mat_free(&m);
+    }
+    free(X);
 }
