@@ -515,12 +515,18 @@ static int x16_group(enum llm_type t)
     switch (t) {
     case LLM_TYPE_Q4_0:
     case LLM_TYPE_Q4_1:
+    case LLM_TYPE_Q8_0:
+    case LLM_TYPE_Q8Z_G32:
         return 32;
     case LLM_TYPE_Q4_G64:
     case LLM_TYPE_Q4Z_G64:
+    case LLM_TYPE_Q8_G64:
+    case LLM_TYPE_Q8Z_G64:
         return 64;
     case LLM_TYPE_Q4_G128:
     case LLM_TYPE_Q4Z_G128:
+    case LLM_TYPE_Q8_G128:
+    case LLM_TYPE_Q8Z_G128:
         return 128;
     default:
         return 0;

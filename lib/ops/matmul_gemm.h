@@ -435,13 +435,12 @@ static void SIMD(gq_tr16)(int32_t *b)
 /* Pack rows [r, r + nr) (nr <= 16; missing rows are zero) of blocks
  * [0, nq): P (nq, 16 pairs, 16 lanes) int32, D and M (nq, 16). Each row is
  * read once, in order (one stream), into its lane of every block, and each
- * block is then transposed. */
-static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64_t rb, int64_t r,
-                          int nr, int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
+ * block is then transposed. fam, G, BB, hdr are constants after inlining
+ * (SIMD(gq_pack)), so that the block arithmetic of codes16 folds. */
+SIMD_INLINE void SIMD(gq_pack_rows)(const uint8_t *W, uint64_t rb, int64_t r, int nr, int64_t ne0,
+                                    int64_t nq, int32_t *P, float *D, float *M, int fam, int G,
+                                    int BB, int hdr)
 {
-    /* the type's shape at run time: packing is a small share of the GEMM,
-     * and the micro-kernel does not depend on the type */
-    const int fam = sh->fam, G = sh->G, BB = sh->BB, hdr = sh->hdr;
     for (int i = 0; i < 16; i++) {
         if (i >= nr) {
             for (int64_t k = 0; k < nq; k++) {
@@ -470,6 +469,40 @@ static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64
         SIMD(gq_tr16)(P + k * 256);
 }
 
+static void SIMD(gq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
+                          int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
+{
+    switch (t) {
+#define GQ_PACK(T, FAM, G, BB, HDR)                                                   \
+    case T:                                                                           \
+        SIMD(gq_pack_rows)(W, rb, r, nr, ne0, nq, P, D, M, FAM, G, BB, HDR); \
+        break;
+        GQ_PACK(LLM_TYPE_Q8_0, F_SYM8, 32, 34, 0)
+        GQ_PACK(LLM_TYPE_Q8_G64, F_SYM8, 64, 66, 0)
+        GQ_PACK(LLM_TYPE_Q8_G128, F_SYM8, 128, 130, 0)
+        GQ_PACK(LLM_TYPE_Q8_CH, F_SYM8, 0, 1, 4)
+        GQ_PACK(LLM_TYPE_Q8Z_G32, F_ZP8, 32, 36, 0)
+        GQ_PACK(LLM_TYPE_Q8Z_G64, F_ZP8, 64, 68, 0)
+        GQ_PACK(LLM_TYPE_Q8Z_G128, F_ZP8, 128, 132, 0)
+        GQ_PACK(LLM_TYPE_Q8Z_CH, F_ZP8, 0, 1, 8)
+        GQ_PACK(LLM_TYPE_Q4_0, F_SYM4, 32, 18, 0)
+        GQ_PACK(LLM_TYPE_Q4_G64, F_SYM4, 64, 34, 0)
+        GQ_PACK(LLM_TYPE_Q4_G128, F_SYM4, 128, 66, 0)
+        GQ_PACK(LLM_TYPE_Q4_CH, F_SYM4, 32, 16, 4)
+        GQ_PACK(LLM_TYPE_Q4_1, F_ZP4, 32, 20, 0)
+        GQ_PACK(LLM_TYPE_Q4Z_G64, F_ZP4, 64, 36, 0)
+        GQ_PACK(LLM_TYPE_Q4Z_G128, F_ZP4, 128, 68, 0)
+        GQ_PACK(LLM_TYPE_Q4Z_CH, F_ZP4, 32, 16, 8)
+        GQ_PACK(LLM_TYPE_Q3Z_G32, F_ZP3, 32, 16, 0)
+        GQ_PACK(LLM_TYPE_Q3Z_G64, F_ZP3, 64, 28, 0)
+        GQ_PACK(LLM_TYPE_Q3Z_G128, F_ZP3, 128, 52, 0)
+        GQ_PACK(LLM_TYPE_Q3Z_CH, F_ZP3, 32, 12, 8)
+#undef GQ_PACK
+    default:
+        break;
+    }
+}
+
 /* The same for the group of interleaved rows (matmul.h's x16 layout) that
  * holds row r: its blocks already hold the 16 rows' pairs of codes side by
  * side, so a unit is a widening (SIMD(x16_codes)) and the symmetric types'
@@ -479,13 +512,26 @@ static void SIMD(gq_pack)(const struct SIMD(shape) *sh, const uint8_t *W, uint64
 static void SIMD(gq_pack_x16)(const struct SIMD(shape) *sh, const uint8_t *P16, int64_t r,
                               int64_t ne0, int32_t *P, float *D, float *M)
 {
-    const int G = sh->G, nsub = G / 32, zp = sh->fam == F_ZP4;
+    const int G = sh->G, nsub = G / 32, zp = FAM_ZP(sh->fam), q8 = sh->fam != F_SYM4 &&
+                                                                   sh->fam != F_ZP4;
     const uint64_t bb = 16 * (uint64_t)sh->BB;
     const int64_t ng = ne0 / G;
     const uint8_t *grp = P16 + (uint64_t)(r / 16) * (uint64_t)ng * bb;
     for (int64_t k = 0; k < ng; k++) {
         const uint8_t *blk = grp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
-        for (int u = 0; u < G / 4; u++) {
+        /* 8-bit: unit u is pair u % 16 of activation block u / 16 */
+        for (int u = 0; q8 && u < G / 2; u++) {
+            SIMD(x16v) v[X16_H];
+            SIMD(x16_codes8)(cq + 32 * u, zp, v);
+            int32_t *dst = P + ((k * nsub + u / 16) * 16 + u % 16) * 16;
+            for (int h = 0; h < X16_H; h++)
+#ifdef SIMD_AVX512
+                _mm512_storeu_si512((void *)dst, v[h]);
+#else
+                _mm256_storeu_si256((__m256i *)(dst + 8 * h), v[h]);
+#endif
+        }
+        for (int u = 0; !q8 && u < G / 4; u++) {
             SIMD(x16v) v[2][X16_H]; /* low, high nibbles */
             SIMD(x16_codes)(cq + 32 * u, v[0], v[1]);
             for (int i = 0; i < 2; i++) {
@@ -586,9 +632,180 @@ SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M
             out[t][h] = acc[t][h];
 }
 
+/* 8 vectors of 8 int32 lanes -> their 8 sums, in order (exact) */
+SIMD_INLINE __m256i SIMD(hsum8x8)(const __m256i v[8])
+{
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* Decode (one token) of the rows that are not interleaved, in the int16
+ * GEMM's arithmetic: each row is read once, in order, and each of its
+ * blocks gives its exact int32 dot with the token's block (8 lanes, summed
+ * 8 blocks at a time); the dots of 16 rows are then transposed into lanes
+ * and meet the scales in gq_micro's float order, so that the bits are the
+ * GEMM's. Scratch: R (16, nq8) and I (nq8, 16) int32, D, M (nq, 16), with
+ * nq8 = nq rounded up to 8. fam, G, BB, hdr are constants after inlining. */
+SIMD_INLINE void SIMD(gq_decode_rows)(const uint8_t *W, uint64_t rb, const struct llm_qx16 *xq,
+                                      int64_t nq, int64_t ne0, float *y, int64_t r0, int64_t r1,
+                                      int32_t *R, int32_t *I, float *D, float *M, int fam,
+                                      int G, int BB, int hdr)
+{
+    const int64_t nq8 = (nq + 7) / 8 * 8;
+    const int zp = FAM_ZP(fam);
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+        for (int i = 0; i < 16; i++) {
+            if (i >= nr) {
+                memset(R + i * nq8, 0, (size_t)nq8 * sizeof(int32_t));
+                for (int64_t k = 0; k < nq; k++)
+                    D[k * 16 + i] = M[k * 16 + i] = 0.0f;
+                continue;
+            }
+            const uint8_t *row = W + (uint64_t)(r + i) * rb;
+            for (int64_t k0 = 0; k0 < nq8; k0 += 8) {
+                __m256i v[8];
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const int64_t k = k0 + j;
+                    if (k >= nq) {
+                        v[j] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    __m128 dm;
+                    __m256i w0, w1;
+                    SIMD(codes16)(row, k, ne0, fam, G, BB, hdr, &dm, &w0, &w1);
+                    const struct llm_qx16 *b = xq + k;
+                    const __m256i x0 = _mm256_loadu_si256((const __m256i *)b->qs);
+                    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(b->qs + 16));
+                    __m256i d = fam == F_SYM4 ? _mm256_castsi128_si256(_mm_cvtsi32_si128(b->m8))
+                                              : _mm256_setzero_si256();
+#ifdef SIMD_AVX512
+                    d = _mm256_dpwssd_epi32(d, w0, x0);
+                    d = _mm256_dpwssd_epi32(d, w1, x1);
+#else
+                    d = _mm256_add_epi32(d, _mm256_madd_epi16(w0, x0));
+                    d = _mm256_add_epi32(d, _mm256_madd_epi16(w1, x1));
+#endif
+                    v[j] = d;
+                    D[k * 16 + i] = _mm_cvtss_f32(dm);
+                    M[k * 16 + i] = zp ? _mm_cvtss_f32(_mm_movehdup_ps(dm)) : 0.0f;
+                }
+                _mm256_storeu_si256((__m256i *)(R + i * nq8 + k0), SIMD(hsum8x8)(v));
+            }
+        }
+        /* R (16, nq8) -> I (nq8, 16): 8 x 8 blocks through the float
+         * transpose (bits moved, never changed) */
+        for (int64_t k0 = 0; k0 < nq8; k0 += 8)
+            for (int a = 0; a < 2; a++) {
+                __m256 q[8];
+                for (int i = 0; i < 8; i++)
+                    q[i] = _mm256_loadu_ps((const float *)(R + (8 * a + i) * nq8 + k0));
+                SIMD(tr8)(q);
+                for (int j = 0; j < 8; j++)
+                    _mm256_storeu_ps((float *)(I + (k0 + j) * 16 + 8 * a), q[j]);
+            }
+        SIMD(gqf) acc[GQ_H];
+        for (int h = 0; h < GQ_H; h++)
+#ifdef SIMD_AVX512
+            acc[h] = _mm512_setzero_ps();
+#else
+            acc[h] = _mm256_setzero_ps();
+#endif
+        for (int64_t k = 0; k < nq; k++) {
+            const struct llm_qx16 *b = xq + k;
+            for (int h = 0; h < GQ_H; h++) {
+#ifdef SIMD_AVX512
+                const __m512i iv = _mm512_loadu_si512((const void *)(I + k * 16));
+                acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv),
+                                         _mm512_mul_ps(_mm512_loadu_ps(D + k * 16),
+                                                       _mm512_set1_ps(b->d)),
+                                         acc[h]);
+                if (zp)
+                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(M + k * 16), _mm512_set1_ps(b->ds),
+                                             acc[h]);
+#else
+                const __m256i iv = _mm256_loadu_si256((const __m256i *)(I + k * 16 + 8 * h));
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv),
+                                         _mm256_mul_ps(_mm256_loadu_ps(D + k * 16 + 8 * h),
+                                                       _mm256_set1_ps(b->d)),
+                                         acc[h]);
+                if (zp)
+                    acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(M + k * 16 + 8 * h),
+                                             _mm256_set1_ps(b->ds), acc[h]);
+#endif
+            }
+        }
+        float out[16];
+#ifdef SIMD_AVX512
+        _mm512_storeu_ps(out, acc[0]);
+#else
+        _mm256_storeu_ps(out, acc[0]);
+        _mm256_storeu_ps(out + 8, acc[1]);
+#endif
+        memcpy(y + r, out, (size_t)nr * sizeof(float));
+    }
+}
+
+/* y[r] for r in [r0, r1) = W[r] . x, in the int16 GEMM's arithmetic */
+static llm_status SIMD(gq_decode)(enum llm_type t, const uint8_t *W, uint64_t rb, const float *x,
+                                  float *y, int64_t ne0, int64_t r0, int64_t r1)
+{
+    const int64_t nq = (ne0 + 31) / 32, nq8 = (nq + 7) / 8 * 8;
+    /* xq (nq), R and I (16 nq8 each), D and M (16 nq each) */
+    const uint64_t bytes = (uint64_t)nq * sizeof(struct llm_qx16) + (uint64_t)nq8 * 128 +
+                           (uint64_t)nq * 128;
+    uint8_t stack[24576], *buf = stack;
+    if (bytes > sizeof stack) {
+        buf = llm_malloc((size_t)bytes);
+        if (!buf)
+            return LLM_E_NOMEM;
+    }
+    struct llm_qx16 *xq = (struct llm_qx16 *)buf;
+    int32_t *R = (int32_t *)(xq + nq), *I = R + 16 * nq8;
+    float *D = (float *)(I + 16 * nq8), *M = D + 16 * nq;
+    SIMD(quantize_x16)(x, ne0, xq);
+    switch (t) {
+#define GQ_DEC(T, FAM, G, BB, HDR)                                                          \
+    case T:                                                                                 \
+        SIMD(gq_decode_rows)(W, rb, xq, nq, ne0, y, r0, r1, R, I, D, M, FAM, G, BB, HDR); \
+        break;
+        GQ_DEC(LLM_TYPE_Q8_0, F_SYM8, 32, 34, 0)
+        GQ_DEC(LLM_TYPE_Q8_G64, F_SYM8, 64, 66, 0)
+        GQ_DEC(LLM_TYPE_Q8_G128, F_SYM8, 128, 130, 0)
+        GQ_DEC(LLM_TYPE_Q8_CH, F_SYM8, 0, 1, 4)
+        GQ_DEC(LLM_TYPE_Q8Z_G32, F_ZP8, 32, 36, 0)
+        GQ_DEC(LLM_TYPE_Q8Z_G64, F_ZP8, 64, 68, 0)
+        GQ_DEC(LLM_TYPE_Q8Z_G128, F_ZP8, 128, 132, 0)
+        GQ_DEC(LLM_TYPE_Q8Z_CH, F_ZP8, 0, 1, 8)
+        GQ_DEC(LLM_TYPE_Q4_0, F_SYM4, 32, 18, 0)
+        GQ_DEC(LLM_TYPE_Q4_G64, F_SYM4, 64, 34, 0)
+        GQ_DEC(LLM_TYPE_Q4_G128, F_SYM4, 128, 66, 0)
+        GQ_DEC(LLM_TYPE_Q4_CH, F_SYM4, 32, 16, 4)
+        GQ_DEC(LLM_TYPE_Q4_1, F_ZP4, 32, 20, 0)
+        GQ_DEC(LLM_TYPE_Q4Z_G64, F_ZP4, 64, 36, 0)
+        GQ_DEC(LLM_TYPE_Q4Z_G128, F_ZP4, 128, 68, 0)
+        GQ_DEC(LLM_TYPE_Q4Z_CH, F_ZP4, 32, 16, 8)
+        GQ_DEC(LLM_TYPE_Q3Z_G32, F_ZP3, 32, 16, 0)
+        GQ_DEC(LLM_TYPE_Q3Z_G64, F_ZP3, 64, 28, 0)
+        GQ_DEC(LLM_TYPE_Q3Z_G128, F_ZP3, 128, 52, 0)
+        GQ_DEC(LLM_TYPE_Q3Z_CH, F_ZP3, 32, 12, 8)
+#undef GQ_DEC
+    default:
+        break;
+    }
+    if (buf != stack)
+        llm_free(buf);
+    return LLM_OK;
+}
+
 /* Y[b*ldy + r] = W[r] . X[b] for b < nb, r in [r0, r1). x16: W is in
  * matmul.h's interleaved layout (rb unused; r0, r1 multiples of 16). */
-static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W, uint64_t rb,
+static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, const uint8_t *W,
+                                 uint64_t rb,
                                  const float *X, float *Y, int64_t ne0, int64_t nb, int64_t ldy,
                                  int64_t r0, int64_t r1, int x16)
 {
@@ -617,7 +834,7 @@ static llm_status SIMD(gemm_q16)(const struct SIMD(shape) *sh, const uint8_t *W,
             if (x16)
                 SIMD(gq_pack_x16)(sh, W, r, ne0, P, D, M);
             else
-                SIMD(gq_pack)(sh, W, rb, r, nr, ne0, nq, P, D, M);
+                SIMD(gq_pack)(t, W, rb, r, nr, ne0, nq, P, D, M);
             for (int64_t b = 0; b < nc; b += GQ_NR) {
                 const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;
                 SIMD(gqf) out[GQ_NR][GQ_H];

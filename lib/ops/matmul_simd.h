@@ -1372,6 +1372,97 @@ SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, i
 #endif
 }
 
+/* The 8-bit types interleaved (q8_0, q8_g64/g128: signed codes; q8z_*:
+ * unsigned, with a min): unit u of a block is the pair of elements (2u,
+ * 2u+1) of all 16 rows, one widening to int16 lanes, row r in int32 lane r
+ * (AVX2: two halves of 8 rows). */
+SIMD_INLINE void SIMD(x16_codes8)(const uint8_t *c, int zp, SIMD(x16v) w[X16_H])
+{
+#ifdef SIMD_AVX512
+    const __m256i v = _mm256_loadu_si256((const __m256i *)c);
+    w[0] = zp ? _mm512_cvtepu8_epi16(v) : _mm512_cvtepi8_epi16(v);
+#else
+    for (int h = 0; h < 2; h++) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(c + 16 * h));
+        w[h] = zp ? _mm256_cvtepu8_epi16(v) : _mm256_cvtepi8_epi16(v);
+    }
+#endif
+}
+
+/* x16_group for the 8-bit types: y (16) = the rows . x. Unit u (pair
+ * 2u, 2u+1 of the group's G elements) meets activation block u / 16, pair
+ * u % 16; two sum chains per activation block (unit parity), then
+ * gq_micro's float order per block. */
+SIMD_INLINE void SIMD(x16_group8)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ng,
+                                  int zp, int G, int BB, float *y)
+{
+    const int nsub = G / 32;
+    const uint64_t bb = 16 * (uint64_t)BB;
+#ifdef SIMD_AVX512
+    __m512 acc[1] = { _mm512_setzero_ps() };
+#else
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+#endif
+    for (int64_t k = 0; k < ng; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
+        const struct llm_qx16 *b = xq + k * nsub;
+        SIMD(x16v) s[X16_H][8];
+        for (int h = 0; h < X16_H; h++)
+            for (int c = 0; c < 2 * nsub; c++)
+#ifdef SIMD_AVX512
+                s[h][c] = _mm512_setzero_si512();
+#else
+                s[h][c] = _mm256_setzero_si256();
+#endif
+#pragma GCC unroll 16
+        for (int u = 0; u < G / 2; u++) {
+            SIMD(x16v) w[X16_H];
+            SIMD(x16_codes8)(cq + 32 * u, zp, w);
+            int32_t pr;
+            memcpy(&pr, b[u / 16].qs + 2 * (u % 16), 4);
+            const int c = 2 * (u / 16) + (u & 1);
+            for (int h = 0; h < X16_H; h++)
+#ifdef SIMD_AVX512
+                s[h][c] = _mm512_dpwssd_epi32(s[h][c], w[h], _mm512_set1_epi32(pr));
+#else
+                s[h][c] = _mm256_add_epi32(s[h][c], _mm256_madd_epi16(w[h], _mm256_set1_epi32(pr)));
+#endif
+        }
+        for (int h = 0; h < X16_H; h++) {
+#ifdef SIMD_AVX512
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+            const __m512 m = zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                                : _mm512_setzero_ps();
+            for (int j = 0; j < nsub; j++) {
+                const __m512i is = _mm512_add_epi32(s[h][2 * j], s[h][2 * j + 1]);
+                acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
+                                         _mm512_mul_ps(d, _mm512_set1_ps(b[j].d)), acc[h]);
+                if (zp)
+                    acc[h] = _mm512_fmadd_ps(m, _mm512_set1_ps(b[j].ds), acc[h]);
+            }
+#else
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+            const __m256 m =
+                zp ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
+                   : _mm256_setzero_ps();
+            for (int j = 0; j < nsub; j++) {
+                const __m256i is = _mm256_add_epi32(s[h][2 * j], s[h][2 * j + 1]);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),
+                                         _mm256_mul_ps(d, _mm256_set1_ps(b[j].d)), acc[h]);
+                if (zp)
+                    acc[h] = _mm256_fmadd_ps(m, _mm256_set1_ps(b[j].ds), acc[h]);
+            }
+#endif
+        }
+    }
+#ifdef SIMD_AVX512
+    _mm512_storeu_ps(y, acc[0]);
+#else
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+#endif
+}
+
 #include "matmul_gemm.h"
 
 // ----------------------------------------------------------------------------
@@ -1398,11 +1489,15 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
      * the fastest kernel for the number of tokens. */
     if (quant && act == LLM_ACT_Q16) {
 #ifdef SIMD_AVX512
+        if (inv && nb == 1)
+            return SIMD(gq_decode)(t, W, rb, X, Y, ne0, r0, r1);
         if (inv || nb >= LLM_MATMUL_GEMM_MIN_NB)
 #else
+        if (inv && nb == 1)
+            return SIMD(gq_decode)(t, W, rb, X, Y, ne0, r0, r1);
         if (inv)
 #endif
-            return SIMD(gemm_q16)(&sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
+            return SIMD(gemm_q16)(t, &sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
     }
     if (!inv && nb >= LLM_MATMUL_GEMM_MIN_NB && (!quant || act != LLM_ACT_Q8))
         return SIMD(gemm)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
@@ -1507,6 +1602,12 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         case LLM_TYPE_Q4_G64: SIMD(x16_group)(gp, xq, ng, 0, 64, 34, yg); break;
         case LLM_TYPE_Q4Z_G64: SIMD(x16_group)(gp, xq, ng, 1, 64, 36, yg); break;
         case LLM_TYPE_Q4_G128: SIMD(x16_group)(gp, xq, ng, 0, 128, 66, yg); break;
+        case LLM_TYPE_Q8_0: SIMD(x16_group8)(gp, xq, ng, 0, 32, 34, yg); break;
+        case LLM_TYPE_Q8_G64: SIMD(x16_group8)(gp, xq, ng, 0, 64, 66, yg); break;
+        case LLM_TYPE_Q8_G128: SIMD(x16_group8)(gp, xq, ng, 0, 128, 130, yg); break;
+        case LLM_TYPE_Q8Z_G32: SIMD(x16_group8)(gp, xq, ng, 1, 32, 36, yg); break;
+        case LLM_TYPE_Q8Z_G64: SIMD(x16_group8)(gp, xq, ng, 1, 64, 68, yg); break;
+        case LLM_TYPE_Q8Z_G128: SIMD(x16_group8)(gp, xq, ng, 1, 128, 132, yg); break;
         default: SIMD(x16_group)(gp, xq, ng, 1, 128, 68, yg); break; /* q4z_g128 */
         }
     }
@@ -1523,5 +1624,5 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
 {
     struct SIMD(shape) sh;
     SIMD(shape_of)(t, &sh);
-    return SIMD(gemm_q16)(&sh, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
+    return SIMD(gemm_q16)(t, &sh, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
 }

@@ -866,18 +866,26 @@ Test(matmul, inf_activation_is_not_finite, .fini = restore_isa)
 // interleaved 4-bit rows (matmul.h's x16 layout)
 
 /* The layout byte for byte as matmul.h states it, and back to rows. */
+/* the types with an interleaved layout (matmul.h) */
+static const enum llm_type x16_types[] = {
+    LLM_TYPE_Q4_0,     LLM_TYPE_Q4_1,     LLM_TYPE_Q4_G64,  LLM_TYPE_Q4Z_G64,
+    LLM_TYPE_Q4_G128,  LLM_TYPE_Q4Z_G128, LLM_TYPE_Q8_0,    LLM_TYPE_Q8Z_G32,
+    LLM_TYPE_Q8_G64,   LLM_TYPE_Q8Z_G64,  LLM_TYPE_Q8_G128, LLM_TYPE_Q8Z_G128,
+};
+#define N_X16_TYPES (sizeof x16_types / sizeof x16_types[0])
+
 Test(matmul, x16_layout_and_round_trip)
 {
     rng_state = 11;
-    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
-                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
+    const enum llm_type *types = x16_types;
     const int64_t shapes[][2] = { { 128, 16 }, { 384, 48 }, { 640, 32 } }; /* ne0, rows */
-    for (size_t ti = 0; ti < 6; ti++)
+    for (size_t ti = 0; ti < N_X16_TYPES; ti++)
         for (size_t si = 0; si < 3; si++) {
             const struct llm_type_traits *tr = llm_type_traits(types[ti]);
             const int64_t ne0 = shapes[si][0], rows = shapes[si][1], G = tr->blck, nq = ne0 / G;
-            const uint64_t BB = tr->block_bytes, hdr = BB - (uint64_t)G / 2;
-            const int zp = hdr == 4;
+            /* d (and m), then the codes: G/2 bytes (4-bit) or G (8-bit) */
+            const int zp = llm_type_name(types[ti])[2] == 'z' || types[ti] == LLM_TYPE_Q4_1;
+            const uint64_t BB = tr->block_bytes, hdr = zp ? 4 : 2, units = (BB - hdr) / 2;
             struct mat m;
             mat_make(&m, types[ti], ne0, rows, 0.1f);
             cr_assert(llm_x16_ok(m.t, ne0, rows));
@@ -891,7 +899,7 @@ Test(matmul, x16_layout_and_round_trip)
                         cr_assert_eq(memcmp(blk + 2 * r, src, 2), 0, "d of row %d", r);
                         if (zp)
                             cr_assert_eq(memcmp(blk + 32 + 2 * r, src + 2, 2), 0, "m of row %d", r);
-                        for (int p = 0; p < G / 4; p++)
+                        for (int p = 0; p < (int)units; p++)
                             for (int e = 0; e < 2; e++)
                                 cr_assert_eq(blk[16 * hdr + 32 * p + 2 * r + e],
                                              src[hdr + 2 * p + e], "%s group %lld block %lld "
@@ -911,7 +919,8 @@ Test(matmul, x16_layout_and_round_trip)
     /* shapes and ranges the layout does not take */
     uint8_t buf[4096] = { 0 };
     float x[64] = { 0 }, y[64];
-    cr_assert(!llm_x16_ok(LLM_TYPE_Q8_0, 64, 16));
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q8_CH, 64, 16));
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q3Z_G32, 64, 16));
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_0, 48, 16));
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_0, 64, 24));
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4Z_G128, 192, 16)); /* not whole groups */
@@ -935,11 +944,10 @@ Test(matmul, x16_products_match_ref, .fini = restore_isa)
     enum llm_isa isas[3] = { LLM_ISA_REF };
     int ni = 1 + n_isas(isas + 1);
     rng_state = 12;
-    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
-                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
+    const enum llm_type *types = x16_types;
     const int64_t lens[] = { 32, 128, 640, 1536 }, nbs[] = { 1, 3, 20 };
     const int64_t rows = 64, ldy = rows + 5;
-    for (size_t ti = 0; ti < 6; ti++)
+    for (size_t ti = 0; ti < N_X16_TYPES; ti++)
         for (size_t li = 0; li < 4; li++) {
             const int64_t ne0 = lens[li];
             if (!llm_x16_ok(types[ti], ne0, rows))
@@ -1032,9 +1040,8 @@ Test(matmul, x16_gemm_is_decode_per_token, .fini = restore_isa)
     rng_state = 14;
     llm_matmul_set_isa(LLM_ISA_AVX512);
     llm_matmul_set_act(LLM_ACT_Q16);
-    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
-                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
-    for (size_t ti = 0; ti < 6; ti++) {
+    const enum llm_type *types = x16_types;
+    for (size_t ti = 0; ti < N_X16_TYPES; ti++) {
         const int64_t ne0 = 384, rows = 48, nb = 14, ldy = 50;
         struct mat m;
         mat_make(&m, types[ti], ne0, rows, 0.1f);
@@ -1136,12 +1143,11 @@ Test(matmul, batch_invariant_x16, .fini = restore_isa)
     enum llm_isa isas[3];
     int ni = n_isas(isas);
     isas[ni++] = LLM_ISA_REF;
-    const enum llm_type types[] = { LLM_TYPE_Q4_0,   LLM_TYPE_Q4_1,    LLM_TYPE_Q4_G64,
-                                    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4_G128, LLM_TYPE_Q4Z_G128 };
+    const enum llm_type *types = x16_types;
     rng_state = 22;
     const int64_t ne0 = 384, rows = 48;
     float *X = vec_make(40 * ne0, 1.0f);
-    for (size_t ti = 0; ti < 6; ti++) {
+    for (size_t ti = 0; ti < N_X16_TYPES; ti++) {
         struct mat m;
         mat_make(&m, types[ti], ne0, rows, 0.1f);
         uint8_t *P = malloc(m.rb * (uint64_t)rows);
