@@ -77,8 +77,12 @@ struct llm_backend_ops {
     void (*release)(struct llm_backend *b, void *p);
     llm_status (*download)(struct llm_backend *b, void *dst, const void *src, size_t bytes);
     /* Prepare a weight once, at load: upload, or repack (w->dev, w->x16).
-     * Memory the backend allocates here is its own, freed by destroy. */
-    llm_status (*bind)(struct llm_backend *b, struct llm_weight *w);
+     * Memory the backend allocates here is its own, freed by destroy. When
+     * it keeps a copy, it calls done (if not NULL) on each stretch of
+     * w->data as soon as it has copied it, so that the caller can let go of
+     * those pages and the peak stays one copy of the weights. */
+    llm_status (*bind)(struct llm_backend *b, struct llm_weight *w,
+                       void (*done)(void *ctx, const void *p, size_t n), void *ctx);
 
     /* x (n, W.ne0) = rows tokens[] of the embedding table W. */
     llm_status (*embed)(struct llm_backend *b, const struct llm_weight *W, const int32_t *tokens,

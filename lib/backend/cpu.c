@@ -97,44 +97,69 @@ static llm_status cpu_download(struct llm_backend *b, void *dst, const void *src
  * CPU's decode layout, 2.5x fewer instructions per block than the rows);
  * other weights are read in place. LLM_X16=0 in the environment keeps the
  * rows (to compare). */
-static llm_status cpu_bind(struct llm_backend *b, struct llm_weight *w)
+static llm_status cpu_bind(struct llm_backend *b, struct llm_weight *w,
+                           void (*done)(void *ctx, const void *p, size_t n), void *ctx)
 {
     struct cpu_backend *cb = (struct cpu_backend *)b;
     if (!cb->repack || w->x16 || !w->data || !llm_x16_enabled() ||
         !llm_x16_ok(w->type, w->ne0, w->rows))
         return LLM_OK;
-    const size_t bytes = (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0) * (size_t)w->rows;
+    const size_t rb = (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0);
     void *own = cb->owned;
     LLM_TRY(llm_grow(&own, &cb->cap_owned, cb->n_owned + 1, sizeof *cb->owned));
     cb->owned = own;
-    void *p = llm_malloc(bytes);
+    uint8_t *p = llm_malloc(rb * (size_t)w->rows);
     if (!p)
         return llm_error_set(LLM_E_NOMEM, "no memory for the interleaved copy of a %lld x %lld "
                              "%s matrix", (long long)w->rows, (long long)w->ne0,
                              llm_type_name(w->type));
-    llm_status s = llm_x16_pack(w->type, w->data, w->ne0, w->rows, p);
-    if (s) {
-        llm_free(p);
-        return s;
+    /* groups of 16 rows are independent: a stretch at a time, each handed
+     * back as soon as it is copied */
+    const uint8_t *src = w->data;
+    for (int64_t r = 0; r < w->rows; r += 1024) {
+        const int64_t n = w->rows - r < 1024 ? w->rows - r : 1024;
+        llm_status s = llm_x16_pack(w->type, src + (size_t)r * rb, w->ne0, n, p + (size_t)r * rb);
+        if (s) {
+            llm_free(p);
+            return s;
+        }
+        if (done)
+            done(ctx, src + (size_t)r * rb, (size_t)n * rb);
     }
     cb->owned[cb->n_owned++] = p;
     w->x16 = p;
     return LLM_OK;
 }
 
+/* A row of the table is read from the interleaved copy when there is one
+ * (a tied head's: the file's pages of the table were dropped, and faulting
+ * them back one row at a time would bring in their neighbours too). */
 static llm_status cpu_embed(struct llm_backend *b, const struct llm_weight *W, const int32_t *tokens,
                             int32_t n, float *x)
 {
     (void)b;
-    uint64_t rb = llm_type_row_bytes(W->type, (uint64_t)W->ne0);
-    for (int32_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= W->rows)
-            return llm_error_set(LLM_E_INVALID, "token id %d out of range (vocabulary of %lld)",
-                                 tokens[i], (long long)W->rows);
-        LLM_TRY(llm_dequantize_row(W->type, (const uint8_t *)W->data + rb * (uint64_t)tokens[i],
-                                   x + (int64_t)i * W->ne0, W->ne0));
+    const uint64_t rb = llm_type_row_bytes(W->type, (uint64_t)W->ne0);
+    uint8_t *grp = NULL; /* (16, rb) a group of rows unpacked */
+    if (W->x16 && !(grp = llm_malloc(16 * (size_t)rb)))
+        return LLM_E_NOMEM;
+    llm_status s = LLM_OK;
+    for (int32_t i = 0; i < n && !s; i++) {
+        const int32_t t = tokens[i];
+        if (t < 0 || t >= W->rows) {
+            s = llm_error_set(LLM_E_INVALID, "token id %d out of range (vocabulary of %lld)", t,
+                              (long long)W->rows);
+            break;
+        }
+        const uint8_t *row = (const uint8_t *)W->data + rb * (uint64_t)t;
+        if (grp) {
+            s = llm_x16_unpack(W->type, W->x16, W->ne0, t / 16 * 16, t / 16 * 16 + 16, grp);
+            row = grp + rb * (uint64_t)(t % 16);
+        }
+        if (!s)
+            s = llm_dequantize_row(W->type, row, x + (int64_t)i * W->ne0, W->ne0);
     }
-    return LLM_OK;
+    llm_free(grp);
+    return s;
 }
 
 static llm_status cpu_rmsnorm(struct llm_backend *b, const float *x, const struct llm_weight *w,

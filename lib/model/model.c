@@ -346,17 +346,23 @@ static struct llm_weight *matrix(struct llm_model *m, int64_t i)
     return lw[i % 7];
 }
 
+static void drop_pages(void *ctx, const void *p, size_t n)
+{
+    llm_file_drop_pages(ctx, p, n);
+}
+
 /* Bind every matrix to the model's backend once. Where the backend keeps
- * a copy of its own (the CPU's interleaved 4-bit rows, a device's upload),
- * the file's pages of that matrix are dropped, so that resident memory
- * stays one copy of the weights. */
+ * a copy of its own (the CPU's interleaved rows, a device's upload), the
+ * file's pages of that matrix are dropped as it is copied, so that resident
+ * memory stays one copy of the weights (the pages straddling two stretches
+ * go at the end). */
 static llm_status bind_backend(struct llm_model *m)
 {
     struct llm_weight *w;
     for (int64_t i = 0; (w = matrix(m, i)); i++) {
         if (!w->data)
             continue;
-        LLM_TRY(m->be->ops->bind(m->be, w));
+        LLM_TRY(m->be->ops->bind(m->be, w, drop_pages, m->f));
         if (w->x16 || w->dev)
             llm_file_drop_pages(m->f, w->data,
                                 (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0) *
@@ -370,7 +376,10 @@ static llm_status bind_backend(struct llm_model *m)
  * (llm-run verifies by default) need not stay resident. */
 static void drop_embedding(struct llm_model *m)
 {
-    const struct llm_weight *e = &m->tok_embd;
+    struct llm_weight *e = &m->tok_embd;
+    /* a tied table is read from the head's copy */
+    if (m->c.tie_embeddings && m->output.x16)
+        e->x16 = m->output.x16;
     if (e->data && (!m->c.tie_embeddings || m->output.x16))
         llm_file_drop_pages(m->f, e->data,
                             (size_t)llm_type_row_bytes(e->type, (uint64_t)e->ne0) * (size_t)e->rows);
