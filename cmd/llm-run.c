@@ -13,7 +13,8 @@
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_PRESENCE,
        OPT_FREQUENCY, OPT_STOP, OPT_IGNORE_EOS, OPT_LOGPROBS, OPT_ECHO, OPT_CHAT, OPT_SYSTEM,
        OPT_TEMPLATE, OPT_JSON, OPT_CTX, OPT_KVTYPE, OPT_TRUNCATE, OPT_TOKENIZE, OPT_DETOKENIZE,
-       OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY };
+       OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY, OPT_NSEQ, OPT_KVMEM, OPT_KVBLOCKS,
+       OPT_BLOCKSIZE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
@@ -43,6 +44,11 @@ static const struct llm_opt opts[] = {
     { 't', "threads", LLM_ARG_REQUIRED, "N", "threads (default: the number of cores)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "context size in tokens (default: the model's, at most 4096)", NULL },
     { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache element type: f32 or f16 (default: f16)", "f32 f16" },
+    { OPT_NSEQ, "n-seq", LLM_ARG_REQUIRED, "N", "N completions of the prompt, sharing its KV blocks, decoded as one batch (default: 1)", NULL },
+    { OPT_NSEQ, "parallel", LLM_ARG_REQUIRED, "N", "the same as --n-seq", NULL },
+    { OPT_KVMEM, "kv-mem", LLM_ARG_REQUIRED, "SIZE", "KV cache budget, e.g. 64M or 2G (default: what --ctx tokens of every completion need)", NULL },
+    { OPT_KVBLOCKS, "kv-blocks", LLM_ARG_REQUIRED, "N", "KV cache budget in blocks (default: as --kv-mem)", NULL },
+    { OPT_BLOCKSIZE, "block-size", LLM_ARG_REQUIRED, "N", "tokens per KV block (default: 16)", NULL },
     { OPT_TRUNCATE, "truncate", LLM_ARG_NONE, NULL, "keep BOS and the last ctx/2 tokens of a prompt longer than the context", NULL },
     { OPT_TOKENIZE, "tokenize", LLM_ARG_NONE, NULL, "print the token ids of the text and exit", NULL },
     { OPT_DETOKENIZE, "detokenize", LLM_ARG_NONE, NULL, "read token ids and print their text", NULL },
@@ -64,13 +70,15 @@ static struct llm_cli cli = {
               "Examples:\n"
               "  llm-run -m stories.llm -p 'Once upon a time' -n 100 --temp 0\n"
               "  llm-run -m smollm2.llm --chat -p 'What is the capital of France?'\n"
+              "  llm-run -m smollm2.llm -p 'Once upon a time' --n-seq 4 --seed 7 -n 64\n"
               "  echo 'Hello world' | llm-run -m smollm2.llm --tokenize --json\n"
               "  llm-run -m smollm2.llm --detokenize -p '19556 905'\n",
 };
 
 struct args {
     const char *model, *tokenizer, *prompt, *file, *system, *tmpl;
-    int32_t n_predict, n_ctx, top_logprobs;
+    int32_t n_predict, n_ctx, top_logprobs, n_seq, kv_blocks, block_size;
+    uint64_t kv_mem;
     struct llm_sampler_params sp;
     int have_seed, have_sampling, ignore_eos, echo, chat, json, threads, truncate;
     int tokenize, detokenize, no_bos, special, no_verify;
@@ -100,29 +108,43 @@ static void on_sigint(int sig)
 
 /* ---- output -------------------------------------------------------------- */
 
+/* What one completion produced, kept for --json, the chat and --n-seq. */
+struct completion {
+    char *text; /* (len) the whole continuation */
+    size_t len, cap;
+    struct llm_gen_token *toks; /* (n_toks) with --top-logprobs and --json */
+    int32_t *top_ids; /* (n_toks, k) */
+    float *top_lp;    /* (n_toks, k) */
+    size_t n_toks, cap_toks, cap_ids, cap_lp;
+};
+
 struct out_state {
     const struct args *a;
     const struct llm_tokenizer *tok;
-    int capture; /* keep the text while streaming it */
-    char *text; /* (len) the whole continuation, for --json and the chat */
-    size_t len, cap;
-    struct llm_gen_token *toks; /* (n_toks) with --top-logprobs and --json */
-    int32_t *top_ids;
-    float *top_lp;
-    size_t n_toks, cap_toks;
+    int capture;                /* keep the text even while streaming it */
+    int32_t n;                  /* completions */
+    struct completion *comp;    /* (n) */
 };
 
-static llm_status on_text(void *ctx, const char *b, size_t n)
+/* A single completion streams its text to stdout; several are kept and
+ * printed one after the other at the end (their tokens interleave). */
+static int streaming(const struct out_state *o)
+{
+    return o->n == 1 && !o->a->json;
+}
+
+static llm_status on_text(void *ctx, int32_t seq, const char *b, size_t n)
 {
     struct out_state *o = ctx;
-    if (o->a->json || o->capture) {
-        void *p = o->text;
-        LLM_TRY(llm_grow(&p, &o->cap, o->len + n + 1, 1));
-        o->text = p;
-        memcpy(o->text + o->len, b, n);
-        o->len += n;
-        o->text[o->len] = 0;
-        if (o->a->json)
+    struct completion *c = &o->comp[seq];
+    if (!streaming(o) || o->capture) {
+        void *p = c->text;
+        LLM_TRY(llm_grow(&p, &c->cap, c->len + n + 1, 1));
+        c->text = p;
+        memcpy(c->text + c->len, b, n);
+        c->len += n;
+        c->text[c->len] = 0;
+        if (!streaming(o))
             return LLM_OK;
     }
     if (fwrite(b, 1, n, stdout) != n || fflush(stdout))
@@ -160,12 +182,14 @@ static void print_piece_text(FILE *f, const struct llm_tokenizer *t, int32_t id)
     }
 }
 
-static llm_status on_token(void *ctx, const struct llm_gen_token *t)
+static llm_status on_token(void *ctx, int32_t seq, const struct llm_gen_token *t)
 {
     struct out_state *o = ctx;
     if (o->a->top_logprobs <= 0)
         return LLM_OK;
     if (!o->a->json) {
+        if (o->n > 1)
+            fprintf(stderr, "[%d]\t", seq + 1);
         fprintf(stderr, "%d\t", t->id);
         print_piece_text(stderr, o->tok, t->id);
         fprintf(stderr, "\t%.4f", (double)t->logprob);
@@ -177,59 +201,114 @@ static llm_status on_token(void *ctx, const struct llm_gen_token *t)
         fputc('\n', stderr);
         return LLM_OK;
     }
+    struct completion *c = &o->comp[seq];
     size_t k = (size_t)o->a->top_logprobs;
-    void *p = o->toks;
-    size_t cap = o->cap_toks;
-    LLM_TRY(llm_grow(&p, &cap, o->n_toks + 1, sizeof *o->toks));
-    o->toks = p;
-    p = o->top_ids;
-    size_t c2 = o->cap_toks * k;
-    LLM_TRY(llm_grow(&p, &c2, (o->n_toks + 1) * k, sizeof(int32_t)));
-    o->top_ids = p;
-    p = o->top_lp;
-    c2 = o->cap_toks * k;
-    LLM_TRY(llm_grow(&p, &c2, (o->n_toks + 1) * k, sizeof(float)));
-    o->top_lp = p;
-    o->cap_toks = cap;
-    struct llm_gen_token *d = &o->toks[o->n_toks];
+    void *p = c->toks;
+    LLM_TRY(llm_grow(&p, &c->cap_toks, c->n_toks + 1, sizeof *c->toks));
+    c->toks = p;
+    p = c->top_ids;
+    LLM_TRY(llm_grow(&p, &c->cap_ids, (c->n_toks + 1) * k, sizeof(int32_t)));
+    c->top_ids = p;
+    p = c->top_lp;
+    LLM_TRY(llm_grow(&p, &c->cap_lp, (c->n_toks + 1) * k, sizeof(float)));
+    c->top_lp = p;
+    struct llm_gen_token *d = &c->toks[c->n_toks];
     *d = *t;
-    memcpy(o->top_ids + o->n_toks * k, t->top_ids, (size_t)t->n_top * sizeof(int32_t));
-    memcpy(o->top_lp + o->n_toks * k, t->top_lp, (size_t)t->n_top * sizeof(float));
-    o->n_toks++;
+    memcpy(c->top_ids + c->n_toks * k, t->top_ids, (size_t)t->n_top * sizeof(int32_t));
+    memcpy(c->top_lp + c->n_toks * k, t->top_lp, (size_t)t->n_top * sizeof(float));
+    c->n_toks++;
     return LLM_OK;
 }
 
-static void print_json(const struct out_state *o, const struct llm_gen_result *r, uint64_t seed,
-                       uint64_t kv_bytes)
+static void completions_free(struct out_state *o)
 {
-    printf("{\"text\":");
-    llm_json_string(stdout, o->text ? o->text : "", o->len);
-    printf(",\"prompt_tokens\":%d,\"generated_tokens\":%d,\"stop_reason\":\"%s\",\"seed\":%llu,"
-           "\"timings\":{\"prompt_s\":%.6f,\"generation_s\":%.6f,\"prompt_tokens_per_s\":%.2f,"
-           "\"generation_tokens_per_s\":%.2f}",
-           r->n_prompt, r->n_gen, r->stop_reason, (unsigned long long)seed, r->t_prompt_s,
-           r->t_gen_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
-           r->t_gen_s > 0 ? r->n_gen / r->t_gen_s : 0.0);
-    printf(",\"memory\":{\"peak_rss_bytes\":%llu,\"kv_cache_bytes\":%llu}",
-           (unsigned long long)peak_rss(), (unsigned long long)kv_bytes);
-    if (o->a->top_logprobs > 0) {
-        size_t k = (size_t)o->a->top_logprobs;
-        printf(",\"tokens\":[");
-        for (size_t i = 0; i < o->n_toks; i++) {
-            const struct llm_gen_token *t = &o->toks[i];
-            printf("%s{\"id\":%d,\"token\":", i ? "," : "", t->id);
-            print_piece_json(stdout, o->tok, t->id);
-            printf(",\"logprob\":%.6f,\"top_logprobs\":[", (double)t->logprob);
-            for (int32_t j = 0; j < t->n_top; j++) {
-                int32_t id = o->top_ids[i * k + (size_t)j];
-                printf("%s{\"id\":%d,\"token\":", j ? "," : "", id);
-                print_piece_json(stdout, o->tok, id);
-                printf(",\"logprob\":%.6f}", (double)o->top_lp[i * k + (size_t)j]);
-            }
-            printf("]}");
+    for (int32_t i = 0; o->comp && i < o->n; i++) {
+        llm_free(o->comp[i].text);
+        llm_free(o->comp[i].toks);
+        llm_free(o->comp[i].top_ids);
+        llm_free(o->comp[i].top_lp);
+    }
+    llm_free(o->comp);
+    o->comp = NULL;
+}
+
+static void print_tokens_json(const struct out_state *o, const struct completion *c)
+{
+    size_t k = (size_t)o->a->top_logprobs;
+    printf(",\"tokens\":[");
+    for (size_t i = 0; i < c->n_toks; i++) {
+        const struct llm_gen_token *t = &c->toks[i];
+        printf("%s{\"id\":%d,\"token\":", i ? "," : "", t->id);
+        print_piece_json(stdout, o->tok, t->id);
+        printf(",\"logprob\":%.6f,\"top_logprobs\":[", (double)t->logprob);
+        for (int32_t j = 0; j < t->n_top; j++) {
+            int32_t id = c->top_ids[i * k + (size_t)j];
+            printf("%s{\"id\":%d,\"token\":", j ? "," : "", id);
+            print_piece_json(stdout, o->tok, id);
+            printf(",\"logprob\":%.6f}", (double)c->top_lp[i * k + (size_t)j]);
+        }
+        printf("]}");
+    }
+    printf("]");
+}
+
+/* The KV pool after a run: reserved bytes, blocks, and the most in use. */
+struct kv_usage {
+    uint64_t bytes, block_bytes;
+    int32_t blocks, peak, block_size;
+};
+
+static void kv_usage_of(const struct llm_context *c, const struct args *a, struct kv_usage *u)
+{
+    struct llm_kv_stats st;
+    llm_context_kv_stats(c, &st, &u->block_bytes);
+    u->bytes = llm_context_kv_bytes(c);
+    u->blocks = st.n_blocks;
+    u->peak = st.peak_used;
+    u->block_size = a->block_size > 0 ? a->block_size : 16;
+}
+
+/* One JSON object: for one completion its text and counts at the top
+ * level; for several, a "completions" array. */
+static void print_json(const struct out_state *o, const struct llm_gen_result *r, uint64_t seed,
+                       const struct kv_usage *u)
+{
+    int32_t total = 0;
+    for (int32_t i = 0; i < o->n; i++)
+        total += r[i].n_gen;
+    if (o->n == 1) {
+        const struct completion *c = &o->comp[0];
+        printf("{\"text\":");
+        llm_json_string(stdout, c->text ? c->text : "", c->len);
+        printf(",\"prompt_tokens\":%d,\"generated_tokens\":%d,\"stop_reason\":\"%s\",\"seed\":%llu",
+               r->n_prompt, r->n_gen, r->stop_reason, (unsigned long long)seed);
+    } else {
+        printf("{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"seed\":%llu,\"completions\":[",
+               r->n_prompt, total, (unsigned long long)seed);
+        for (int32_t i = 0; i < o->n; i++) {
+            const struct completion *c = &o->comp[i];
+            printf("%s{\"index\":%d,\"seed\":%llu,\"text\":", i ? "," : "", i,
+                   (unsigned long long)(seed + (uint64_t)i));
+            llm_json_string(stdout, c->text ? c->text : "", c->len);
+            printf(",\"generated_tokens\":%d,\"stop_reason\":\"%s\",\"preemptions\":%d",
+                   r[i].n_gen, r[i].stop_reason, r[i].n_preempted);
+            if (o->a->top_logprobs > 0)
+                print_tokens_json(o, c);
+            printf("}");
         }
         printf("]");
     }
+    printf(",\"timings\":{\"prompt_s\":%.6f,\"generation_s\":%.6f,\"prompt_tokens_per_s\":%.2f,"
+           "\"generation_tokens_per_s\":%.2f}",
+           r->t_prompt_s, r->t_gen_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
+           r->t_gen_s > 0 ? total / r->t_gen_s : 0.0);
+    printf(",\"memory\":{\"peak_rss_bytes\":%llu,\"kv_cache_bytes\":%llu,\"kv_block_tokens\":%d,"
+           "\"kv_block_bytes\":%llu,\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"kv_peak_bytes\":%llu}",
+           (unsigned long long)peak_rss(), (unsigned long long)u->bytes, u->block_size,
+           (unsigned long long)u->block_bytes, u->blocks, u->peak,
+           (unsigned long long)((uint64_t)u->peak * u->block_bytes));
+    if (o->n == 1 && o->a->top_logprobs > 0)
+        print_tokens_json(o, &o->comp[0]);
     printf("}\n");
 }
 
@@ -317,30 +396,83 @@ static int do_detokenize(const struct args *a, struct llm_tokenizer *tok)
     return 0;
 }
 
-static void report(const struct llm_gen_result *r, uint64_t seed, uint64_t kv_bytes)
+static void report(const struct llm_gen_result *r, int32_t n, uint64_t seed,
+                   const struct kv_usage *u)
 {
+    int32_t total = 0;
+    char what[64] = "";
+    for (int32_t i = 0; i < n; i++)
+        total += r[i].n_gen;
+    if (n > 1)
+        snprintf(what, sizeof what, " in %d completions", n);
     fprintf(stderr, "%s: seed %llu; prompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d "
-            "tokens in %.3f s (%.1f tokens/s); stop: %s; peak RSS %.1f MB (KV cache %.1f MB)\n",
-            cli.prog, (unsigned long long)seed,
+            "tokens%s in %.3f s (%.1f tokens/s)", cli.prog, (unsigned long long)seed,
             r->n_prompt, r->t_prompt_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
-            r->n_gen, r->t_gen_s, r->t_gen_s > 0 ? r->n_gen / r->t_gen_s : 0.0, r->stop_reason,
-            (double)peak_rss() / 1e6, (double)kv_bytes / 1e6);
+            total, what, r->t_gen_s, r->t_gen_s > 0 ? total / r->t_gen_s : 0.0);
+    if (n == 1)
+        fprintf(stderr, "; stop: %s", r->stop_reason);
+    fprintf(stderr, "; peak RSS %.1f MB (KV cache %.1f MB); KV blocks: %d of %d used at most\n",
+            (double)peak_rss() / 1e6, (double)u->bytes / 1e6, u->peak, u->blocks);
 }
 
 /* -n N asked for more tokens than the KV cache had room for. */
 static llm_status check_room(const struct args *a, const struct llm_context *c,
-                             const struct llm_gen_result *r)
+                             const struct llm_gen_result *r, int32_t n)
 {
-    if (a->n_predict < 0 || strcmp(r->stop_reason, "context"))
-        return LLM_OK;
-    return llm_error_set(LLM_E_INVALID, "the KV cache is full: the context of %d tokens ended "
-                         "after %d of the %d tokens asked for (use --ctx N or a smaller -n)",
-                         llm_context_n_ctx(c), r->n_gen, a->n_predict);
+    for (int32_t i = 0; a->n_predict >= 0 && i < n; i++) {
+        if (strcmp(r[i].stop_reason, "context"))
+            continue;
+        char which[48] = "";
+        if (n > 1)
+            snprintf(which, sizeof which, " (completion %d)", i + 1);
+        return llm_error_set(LLM_E_INVALID, "the KV cache is full: the context of %d tokens ended "
+                             "after %d of the %d tokens asked for%s (use --ctx N or a smaller -n)",
+                             llm_context_n_ctx(c), r[i].n_gen, a->n_predict, which);
+    }
+    return LLM_OK;
 }
 
-/* Tokenize, fit into the context and generate one reply. */
+/* --echo with --json or several completions: each text starts with the
+ * prompt. */
+static llm_status prepend(struct completion *c, const char *text, size_t len)
+{
+    char *t = llm_malloc(len + c->len + 1);
+    if (!t)
+        return LLM_E_NOMEM;
+    memcpy(t, text, len);
+    if (c->len)
+        memcpy(t + len, c->text, c->len);
+    t[len + c->len] = 0;
+    llm_free(c->text);
+    c->text = t;
+    c->len += len;
+    c->cap = c->len + 1;
+    return LLM_OK;
+}
+
+/* Several completions, one after the other, each under a line that says
+ * which it is and how it ended. */
+static llm_status print_completions(const struct out_state *o, const struct llm_gen_result *r)
+{
+    for (int32_t i = 0; i < o->n; i++) {
+        const struct completion *c = &o->comp[i];
+        printf("%s--- completion %d of %d (seed %llu, %d tokens, %s) ---\n", i ? "\n" : "", i + 1,
+               o->n, (unsigned long long)(o->a->sp.seed + (uint64_t)i), r[i].n_gen,
+               r[i].stop_reason);
+        if (c->len)
+            fwrite(c->text, 1, c->len, stdout);
+        putchar('\n');
+    }
+    if (fflush(stdout) || ferror(stdout))
+        return llm_error_set(LLM_E_IO, "stdout: %s", strerror(errno));
+    return LLM_OK;
+}
+
+/* Tokenize, fit into the context and generate a->n_seq completions (res
+ * has room for them); with reply (the chat: one completion), its text. */
 static llm_status run_once(const struct args *a, struct llm_context *c, const char *text,
-                           size_t len, int special, int echo, struct llm_gen_result *r, char **reply)
+                           size_t len, int special, int echo, struct llm_gen_result *res,
+                           char **reply)
 {
     struct llm_tokenizer *tok = llm_model_tokenizer(llm_context_model(c));
     int32_t *ids;
@@ -361,8 +493,10 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
         use = ids + n - keep - bos;
         n = keep + bos;
     }
+    const int32_t n_comp = a->n_seq > 1 ? a->n_seq : 1;
+    struct out_state o = { .a = a, .tok = tok, .capture = reply != NULL, .n = n_comp };
     /* flushed now: a second Ctrl-C during the prefill exits at once */
-    if (echo && !a->json && (fwrite(text, 1, len, stdout) != len || fflush(stdout))) {
+    if (echo && streaming(&o) && (fwrite(text, 1, len, stdout) != len || fflush(stdout))) {
         llm_free(ids);
         return llm_error_set(LLM_E_IO, "stdout: %s", strerror(errno));
     }
@@ -374,39 +508,28 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
     gp.n_stop = a->n_stop;
     gp.ignore_eos = a->ignore_eos;
     gp.top_logprobs = a->top_logprobs;
+    gp.n_seq = n_comp;
     gp.interrupt = &interrupted;
-    struct out_state o = { .a = a, .tok = tok, .capture = reply != NULL };
+    o.comp = llm_calloc((size_t)n_comp, sizeof *o.comp);
     struct llm_gen_callbacks cb = { on_text, on_token, &o };
-    llm_status s = llm_generate(c, use, n, &gp, &cb, r);
+    llm_status s = o.comp ? llm_generate(c, use, n, &gp, &cb, res) : LLM_E_NOMEM;
     llm_free(ids);
+    for (int32_t i = 0; !s && echo && !streaming(&o) && i < n_comp; i++)
+        s = prepend(&o.comp[i], text, len);
     if (!s && a->json) {
-        if (echo) {
-            /* --echo with --json: the text field starts with the prompt */
-            char *t = llm_malloc(len + o.len + 1);
-            if (!t)
-                s = LLM_E_NOMEM;
-            else {
-                memcpy(t, text, len);
-                if (o.len)
-                    memcpy(t + len, o.text, o.len);
-                llm_free(o.text);
-                o.text = t;
-                o.len += len;
-            }
-        }
-        if (!s)
-            print_json(&o, r, a->sp.seed, llm_context_kv_bytes(c));
+        struct kv_usage u;
+        kv_usage_of(c, a, &u);
+        print_json(&o, res, a->sp.seed, &u);
+    } else if (!s && n_comp > 1) {
+        s = print_completions(&o, res);
     }
     if (!s && reply) {
-        *reply = o.text ? o.text : llm_strdup("");
-        o.text = NULL;
+        *reply = o.comp[0].text ? o.comp[0].text : llm_strdup("");
+        o.comp[0].text = NULL;
         if (!*reply)
             s = LLM_E_NOMEM;
     }
-    llm_free(o.text);
-    llm_free(o.toks);
-    llm_free(o.top_ids);
-    llm_free(o.top_lp);
+    completions_free(&o);
     return s;
 }
 
@@ -454,12 +577,15 @@ static int chat_loop(const struct args *a, struct llm_context *c)
         llm_free(prompt);
         putchar('\n');
         fflush(stdout);
-        if (!s && (s = check_room(a, c, &r)))
+        if (!s && (s = check_room(a, c, &r, 1)))
             llm_free(reply);
         if (s)
             break;
-        if (cli.verbose > 0)
-            report(&r, a->sp.seed, llm_context_kv_bytes(c));
+        if (cli.verbose > 0) {
+            struct kv_usage ku;
+            kv_usage_of(c, a, &ku);
+            report(&r, 1, a->sp.seed, &ku);
+        }
         owned[n_owned++] = reply;
         msgs[n++] = (struct llm_chat_msg){ "assistant", reply };
     }
@@ -476,8 +602,22 @@ static int do_generate(const struct args *a, struct llm_model *m)
     cp.n_ctx = a->n_ctx;
     cp.kv_type = a->kv_type;
     cp.n_threads = a->threads;
+    /* several completions: one more sequence keeps the prompt */
+    cp.n_seq = a->n_seq > 1 ? a->n_seq + 1 : 1;
+    cp.block_size = a->block_size;
+    cp.kv_blocks = a->kv_blocks;
+    cp.kv_bytes = a->kv_mem;
+    if (!a->kv_blocks && !a->kv_mem && a->n_seq > 1) {
+        /* the default pool: what every completion's context needs, the
+         * prompt's blocks counted once */
+        const int32_t bs = a->block_size > 0 ? a->block_size : 16;
+        const int32_t ctx = a->n_ctx > 0 ? a->n_ctx : llm_model_config(m)->n_ctx_train < 4096
+                                                          ? llm_model_config(m)->n_ctx_train
+                                                          : 4096;
+        cp.kv_blocks = (int32_t)((int64_t)a->n_seq * ((ctx + bs - 1) / bs) + 1);
+    }
     llm_status s = llm_context_new(&c, m, &cp);
-    if (s == LLM_E_NOMEM) {
+    if (s == LLM_E_NOMEM && !a->kv_mem && !a->kv_blocks) {
         /* name the problem: almost always the KV cache of a large --ctx */
         const struct llm_config *cf = llm_model_config(m);
         int32_t n_ctx = cp.n_ctx > 0 ? cp.n_ctx : (cf->n_ctx_train < 4096 ? cf->n_ctx_train : 4096);
@@ -519,14 +659,20 @@ static int do_generate(const struct args *a, struct llm_model *m)
             len = strlen(prompt);
         }
     }
-    struct llm_gen_result r;
+    const int32_t n_comp = a->n_seq > 1 ? a->n_seq : 1;
+    struct llm_gen_result *r = llm_calloc((size_t)n_comp, sizeof *r);
+    if (!s && !r)
+        s = LLM_E_NOMEM;
     if (!s)
-        s = run_once(a, c, text, len, a->chat || a->special, a->echo, &r, NULL);
-    uint64_t kv_bytes = llm_context_kv_bytes(c);
-    if (!s && cli.verbose > 0)
-        report(&r, a->sp.seed, kv_bytes);
+        s = run_once(a, c, text, len, a->chat || a->special, a->echo, r, NULL);
+    if (!s && cli.verbose > 0) {
+        struct kv_usage u;
+        kv_usage_of(c, a, &u);
+        report(r, n_comp, a->sp.seed, &u);
+    }
     if (!s)
-        s = check_room(a, c, &r);
+        s = check_room(a, c, r, n_comp);
+    llm_free(r);
     llm_free(text);
     llm_context_free(c);
     if (s)
@@ -624,6 +770,14 @@ int main(int argc, char **argv)
             else
                 return llm_cli_usage(&cli, "--kv-type: '%s' is not f32 or f16", arg);
             break;
+        case OPT_NSEQ: rc = parse_i(arg, 1, 1024, "--n-seq", &a.n_seq); break;
+        case OPT_KVBLOCKS: rc = parse_i(arg, 1, INT32_MAX, "--kv-blocks", &a.kv_blocks); break;
+        case OPT_BLOCKSIZE: rc = parse_i(arg, 1, 4096, "--block-size", &a.block_size); break;
+        case OPT_KVMEM:
+            if (llm_parse_size(arg, "--kv-mem", &a.kv_mem) || !a.kv_mem)
+                return llm_cli_usage(&cli, "%s", a.kv_mem || !*arg ? llm_error_detail(LLM_E_INVALID)
+                                                                   : "--kv-mem: the budget is 0");
+            break;
         case OPT_TRUNCATE: a.truncate = 1; break;
         case OPT_TOKENIZE: a.tokenize = 1; break;
         case OPT_DETOKENIZE: a.detokenize = 1; break;
@@ -649,13 +803,18 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--json does not go with --detokenize");
     if (tokmode && (a.have_sampling || a.have_seed || a.n_predict != -1 || a.echo || a.chat ||
                     a.top_logprobs || a.n_ctx || a.threads || a.truncate || a.no_verify ||
-                    a.kv_type != LLM_TYPE_F16))
+                    a.kv_type != LLM_TYPE_F16 || a.n_seq || a.kv_mem || a.kv_blocks ||
+                    a.block_size))
         return llm_cli_usage(&cli, "generation options do not go with --%s",
                              a.tokenize ? "tokenize" : "detokenize");
     if ((a.system || a.tmpl) && !a.chat)
         return llm_cli_usage(&cli, "%s goes with --chat", a.system ? "--system" : "--template");
     if (a.chat && a.echo && !a.prompt && !a.file && isatty(0))
         return llm_cli_usage(&cli, "--echo does not go with an interactive chat");
+    if (a.chat && a.n_seq > 1 && !a.prompt && !a.file && isatty(0))
+        return llm_cli_usage(&cli, "--n-seq does not go with an interactive chat");
+    if (a.kv_mem && a.kv_blocks)
+        return llm_cli_usage(&cli, "--kv-mem and --kv-blocks both size the KV cache; use one");
     if (!a.have_seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

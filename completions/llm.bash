@@ -441,9 +441,29 @@ _llm_run()
             _llm_words 'f32 f16'
             return
             ;;
+        --n-seq)
+            :
+            return
+            ;;
+        --parallel)
+            :
+            return
+            ;;
+        --kv-mem)
+            :
+            return
+            ;;
+        --kv-blocks)
+            :
+            return
+            ;;
+        --block-size)
+            :
+            return
+            ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --n-seq --parallel --kv-mem --kv-blocks --block-size --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

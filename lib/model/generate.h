@@ -1,7 +1,16 @@
-/* generate.h: the single-sequence generation loop behind llm-run: the
- * prompt in batches of 512 tokens, then one token per step through the
+/* generate.h: the generation loop behind llm-run: the prompt in slices,
+ * then n_seq completions of it decoded as one batch, each through its own
  * sampler, streaming the text of each token as soon as no stop string can
- * still begin in it. */
+ * still begin in it.
+ *
+ * The completions share the prompt's KV blocks (forks of the prompt): the
+ * prompt is computed and stored once. Sequence i's sampler is seeded with
+ * seed + i, and its logits do not depend on the others (llm_decode_batch),
+ * so completion i is the text that a single run with seed + i gives. When a
+ * KV budget is too small for all of them at once, the latest sequence is
+ * preempted (its blocks released) and recomputed from its tokens later:
+ * the same bits, so the same text.
+ */
 #ifndef LLM_MODEL_GENERATE_H
 #define LLM_MODEL_GENERATE_H
 
@@ -14,14 +23,17 @@
 #include "model.h"
 
 struct llm_gen_params {
-    int32_t n_predict;              /* new tokens at most; < 0: until EOS or the context is full */
-    struct llm_sampler_params sp;
+    int32_t n_predict;              /* new tokens per completion at most; < 0: until EOS or the
+                                       context is full */
+    struct llm_sampler_params sp;   /* completion i draws with seed sp.seed + i */
     const char *const *stop;        /* stop strings (not printed) */
     size_t n_stop;
     int ignore_eos;                 /* keep going past end-of-generation tokens */
     int32_t top_logprobs;           /* > 0: report that many alternatives per token */
+    int32_t n_seq;                  /* completions of the prompt (default 1); the context needs
+                                       n_seq + 1 sequences when n_seq > 1 (one keeps the prompt) */
     volatile sig_atomic_t *interrupt; /* stop cleanly when it becomes non-zero (seen between
-                                         prompt batches and between tokens) */
+                                         prompt slices and between steps) */
 };
 void llm_gen_params_default(struct llm_gen_params *p);
 
@@ -35,23 +47,27 @@ struct llm_gen_token {
 };
 
 struct llm_gen_callbacks {
-    /* Text ready for output (bytes, possibly a partial UTF-8 sequence). */
-    llm_status (*text)(void *ctx, const char *bytes, size_t len);
+    /* Text of completion `seq` ready for output (bytes, possibly a partial
+     * UTF-8 sequence). */
+    llm_status (*text)(void *ctx, int32_t seq, const char *bytes, size_t len);
     /* Each sampled token, before its text (optional). */
-    llm_status (*token)(void *ctx, const struct llm_gen_token *t);
+    llm_status (*token)(void *ctx, int32_t seq, const struct llm_gen_token *t);
     void *ctx;
 };
 
+/* The result of one completion. */
 struct llm_gen_result {
     int32_t n_prompt;               /* prompt tokens processed: fewer than given when
                                        interrupted during the prefill */
     int32_t n_gen;
-    double t_prompt_s, t_gen_s;     /* prompt processing, then generation */
+    double t_prompt_s, t_gen_s;     /* prompt processing, then generation (all completions) */
     const char *stop_reason;        /* "eos", "stop", "length", "context", "interrupted" */
+    int32_t n_preempted;            /* times its blocks were released and recomputed */
 };
 
-/* Run `prompt` (n_prompt >= 1 tokens) through sequence 0 of a fresh context
- * and generate. The model must have a tokenizer. */
+/* Run `prompt` (n_prompt >= 1 tokens) through fresh sequences of `c` and
+ * generate p->n_seq completions; res (n_seq) receives their results. The
+ * model must have a tokenizer. */
 llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_prompt,
                         const struct llm_gen_params *p, const struct llm_gen_callbacks *cb,
                         struct llm_gen_result *res);

@@ -503,72 +503,46 @@ static void SIMD(gq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_
     }
 }
 
-/* The same for the group of interleaved rows (matmul.h's x16 layout) that
- * holds row r: its blocks already hold the 16 rows' pairs of codes side by
- * side, so a unit is a widening (SIMD(x16_codes)) and the symmetric types'
- * -8. Unit u of a group of G elements: low nibbles = elements 2u, 2u+1,
- * high = 2u + G/2 and the next (as SIMD(x16_group) reads them); element e
- * is pair (e % 32) / 2 of 32-element block e / 32. */
-static void SIMD(gq_pack_x16)(const struct SIMD(shape) *sh, const uint8_t *P16, int64_t r,
-                              int64_t ne0, int32_t *P, float *D, float *M)
+/* Where the micro-kernel reads a tile: packed (P, D, M), or a group of
+ * interleaved rows read in place (grp: codes widened as they are used,
+ * scales converted per block; q8: the 8-bit layout; G: elements a scale). */
+struct SIMD(gq_src) {
+    const int32_t *P;
+    const float *D, *M;
+    const uint8_t *grp;
+    int q8, G, BB;
+};
+
+/* Vector p (the pair (2p, 2p+1) of every row) of activation block k of an
+ * interleaved group: the unit of the 8-bit layout, or the low or high
+ * nibbles of a 4-bit unit (q4 symmetric: minus 8): what gq_pack makes of
+ * rows. */
+SIMD_INLINE void SIMD(gq_x16_pair)(const struct SIMD(gq_src) *src, int zp, int64_t k, int p,
+                                   SIMD(gqi) w[GQ_H])
 {
-    const int G = sh->G, nsub = G / 32, zp = FAM_ZP(sh->fam), q8 = sh->fam != F_SYM4 &&
-                                                                   sh->fam != F_ZP4;
-    const uint64_t bb = 16 * (uint64_t)sh->BB;
-    const int64_t ng = ne0 / G;
-    const uint8_t *grp = P16 + (uint64_t)(r / 16) * (uint64_t)ng * bb;
-    for (int64_t k = 0; k < ng; k++) {
-        const uint8_t *blk = grp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
-        /* 8-bit: unit u is pair u % 16 of activation block u / 16 */
-        for (int u = 0; q8 && u < G / 2; u++) {
-            SIMD(x16v) v[X16_H];
-            SIMD(x16_codes8)(cq + 32 * u, zp, v);
-            int32_t *dst = P + ((k * nsub + u / 16) * 16 + u % 16) * 16;
-            for (int h = 0; h < X16_H; h++)
+    const int nsub = src->G / 32, j = (int)(k % nsub);
+    const uint8_t *cq = src->grp + (uint64_t)(k / nsub) * 16 * (uint64_t)src->BB + (zp ? 64 : 32);
+    if (src->q8) {
+        SIMD(x16_codes8)(cq + 32 * (16 * j + p), zp, w);
+        return;
+    }
+    const int e = 32 * j + 2 * p, hi = e >= src->G / 2, u = (hi ? e - src->G / 2 : e) / 2;
+    for (int h = 0; h < GQ_H; h++) {
 #ifdef SIMD_AVX512
-                _mm512_storeu_si512((void *)dst, v[h]);
+        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(cq + 32 * u)));
+        v = hi ? _mm512_srli_epi16(v, 4) : _mm512_and_si512(v, _mm512_set1_epi16(15));
+        w[h] = zp ? v : _mm512_sub_epi16(v, _mm512_set1_epi16(8));
 #else
-                _mm256_storeu_si256((__m256i *)(dst + 8 * h), v[h]);
+        __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(cq + 32 * u + 16 * h)));
+        v = hi ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, _mm256_set1_epi16(15));
+        w[h] = zp ? v : _mm256_sub_epi16(v, _mm256_set1_epi16(8));
 #endif
-        }
-        for (int u = 0; !q8 && u < G / 4; u++) {
-            SIMD(x16v) v[2][X16_H]; /* low, high nibbles */
-            SIMD(x16_codes)(cq + 32 * u, v[0], v[1]);
-            for (int i = 0; i < 2; i++) {
-                const int e = 2 * u + i * G / 2;
-                int32_t *dst = P + ((k * nsub + e / 32) * 16 + (e % 32) / 2) * 16;
-                for (int h = 0; h < X16_H; h++) {
-#ifdef SIMD_AVX512
-                    __m512i x = v[i][h];
-                    if (!zp)
-                        x = _mm512_sub_epi16(x, _mm512_set1_epi16(8));
-                    _mm512_storeu_si512((void *)dst, x);
-#else
-                    __m256i x = v[i][h];
-                    if (!zp)
-                        x = _mm256_sub_epi16(x, _mm256_set1_epi16(8));
-                    _mm256_storeu_si256((__m256i *)(dst + 8 * h), x);
-#endif
-                }
-            }
-        }
-        float d[16], m[16] = { 0 };
-        for (int h = 0; h < 2; h++) { /* 8 rows' fp16 scales (and mins) a conversion */
-            _mm256_storeu_ps(d + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h))));
-            if (zp)
-                _mm256_storeu_ps(m + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(
-                                                (const __m128i *)(blk + 32 + 16 * h))));
-        }
-        for (int j = 0; j < nsub; j++) {
-            memcpy(D + (k * nsub + j) * 16, d, sizeof d);
-            memcpy(M + (k * nsub + j) * 16, m, sizeof m);
-        }
     }
 }
 
-/* out (NT tokens, 16 rows as GQ_H vectors) = the packed tile . xq of
- * tokens xq + t*nq */
-SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M, int zp,
+/* out (NT tokens, 16 rows as GQ_H vectors) = the tile . xq of tokens
+ * xq + t*nq. NT is a constant at each call (SIMD(gq_micro_n)). */
+SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
                                 const struct llm_qx16 *xq, int64_t nq, int NT,
                                 SIMD(gqf) out[][GQ_H])
 {
@@ -589,12 +563,15 @@ SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M
 #else
                 ia[t][h] = _mm256_setzero_si256();
 #endif
-        const int32_t *pk = P + k * 256;
+        const int32_t *pk = src->P ? src->P + k * 256 : NULL;
 #pragma GCC unroll 4
         for (int p = 0; p < 16; p++) {
             SIMD(gqi) w[GQ_H];
-            for (int h = 0; h < GQ_H; h++)
-                w[h] = SIMD(gq_load)(pk + p * 16 + 8 * h);
+            if (pk)
+                for (int h = 0; h < GQ_H; h++)
+                    w[h] = SIMD(gq_load)(pk + p * 16 + 8 * h);
+            else
+                SIMD(gq_x16_pair)(src, zp, k, p, w);
 #pragma GCC unroll 12
             for (int t = 0; t < NT; t++) {
                 int32_t pair;
@@ -603,12 +580,23 @@ SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M
                     ia[t][h] = SIMD(gq_dp)(ia[t][h], w[h], pair);
             }
         }
+        /* the group's 16 scales (and mins), or the packed ones */
+        const uint8_t *blk =
+            pk ? NULL : src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
         for (int h = 0; h < GQ_H; h++) {
 #ifdef SIMD_AVX512
-            const __m512 d = _mm512_loadu_ps(D + k * 16), m = _mm512_loadu_ps(M + k * 16);
+            const __m512 d = pk ? _mm512_loadu_ps(src->D + k * 16)
+                                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+            const __m512 m = !zp ? _mm512_setzero_ps()
+                             : pk ? _mm512_loadu_ps(src->M + k * 16)
+                                  : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
 #else
-            const __m256 d = _mm256_loadu_ps(D + k * 16 + 8 * h),
-                         m = _mm256_loadu_ps(M + k * 16 + 8 * h);
+            const __m256 d = pk ? _mm256_loadu_ps(src->D + k * 16 + 8 * h)
+                                : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+            const __m256 m =
+                !zp ? _mm256_setzero_ps()
+                : pk ? _mm256_loadu_ps(src->M + k * 16 + 8 * h)
+                     : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)));
 #endif
 #pragma GCC unroll 12
             for (int t = 0; t < NT; t++) {
@@ -630,6 +618,26 @@ SIMD_INLINE void SIMD(gq_micro)(const int32_t *P, const float *D, const float *M
     for (int t = 0; t < NT; t++)
         for (int h = 0; h < GQ_H; h++)
             out[t][h] = acc[t][h];
+}
+
+/* gq_micro with NT a constant */
+static void SIMD(gq_micro_n)(const struct SIMD(gq_src) *src, int zp, const struct llm_qx16 *xq,
+                             int64_t nq, int nt, SIMD(gqf) out[][GQ_H])
+{
+    switch (nt) {
+#define GQ_CASE(n)                                        \
+    case n:                                               \
+        SIMD(gq_micro)(src, zp, xq, nq, n, out);          \
+        break;
+        GQ_CASE(1) GQ_CASE(2) GQ_CASE(3)
+#if GQ_NR > 3
+        GQ_CASE(4) GQ_CASE(5) GQ_CASE(6) GQ_CASE(7) GQ_CASE(8) GQ_CASE(9) GQ_CASE(10)
+        GQ_CASE(11) GQ_CASE(12)
+#endif
+#undef GQ_CASE
+    default:
+        break;
+    }
 }
 
 /* 8 vectors of 8 int32 lanes -> their 8 sums, in order (exact) */
@@ -825,6 +833,10 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
     int32_t *P = (int32_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
     float *D = (float *)(P + nq * 256), *M = D + nq * 16;
     struct llm_qx16 *xq = (struct llm_qx16 *)(M + nq * 16);
+    /* interleaved groups are read in place, the rows packed a tile at a time */
+    struct SIMD(gq_src) src = { .P = x16 ? NULL : P, .D = D, .M = M, .q8 = sh->fam == F_SYM8 ||
+                                sh->fam == F_ZP8, .G = sh->G, .BB = sh->BB };
+    const uint64_t gbytes = x16 ? (uint64_t)(ne0 / sh->G) * 16 * (uint64_t)sh->BB : 0;
     for (int64_t c0 = 0; c0 < nb; c0 += GQ_NBC) {
         const int64_t nc = nb - c0 < GQ_NBC ? nb - c0 : GQ_NBC;
         for (int64_t b = 0; b < nc; b++)
@@ -832,16 +844,13 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
         for (int64_t r = r0; r < r1; r += 16) {
             const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
             if (x16)
-                SIMD(gq_pack_x16)(sh, W, r, ne0, P, D, M);
+                src.grp = W + (uint64_t)(r / 16) * gbytes;
             else
                 SIMD(gq_pack)(t, W, rb, r, nr, ne0, nq, P, D, M);
             for (int64_t b = 0; b < nc; b += GQ_NR) {
                 const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;
                 SIMD(gqf) out[GQ_NR][GQ_H];
-                if (nt == GQ_NR)
-                    SIMD(gq_micro)(P, D, M, zp, xq + b * nq, nq, GQ_NR, out);
-                else
-                    SIMD(gq_micro)(P, D, M, zp, xq + b * nq, nq, nt, out);
+                SIMD(gq_micro_n)(&src, zp, xq + b * nq, nq, nt, out);
                 for (int j = 0; j < nt; j++) {
                     float *y = Y + (c0 + b + j) * ldy + r;
 #ifdef SIMD_AVX512

@@ -1616,8 +1616,8 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
     return LLM_OK;
 }
 
-/* Products of several tokens on interleaved rows: the int16 GEMM, packing
- * straight from the groups (SIMD(gq_pack_x16)); each token's result is
+/* Products of several tokens on interleaved rows: the int16 GEMM, reading
+ * the groups in place (SIMD(gq_x16_pair)); each token's result is
  * SIMD(llm_matvec_x16)'s. */
 llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, float *Y,
                                 int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)

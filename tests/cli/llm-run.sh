@@ -69,6 +69,81 @@ t_run_stories_checkpoint_directly() {
     need "$R_L2C" "$R_TOK" "$R_EXP"
     expect 0 "$RUN" -m "$R_L2C" --tokenizer "$R_TOK" -p '' -n 200 --temp 0 && cmp "$TMP/out" "$R_EXP"
 }
+# ---- several completions (--n-seq) -------------------------------------------
+# The output that --n-seq N gives, built from N single runs with seeds S..S+N-1
+# (their text, and the token count and stop reason -v reports).
+n_seq_expected() {
+    local n=$1 seed=$2 k=0; shift 2
+    while [ $k -lt "$n" ]; do
+        "$RUN" "$@" --seed $((seed + k)) -v >"$TMP/one" 2>"$TMP/one.err" || return 1
+        local toks stop
+        toks=$(sed -n 's/.*generation: \([0-9]*\) tokens.*/\1/p' "$TMP/one.err")
+        stop=$(sed -n 's/.*; stop: \([a-z]*\);.*/\1/p' "$TMP/one.err")
+        [ $k = 0 ] || echo
+        echo "--- completion $((k + 1)) of $n (seed $((seed + k)), $toks tokens, $stop) ---"
+        cat "$TMP/one"; echo
+        k=$((k + 1))
+    done
+}
+t_run_n_seq_completions_are_the_single_runs_of_their_seeds() {
+    r_stories
+    local args="-m $TMP/s.llm -p Once -n 60 --temp 1.0 --top-k 0 --top-p 1 --min-p 0"
+    # shellcheck disable=SC2086
+    n_seq_expected 4 42 $args >"$TMP/want" || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" $args --seed 42 --n-seq 4 && cmp "$TMP/out" "$TMP/want" || return 1
+    # the four differ (they are samples, not copies)
+    [ "$(grep -c '^--- completion' "$TMP/out")" = 4 ] &&
+    [ "$(sed -n '2p;5p;8p;11p' "$TMP/out" | sort -u | wc -l)" -gt 1 ]
+}
+t_run_n_seq_greedy_completions_are_llama2c_text() {
+    r_stories && need "$R_EXP"
+    expect 0 "$RUN" -m "$TMP/s.llm" -p '' -n 200 --temp 0 --n-seq 3 --block-size 4 || return 1
+    local k=1
+    while [ $k -le 3 ]; do
+        awk -v k=$k '/^--- completion /{i++; next} i == k' "$TMP/out" | head -c "$(wc -c <"$R_EXP")" >"$TMP/c$k"
+        cmp "$TMP/c$k" "$R_EXP" || { echo "completion $k"; return 1; }
+        k=$((k + 1))
+    done
+}
+t_run_n_seq_preempted_completions_are_unchanged() {
+    r_stories
+    # 4 completions of 100 tokens need 4 x 7 blocks of 16; the pool has 12:
+    # the latest are preempted, then recomputed, and write the same text
+    local args="-m $TMP/s.llm -p Once -n 100 --temp 0.9 --seed 3 --n-seq 4 --ignore-eos"
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" $args && mv "$TMP/out" "$TMP/free" &&
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" $args --kv-blocks 12 && cmp "$TMP/out" "$TMP/free" &&
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" $args --kv-blocks 12 --json && grep -q '"preemptions":[1-9]' "$TMP/out" &&
+    has "$TMP/out" '"kv_blocks":12,' && has "$TMP/out" '"kv_blocks_peak":12,'
+}
+t_run_kv_budget_too_small_exits_1() {
+    r_stories
+    expect 1 "$RUN" -m "$TMP/s.llm" -p Once -n 100 --temp 0 --ignore-eos --kv-blocks 2 &&
+    has "$TMP/err" "llm-run: KV cache full" && [ "$(wc -l <"$TMP/err")" = 1 ] &&
+    expect 1 "$RUN" -m "$TMP/s.llm" -p Once -n 100 --temp 0 --n-seq 2 --kv-mem 1K &&
+    has "$TMP/err" "holds no block"
+}
+t_run_n_seq_json_and_memory() {
+    r_stories
+    expect 0 "$RUN" -m "$TMP/s.llm" -p Once -n 8 --temp 0 --n-seq 2 --json --top-logprobs 2 &&
+    has "$TMP/out" '"completions":[{"index":0,' && has "$TMP/out" '{"index":1,"seed":' &&
+    has "$TMP/out" '"top_logprobs":[' && has "$TMP/out" '"kv_block_tokens":16,' || return 1
+    # the prompt's block is shared: 2 completions of 9 tokens hold 2 blocks + the prompt's copy
+    has "$TMP/out" '"kv_blocks_peak":3,' || return 1
+    # 40 tokens of 3 alternatives each (the arrays grew past their first size out of step
+    # with each other, and wrote past their end: seen under ASan)
+    expect 0 "$RUN" -m "$TMP/s.llm" -p Once -n 40 --temp 0 --json --top-logprobs 3 --ignore-eos &&
+    [ "$(grep -o '"top_logprobs":\[' "$TMP/out" | wc -l)" = 40 ]
+}
+t_run_n_seq_bad_values_exit_2() {
+    expect 2 "$RUN" -m x --n-seq 0 && expect 2 "$RUN" -m x --kv-mem 0 &&
+    expect 2 "$RUN" -m x --kv-mem 1M --kv-blocks 4 && has "$TMP/err" "use one" &&
+    expect 2 "$RUN" -m x --tokenize --n-seq 2 && expect 2 "$RUN" -m x --block-size 0
+}
+
 t_run_echo_json_verbose() {
     r_stories && need "$R_EXP"
     expect 0 "$RUN" -m "$TMP/s.llm" -p 'Once upon a time' -n 20 --temp 0 --echo || return 1
@@ -246,7 +321,7 @@ t_run_reports_peak_rss_and_kv_bytes() {
     r_smol
     expect 0 "$RUN" -m "$TMP/smol.llm" -p 'Once upon a time' -n 4 --temp 0 --ctx 256 --json -v || return 1
     # K and V: 30 layers x 3 KV heads x 64 x 256 tokens x 2 bytes each
-    has "$TMP/out" '"kv_cache_bytes":5898240}' && has "$TMP/err" "(KV cache 5.9 MB)" || return 1
+    has "$TMP/out" '"kv_cache_bytes":5898240,' && has "$TMP/err" "(KV cache 5.9 MB)" || return 1
     # every weight is read, so the peak is at least the file, and not 2x it
     local rss size
     rss=$(sed -n 's/.*"peak_rss_bytes":\([0-9]*\).*/\1/p' "$TMP/out")

@@ -31,9 +31,10 @@ struct capture {
     size_t text_bytes;
 };
 
-static llm_status on_token(void *ctx, const struct llm_gen_token *t)
+static llm_status on_token(void *ctx, int32_t seq, const struct llm_gen_token *t)
 {
     struct capture *c = ctx;
+    cr_assert_eq(seq, 0);
     if (c->n++ == 0 && t->n_top) {
         cr_assert_eq(t->n_top, TOPK);
         memcpy(c->top_ids, t->top_ids, sizeof c->top_ids);
@@ -44,9 +45,10 @@ static llm_status on_token(void *ctx, const struct llm_gen_token *t)
     return LLM_OK;
 }
 
-static llm_status on_text(void *ctx, const char *b, size_t n)
+static llm_status on_text(void *ctx, int32_t seq, const char *b, size_t n)
 {
     (void)b;
+    cr_assert_eq(seq, 0);
     ((struct capture *)ctx)->text_bytes += n;
     return LLM_OK;
 }

@@ -502,9 +502,10 @@ struct text_buf {
     size_t len;
 };
 
-static llm_status collect(void *ctx, const char *b, size_t n)
+static llm_status collect(void *ctx, int32_t seq, const char *b, size_t n)
 {
     struct text_buf *t = ctx;
+    cr_assert_eq(seq, 0);
     cr_assert(t->len + n < sizeof t->buf);
     memcpy(t->buf + t->len, b, n);
     t->len += n;
