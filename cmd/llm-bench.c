@@ -12,11 +12,14 @@
 enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE, OPT_KERNELS,
        OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL };
 
+#define MAX_BATCH 16
+
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "model to measure (repeatable)", "file" },
     { 'p', "n-prompt", LLM_ARG_REQUIRED, "LIST", "pp tests: prompt lengths, e.g. 128,512 (default: 512)", NULL },
     { 'n', "n-gen", LLM_ARG_REQUIRED, "LIST", "tg tests: tokens generated, e.g. 64 (default: 128)", NULL },
     { OPT_PG, "pg", LLM_ARG_REQUIRED, "P,G", "a pg test: prefill P then generate G (repeatable)", NULL },
+    { 'b', "batch", LLM_ARG_REQUIRED, "LIST", "batched tests of B parallel sequences, e.g. 1,4,16,32 (as llama-batched-bench -npl)", NULL },
     { 't', "threads", LLM_ARG_REQUIRED, "LIST", "thread counts, e.g. 1,2 (default: the number of CPUs)", NULL },
     { 'r', "repetitions", LLM_ARG_REQUIRED, "N", "measured runs per test (default: 5)", NULL },
     { OPT_WARMUP, "warmup", LLM_ARG_REQUIRED, "N", "unmeasured runs before them (default: 1)", NULL },
@@ -38,6 +41,7 @@ static const struct llm_opt opts[] = {
 static struct llm_cli cli = {
     .prog = "llm-bench",
     .synopsis = "[-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
+                "-b LIST [-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
                 "--suite FILE [-o FORMAT]\n"
                 "--ppl FILE [--ctx N] [--chunks N] [--score-all] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
@@ -50,6 +54,7 @@ static struct llm_cli cli = {
               "thread count is combined.\n\n"
               "Examples:\n"
               "  llm-bench -m model.llm -p 128,512 -n 64 -t 1,2\n"
+              "  llm-bench -m model.llm -b 1,4,16,32 -p 128 -n 64\n"
               "  llm-bench -m model.llm -o jsonl > new.jsonl; llm-bench --compare old.jsonl new.jsonl\n"
               "  llm-bench -m model.llm --ppl wiki.test.raw --ctx 512\n"
               "  llm-bench -m q4.llm --base f16.llm --ppl wiki.test.raw\n"
@@ -58,6 +63,8 @@ static struct llm_cli cli = {
 
 struct args {
     struct llm_bench_plan plan;
+    int64_t batch[MAX_BATCH]; /* -b: parallel sequences of the batched tests */
+    size_t n_batch;
     int have_tests, have_threads, have_reps, have_warmup;
     double bw, peak;
     const char *ppl, *suite, *base, *types;
@@ -150,6 +157,23 @@ static int do_ppl(const struct args *a)
     return 0;
 }
 
+/* The int16 dot-product peak at one thread count, probed once. */
+static llm_status dot_peak(int threads, double *gops)
+{
+    static int cached[LLM_BENCH_MAX_LIST];
+    static double cv[LLM_BENCH_MAX_LIST];
+    static size_t n_cached;
+    for (size_t i = 0; i < n_cached; i++)
+        if (cached[i] == threads) {
+            *gops = cv[i];
+            return LLM_OK;
+        }
+    LLM_TRY(llm_probe_dot16(gops, threads, 0.25));
+    if (n_cached < LLM_BENCH_MAX_LIST)
+        cached[n_cached] = threads, cv[n_cached++] = *gops;
+    return LLM_OK;
+}
+
 /* The roofline figures at one thread count: probed (cached) or given. */
 static llm_status roofline(const struct args *a, int threads, double *gbs, double *gflops)
 {
@@ -217,6 +241,24 @@ static int do_kernels(struct args *a)
     return s ? llm_cli_fail(&cli, s) : 0;
 }
 
+/* The batched tests: every prompt length of -p with every count of -n,
+ * and the --pg pairs. */
+static size_t batch_tests(const struct llm_bench_plan *p, struct llm_bench_test *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_tests; i++) {
+        const struct llm_bench_test *t = &p->tests[i];
+        if (t->n_prompt && t->n_gen && n < cap)
+            out[n++] = *t;
+        if (t->n_gen)
+            continue;
+        for (size_t j = 0; j < p->n_tests; j++)
+            if (!p->tests[j].n_prompt && n < cap)
+                out[n++] = (struct llm_bench_test){ t->n_prompt, p->tests[j].n_gen };
+    }
+    return n;
+}
+
 static int do_bench(struct args *a)
 {
     struct llm_bench_plan *p = &a->plan;
@@ -226,8 +268,11 @@ static int do_bench(struct args *a)
     strftime(h.test_time, sizeof h.test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     if (!p->n_threads)
         p->threads[p->n_threads++] = h.machine.n_cpus;
-    size_t total = p->n_models * p->n_tests * p->n_threads, n = 0;
-    struct llm_bench_result *res = llm_calloc(total, sizeof *res);
+    struct llm_bench_test bt[3 * LLM_BENCH_MAX_LIST];
+    const size_t nbt = a->n_batch ? batch_tests(p, bt, sizeof bt / sizeof bt[0]) : 0;
+    const size_t per = a->n_batch ? nbt * a->n_batch : p->n_tests;
+    size_t total = p->n_models * per * p->n_threads, n = 0;
+    struct llm_bench_result *res = llm_calloc(total ? total : 1, sizeof *res);
     if (!res)
         return llm_cli_fail(&cli, LLM_E_NOMEM);
     llm_status s = LLM_OK;
@@ -237,6 +282,24 @@ static int do_bench(struct args *a)
         if ((s = llm_model_open(&m, p->models[mi], NULL)))
             break;
         for (size_t ti = 0; ti < p->n_threads && !s; ti++)
+            for (size_t k = 0; k < per && a->n_batch && !s; k++) {
+                struct llm_bench_result *r = &res[n];
+                const struct llm_bench_test *t = &bt[k % nbt];
+                const int32_t B = (int32_t)a->batch[k / nbt];
+                if ((s = roofline(a, p->threads[ti], &r->roof_gbs, &r->roof_gflops)) ||
+                    (s = dot_peak(p->threads[ti], &r->roof_dot)))
+                    break;
+                if (cli.verbose > 0)
+                    fprintf(stderr, "%s: %s: %d sequences of pp %d tg %d, %d threads\n", cli.prog,
+                            p->models[mi], B, t->n_prompt, t->n_gen, p->threads[ti]);
+                else if (progress)
+                    fprintf(stderr, "\r\033[K%s: test %zu of %zu: B %d pp %d tg %d, %d threads",
+                            cli.prog, n + 1, total, B, t->n_prompt, t->n_gen, p->threads[ti]);
+                if (!(s = llm_bench_run_batch(r, m, p->models[mi], t, B, p->threads[ti], p->reps,
+                                              p->warmup)))
+                    n++;
+            }
+        for (size_t ti = 0; ti < p->n_threads && !a->n_batch && !s; ti++)
             for (size_t k = 0; k < p->n_tests && !s; k++) {
                 struct llm_bench_result *r = &res[n];
                 if ((s = roofline(a, p->threads[ti], &r->roof_gbs, &r->roof_gflops)))
@@ -304,6 +367,13 @@ int main(int argc, char **argv)
             if ((rc = add_list(&a, r, arg)))
                 return rc;
             break;
+        case 'b': {
+            size_t nb;
+            s = llm_bench_parse_list(arg, "-b", 1, 4096, a.batch + a.n_batch, MAX_BATCH - a.n_batch,
+                                     &nb);
+            a.n_batch += s ? 0 : nb;
+            break;
+        }
         case OPT_PG:
             s = llm_bench_plan_add_pg(&a.plan, arg);
             a.have_tests = 1;
@@ -359,6 +429,10 @@ int main(int argc, char **argv)
     if (a.score_all && a.base)
         return llm_cli_usage(&cli, "--score-all does not go with --base (the KL divergence uses "
                              "llama-perplexity's protocol)");
+    if (a.n_batch && (a.ppl || a.suite || a.kernels || a.compare))
+        return llm_cli_usage(&cli, "-b goes with -m, -p, -n, --pg, -t, -r, -o and the roofline "
+                             "options (not --ppl, --suite, --kernels or --compare)");
+    bench_opts |= a.n_batch > 0;
     if (a.compare) {
         if (bench_opts || a.ppl || a.suite || a.kernels || n_ops != 2)
             return llm_cli_usage(&cli, "--compare takes two result files, OLD NEW, and no other option");
@@ -397,6 +471,20 @@ int main(int argc, char **argv)
         if (!a.have_tests) {
             llm_bench_plan_add(p, 0, (int64_t[]){ 512 }, 1);
             llm_bench_plan_add(p, 1, (int64_t[]){ 128 }, 1);
+        }
+        if (a.n_batch) {
+            /* batched: every -p with every -n, and the --pg pairs */
+            struct llm_bench_test bt[3 * LLM_BENCH_MAX_LIST];
+            int has_pp = 0, has_tg = 0;
+            for (size_t i = 0; i < p->n_tests; i++)
+                has_pp |= p->tests[i].n_prompt && !p->tests[i].n_gen,
+                has_tg |= !p->tests[i].n_prompt && p->tests[i].n_gen;
+            if (has_pp && !has_tg)
+                llm_bench_plan_add(p, 1, (int64_t[]){ 128 }, 1);
+            if (has_tg && !has_pp)
+                llm_bench_plan_add(p, 0, (int64_t[]){ 512 }, 1);
+            if (!batch_tests(p, bt, sizeof bt / sizeof bt[0]))
+                return llm_cli_usage(&cli, "-b: no test with a prompt (give -p, or --pg P,G)");
         }
     }
     rc = do_bench(&a);

@@ -73,6 +73,10 @@ _llm_bench()
             :
             return
             ;;
+        -b|--batch)
+            :
+            return
+            ;;
         -t|--threads)
             :
             return
@@ -127,7 +131,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

@@ -58,6 +58,10 @@ llm_status llm_probe_bandwidth(double *gbs, int n_threads, size_t bytes, int rep
  * widest vectors the CPU has (AVX-512, AVX2+FMA, else scalar), n_threads
  * threads for about `seconds`. */
 llm_status llm_probe_fma(double *gflops, int n_threads, double seconds);
+/* Peak int16 dot-product rate in GOP/s (a multiply-add counts 2): the
+ * instruction of the integer GEMM (AVX-512 VNNI vpdpwssd, else AVX2
+ * madd_epi16); 0 where neither exists. */
+llm_status llm_probe_dot16(double *gops, int n_threads, double seconds);
 
 /* ---- results and printers ---------------------------------------------------- */
 
@@ -81,6 +85,14 @@ struct llm_bench_result {
     double roof_gflops;        /* ... and FMA peak (GFLOP/s) */
     double gbs, gbs_pct;       /* decode: model_bytes / mean token time; % of roof_gbs */
     double gflops, gflops_pct; /* prefill: 2 x n_params x n_prompt / mean prefill time; % of roof_gflops */
+    /* batched tests (llm_bench_run_batch), in llama-batched-bench's terms */
+    int32_t n_seq;             /* B sequences of n_prompt (PP) then n_gen (TG) tokens; 0: not batched */
+    struct llm_stats pp_s, tg_s; /* T_PP and T_TG, seconds, per repetition */
+    double s_pp, s_tg, s_all;  /* B PP / T_PP, B TG / T_TG, B (PP + TG) / (T_PP + T_TG), means */
+    double roof_dot;           /* int16 dot-product peak (GOP/s) at n_threads */
+    int int_weights;           /* most weight bytes are integer types: decode's peak is roof_dot */
+    double tg_gops, tg_peak_pct; /* decode: 2 x n_params x S_TG; its % of roof_dot or roof_gflops */
+    uint64_t kv_bytes;         /* the KV cache's blocks in use at the end (B x (PP + TG) tokens) */
 };
 void llm_bench_result_release(struct llm_bench_result *r);
 
@@ -186,6 +198,15 @@ struct llm_model;
  * the path, for r->model. Release r with llm_bench_result_release. */
 llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const char *model,
                          const struct llm_bench_test *t, int n_threads, int reps, int warmup);
+
+/* llama-batched-bench's test on `m`: n_seq sequences, each a prompt of
+ * t->n_prompt pseudo-random tokens (all in one batch: T_PP), then t->n_gen
+ * steps that each decode one token of every sequence (T_TG); `warmup` +
+ * `reps` repetitions in a fresh context. Fills r as llm_bench_run does, and
+ * its batched fields (r->roof_dot set by the caller first). */
+llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, const char *model,
+                               const struct llm_bench_test *t, int32_t n_seq, int n_threads,
+                               int reps, int warmup);
 
 /* Perplexity of the text file `path` with windows of n_ctx tokens
  * (llm_perplexity's default protocol, or every prediction with score_all);

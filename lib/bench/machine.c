@@ -267,3 +267,87 @@ llm_status llm_probe_fma(double *gflops, int n_threads, double seconds)
     llm_free(jobs);
     return s;
 }
+
+/* ---- int16 dot-product peak ------------------------------------------------- */
+
+/* The rate of the instruction the int16 GEMM spends its time in: vpdpwssd
+ * (AVX-512 VNNI: 32 int16 multiply-adds into 16 int32 lanes), or
+ * madd_epi16 + add_epi32 on AVX2 (16 a pair), in 12 independent chains.
+ * An operation is a multiply or an add (2 per multiply-add), as FLOPs are
+ * counted. */
+#if LLM_X86
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static int dot16_avx512(long iters)
+{
+    __m512i acc[FMA_CHAINS], w = _mm512_set1_epi16(3), x = _mm512_set1_epi16(-2);
+    for (int c = 0; c < FMA_CHAINS; c++)
+        acc[c] = _mm512_set1_epi32(c);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 12
+        for (int c = 0; c < FMA_CHAINS; c++)
+            acc[c] = _mm512_dpwssd_epi32(acc[c], w, x);
+    __m512i t = acc[0];
+    for (int c = 1; c < FMA_CHAINS; c++)
+        t = _mm512_add_epi32(t, acc[c]);
+    return _mm512_reduce_add_epi32(t);
+}
+
+__attribute__((target("avx2"))) static int dot16_avx2(long iters)
+{
+    __m256i acc[FMA_CHAINS], w = _mm256_set1_epi16(3), x = _mm256_set1_epi16(-2);
+    for (int c = 0; c < FMA_CHAINS; c++)
+        acc[c] = _mm256_set1_epi32(c);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 12
+        for (int c = 0; c < FMA_CHAINS; c++)
+            acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(w, x));
+    __m256i t = acc[0];
+    for (int c = 1; c < FMA_CHAINS; c++)
+        t = _mm256_add_epi32(t, acc[c]);
+    int o[8];
+    _mm256_storeu_si256((__m256i *)o, t);
+    return o[0] + o[1] + o[2] + o[3] + o[4] + o[5] + o[6] + o[7];
+}
+#endif
+
+static volatile int dot16_sink;
+
+static void dot16_job(struct job *j)
+{
+    int (*fn)(long) = NULL;
+    int macs = 0;
+#if LLM_X86
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+        fn = dot16_avx512, macs = 32;
+    else if (__builtin_cpu_supports("avx2"))
+        fn = dot16_avx2, macs = 16;
+#endif
+    j->flops = 0;
+    if (!fn)
+        return;
+    long iters = 1 << 16;
+    double ops = 0;
+    uint64_t t0 = llm_time_ns(), limit = (uint64_t)(j->seconds * 1e9);
+    while (llm_time_ns() - t0 < limit) {
+        dot16_sink = fn(iters);
+        ops += 2.0 * macs * FMA_CHAINS * (double)iters;
+    }
+    j->flops = ops / ((double)(llm_time_ns() - t0) * 1e-9);
+}
+
+llm_status llm_probe_dot16(double *gops, int n_threads, double seconds)
+{
+    LLM_CHECK(n_threads >= 1 && n_threads <= 256, LLM_E_INVALID, "probe: %d threads (1..256)", n_threads);
+    LLM_CHECK(seconds > 0 && seconds <= 60, LLM_E_INVALID, "probe: %g seconds (0..60)", seconds);
+    struct job *jobs = llm_calloc((size_t)n_threads, sizeof *jobs);
+    if (!jobs)
+        return LLM_E_NOMEM;
+    for (int i = 0; i < n_threads; i++)
+        jobs[i] = (struct job){ .fn = dot16_job, .i = i, .n = n_threads, .seconds = seconds };
+    llm_status s = run_jobs(jobs, n_threads);
+    double total = 0;
+    for (int i = 0; i < n_threads; i++)
+        total += jobs[i].flops;
+    *gops = total * 1e-9;
+    llm_free(jobs);
+    return s;
+}

@@ -98,11 +98,24 @@ static size_t fields_of(struct field *f, const struct llm_bench_header *h, const
     f[n++] = NUM("bandwidth_pct", tk ? r->gbs_pct : nan);
     f[n++] = NUM("gflops", tt ? r->gflops : nan);
     f[n++] = NUM("gflops_pct", tt ? r->gflops_pct : nan);
+    /* batched tests (llama-batched-bench's columns); empty otherwise */
+    const int b = r->n_seq > 0;
+    f[n++] = U64("n_seq", (uint64_t)r->n_seq);
+    f[n++] = NUM("t_pp_s", b ? r->pp_s.mean : nan);
+    f[n++] = NUM("s_pp_ts", b ? r->s_pp : nan);
+    f[n++] = NUM("t_tg_s", b && r->n_gen ? r->tg_s.mean : nan);
+    f[n++] = NUM("s_tg_ts", b && r->n_gen ? r->s_tg : nan);
+    f[n++] = NUM("s_ts", b ? r->s_all : nan);
+    f[n++] = NUM("roofline_dot16_gops", b ? r->roof_dot : nan);
+    f[n++] = STR("tg_peak", !b ? "" : r->int_weights && r->roof_dot > 0 ? "dot16" : "fma");
+    f[n++] = NUM("tg_gops", b && r->n_gen ? r->tg_gops : nan);
+    f[n++] = NUM("tg_peak_pct", b && r->n_gen ? r->tg_peak_pct : nan);
+    f[n++] = U64("kv_bytes", r->kv_bytes);
     f[n++] = (struct field){ .name = "samples_ns", .kind = FIELD_SAMPLES, .v = r->samples_ns,
                              .n = r->samples_ns ? (size_t)r->reps : 0 };
     return n;
 }
-#define MAX_FIELDS 48
+#define MAX_FIELDS 64
 
 static void json_value(FILE *o, const struct field *f)
 {
@@ -220,6 +233,40 @@ static void md_cell(FILE *o, const char *s)
         fputs(*s == '|' ? "\\|" : *s == '\n' ? " " : (char[2]){ *s, 0 }, o);
 }
 
+/* Batched results as llama-batched-bench prints them, with the decode's
+ * share of the compute peak (int16 dot product or FMA) and the KV cache
+ * in use. */
+static void print_md_batch(FILE *o, const struct llm_bench_result *r, size_t n)
+{
+    fputs("| model | threads | B | PP | TG | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s "
+          "| S t/s | TG GOP/s (% of peak) | KV MiB |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: | ---: |\n",
+          o);
+    for (size_t i = 0; i < n; i++) {
+        const struct llm_bench_result *x = &r[i];
+        if (!x->n_seq)
+            continue;
+        const char *base = strrchr(x->model, '/');
+        fputs("| ", o);
+        md_cell(o, base ? base + 1 : x->model);
+        fprintf(o, " | %d | %d | %d | %d | %lld | %.3f | %.2f | ", x->n_threads, x->n_seq,
+                x->n_prompt, x->n_gen, (long long)x->n_seq * (x->n_prompt + x->n_gen),
+                x->pp_s.mean, x->s_pp);
+        if (x->n_gen)
+            fprintf(o, "%.3f | %.2f | ", x->tg_s.mean, x->s_tg);
+        else
+            fputs("- | - | ", o);
+        fprintf(o, "%.3f | %.2f | ", x->pp_s.mean + x->tg_s.mean, x->s_all);
+        if (x->n_gen)
+            fprintf(o, "%.1f (%.1f%% %s) | ", x->tg_gops, x->tg_peak_pct,
+                    x->int_weights && x->roof_dot > 0 ? "dot16" : "FMA");
+        else
+            fputs("- | ", o);
+        fprintf(o, "%.1f |\n", (double)x->kv_bytes / (1024.0 * 1024.0));
+    }
+}
+
 static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm_bench_result *r, size_t n)
 {
     fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n", h->machine.cpu, h->machine.features,
@@ -229,12 +276,25 @@ static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm
         size_t j = 0;
         while (j < i && r[j].n_threads != r[i].n_threads)
             j++;
-        if (j == i)
-            fprintf(o, "roofline, %d thread%s: read bandwidth %.1f GB/s (%s), FMA peak %.1f GFLOP/s (%s)\n",
+        if (j == i) {
+            fprintf(o, "roofline, %d thread%s: read bandwidth %.1f GB/s (%s), FMA peak %.1f GFLOP/s (%s)",
                     r[i].n_threads, r[i].n_threads == 1 ? "" : "s", r[i].roof_gbs,
                     h->bw_measured ? "probe" : "given", r[i].roof_gflops, h->peak_measured ? "probe" : "given");
+            if (r[i].n_seq)
+                fprintf(o, ", int16 dot peak %.1f GOP/s (probe)", r[i].roof_dot);
+            fputc('\n', o);
+        }
     }
     fputc('\n', o);
+    size_t nb = 0;
+    for (size_t i = 0; i < n; i++)
+        nb += r[i].n_seq > 0;
+    if (nb) {
+        print_md_batch(o, r, n);
+        if (nb == n)
+            return;
+        fputc('\n', o);
+    }
     fputs("| model | size | params | threads | test | t/s | median t/s | TTFT ms p50/p90/p99 "
           "| token ms p50/p90/p99 | GB/s (% of bw) | GFLOP/s (% of peak) |\n"
           "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
@@ -242,6 +302,8 @@ static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm
     for (size_t i = 0; i < n; i++) {
         const struct llm_bench_result *x = &r[i];
         char a[32], b[32];
+        if (x->n_seq)
+            continue;
         const char *base = strrchr(x->model, '/');
         fputs("| ", o);
         md_cell(o, base ? base + 1 : x->model);

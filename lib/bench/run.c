@@ -6,6 +6,7 @@
 #include "../common/alloc.h"
 #include "../common/io.h"
 #include "../model/model.h"
+#include "../ops/matmul_impl.h"
 #include "../tokenizer/tokenizer.h"
 #include "bench.h"
 
@@ -125,6 +126,148 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
     llm_free(ttft);
     llm_free(ts);
     llm_free(tok);
+    if (s)
+        llm_bench_result_release(r);
+    return s;
+}
+
+/* Whether most of the weight matrices' bytes are of the integer types
+ * (their products run on the int16 dot product, not on FMAs). */
+static int mostly_int(struct llm_model *m)
+{
+    const struct llm_file *f = llm_model_file(m);
+    uint64_t ib = 0, all = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const struct llm_tensor *t = &f->tensors[i];
+        if ((t->flags & LLM_TENSOR_AUX) || t->n_dims < 2)
+            continue;
+        all += t->nbytes;
+        if (llm_matmul_simd_type(t->type) == LLM_SIMD_INT8)
+            ib += t->nbytes;
+    }
+    return 2 * ib > all;
+}
+
+llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, const char *model,
+                               const struct llm_bench_test *t, int32_t n_seq, int n_threads,
+                               int reps, int warmup)
+{
+    LLM_CHECK(reps >= 1 && warmup >= 0 && n_threads >= 1, LLM_E_INVALID,
+              "bench: %d repetitions, %d warm-up runs, %d threads", reps, warmup, n_threads);
+    LLM_CHECK(n_seq >= 1 && n_seq <= 4096, LLM_E_INVALID, "bench: a batch of %d sequences", n_seq);
+    LLM_CHECK(t->n_prompt >= 1 && t->n_gen >= 0, LLM_E_INVALID,
+              "bench: batched tests need a prompt (-p) of at least 1 token");
+    const struct llm_config *cfg = llm_model_config(m);
+    const int64_t ctx = (int64_t)t->n_prompt + t->n_gen, npp = (int64_t)n_seq * t->n_prompt;
+    LLM_CHECK(ctx <= INT32_MAX / 2 && npp <= INT32_MAX, LLM_E_INVALID,
+              "%s: a batch of %d x %lld tokens", model, n_seq, (long long)ctx);
+    snprintf(r->model, sizeof r->model, "%s", model);
+    snprintf(r->test, sizeof r->test, "b%d:pp%d+tg%d", n_seq, t->n_prompt, t->n_gen);
+    r->n_prompt = t->n_prompt;
+    r->n_gen = t->n_gen;
+    r->n_seq = n_seq;
+    r->n_threads = n_threads;
+    r->reps = reps;
+    r->model_bytes = llm_model_weight_bytes(m);
+    r->n_params = llm_model_n_params(m);
+    r->int_weights = mostly_int(m);
+
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = (int32_t)ctx;
+    cp.n_seq = n_seq;
+    cp.n_threads = n_threads;
+    cp.kv_type = LLM_TYPE_F16; /* as llm-run and llama.cpp */
+    struct llm_context *c = NULL;
+    const size_t nmax = (size_t)(npp > n_seq ? npp : n_seq), n_steps = (size_t)reps * (size_t)t->n_gen;
+    int32_t *tok = llm_malloc(3 * nmax * sizeof(int32_t)); /* tokens, positions, sequences */
+    float *logits = llm_malloc((size_t)n_seq * (size_t)cfg->n_vocab * sizeof(float)); // (B, n_vocab)
+    double *pp = llm_malloc((size_t)reps * sizeof *pp), *tg = llm_malloc((size_t)reps * sizeof *tg);
+    double *ts = llm_malloc((size_t)reps * sizeof *ts);
+    double *step = llm_malloc((n_steps ? n_steps : 1) * sizeof *step);
+    r->samples_ns = llm_malloc((size_t)reps * sizeof *r->samples_ns);
+    llm_status s = !tok || !logits || !pp || !tg || !ts || !step || !r->samples_ns ? LLM_E_NOMEM
+                                                                                   : LLM_OK;
+    if (!s)
+        s = llm_context_new(&c, m, &cp);
+    int32_t *pos = tok + nmax, *seq = pos + nmax;
+    uint64_t seed = 1234;
+    size_t k = 0;
+    for (int rep = -warmup; rep < reps && !s; rep++) {
+        for (int32_t i = 0; i < n_seq; i++)
+            llm_context_reset(c, i);
+        for (int64_t i = 0; i < npp; i++) {
+            tok[i] = (int32_t)(next_rand(&seed) % (uint64_t)cfg->n_vocab);
+            pos[i] = (int32_t)(i % t->n_prompt);
+            seq[i] = (int32_t)(i / t->n_prompt);
+        }
+        struct llm_batch b = { .n = (int32_t)npp, .token = tok, .pos = pos, .seq = seq };
+        uint64_t t0 = llm_time_ns();
+        s = llm_decode_batch(c, &b, logits);
+        uint64_t t1 = llm_time_ns();
+        for (int32_t g = 0; g < t->n_gen && !s; g++) {
+            for (int32_t i = 0; i < n_seq; i++) {
+                tok[i] = (int32_t)(next_rand(&seed) % (uint64_t)cfg->n_vocab);
+                pos[i] = t->n_prompt + g;
+                seq[i] = i;
+            }
+            b.n = n_seq;
+            uint64_t g0 = llm_time_ns();
+            s = llm_decode_batch(c, &b, logits);
+            if (rep >= 0)
+                step[k++] = (double)(llm_time_ns() - g0) * 1e-6;
+        }
+        uint64_t t2 = llm_time_ns();
+        if (rep < 0 || s)
+            continue;
+        pp[rep] = (double)(t1 - t0) * 1e-9;
+        tg[rep] = (double)(t2 - t1) * 1e-9;
+        r->samples_ns[rep] = (double)(t2 - t0);
+        ts[rep] = (double)n_seq * (double)ctx / ((double)(t2 - t0 ? t2 - t0 : 1) * 1e-9);
+    }
+    if (!s) {
+        struct llm_kv_stats st;
+        uint64_t bb;
+        llm_context_kv_stats(c, &st, &bb);
+        r->kv_bytes = (uint64_t)st.used * bb;
+    }
+    if (!s)
+        s = llm_stats_compute(&r->ns, r->samples_ns, (size_t)reps);
+    if (!s)
+        s = llm_stats_compute(&r->ts, ts, (size_t)reps);
+    if (!s)
+        s = llm_stats_compute(&r->pp_s, pp, (size_t)reps);
+    if (!s)
+        s = llm_stats_compute(&r->tg_s, tg, (size_t)reps);
+    if (!s && t->n_gen)
+        s = llm_stats_compute(&r->token_ms, step, n_steps);
+    if (!s) {
+        r->s_pp = r->pp_s.mean > 0 ? (double)npp / r->pp_s.mean : 0;
+        r->s_tg = r->tg_s.mean > 0 ? (double)n_seq * t->n_gen / r->tg_s.mean : 0;
+        r->s_all = r->pp_s.mean + r->tg_s.mean > 0
+                       ? (double)n_seq * (double)ctx / (r->pp_s.mean + r->tg_s.mean) : 0;
+        /* every token of a step meets every weight (2 operations a
+         * parameter, the head included: each token's logits are computed) */
+        r->tg_gops = 2.0 * (double)r->n_params * r->s_tg * 1e-9;
+        const double peak = r->int_weights && r->roof_dot > 0 ? r->roof_dot : r->roof_gflops;
+        r->tg_peak_pct = peak > 0 ? 100 * r->tg_gops / peak : 0;
+        if (t->n_gen && r->token_ms.mean > 0) {
+            /* a step reads every weight once, for all B tokens */
+            r->gbs = (double)r->model_bytes / (r->token_ms.mean * 1e-3) * 1e-9;
+            r->gbs_pct = r->roof_gbs > 0 ? 100 * r->gbs / r->roof_gbs : 0;
+        }
+        r->gflops = r->pp_s.mean > 0 ? 2.0 * (double)r->n_params * (double)npp / r->pp_s.mean * 1e-9 : 0;
+        r->gflops_pct = r->roof_gflops > 0 ? 100 * r->gflops / r->roof_gflops : 0;
+    }
+    if (s && s != LLM_E_NOMEM)
+        llm_error_prefix(model);
+    llm_context_free(c);
+    llm_free(tok);
+    llm_free(logits);
+    llm_free(pp);
+    llm_free(tg);
+    llm_free(ts);
+    llm_free(step);
     if (s)
         llm_bench_result_release(r);
     return s;

@@ -211,3 +211,29 @@ t_bench_ppl_chunks_and_score_all() {
     has "$TMP/err" "--score-all does not go with --base" &&
     expect 2 "$BENCH" -m "$B260" --chunks 3 && has "$TMP/err" "--chunks and --score-all go with --ppl"
 }
+
+# ---- batched tests (-b) --------------------------------------------------------
+t_bench_batch_reports_llama_batched_bench_columns() {
+    need "$B260"
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" -b 1,3 -p 8 -n 4 -r 2 -t 1 $BROOF -o jsonl || return 1
+    [ "$(wc -l <"$TMP/out")" = 2 ] && has "$TMP/out" '"test": "b1:pp8+tg4"' &&
+    has "$TMP/out" '"test": "b3:pp8+tg4"' && has "$TMP/out" '"n_seq": 3' || return 1
+    # 3 sequences of 12 tokens: one block of 16 each, 5 layers x 16 x 32 x f16 x K and V
+    has "$TMP/out" '"kv_bytes": 30720,' && has "$TMP/out" '"tg_peak": "fma"' || return 1
+    # every figure that applies is a positive number
+    local f
+    for f in t_pp_s s_pp_ts t_tg_s s_tg_ts s_ts tg_gops tg_peak_pct; do
+        grep -q "\"$f\": [0-9.e+-]*[1-9]" "$TMP/out" || { echo "$f"; return 1; }
+    done
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" -b 2 --pg 4,2 -r 1 -t 1 $BROOF &&
+    has "$TMP/out" "| B | PP | TG | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s |" &&
+    grep -q '^| stories260K.gguf | 1 | 2 | 4 | 2 | 12 | ' "$TMP/out" &&
+    has "$TMP/out" "int16 dot peak"
+}
+t_bench_batch_usage_errors_exit_2() {
+    expect 2 "$BENCH" -m x -b 0 && has "$TMP/err" "-b: 0 is outside" &&
+    expect 2 "$BENCH" -m x -b 2 --ppl t.txt && has "$TMP/err" "-b goes with" &&
+    expect 2 "$BENCH" -m x -b 2 -n 8 -p 1 --kernels
+}
