@@ -6,7 +6,7 @@
 #include "../lib/llm.h"
 
 enum { OPT_PRESET = 256, OPT_CONFIG, OPT_KV_TYPE, OPT_CTX, OPT_BATCH, OPT_BLOCK, OPT_MEM, OPT_WEIGHTS,
-       OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST };
+       OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST, OPT_SHARED };
 
 static const struct llm_opt opts[] = {
     { OPT_PRESET, "preset", LLM_ARG_REQUIRED, "NAME", "use the published shape of NAME (see --list-presets)",
@@ -16,6 +16,7 @@ static const struct llm_opt opts[] = {
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "tokens per sequence (default: the model's trained context)", NULL },
     { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "N", "sequences in a batch (default: 1)", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "B", "tokens per paged KV block (default: 16)", NULL },
+    { OPT_SHARED, "shared-prefix", LLM_ARG_REQUIRED, "N", "the --batch sequences share their first N tokens (forks of one prompt): blocks saved", NULL },
     { OPT_MEM, "mem", LLM_ARG_REQUIRED, "SIZE", "memory budget, e.g. 80G: tokens, blocks and sequences that fit", NULL },
     { OPT_WEIGHTS, "weights", LLM_ARG_REQUIRED, "SIZE", "bytes of weights to take off --mem (default: a MODEL's, else 0)", NULL },
     { OPT_LENGTHS, "lengths", LLM_ARG_REQUIRED, "FILE", "sequence lengths, one per line: paged vs contiguous waste", "file" },
@@ -40,7 +41,8 @@ static struct llm_cli cli = {
               "Examples:\n"
               "  llm-kvstat --preset llama-2-7b --ctx 4096\n"
               "  llm-kvstat --preset llama-3-70b --kv-type fp8 --mem 80G --weights 70G --json\n"
-              "  llm-kvstat model.llm --mem 24G --lengths-synthetic normal:800:400:1000\n",
+              "  llm-kvstat model.llm --mem 24G --lengths-synthetic normal:800:400:1000\n"
+              "  llm-kvstat --preset llama-3-8b --ctx 2048 --batch 32 --shared-prefix 1500 --mem 16G\n",
 };
 
 static int list_presets(void)
@@ -92,6 +94,9 @@ int main(int argc, char **argv)
         case OPT_CTX: s = llm_parse_i64(arg, 1, INT64_C(1) << 40, "--ctx", &p.ctx); break;
         case OPT_BATCH: s = llm_parse_i64(arg, 1, INT64_C(1) << 32, "--batch", &p.batch); break;
         case OPT_BLOCK: s = llm_parse_i64(arg, 1, 1 << 20, "--block-size", &p.block_size); break;
+        case OPT_SHARED:
+            s = llm_parse_i64(arg, 1, INT64_C(1) << 40, "--shared-prefix", &p.shared_prefix);
+            break;
         case OPT_MEM:
             s = llm_parse_size(arg, "--mem", &p.mem);
             if (!s && p.mem == 0)

@@ -219,6 +219,10 @@ _llm_kvstat()
             :
             return
             ;;
+        --shared-prefix)
+            :
+            return
+            ;;
         --mem)
             :
             return
@@ -241,7 +245,7 @@ _llm_kvstat()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '--preset --config --kv-type --ctx --batch --block-size --mem --weights --lengths --lengths-synthetic --seed --json --list-presets -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '--preset --config --kv-type --ctx --batch --block-size --shared-prefix --mem --weights --lengths --lengths-synthetic --seed --json --list-presets -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

@@ -54,6 +54,7 @@ complete -c llm-kvstat -l kv-type -x -a 'f32 f16 bf16 fp8 int8' -d 'KV element t
 complete -c llm-kvstat -l ctx -x -d 'tokens per sequence (default: the model\'s trained context)'
 complete -c llm-kvstat -l batch -x -d 'sequences in a batch (default: 1)'
 complete -c llm-kvstat -l block-size -x -d 'tokens per paged KV block (default: 16)'
+complete -c llm-kvstat -l shared-prefix -x -d 'the --batch sequences share their first N tokens (forks of one prompt): blocks saved'
 complete -c llm-kvstat -l mem -x -d 'memory budget, e.g. 80G: tokens, blocks and sequences that fit'
 complete -c llm-kvstat -l weights -x -d 'bytes of weights to take off --mem (default: a MODEL\'s, else 0)'
 complete -c llm-kvstat -l lengths -r -F -d 'sequence lengths, one per line: paged vs contiguous waste'

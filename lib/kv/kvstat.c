@@ -369,6 +369,30 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
         uint64_t B = (uint64_t)p->block_size;
         r->cap_seqs_paged = r->cap_blocks / (((uint64_t)r->params.ctx + B - 1) / B);
     }
+    if (p->shared_prefix) {
+        const uint64_t B = (uint64_t)p->block_size, P = (uint64_t)p->shared_prefix;
+        LLM_CHECK(p->shared_prefix >= 1 && P <= (uint64_t)r->params.ctx, LLM_E_INVALID,
+                  "shared prefix of %" PRId64 " tokens is outside 1..%" PRId64 " (--ctx)",
+                  p->shared_prefix, r->params.ctx);
+        r->have_sharing = 1;
+        r->shared_blocks = P / B;
+        r->blocks_per_seq = ((uint64_t)r->params.ctx + B - 1) / B;
+        r->own_blocks_per_seq = r->blocks_per_seq - r->shared_blocks;
+        LLM_TRY(mul3(r->blocks_per_seq, (uint64_t)p->batch, 1, &r->blocks_unshared));
+        LLM_TRY(mul3(r->shared_blocks, (uint64_t)p->batch - 1, 1, &r->blocks_saved));
+        r->blocks_shared = r->blocks_unshared - r->blocks_saved;
+        LLM_TRY(mul3(r->blocks_saved, r->bytes_per_block, 1, &r->bytes_saved));
+        r->saved_pct = 100.0 * (double)r->blocks_saved / (double)r->blocks_unshared;
+        if (r->have_capacity) {
+            /* the prefix once, then each sequence's own blocks */
+            if (r->cap_blocks < r->shared_blocks)
+                r->cap_seqs_shared = 0;
+            else if (!r->own_blocks_per_seq) /* every sequence is the prefix: any number */
+                r->cap_seqs_shared = UINT64_MAX;
+            else
+                r->cap_seqs_shared = (r->cap_blocks - r->shared_blocks) / r->own_blocks_per_seq;
+        }
+    }
     if (lengths && n) {
         r->have_waste = 1;
         LLM_TRY(waste_compute(r, lengths, n));
@@ -573,6 +597,25 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
         fprintf(f, "  %-20s %20" PRIu64 "  paged, ceil(ctx / %" PRId64 ") blocks each\n", "full sequences",
                 r->cap_seqs_paged, p->block_size);
     }
+    if (r->have_sharing) {
+        fprintf(f, "\nshared prefix: %" PRId64 " tokens of every one of %" PRId64 " sequences of ctx %"
+                   PRId64 " (forks of one prompt)\n", p->shared_prefix, p->batch, p->ctx);
+        fprintf(f, "  %-20s %20" PRIu64 "  full blocks of the prefix, held once\n", "shared blocks",
+                r->shared_blocks);
+        fprintf(f, "  %-20s %20" PRIu64 "  of %" PRIu64 " per sequence\n", "own blocks",
+                r->own_blocks_per_seq, r->blocks_per_seq);
+        snprintf(note, sizeof note, "without sharing: %" PRIu64, r->blocks_unshared);
+        fprintf(f, "  %-20s %20" PRIu64 "  %s\n", "blocks of the batch", r->blocks_shared, note);
+        snprintf(note, sizeof note, "%" PRIu64 " blocks, %.2f%%", r->blocks_saved, r->saved_pct);
+        row(f, "  saved", r->bytes_saved, note);
+        if (r->have_capacity) {
+            if (r->cap_seqs_shared == UINT64_MAX)
+                fprintf(f, "  %-20s %20s  sharing the prefix\n", "full sequences", "any number");
+            else
+                fprintf(f, "  %-20s %20" PRIu64 "  sharing the prefix (%" PRIu64 " without)\n",
+                        "full sequences", r->cap_seqs_shared, r->cap_seqs_paged);
+        }
+    }
     if (r->have_waste) {
         const struct llm_kvstat_waste *w = &r->waste;
         uint64_t bpt = r->bytes_per_token;
@@ -634,6 +677,21 @@ llm_status llm_kvstat_print_json(FILE *f, const struct llm_kvstat_report *r)
                    ", \"sequences_paged\": %" PRIu64 "}",
                 p->mem, p->weights, r->kv_mem, r->cap_tokens, r->cap_blocks, r->cap_seqs_contig,
                 r->cap_seqs_paged);
+    if (r->have_sharing) {
+        fprintf(f, ",\n \"sharing\": {\"shared_prefix\": %" PRId64 ", \"shared_blocks\": %" PRIu64
+                   ", \"blocks_per_sequence\": %" PRIu64 ", \"own_blocks_per_sequence\": %" PRIu64
+                   ", \"blocks_unshared\": %" PRIu64 ", \"blocks_shared\": %" PRIu64
+                   ", \"blocks_saved\": %" PRIu64 ", \"bytes_saved\": %" PRIu64 ", \"saved_pct\": %.6g",
+                p->shared_prefix, r->shared_blocks, r->blocks_per_seq, r->own_blocks_per_seq,
+                r->blocks_unshared, r->blocks_shared, r->blocks_saved, r->bytes_saved, r->saved_pct);
+        if (r->have_capacity) {
+            if (r->cap_seqs_shared == UINT64_MAX)
+                fputs(", \"sequences_shared\": null", f);
+            else
+                fprintf(f, ", \"sequences_shared\": %" PRIu64, r->cap_seqs_shared);
+        }
+        fputc('}', f);
+    }
     if (r->have_waste) {
         const struct llm_kvstat_waste *w = &r->waste;
         uint64_t bpt = r->bytes_per_token;

@@ -92,6 +92,8 @@ struct llm_kvstat_params {
     int64_t block_size;     /* tokens per paged block (default 16, as vLLM) */
     uint64_t mem;           /* memory budget in bytes; 0: no capacity figures */
     uint64_t weights;       /* bytes to take off mem for weights; UINT64_MAX: the shape's */
+    int64_t shared_prefix;  /* tokens at the start of every sequence of the batch that they
+                               share (one prompt, forked); 0: none */
 };
 void llm_kvstat_params_default(struct llm_kvstat_params *p);
 
@@ -130,6 +132,20 @@ struct llm_kvstat_report {
     uint64_t cap_blocks;            /* kv_mem / bytes_per_block */
     uint64_t cap_seqs_contig;       /* kv_mem / bytes_per_sequence */
     uint64_t cap_seqs_paged;        /* cap_blocks / ceil(ctx / block_size) (vLLM's max concurrency) */
+    /* prefix sharing (when params.shared_prefix): the batch's sequences
+     * fork one prompt; the blocks it fills are held once (a fork
+     * references them), its partial last block is copied by each sequence
+     * at its first write, as the KV pool does (kv/kv.h) */
+    int have_sharing;
+    uint64_t shared_blocks;         /* floor(prefix / block_size): held once */
+    uint64_t blocks_per_seq;        /* ceil(ctx / block_size) */
+    uint64_t own_blocks_per_seq;    /* blocks_per_seq - shared_blocks */
+    uint64_t blocks_unshared;       /* batch x blocks_per_seq */
+    uint64_t blocks_shared;         /* shared_blocks + batch x own_blocks_per_seq */
+    uint64_t blocks_saved;          /* (batch - 1) x shared_blocks */
+    uint64_t bytes_saved;           /* blocks_saved x bytes_per_block */
+    double saved_pct;               /* of blocks_unshared */
+    uint64_t cap_seqs_shared;       /* with a budget: sequences of ctx that fit sharing the prefix */
     /* waste (when lengths were given) */
     int have_waste;
     struct llm_kvstat_waste waste;

@@ -112,3 +112,14 @@ t_kvstat_real_model() {
     "$BIN/llm-convert" "$g" -o "$TMP/s.llm" || return 1
     expect 0 "$KVSTAT" "$TMP/s.llm" --json && [ "$(kv_field bytes_per_token)" = 640 ]
 }
+t_kvstat_shared_prefix() {
+    # llama-3-8b: 128 KiB a token, blocks of 16 = 2 MiB; 1500 of 2048 tokens shared by 32
+    expect 0 "$KVSTAT" --preset llama-3-8b --ctx 2048 --batch 32 --shared-prefix 1500 --mem 16G --json &&
+    has "$TMP/out" '"shared_blocks": 93, "blocks_per_sequence": 128, "own_blocks_per_sequence": 35' &&
+    has "$TMP/out" '"blocks_unshared": 4096, "blocks_shared": 1213, "blocks_saved": 2883' &&
+    has "$TMP/out" '"bytes_saved": 6046089216' && has "$TMP/out" '"sequences_shared": 231' || return 1
+    expect 0 "$KVSTAT" --preset llama-3-8b --ctx 2048 --batch 32 --shared-prefix 1500 &&
+    has "$TMP/out" "shared prefix: 1500 tokens of every one of 32 sequences" || return 1
+    expect 1 "$KVSTAT" --preset llama-3-8b --ctx 1024 --shared-prefix 2000 &&
+    has "$TMP/err" "outside 1..1024" && expect 2 "$KVSTAT" --preset llama-3-8b --shared-prefix 0
+}

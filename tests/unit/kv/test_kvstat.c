@@ -433,3 +433,66 @@ Test(kvstat, json_printer_is_valid_json)
     json_decref(j);
     free(buf);
 }
+
+/* The shared-prefix arithmetic against the KV pool itself: a prompt of P
+ * tokens in one sequence, forked into the batch's others, each grown to
+ * ctx tokens; the pool then holds exactly the blocks the report says,
+ * and the budget's sequence count is what fits. */
+#include "../../../lib/kv/kv.h"
+
+Test(kvstat, shared_prefix_matches_the_pool)
+{
+    struct llm_kvstat_shape s;
+    cr_assert_eq(llm_kvstat_preset(&s, "stories260k"), LLM_OK);
+    const int64_t cases[][4] = { /* ctx, batch, prefix, block */
+                                 { 40, 4, 21, 4 }, { 40, 3, 16, 16 }, { 64, 5, 64, 16 },
+                                 { 30, 2, 1, 8 },  { 33, 7, 32, 16 } };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t ctx = cases[c][0], B = cases[c][1], P = cases[c][2], bs = cases[c][3];
+        struct llm_kvstat_params p;
+        struct llm_kvstat_report r;
+        llm_kvstat_params_default(&p);
+        p.ctx = ctx, p.batch = B, p.shared_prefix = P, p.block_size = bs;
+        p.type = LLM_KVSTAT_F32;
+        p.mem = 1000 * 1000; /* a budget, in blocks: the capacity figures */
+        cr_assert_eq(llm_kvstat_compute(&r, &s, &p, NULL, 0), LLM_OK, "%s", llm_error_detail(-1));
+        cr_assert(r.have_sharing);
+        struct llm_kv_params kp;
+        llm_kv_params_default(&kp);
+        kp.n_layers = (int32_t)s.n_layers, kp.n_kv_heads = (int32_t)s.n_kv_heads;
+        kp.head_dim = (int32_t)s.head_dim, kp.block_size = (int32_t)bs;
+        kp.n_seq = (int32_t)B, kp.max_tokens = (int32_t)ctx, kp.type = LLM_TYPE_F32;
+        cr_assert_eq(llm_kv_block_bytes(&kp), r.bytes_per_block);
+        struct llm_kv *kv;
+        cr_assert_eq(llm_kv_new(&kv, &kp), LLM_OK);
+        cr_assert_eq(llm_kv_prepare(kv, 0, 0, (int32_t)P), LLM_OK);
+        llm_kv_set_len(kv, 0, (int32_t)P);
+        for (int32_t i = 1; i < B; i++)
+            cr_assert_eq(llm_kv_fork(kv, 0, i, (int32_t)P), LLM_OK);
+        for (int32_t i = 0; i < B; i++) {
+            cr_assert_eq(llm_kv_prepare(kv, i, (int32_t)P, (int32_t)(ctx - P)), LLM_OK);
+            llm_kv_set_len(kv, i, (int32_t)ctx);
+            kv->n_copies = 0; /* the copies' data is not the point here */
+        }
+        struct llm_kv_stats st;
+        llm_kv_stats(kv, &st);
+        cr_assert_eq((uint64_t)st.used, r.blocks_shared, "case %zu: pool %d, report %llu", c,
+                     st.used, (unsigned long long)r.blocks_shared);
+        cr_assert_eq((uint64_t)st.logical, r.blocks_unshared);
+        cr_assert_eq((uint64_t)(st.logical - st.used), r.blocks_saved);
+        cr_assert_eq(r.bytes_saved, r.blocks_saved * r.bytes_per_block);
+        llm_kv_free(kv);
+        /* as many such sequences as the budget's blocks hold, and not one more */
+        if (r.cap_seqs_shared != UINT64_MAX) {
+            const uint64_t n = r.cap_seqs_shared;
+            cr_assert(r.shared_blocks + n * r.own_blocks_per_seq <= r.cap_blocks);
+            cr_assert(r.shared_blocks + (n + 1) * r.own_blocks_per_seq > r.cap_blocks);
+        }
+    }
+    /* a prefix longer than the context is refused */
+    struct llm_kvstat_params p;
+    struct llm_kvstat_report r;
+    llm_kvstat_params_default(&p);
+    p.ctx = 10, p.shared_prefix = 11;
+    cr_assert_eq(llm_kvstat_compute(&r, &s, &p, NULL, 0), LLM_E_INVALID);
+}
