@@ -509,10 +509,20 @@ llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, 
 // ----------------------------------------------------------------------------
 // interleaved 4-bit rows (matmul.h)
 
-/* The elements per scale of the types the layout takes; 0 for the others. */
+static int x16_float(enum llm_type t)
+{
+    return t == LLM_TYPE_F32 || t == LLM_TYPE_F16 || t == LLM_TYPE_BF16;
+}
+
+/* The elements per scale of the types the layout takes (1 for the float
+ * types); 0 for the others. */
 static int x16_group(enum llm_type t)
 {
     switch (t) {
+    case LLM_TYPE_F32:
+    case LLM_TYPE_F16:
+    case LLM_TYPE_BF16:
+        return 1;
     case LLM_TYPE_Q4_0:
     case LLM_TYPE_Q4_1:
     case LLM_TYPE_Q8_0:
@@ -570,9 +580,41 @@ static inline __attribute__((always_inline)) void x16_row(uint8_t *row, uint8_t 
 /* Groups [g0, g1) between the two layouts: pack (1) rows -> P, or unpack
  * (0) P -> rows; W holds rows 16 g0 onwards. Every field is a 2-byte unit
  * (fp16 d and m, pairs of code bytes), so this is a transpose of those. */
+/* The float types' groups: element k of row i at k * 16 + i (a 16 x ne0
+ * transpose of elements of 4 or 2 bytes; k outer, so that the group is
+ * written, or read, in order). */
+#define X16F_MOVE(T)                                                                   \
+    for (int64_t g = g0; g < g1; g++) {                                                \
+        T *grp = (T *)(void *)P + (uint64_t)g * 16 * (uint64_t)ne0;                    \
+        T *rows = (T *)(void *)W + (uint64_t)(g - g0) * 16 * (uint64_t)ne0;            \
+        for (int64_t k = 0; k < ne0; k++)                                              \
+            for (int i = 0; i < 16; i++) {                                             \
+                if (pack)                                                              \
+                    grp[k * 16 + i] = rows[(uint64_t)i * (uint64_t)ne0 + (uint64_t)k]; \
+                else                                                                   \
+                    rows[(uint64_t)i * (uint64_t)ne0 + (uint64_t)k] = grp[k * 16 + i]; \
+            }                                                                          \
+    }
+
+static void x16f_move(uint8_t *W, uint8_t *P, int64_t ne0, size_t elt, int64_t g0, int64_t g1,
+                      int pack)
+{
+    /* the mapping's rows are 32-byte aligned (llm-format(5)), the copies
+     * the allocator's: the 4- and 2-byte accesses are aligned */
+    if (elt == 4) {
+        X16F_MOVE(uint32_t)
+    } else {
+        X16F_MOVE(uint16_t)
+    }
+}
+
 static void x16_move(enum llm_type t, uint8_t *W, uint8_t *P, int64_t ne0, int64_t g0,
                      int64_t g1, int pack)
 {
+    if (x16_float(t)) {
+        x16f_move(W, P, ne0, t == LLM_TYPE_F32 ? 4 : 2, g0, g1, pack);
+        return;
+    }
     const int BB = (int)llm_type_traits((uint32_t)t)->block_bytes, units = BB / 2;
     const int64_t nq = ne0 / x16_group(t);
     const uint64_t rb = (uint64_t)nq * (uint64_t)BB;
@@ -667,7 +709,7 @@ llm_status llm_matvec_x16(enum llm_type t, const void *P, const float *x, float 
         return LLM_OK;
     if (!x || !y)
         return llm_error_set(LLM_E_INVALID, "matvec: NULL buffer");
-    if (act_now() == LLM_ACT_Q16) {
+    if (x16_float(t) || act_now() == LLM_ACT_Q16) {
         switch (isa_now()) {
         case LLM_ISA_AVX512:
             return llm_matvec_x16_avx512(t, P, x, y, ne0, r0, r1);
@@ -691,6 +733,9 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
                              (long long)nb, (long long)ldy, (long long)r1);
     if (nb == 1)
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
+    if (x16_float(t) && isa_now() != LLM_ISA_REF)
+        return isa_now() == LLM_ISA_AVX512 ? llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1)
+                                           : llm_matmul_x16_avx2(t, P, X, Y, ne0, nb, ldy, r0, r1);
     if (act_now() == LLM_ACT_Q16) {
         switch (isa_now()) {
         case LLM_ISA_AVX512:

@@ -871,6 +871,7 @@ static const enum llm_type x16_types[] = {
     LLM_TYPE_Q4_0,     LLM_TYPE_Q4_1,     LLM_TYPE_Q4_G64,  LLM_TYPE_Q4Z_G64,
     LLM_TYPE_Q4_G128,  LLM_TYPE_Q4Z_G128, LLM_TYPE_Q8_0,    LLM_TYPE_Q8Z_G32,
     LLM_TYPE_Q8_G64,   LLM_TYPE_Q8Z_G64,  LLM_TYPE_Q8_G128, LLM_TYPE_Q8Z_G128,
+    LLM_TYPE_F32,      LLM_TYPE_F16,      LLM_TYPE_BF16,
 };
 #define N_X16_TYPES (sizeof x16_types / sizeof x16_types[0])
 
@@ -891,7 +892,16 @@ Test(matmul, x16_layout_and_round_trip)
             cr_assert(llm_x16_ok(m.t, ne0, rows));
             uint8_t *P = malloc(m.rb * (uint64_t)rows), *back = malloc(m.rb * (uint64_t)rows);
             cr_assert_eq(llm_x16_pack(m.t, m.w, ne0, rows, P), LLM_OK);
-            for (int64_t g = 0; g < rows / 16; g++)
+            const size_t elt = m.t == LLM_TYPE_F32 ? 4 : 2;
+            /* float types: element k of the group's row i at k * 16 + i */
+            for (int64_t g = 0; G == 1 && g < rows / 16; g++)
+                for (int r = 0; r < 16; r++)
+                    for (int64_t k = 0; k < ne0; k++)
+                        cr_assert_eq(memcmp(P + (g * 16 * ne0 + k * 16 + r) * (int64_t)elt,
+                                            m.w + (uint64_t)(16 * g + r) * m.rb + (uint64_t)k * elt,
+                                            elt), 0, "%s row %lld element %lld",
+                                     llm_type_name(m.t), (long long)(16 * g + r), (long long)k);
+            for (int64_t g = 0; G > 1 && g < rows / 16; g++)
                 for (int64_t k = 0; k < nq; k++) {
                     const uint8_t *blk = P + (uint64_t)(g * nq + k) * 16 * BB;
                     for (int r = 0; r < 16; r++) {
