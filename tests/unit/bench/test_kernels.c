@@ -123,7 +123,7 @@ Test(kernels, small_run)
     /* 2 types x 4 shapes x 2 thread counts x (matvec, matmul), then attn at each thread count */
     cr_assert_eq(n, 34);
     cr_assert_str_eq(r[0].kernel, "matvec");
-    cr_assert_str_eq(r[0].type, "f32");
+    cr_assert_str_eq(r[0].type, llm_x16_enabled() ? "f32/x16" : "f32");
     cr_assert_str_eq(r[0].shape, "attn");
     cr_assert(r[0].rows == 32 && r[0].cols == 32 && r[0].batch == 1 && r[0].n_threads == 1);
     cr_assert_eq(r[0].bytes, 32 * 32 * 4);
@@ -131,7 +131,7 @@ Test(kernels, small_run)
     cr_assert(r[1].batch == 4 && r[1].flops == 2.0 * 32 * 32 * 4);
     cr_assert(r[2].n_threads == 2 && r[2].roof_gbs == 20 && r[2].roof_gflops == 200);
     cr_assert_str_eq(r[8 * 2 - 2].shape, "output");
-    /* q4_0 in the layout llm-run gives it (every shape here is whole groups of 16 rows) */
+    /* f32 and q4_0 in the layout llm-run gives them (every shape here is whole groups of 16 rows) */
     cr_assert_str_eq(r[16].type, llm_x16_enabled() ? "q4_0/x16" : "q4_0");
     cr_assert_eq(r[16].bytes, 32 * 18);
     for (size_t i = 0; i < n; i++) {
