@@ -107,11 +107,13 @@ struct llm_backend_ops {
      * out (n_heads*head_dim per row) = causal attention of its rows of q
      * over positions 0 .. pos+i of its sequence (GQA: query head h reads KV
      * head h / (n_heads / n_kv_heads)). Each token reads its positions in
-     * order, whatever the segments around it. */
+     * order, whatever the segments around it. probs (one segment only; may
+     * be NULL): host memory (n_heads, seg->n, seg->pos + seg->n) receiving
+     * each row's attention probabilities, 0 past the row's position. */
     llm_status (*attention)(struct llm_backend *b, const struct llm_attn_shape *s,
                             struct llm_kv *kv, int32_t layer, const struct llm_seg *seg,
                             int32_t n_seg, const float *q, const float *k, const float *v,
-                            float *out);
+                            float *out, float *probs);
     /* gate (m) = silu(gate) * up. */
     llm_status (*swiglu)(struct llm_backend *b, float *gate, const float *up, int64_t m);
     /* x (m) += y. */

@@ -320,6 +320,7 @@ struct att_job {
     const int64_t *task0;   /* (n_seg + 1) the first task of each segment, then the total */
     const float *q;
     float *out;
+    float *probs;           /* (n_heads, seg->n, seg->pos + seg->n) or NULL */
     float *scores;
     size_t scores_cap;
 };
@@ -352,7 +353,8 @@ static inline int32_t block_rows(int32_t len, int32_t p0, int32_t bs)
  * scratch for the scores. Each token's arithmetic is the same whatever nt. */
 CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh,
                               int32_t hd, float scale, const float *q, int64_t qs, int32_t nt,
-                              int32_t len0, float *sc, int64_t cap, float *o)
+                              int32_t len0, float *sc, int64_t cap, float *o, float *probs,
+                              int64_t pld)
 {
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
@@ -386,6 +388,10 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
         for (int32_t p = 0; p < li; p++)
             si[p] *= inv;
         memset(o + i * qs, 0, (size_t)hd * sizeof(float));
+        if (probs) { /* the tap: row i's probabilities, then zeros */
+            memcpy(probs + i * pld, si, (size_t)li * sizeof(float));
+            memset(probs + i * pld + li, 0, (size_t)(pld - li) * sizeof(float));
+        }
     }
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
         int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
@@ -424,8 +430,10 @@ static void att_run(int ti, int nth, void *arg)
         int32_t t0 = (int32_t)(local / s->n_heads) * ATT_GROUP, h = (int32_t)(local % s->n_heads);
         int32_t nt = sg->n - t0 < ATT_GROUP ? sg->n - t0 : ATT_GROUP;
         int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
+        const int64_t pld = sg->pos + sg->n;
+        float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
         att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
-                  sg->pos + t0 + 1, sc, cap, j->out + qo);
+                  sg->pos + t0 + 1, sc, cap, j->out + qo, pr, pld);
     }
 }
 
@@ -439,9 +447,11 @@ static llm_status cpu_kv_copy(struct llm_backend *b, struct llm_kv *kv)
 static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_shape *s,
                                 struct llm_kv *kv, int32_t layer, const struct llm_seg *seg,
                                 int32_t n_seg, const float *q, const float *k, const float *v,
-                                float *out)
+                                float *out, float *probs)
 {
     struct cpu_backend *cb = (struct cpu_backend *)b;
+    if (probs && n_seg != 1)
+        return llm_error_set(LLM_E_INVALID, "attention: probabilities of %d runs at once", n_seg);
     const int64_t kd = kv->kv_dim;
     if ((size_t)n_seg + 1 > cb->cap_task0) {
         void *p = cb->task0;
@@ -467,7 +477,8 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
             return LLM_E_NOMEM;
     }
     struct att_job j = { .s = s, .kv = kv, .layer = layer, .n_seg = n_seg, .seg = seg,
-                         .task0 = cb->task0, .q = q, .out = out, .scores = cb->scores,
+                         .task0 = cb->task0, .q = q, .out = out, .probs = probs,
+                         .scores = cb->scores,
                          .scores_cap = cb->scores_cap };
     const int64_t tasks = cb->task0[n_seg];
     j.use = work_threads(cb, work);

@@ -11,6 +11,7 @@
 #include "../quant/quant.h"
 #include "../tokenizer/tokenizer.h"
 #include "../backend/backend.h"
+#include "layer.h"
 #include "model_impl.h"
 
 /* ---- configuration ---------------------------------------------------- */
@@ -705,75 +706,6 @@ void llm_context_kv_stats(const struct llm_context *c, struct llm_kv_stats *st,
 
 /* ---- the forward pass --------------------------------------------------- */
 
-/* o->matmul of weights that read X, gathering X first for act-order weights
- * (one gather and one product per distinct permutation). */
-static llm_status matmul_perm(struct llm_context *c, int n_w, const struct llm_weight *const *W,
-                              const struct llm_weight *const *bias, const float *X,
-                              float *const *Y, int32_t n)
-{
-    struct llm_backend *b = c->be;
-    int any = 0;
-    for (int j = 0; j < n_w; j++)
-        any |= W[j]->perm != NULL;
-    if (!any)
-        return b->ops->matmul(b, n_w, W, bias, X, Y, n);
-    uint32_t done = 0;
-    for (int j = 0; j < n_w; j++) {
-        if (done >> j & 1)
-            continue;
-        const struct llm_weight *gw[3], *gb[3];
-        float *gy[3];
-        int k = 0;
-        for (int i = j; i < n_w && k < 3; i++) {
-            if ((done >> i & 1) || W[i]->perm != W[j]->perm)
-                continue;
-            gw[k] = W[i];
-            gb[k] = bias ? bias[i] : NULL;
-            gy[k++] = Y[i];
-            done |= 1u << i;
-        }
-        const float *in = X;
-        if (W[j]->perm) {
-            LLM_TRY(b->ops->gather(b, X, W[j]->perm, c->xp, n, W[j]->ne0));
-            in = c->xp;
-        }
-        LLM_TRY(b->ops->matmul(b, k, gw, bias ? gb : NULL, in, gy, n));
-    }
-    return LLM_OK;
-}
-
-/* One decoder layer over the n rows of a slice, whose runs are sl[0 ..
- * n_sl) and whose rope table is c->cs. */
-static llm_status layer_forward(struct llm_context *c, const struct llm_layer_w *L, int32_t l,
-                                const struct llm_seg *sl, int32_t n_sl, int32_t n)
-{
-    struct llm_backend *b = c->be;
-    const struct llm_backend_ops *o = b->ops;
-    const struct llm_config *cf = &c->m->c;
-    int64_t dim = cf->dim;
-    LLM_TRY(o->rmsnorm(b, c->x, &L->attn_norm, c->xb, n, dim, cf->rms_eps));
-    const struct llm_weight *qkv[3] = { &L->wq, &L->wk, &L->wv };
-    const struct llm_weight *bias[3] = { L->bq.data ? &L->bq : NULL, L->bk.data ? &L->bk : NULL,
-                                         L->bv.data ? &L->bv : NULL };
-    float *qkv_out[3] = { c->q, c->k, c->v };
-    LLM_TRY(matmul_perm(c, 3, qkv, cf->qkv_bias ? bias : NULL, c->xb, qkv_out, n));
-    LLM_TRY(o->rope(b, &c->ash, c->rope.n_dims, c->rope.neox, c->cs, c->q, c->k, n));
-    LLM_TRY(o->attention(b, &c->ash, c->kv, l, sl, n_sl, c->q, c->k, c->v, c->att));
-    const struct llm_weight *wo[1] = { &L->wo };
-    float *wo_out[1] = { c->xb2 };
-    LLM_TRY(matmul_perm(c, 1, wo, NULL, c->att, wo_out, n));
-    LLM_TRY(o->add(b, c->x, c->xb2, n * dim));
-    LLM_TRY(o->rmsnorm(b, c->x, &L->ffn_norm, c->xb, n, dim, cf->rms_eps));
-    const struct llm_weight *gu[2] = { &L->gate, &L->up };
-    float *gu_out[2] = { c->hb, c->hb2 };
-    LLM_TRY(matmul_perm(c, 2, gu, NULL, c->xb, gu_out, n));
-    LLM_TRY(o->swiglu(b, c->hb, c->hb2, (int64_t)n * cf->ffn_dim));
-    const struct llm_weight *dn[1] = { &L->down };
-    float *dn_out[1] = { c->xb2 };
-    LLM_TRY(matmul_perm(c, 1, dn, NULL, c->hb, dn_out, n));
-    return o->add(b, c->x, c->xb2, n * dim);
-}
-
 /* Final norm and output projection of the rows rows[0 .. n_rows) of x,
  * downloaded to dst (n_rows, n_vocab). */
 static llm_status head_forward(struct llm_context *c, const int32_t *rows, int32_t n_rows,
@@ -799,7 +731,7 @@ static llm_status head_forward(struct llm_context *c, const int32_t *rows, int32
     }
     const struct llm_weight *w[1] = { &c->m->output };
     float *y[1] = { c->logits };
-    LLM_TRY(matmul_perm(c, 1, w, NULL, c->xb, y, n_rows));
+    LLM_TRY(llm_model_matmul(c, 1, w, NULL, c->xb, y, n_rows));
     return b->ops->download(b, dst, c->logits,
                             (size_t)n_rows * (size_t)cf->n_vocab * sizeof(float));
 }
@@ -902,9 +834,9 @@ llm_status llm_decode_batch(struct llm_context *c, const struct llm_batch *b, fl
                                               .n = r1 - r0, .row = r0 - s0 };
         }
         llm_rope_table(&c->rope, b->pos + s0, n, c->cs);
-        LLM_TRY(be->ops->embed(be, &c->m->tok_embd, b->token + s0, n, c->x));
+        LLM_TRY(llm_layer_embed(c, b->token + s0, n, c->x));
         for (int32_t l = 0; l < cf->n_layers; l++)
-            LLM_TRY(layer_forward(c, &c->m->layers[l], l, c->sl, n_sl, n));
+            LLM_TRY(llm_model_layer(c, l, c->sl, n_sl, n));
         for (int32_t k = 0; k < n_sl; k++)
             llm_kv_set_len(c->kv, c->sl[k].seq, c->sl[k].pos + c->sl[k].n);
         if (!logits)

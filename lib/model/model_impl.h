@@ -53,4 +53,16 @@ struct llm_context {
     int32_t *out_rows;    /* (n_batch) rows of a slice whose logits are asked for */
 };
 
+/* model/layer.c: the products of the forward pass, gathering the input of
+ * act-order weights first: for each of n_w weights Y[j] (n, W[j].rows) =
+ * X (n, ne0) . W[j]^T (+ bias[j]), one backend call for the weights that
+ * read the same input. */
+llm_status llm_model_matmul(struct llm_context *c, int n_w, const struct llm_weight *const *W,
+                            const struct llm_weight *const *bias, const float *X, float *const *Y,
+                            int32_t n);
+/* One decoder layer over the n rows of a slice in c->x, whose runs are
+ * sl[0 .. n_sl) and whose rope table is c->cs (the stages of layer.h). */
+llm_status llm_model_layer(struct llm_context *c, int32_t l, const struct llm_seg *sl,
+                           int32_t n_sl, int32_t n);
+
 #endif

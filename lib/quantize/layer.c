@@ -25,25 +25,35 @@
 #include "awq.h"
 #include "gptq.h"
 #include "../quant/grid.h"
+#include "../model/layer.h"
 #include "qimpl.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
 static int n_threads(const struct qctx *q)
 {
-    return q->ctx->be->n_threads > 0 ? q->ctx->be->n_threads : 1;
+    struct llm_backend *b = llm_context_backend(q->ctx);
+    return b->n_threads > 0 ? b->n_threads : 1;
 }
 
-/* Y (n, rows) = X (n, cols) . W^T (+ bias) with a float weight. */
-static llm_status mm(struct qctx *q, const float *W, int64_t rows, int64_t cols, const float *X,
-                     int32_t n, float *Y, const struct llm_weight *bias)
+/* A float matrix (rows, cols) as a weight of the forward pass. */
+static struct llm_weight fw(const float *W, int64_t rows, int64_t cols)
 {
     struct llm_weight w = { .type = LLM_TYPE_F32, .data = W, .ne0 = cols, .rows = rows };
+    return w;
+}
+
+/* Y (n, rows) = X (n, cols) . W^T with a float weight: the calibration's
+ * own products (Gram matrices, attention-weighted inputs), on the model's
+ * backend. */
+static llm_status mm(struct qctx *q, const float *W, int64_t rows, int64_t cols, const float *X,
+                     int32_t n, float *Y)
+{
+    struct llm_weight w = fw(W, rows, cols);
     const struct llm_weight *wp[1] = { &w };
-    const struct llm_weight *bp[1] = { bias };
     float *yp[1] = { Y };
-    struct llm_backend *b = q->ctx->be;
-    return b->ops->matmul(b, 1, wp, bias ? bp : NULL, X, yp, n);
+    struct llm_backend *b = llm_context_backend(q->ctx);
+    return b->ops->matmul(b, 1, wp, NULL, X, yp, n);
 }
 
 /* A Hessian being accumulated: sum over tokens of x x^T, in double. */
@@ -101,7 +111,7 @@ static llm_status hacc_add(struct qctx *q, struct hacc *h, const float *x, int32
             h->t[j * n + i] = v;
             h->asum[j] += fabsf(v);
         }
-    LLM_TRY(mm(q, h->t, c, n, h->t, (int32_t)c, h->y, NULL));
+    LLM_TRY(mm(q, h->t, c, n, h->t, (int32_t)c, h->y));
     for (int64_t i = 0; i < c * c; i++)
         h->sum[i] += h->y[i];
     h->n += n;
@@ -122,7 +132,7 @@ static llm_status hacc_add_pair(struct qctx *q, struct hacc *h, const float *x, 
     for (int32_t i = 0; i < n; i++)
         for (int64_t j = 0; j < c; j++)
             h->td[j * n + i] = xf[(int64_t)i * c + j] - x[(int64_t)i * c + j];
-    LLM_TRY(mm(q, h->t, c, n, h->td, (int32_t)c, h->y, NULL)); /* y = td t^T */
+    LLM_TRY(mm(q, h->t, c, n, h->td, (int32_t)c, h->y)); /* y = td t^T */
     for (int64_t i = 0; i < c * c; i++)
         h->dsum[i] += h->y[i];
     return LLM_OK;
@@ -170,7 +180,7 @@ static llm_status out_err(struct qctx *q, const float *D, int64_t rows, int64_t 
     if (!Y)
         return LLM_E_NOMEM;
     /* Y = D . H (H symmetric) */
-    llm_status s = mm(q, H, cols, cols, D, (int32_t)rows, Y, NULL);
+    llm_status s = mm(q, H, cols, cols, D, (int32_t)rows, Y);
     double e = 0;
     for (int64_t i = 0; !s && i < rows * cols; i++)
         e += (double)Y[i] * D[i];
@@ -498,11 +508,20 @@ llm_status llm_q_calib_begin(struct qctx *q)
     snprintf(q->stage_name, sizeof q->stage_name, "calibration");
     LLM_TRY(llm_calib_load(&q->cal, q->m->tok, p->calib_path, p->n_samples, p->seq_len,
                            p->seed));
+    const int asym = q->flow == FLOW_GPTQ && p->gptaq_alpha > 0.0f;
     struct llm_context_params cp;
     llm_context_params_default(&cp);
     cp.n_ctx = q->cal.len;
     cp.n_threads = p->n_threads;
+    cp.n_seq = asym ? 2 : 1; /* GPTAQ: the float model's window in a sequence of its own */
+    cp.n_batch = q->cal.len < 512 ? q->cal.len : 512;
     LLM_TRY(llm_context_new(&q->ctx, q->m, &cp));
+    q->nb = cp.n_batch;
+    q->xb = llm_malloc((size_t)q->nb * (size_t)c->dim * sizeof(float));
+    q->xb2 = llm_malloc((size_t)q->nb * (size_t)c->dim * sizeof(float));
+    q->hb = llm_malloc((size_t)q->nb * (size_t)c->ffn_dim * sizeof(float));
+    if (!q->xb || !q->xb2 || !q->hb)
+        return LLM_E_NOMEM;
     q->N = (int64_t)q->cal.n * q->cal.len;
     int64_t qd = (int64_t)c->n_heads * c->head_dim;
     uint64_t nx, na;
@@ -514,7 +533,6 @@ llm_status llm_q_calib_begin(struct qctx *q)
     if (!q->X)
         return llm_error_set(LLM_E_NOMEM, "calibration activations: %.1f MB not available",
                              (double)nx / 1e6);
-    const int asym = q->flow == FLOW_GPTQ && p->gptaq_alpha > 0.0f;
     if (q->flow == FLOW_GPTQ) {
         q->A = llm_malloc((size_t)na);
         if (asym) {
@@ -525,10 +543,9 @@ llm_status llm_q_calib_begin(struct qctx *q)
             return llm_error_set(LLM_E_NOMEM, "calibration activations: %.1f MB not available",
                                  (double)(na * (asym ? 2 : 1) + (asym ? nx : 0)) / 1e6);
     }
-    struct llm_backend *b = q->ctx->be;
     for (int32_t w = 0; w < q->cal.n; w++)
-        LLM_TRY(b->ops->embed(b, &q->m->tok_embd, q->cal.tokens + (int64_t)w * q->cal.len,
-                              q->cal.len, q->X + (int64_t)w * q->cal.len * c->dim));
+        LLM_TRY(llm_layer_embed(q->ctx, q->cal.tokens + (int64_t)w * q->cal.len, q->cal.len,
+                                q->X + (int64_t)w * q->cal.len * c->dim));
     if (asym)
         memcpy(q->Xf, q->X, (size_t)nx);
     return LLM_OK;
@@ -542,7 +559,10 @@ void llm_q_calib_end(struct qctx *q)
     llm_free(q->A);
     llm_free(q->Xf);
     llm_free(q->Af);
-    q->X = q->A = q->Xf = q->Af = NULL;
+    llm_free(q->xb);
+    llm_free(q->xb2);
+    llm_free(q->hb);
+    q->X = q->A = q->Xf = q->Af = q->xb = q->xb2 = q->hb = NULL;
     llm_calib_free(&q->cal);
 }
 
@@ -567,63 +587,43 @@ static int chunk_next(const struct qctx *q, struct chunk *k)
     if (k->w >= q->cal.n)
         return 0;
     int32_t left = q->cal.len - k->off;
-    k->n = left < q->ctx->n_batch ? left : q->ctx->n_batch;
+    k->n = left < q->nb ? left : q->nb;
     k->row0 = (int64_t)k->w * q->cal.len + k->off;
     return 1;
 }
 
-/* RoPE of the chunk's q and k at positions off .. off+n-1. */
-static llm_status rope_at(struct qctx *q, int32_t off, int32_t n)
+/* Attention of the chunk through the model's attention stage, with the
+ * float weights of q, k, v (and v's bias, when AWQ changed it) given,
+ * for normed input xb at positions off.. of the window's sequence `seq`
+ * (the quantized model's stream 0, the float model's 1), output to `out`. */
+static llm_status attn_chunk(struct qctx *q, int32_t l, const float *xb, struct lin *lq,
+                             const float *Wq, struct lin *lk, const float *Wk, struct lin *lv,
+                             const float *Wv, const float *bv, int32_t seq, int32_t off, int32_t n,
+                             float *out, float *probs)
 {
-    struct llm_context *c = q->ctx;
-    for (int32_t i = 0; i < n; i++)
-        c->out_rows[i] = off + i;
-    llm_rope_table(&c->rope, c->out_rows, n, c->cs);
-    return c->be->ops->rope(c->be, &c->ash, c->rope.n_dims, c->rope.neox, c->cs, c->q, c->k, n);
+    struct llm_weight wq = fw(Wq, lq->rows, lq->cols), wk = fw(Wk, lk->rows, lk->cols),
+                      wv = fw(Wv, lv->rows, lv->cols), bvw = fvec(bv, lv->rows);
+    const struct llm_layer_lin lin = { .wq = &wq, .wk = &wk, .wv = &wv, .bv = bv ? &bvw : NULL };
+    return llm_layer_attention(q->ctx, l, &lin, xb, seq, off, n, out, probs);
 }
 
-/* Attention of the chunk: q/k/v projections with the given float weights,
- * RoPE, the window's KV cache at positions off.., output to `out`. */
-static llm_status attn_chunk(struct qctx *q, int32_t l, const struct llm_layer_w *LW,
-                             struct lin *lq, struct lin *lk, struct lin *lv,
-                             const float *bv, int32_t off, int32_t n, float *out)
-{
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
-    if (off == 0)
-        llm_kv_reset(c->kv, 0);
-    struct llm_weight bqw = LW->bq, bkw = LW->bk, bvw = bv ? fvec(bv, lv->rows) : LW->bv;
-    LLM_TRY(mm(q, lq->W, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL));
-    LLM_TRY(mm(q, lk->W, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL));
-    LLM_TRY(mm(q, lv->W, lv->rows, lv->cols, c->xb, n, c->v, bvw.data ? &bvw : NULL));
-    LLM_TRY(rope_at(q, off, n));
-    LLM_TRY(llm_kv_prepare(c->kv, 0, off, n));
-    struct llm_seg sg = { .seq = 0, .pos = off, .n = n, .row = 0 };
-    LLM_TRY(b->ops->attention(b, &c->ash, c->kv, l, &sg, 1, c->q, c->k, c->v, out));
-    llm_kv_set_len(c->kv, 0, off + n);
-    return LLM_OK;
-}
-
-/* H (dim, dim) = mean x x^T of the residual stream X normed by `norm`: the
- * input of q/k/v, of gate/up, or of the head. With GPTAQ (q->Xf), D gets
- * the cross term with the float model's stream Xf normed alike; otherwise
- * NULL. */
-static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, float **H,
+/* H (dim, dim) = mean x x^T of the residual stream X through norm `which`
+ * of layer l: the input of q/k/v, of gate/up, or of the head. With GPTAQ
+ * (q->Xf), D gets the cross term with the float model's stream Xf normed
+ * alike; otherwise NULL. */
+static llm_status normed_hessian(struct qctx *q, int32_t l, enum llm_norm which, float **H,
                                  float **D)
 {
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
-    const struct llm_config *cf = &q->m->c;
-    const int64_t dim = cf->dim;
+    const int64_t dim = q->m->c.dim;
     struct hacc h;
     *D = NULL;
-    llm_status s = hacc_init_x(&h, dim, c->n_batch, q->Xf != NULL);
+    llm_status s = hacc_init_x(&h, dim, q->nb, q->Xf != NULL);
     for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
-        s = b->ops->rmsnorm(b, q->X + k.row0 * dim, norm, c->xb, k.n, dim, cf->rms_eps);
+        s = llm_layer_norm(q->ctx, l, which, q->X + k.row0 * dim, q->xb, k.n);
         if (!s && q->Xf)
-            s = b->ops->rmsnorm(b, q->Xf + k.row0 * dim, norm, c->xb2, k.n, dim, cf->rms_eps);
+            s = llm_layer_norm(q->ctx, l, which, q->Xf + k.row0 * dim, q->xb2, k.n);
         if (!s)
-            s = hacc_add_pair(q, &h, c->xb, q->Xf ? c->xb2 : NULL, k.n);
+            s = hacc_add_pair(q, &h, q->xb, q->Xf ? q->xb2 : NULL, k.n);
     }
     if (!s)
         s = hacc_gptq(&h, H, D);
@@ -633,63 +633,19 @@ static llm_status normed_hessian(struct qctx *q, const struct llm_weight *norm, 
 
 /* ---- GPTQ: true-sequential block ---------------------------------------- */
 
-/* One window's roped queries Qw (len, qd), keys Kw (len, kvd) and normed
- * input transposed XT (dim, len), from the stream rows X (len, dim) with
- * the q and k weights Wq, Wk. */
-static llm_status window_qkx(struct qctx *q, const struct llm_layer_w *LW, const struct lin *lq,
-                             const float *Wq, const struct lin *lk, const float *Wk,
-                             const float *X, float *Qw, float *Kw, float *XT)
+/* Y (n, dim): rows [off, off+n) of P X for query head hq, with P
+ * the head's attention probabilities of those rows (the attention stage's
+ * tap: probs (n_heads, n, off+n)) and XT (dim, len) the window's normed
+ * input transposed; P (n, len) scratch, zero past off+n. */
+static llm_status head_y(struct qctx *q, const float *probs, int64_t hq, int32_t off, int32_t n,
+                         const float *XT, float *P, float *Y)
 {
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
-    const struct llm_config *cf = &q->m->c;
-    const int64_t dim = cf->dim, qd = lq->rows, kvd = lk->rows, len = q->cal.len;
-    struct llm_weight bqw = LW->bq, bkw = LW->bk;
-    for (int32_t off = 0; off < len; off += c->n_batch) {
-        int32_t n = len - off < c->n_batch ? (int32_t)(len - off) : c->n_batch;
-        LLM_TRY(b->ops->rmsnorm(b, X + off * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps));
-        LLM_TRY(mm(q, Wq, lq->rows, lq->cols, c->xb, n, c->q, LW->bq.data ? &bqw : NULL));
-        LLM_TRY(mm(q, Wk, lk->rows, lk->cols, c->xb, n, c->k, LW->bk.data ? &bkw : NULL));
-        LLM_TRY(rope_at(q, off, n));
-        memcpy(Qw + off * qd, c->q, (size_t)(n * qd) * sizeof(float));
-        memcpy(Kw + off * kvd, c->k, (size_t)(n * kvd) * sizeof(float));
-        for (int32_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < dim; j++)
-                XT[j * len + off + i] = c->xb[(int64_t)i * dim + j];
+    const int64_t dim = q->m->c.dim, len = q->cal.len, pl = off + n;
+    for (int32_t i = 0; i < n; i++) {
+        memcpy(P + (int64_t)i * len, probs + (hq * n + i) * pl, (size_t)pl * sizeof(float));
+        memset(P + (int64_t)i * len + pl, 0, (size_t)(len - pl) * sizeof(float));
     }
-    return LLM_OK;
-}
-
-/* Y (len, dim) = P X for query head hq of one window (window_qkx's
- * buffers): P (len, len) its causal attention probabilities, computed as
- * the backend's attention does (scale, softmax); Qh, Kh (len, hd) scratch. */
-static llm_status head_y(struct qctx *q, const float *Qw, const float *Kw, const float *XT,
-                         int64_t hq, float *Qh, float *Kh, float *P, float *Y)
-{
-    const struct llm_config *cf = &q->m->c;
-    const int64_t dim = cf->dim, hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads;
-    const int64_t qd = nh * hd, kvd = nkv * hd, len = q->cal.len, g = hq / (nh / nkv);
-    const float scale = q->ctx->ash.scale;
-    for (int64_t i = 0; i < len; i++) {
-        memcpy(Qh + i * hd, Qw + i * qd + hq * hd, (size_t)hd * sizeof(float));
-        memcpy(Kh + i * hd, Kw + i * kvd + g * hd, (size_t)hd * sizeof(float));
-    }
-    LLM_TRY(mm(q, Kh, len, hd, Qh, (int32_t)len, P, NULL)); /* P = Qh Kh^T */
-    for (int64_t i = 0; i < len; i++) {
-        float *p = P + i * len, mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j <= i; j++) {
-            p[j] *= scale;
-            mx = p[j] > mx ? p[j] : mx;
-        }
-        for (int64_t j = 0; j <= i; j++) {
-            p[j] = expf(p[j] - mx);
-            sum += p[j];
-        }
-        for (int64_t j = 0; j <= i; j++)
-            p[j] /= sum;
-        memset(p + i + 1, 0, (size_t)(len - i - 1) * sizeof(float));
-    }
-    return mm(q, XT, dim, len, P, (int32_t)len, Y, NULL); /* Y = P X */
+    return mm(q, XT, dim, len, P, n, Y);
 }
 
 /* GPTQ's Hessians of v, one per KV head (H: n_kv_heads pointers).
@@ -705,46 +661,52 @@ static llm_status head_y(struct qctx *q, const float *Qw, const float *Kw, const
  * error into that token's rare direction: SmolLM2 with GPTQ on v alone
  * (4-bit g32) lost 14% perplexity to round-to-nearest.
  *
- * Attention uses the quantized q and k (true-sequential), each window
- * whole: the probabilities are computed here (scale, causal softmax, as
- * the backend's attention), then Y = P X on the backend's matmul.
+ * Attention uses the quantized q and k (true-sequential): the
+ * probabilities are the model's own attention's (its tap, model/layer.h),
+ * chunk by chunk of each window, then Y = P X on the backend's matmul.
  *
  * With GPTAQ (q->Xf), D (n_kv_heads pointers) gets each head's cross term
  * with y_f, the same from the float stream, q and k (their W0). */
-static llm_status v_hessians(struct qctx *q, const struct llm_layer_w *LW, const struct lin *lq,
-                             const struct lin *lk, float **H, float **D)
+static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct lin *lk,
+                             struct lin *lv, float **H, float **D)
 {
     const struct llm_config *cf = &q->m->c;
     const int64_t dim = cf->dim, hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads;
-    const int64_t qd = nh * hd, kvd = nkv * hd, len = q->cal.len;
+    const int64_t qd = nh * hd, len = q->cal.len, nb = q->nb;
     const int asym = q->Xf != NULL, nv = asym ? 2 : 1; /* quantized, float */
-    float *Qw[2] = { 0 }, *Kw[2] = { 0 }, *XT[2] = { 0 }, *Y[2] = { 0 };
+    float *XT[2] = { 0 }, *Y[2] = { 0 }, *probs[2] = { 0 };
     int fail = 0;
     for (int v = 0; v < nv; v++) {
-        Qw[v] = llm_malloc((size_t)(len * qd) * sizeof(float));  /* (len, qd) roped */
-        Kw[v] = llm_malloc((size_t)(len * kvd) * sizeof(float)); /* (len, kvd) roped */
-        XT[v] = llm_malloc((size_t)(dim * len) * sizeof(float)); /* (dim, len) normed input^T */
-        Y[v] = llm_malloc((size_t)(len * dim) * sizeof(float));  /* (len, dim) */
-        fail |= !Qw[v] || !Kw[v] || !XT[v] || !Y[v];
+        XT[v] = llm_malloc((size_t)(dim * len) * sizeof(float));       /* (dim, len) normed input^T */
+        Y[v] = llm_malloc((size_t)(nb * dim) * sizeof(float));         /* (nb, dim) */
+        probs[v] = llm_malloc((size_t)(nh * nb * len) * sizeof(float)); /* (nh, nb, <= len) */
+        fail |= !XT[v] || !Y[v] || !probs[v];
     }
-    float *Qh = llm_malloc((size_t)(len * hd) * sizeof(float));   /* (len, hd) one head */
-    float *Kh = llm_malloc((size_t)(len * hd) * sizeof(float));   /* (len, hd) */
-    float *P = llm_malloc((size_t)(len * len) * sizeof(float));   /* (len, len) probabilities */
+    float *P = llm_malloc((size_t)(nb * len) * sizeof(float));   /* (nb, len) one head's */
+    float *att = llm_malloc((size_t)(nb * qd) * sizeof(float));  /* (nb, qd) not used */
     struct hacc *h = llm_calloc((size_t)nkv, sizeof *h);
-    llm_status s = !fail && Qh && Kh && P && h ? LLM_OK : LLM_E_NOMEM;
+    llm_status s = !fail && P && att && h ? LLM_OK : LLM_E_NOMEM;
     for (int64_t g = 0; g < nkv && !s; g++)
-        s = hacc_init_x(&h[g], dim, (int32_t)len, asym);
-    for (int32_t w = 0; w < q->cal.n && !s; w++) {
-        const int64_t row0 = (int64_t)w * len;
-        s = window_qkx(q, LW, lq, lq->W, lk, lk->W, q->X + row0 * dim, Qw[0], Kw[0], XT[0]);
-        if (!s && asym)
-            s = window_qkx(q, LW, lq, lq->W0, lk, lk->W0, q->Xf + row0 * dim, Qw[1], Kw[1],
-                           XT[1]);
+        s = hacc_init_x(&h[g], dim, (int32_t)nb, asym);
+    for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
+        /* the model's attention of the chunk with the quantized q and k (and
+         * with GPTAQ the float ones, on the float stream, in sequence 1):
+         * its probabilities, and the normed input they weight */
+        for (int v = 0; v < nv && !s; v++) {
+            const float *X = (v ? q->Xf : q->X) + k.row0 * dim;
+            s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, X, q->xb, k.n);
+            for (int32_t i = 0; !s && i < k.n; i++)
+                for (int64_t j = 0; j < dim; j++)
+                    XT[v][j * len + k.off + i] = q->xb[(int64_t)i * dim + j];
+            if (!s)
+                s = attn_chunk(q, l, q->xb, lq, v ? lq->W0 : lq->W, lk, v ? lk->W0 : lk->W, lv,
+                               v ? lv->W0 : lv->W, NULL, v, k.off, k.n, att, probs[v]);
+        }
         for (int64_t hq = 0; hq < nh && !s; hq++) {
             for (int v = 0; v < nv && !s; v++)
-                s = head_y(q, Qw[v], Kw[v], XT[v], hq, Qh, Kh, P, Y[v]);
+                s = head_y(q, probs[v], hq, k.off, k.n, XT[v], P, Y[v]);
             if (!s)
-                s = hacc_add_pair(q, &h[hq / (nh / nkv)], Y[0], Y[1], (int32_t)len);
+                s = hacc_add_pair(q, &h[hq / (nh / nkv)], Y[0], Y[1], k.n);
         }
     }
     for (int64_t g = 0; g < nkv && !s; g++)
@@ -753,8 +715,8 @@ static llm_status v_hessians(struct qctx *q, const struct llm_layer_w *LW, const
         hacc_free(&h[g]);
     llm_free(h);
     for (int v = 0; v < 2; v++)
-        llm_free(Qw[v]), llm_free(Kw[v]), llm_free(XT[v]), llm_free(Y[v]);
-    llm_free(Qh), llm_free(Kh), llm_free(P);
+        llm_free(XT[v]), llm_free(Y[v]), llm_free(probs[v]);
+    llm_free(P), llm_free(att);
     return s;
 }
 
@@ -769,43 +731,45 @@ static const char *const lin_fmt[NLIN] = {
  * stream Xf, with the block's weights before quantization. */
 static llm_status float_attention(struct qctx *q, int32_t l, struct lin *L)
 {
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
-    const struct llm_config *cf = &q->m->c;
-    const struct llm_layer_w *LW = &q->m->layers[l];
-    const int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim;
+    const int64_t dim = q->m->c.dim, qd = (int64_t)q->m->c.n_heads * q->m->c.head_dim;
     llm_status s = LLM_OK;
     for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
-        s = b->ops->rmsnorm(b, q->Xf + k.row0 * dim, &LW->attn_norm, c->xb, k.n, dim,
-                            cf->rms_eps);
+        s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, q->Xf + k.row0 * dim, q->xb, k.n);
         if (!s)
-            s = attn_chunk(q, l, LW, &L[LQ], &L[LK], &L[LV], NULL, k.off, k.n,
-                           q->Af + k.row0 * qd);
+            s = attn_chunk(q, l, q->xb, &L[LQ], L[LQ].W, &L[LK], L[LK].W, &L[LV], L[LV].W, NULL,
+                           0, k.off, k.n, q->Af + k.row0 * qd, NULL);
     }
     return s;
 }
 
 /* The FFN's input h (n, ff) = silu(gate x) * up x of the stream rows X
- * (n, dim), with the weights of gate and up in W[0], W[1] (float). */
-static llm_status ffn_hidden(struct qctx *q, const struct llm_layer_w *LW, const float *X,
-                             const float *const W[2], int64_t ff, int32_t n, float *h,
-                             float *h2)
+ * (n, dim) through layer l's ffn norm, with the float weights of gate and
+ * up in W[0], W[1]. */
+static llm_status ffn_hidden(struct qctx *q, int32_t l, const float *X, const float *const W[2],
+                             int32_t n, float *h)
 {
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
-    const struct llm_config *cf = &q->m->c;
-    LLM_TRY(b->ops->rmsnorm(b, X, &LW->ffn_norm, c->xb, n, cf->dim, cf->rms_eps));
-    LLM_TRY(mm(q, W[0], ff, cf->dim, c->xb, n, h, NULL));
-    LLM_TRY(mm(q, W[1], ff, cf->dim, c->xb, n, h2, NULL));
-    return b->ops->swiglu(b, h, h2, (int64_t)n * ff);
+    const int64_t dim = q->m->c.dim, ff = q->m->c.ffn_dim;
+    struct llm_weight wg = fw(W[0], ff, dim), wu = fw(W[1], ff, dim);
+    const struct llm_layer_lin lin = { .gate = &wg, .up = &wu };
+    LLM_TRY(llm_layer_norm(q->ctx, l, LLM_NORM_FFN, X, q->xb, n));
+    return llm_layer_ffn_hidden(q->ctx, l, &lin, q->xb, h, n);
+}
+
+/* x (n, dim) += in (n, cols) . W^T: a residual branch's output (o on the
+ * attention, down on the FFN's hidden), through the forward pass's own
+ * stage, with the float weight W of that linear. */
+static llm_status residual(struct qctx *q, int32_t l, int is_down, const struct lin *L,
+                           const float *W, const float *in, float *x, int32_t n)
+{
+    struct llm_weight w = fw(W, L->rows, L->cols);
+    const struct llm_layer_lin lin = { .wo = &w, .down = &w };
+    return is_down ? llm_layer_ffn_out(q->ctx, l, &lin, in, x, n)
+                   : llm_layer_attn_out(q->ctx, l, &lin, in, x, n);
 }
 
 static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
 {
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
     const struct llm_config *cf = &q->m->c;
-    const struct llm_layer_w *LW = &q->m->layers[l];
     int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim, ff = cf->ffn_dim;
     const int asym = q->Xf != NULL;
     struct hacc h = { 0 };
@@ -816,7 +780,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
      * attention-weighted input of each KV head (v_hessians). With GPTAQ the
      * float attention is computed first, while the weights are still float. */
     const int v_attn = !q->p->input_v_hessian && L[LV].t->spec.method == LLM_QM_GPTQ;
-    s = normed_hessian(q, &LW->attn_norm, &H, &D);
+    s = normed_hessian(q, l, LLM_NORM_ATTN, &H, &D);
     if (!s && asym)
         s = float_attention(q, l, L);
     for (int i = LQ; !s && i <= (v_attn ? LK : LV); i++)
@@ -831,7 +795,7 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
         float **Hv = llm_calloc((size_t)(2 * nkv), sizeof *Hv), **Dv = Hv + nkv;
         if (!Hv)
             return LLM_E_NOMEM;
-        s = v_hessians(q, LW, &L[LQ], &L[LK], Hv, Dv);
+        s = v_hessians(q, l, &L[LQ], &L[LK], &L[LV], Hv, Dv);
         if (!s)
             s = quant_lin_blocks(q, &L[LV], (const float *const *)Hv, nkv,
                                  (const float *const *)Dv);
@@ -843,14 +807,15 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     }
 
     /* [o] on the attention output computed with the quantized q, k, v */
-    LLM_TRY(hacc_init_x(&h, qd, c->n_batch, asym));
+    LLM_TRY(hacc_init_x(&h, qd, q->nb, asym));
     for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
         int32_t n = k.n;
         int64_t row0 = k.row0;
         if (!s)
-            s = b->ops->rmsnorm(b, q->X + row0 * dim, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
+            s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, q->X + row0 * dim, q->xb, n);
         if (!s)
-            s = attn_chunk(q, l, LW, &L[LQ], &L[LK], &L[LV], NULL, k.off, n, q->A + row0 * qd);
+            s = attn_chunk(q, l, q->xb, &L[LQ], L[LQ].W, &L[LK], L[LK].W, &L[LV], L[LV].W, NULL,
+                           0, k.off, n, q->A + row0 * qd, NULL);
         if (!s)
             s = hacc_add_pair(q, &h, q->A + row0 * qd, asym ? q->Af + row0 * qd : NULL, n);
     }
@@ -868,17 +833,13 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
         int32_t n = k.n;
         int64_t row0 = k.row0;
         if (!s)
-            s = mm(q, L[LO].W, L[LO].rows, L[LO].cols, q->A + row0 * qd, n, c->xb2, NULL);
-        if (!s)
-            s = b->ops->add(b, q->X + row0 * dim, c->xb2, n * dim);
+            s = residual(q, l, 0, &L[LO], L[LO].W, q->A + row0 * qd, q->X + row0 * dim, n);
         if (!s && asym)
-            s = mm(q, L[LO].W0, L[LO].rows, L[LO].cols, q->Af + row0 * qd, n, c->xb2, NULL);
-        if (!s && asym)
-            s = b->ops->add(b, q->Xf + row0 * dim, c->xb2, n * dim);
+            s = residual(q, l, 0, &L[LO], L[LO].W0, q->Af + row0 * qd, q->Xf + row0 * dim, n);
     }
     if (s)
         return s;
-    s = normed_hessian(q, &LW->ffn_norm, &H, &D);
+    s = normed_hessian(q, l, LLM_NORM_FFN, &H, &D);
     for (int i = LG; !s && i <= LU; i++)
         s = quant_lin(q, &L[i], H, D);
     llm_free(H);
@@ -892,30 +853,25 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
      * (N x ffn floats would be the largest buffer of the run). GPTAQ's
      * float intermediate hf comes from the float gate and up on Xf. */
     const float *Wq[2] = { L[LG].W, L[LU].W }, *Wf[2] = { L[LG].W0, L[LU].W0 };
-    float *hf = asym ? llm_malloc((size_t)(c->n_batch * ff) * sizeof(float)) : NULL;
-    float *hf2 = asym ? llm_malloc((size_t)(c->n_batch * ff) * sizeof(float)) : NULL;
-    if (asym && (!hf || !hf2))
+    float *hf = asym ? llm_malloc((size_t)(q->nb * ff) * sizeof(float)) : NULL;
+    if (asym && !hf)
         s = LLM_E_NOMEM;
     if (!s)
-        s = hacc_init_x(&h, ff, c->n_batch, asym);
+        s = hacc_init_x(&h, ff, q->nb, asym);
     for (int pass = 0; pass < 2 && !s; pass++) {
         for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
             int32_t n = k.n;
             int64_t row0 = k.row0;
-            s = ffn_hidden(q, LW, q->X + row0 * dim, Wq, ff, n, c->hb, c->hb2);
+            s = ffn_hidden(q, l, q->X + row0 * dim, Wq, n, q->hb);
             /* the float stream is done in pass 0: its down is the float one */
             if (!s && pass == 0 && asym)
-                s = ffn_hidden(q, LW, q->Xf + row0 * dim, Wf, ff, n, hf, hf2);
+                s = ffn_hidden(q, l, q->Xf + row0 * dim, Wf, n, hf);
             if (!s && pass == 0)
-                s = hacc_add_pair(q, &h, c->hb, hf, n);
+                s = hacc_add_pair(q, &h, q->hb, hf, n);
             if (!s && pass == 0 && asym)
-                s = mm(q, L[LD].W0, L[LD].rows, L[LD].cols, hf, n, c->xb2, NULL);
-            if (!s && pass == 0 && asym)
-                s = b->ops->add(b, q->Xf + row0 * dim, c->xb2, n * dim);
+                s = residual(q, l, 1, &L[LD], L[LD].W0, hf, q->Xf + row0 * dim, n);
             if (!s && pass == 1)
-                s = mm(q, L[LD].W, L[LD].rows, L[LD].cols, c->hb, n, c->xb2, NULL);
-            if (!s && pass == 1)
-                s = b->ops->add(b, q->X + row0 * dim, c->xb2, n * dim);
+                s = residual(q, l, 1, &L[LD], L[LD].W, q->hb, q->X + row0 * dim, n);
         }
         if (!s && pass == 0) {
             s = hacc_gptq(&h, &H, &D);
@@ -928,7 +884,6 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     }
     hacc_free(&h);
     llm_free(hf);
-    llm_free(hf2);
     return s;
 }
 
@@ -1028,8 +983,6 @@ static llm_status awq_group(struct qctx *q, struct awq_in *in, struct lin *L, in
 
 static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
 {
-    struct llm_context *c = q->ctx;
-    struct llm_backend *b = c->be;
     const struct llm_config *cf = &q->m->c;
     const struct llm_layer_w *LW = &q->m->layers[l];
     int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim, ff = cf->ffn_dim;
@@ -1043,11 +996,11 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
     float *attn_norm = llm_malloc((size_t)dim * sizeof(float));
     float *ffn_norm = llm_malloc((size_t)dim * sizeof(float));
     float *bv = NULL;
-    float *att = llm_malloc((size_t)(c->n_batch * qd) * sizeof(float));
+    float *att = llm_malloc((size_t)(q->nb * qd) * sizeof(float));
     float *sc[NGIN] = { 0 };
     llm_status s = attn_norm && ffn_norm && att ? LLM_OK : LLM_E_NOMEM;
     for (int i = 0; !s && i < NGIN; i++) {
-        s = hacc_init(&in[i].h, widths[i], c->n_batch);
+        s = hacc_init(&in[i].h, widths[i], q->nb);
         in[i].cap = cap;
         in[i].sample = llm_malloc((size_t)(cap * widths[i]) * sizeof(float));
         sc[i] = llm_malloc((size_t)widths[i] * sizeof(float));
@@ -1070,26 +1023,24 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
     for (struct chunk k = CHUNKS_BEGIN; chunk_next(q, &k);) {
         int32_t n = k.n;
         int64_t row0 = k.row0;
-        float *xs[NGIN] = { c->xb, att, c->xb, c->hb };
+        float *xs[NGIN] = { q->xb, att, q->xb, q->hb };
         float *X = q->X + row0 * dim;
         for (int g = 0; g < NGIN && !s; g++) {
             if (g == GIN_QKV)
-                s = b->ops->rmsnorm(b, X, &LW->attn_norm, c->xb, n, dim, cf->rms_eps);
+                s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, X, q->xb, n);
             if (g == GIN_O)
-                s = attn_chunk(q, l, LW, &L[LQ], &L[LK], &L[LV], NULL, k.off, n, att);
+                s = attn_chunk(q, l, q->xb, &L[LQ], L[LQ].W, &L[LK], L[LK].W, &L[LV], L[LV].W,
+                               NULL, 0, k.off, n, att, NULL);
             if (g == GIN_GU) {
-                s = mm(q, L[LO].W, L[LO].rows, L[LO].cols, att, n, c->xb2, NULL);
+                s = residual(q, l, 0, &L[LO], L[LO].W, att, X, n);
                 if (!s)
-                    s = b->ops->add(b, X, c->xb2, n * dim);
-                if (!s)
-                    s = b->ops->rmsnorm(b, X, &LW->ffn_norm, c->xb, n, dim, cf->rms_eps);
+                    s = llm_layer_norm(q->ctx, l, LLM_NORM_FFN, X, q->xb, n);
             }
             if (g == GIN_D) {
-                s = mm(q, L[LG].W, L[LG].rows, L[LG].cols, c->xb, n, c->hb, NULL);
-                if (!s)
-                    s = mm(q, L[LU].W, L[LU].rows, L[LU].cols, c->xb, n, c->hb2, NULL);
-                if (!s)
-                    s = b->ops->swiglu(b, c->hb, c->hb2, (int64_t)n * ff);
+                const float *Wgu[2] = { L[LG].W, L[LU].W };
+                struct llm_weight wg = fw(Wgu[0], ff, dim), wu = fw(Wgu[1], ff, dim);
+                const struct llm_layer_lin lin = { .gate = &wg, .up = &wu };
+                s = llm_layer_ffn_hidden(q->ctx, l, &lin, q->xb, q->hb, n);
             }
             if (!s)
                 s = hacc_add(q, &in[g].h, xs[g], n);
@@ -1099,9 +1050,7 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
                            (size_t)widths[g] * sizeof(float));
         }
         if (!s)
-            s = mm(q, L[LD].W, L[LD].rows, L[LD].cols, c->hb, n, c->xb2, NULL);
-        if (!s)
-            s = b->ops->add(b, X, c->xb2, n * dim);
+            s = residual(q, l, 1, &L[LD], L[LD].W, q->hb, X, n);
     }
     /* Gram matrices in the original domain, for the report */
     float *G[NGIN] = { 0 };
@@ -1194,7 +1143,7 @@ static llm_status gptq_head(struct qctx *q)
     if (!t || t->spec.method != LLM_QM_GPTQ)
         return LLM_OK;
     float *H = NULL, *D = NULL;
-    llm_status s = normed_hessian(q, &q->m->out_norm, &H, &D);
+    llm_status s = normed_hessian(q, 0, LLM_NORM_OUT, &H, &D);
     struct lin L;
     memset(&L, 0, sizeof L);
     L.t = t;

@@ -35,7 +35,10 @@ struct qctx {
     int stage_done;             /* stages processed: -1 .. n_layers */
     /* calibration */
     struct llm_calib cal;
-    struct llm_context *ctx;    /* backend, KV cache for one window, scratch */
+    struct llm_context *ctx;    /* the forward pass's stages (model/layer.h), KV of a window */
+    int32_t nb;                 /* tokens a chunk at most (the context's batch) */
+    float *xb, *xb2;            /* (nb, dim) a chunk's normed input (xb2: GPTAQ's float one) */
+    float *hb;                  /* (nb, ffn_dim) a chunk's FFN hidden state */
     float *X;                   /* (N, dim) residual stream of every window, N = n * len */
     float *A;                   /* (N, q dim) attention outputs */
     float *Xf, *Af;             /* GPTAQ: X and A of the float model (else NULL) */

@@ -1,0 +1,170 @@
+/* layer.c: the decoder layer of the forward pass, in the stages of
+ * layer.h; llm_model_layer runs them for llm_decode_batch. */
+#include "layer.h"
+
+#include "../common/alloc.h"
+#include "model_impl.h"
+
+llm_status llm_model_matmul(struct llm_context *c, int n_w, const struct llm_weight *const *W,
+                            const struct llm_weight *const *bias, const float *X, float *const *Y,
+                            int32_t n)
+{
+    struct llm_backend *b = c->be;
+    int any = 0;
+    for (int j = 0; j < n_w; j++)
+        any |= W[j]->perm != NULL;
+    if (!any)
+        return b->ops->matmul(b, n_w, W, bias, X, Y, n);
+    uint32_t done = 0;
+    for (int j = 0; j < n_w; j++) {
+        if (done >> j & 1)
+            continue;
+        const struct llm_weight *gw[3], *gb[3];
+        float *gy[3];
+        int k = 0;
+        for (int i = j; i < n_w && k < 3; i++) {
+            if ((done >> i & 1) || W[i]->perm != W[j]->perm)
+                continue;
+            gw[k] = W[i];
+            gb[k] = bias ? bias[i] : NULL;
+            gy[k++] = Y[i];
+            done |= 1u << i;
+        }
+        const float *in = X;
+        if (W[j]->perm) {
+            LLM_TRY(b->ops->gather(b, X, W[j]->perm, c->xp, n, W[j]->ne0));
+            in = c->xp;
+        }
+        LLM_TRY(b->ops->matmul(b, k, gw, bias ? gb : NULL, in, gy, n));
+    }
+    return LLM_OK;
+}
+
+/* The caller's weight, else the model's; a bias only when the model's
+ * layers have biases or the caller gives one. */
+static const struct llm_weight *pick(const struct llm_weight *mine, const struct llm_weight *own)
+{
+    return mine ? mine : own;
+}
+
+static const struct llm_weight *pick_bias(const struct llm_weight *mine,
+                                          const struct llm_weight *own)
+{
+    return mine ? mine : own->data ? own : NULL;
+}
+
+static const struct llm_layer_lin no_lin;
+
+static llm_status check_rows(const struct llm_context *c, int32_t l, int32_t n)
+{
+    if (l < 0 || l >= c->m->c.n_layers || n < 1 || n > c->n_batch)
+        return llm_error_set(LLM_E_INVALID, "layer %d of %d, %d rows (1..%d)", l,
+                             c->m->c.n_layers, n, c->n_batch);
+    return LLM_OK;
+}
+
+llm_status llm_layer_norm(struct llm_context *c, int32_t l, enum llm_norm which, const float *x,
+                          float *y, int32_t n)
+{
+    const struct llm_config *cf = &c->m->c;
+    if (which != LLM_NORM_OUT)
+        LLM_TRY(check_rows(c, l, n));
+    const struct llm_weight *w = which == LLM_NORM_OUT    ? &c->m->out_norm
+                                 : which == LLM_NORM_ATTN ? &c->m->layers[l].attn_norm
+                                                          : &c->m->layers[l].ffn_norm;
+    return c->be->ops->rmsnorm(c->be, x, w, y, n, cf->dim, cf->rms_eps);
+}
+
+/* q, k, v of xb (n rows), roped with c->cs, then the attention of the runs
+ * sl[0 .. n_sl) into att. */
+static llm_status attention_stage(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                                  const float *xb, const struct llm_seg *sl, int32_t n_sl,
+                                  int32_t n, float *att, float *probs)
+{
+    struct llm_backend *b = c->be;
+    const struct llm_layer_w *L = &c->m->layers[l];
+    const struct llm_weight *qkv[3] = { pick(lin->wq, &L->wq), pick(lin->wk, &L->wk),
+                                        pick(lin->wv, &L->wv) };
+    const struct llm_weight *bias[3] = { pick_bias(lin->bq, &L->bq), pick_bias(lin->bk, &L->bk),
+                                         pick_bias(lin->bv, &L->bv) };
+    const int any_bias = bias[0] || bias[1] || bias[2];
+    float *qkv_out[3] = { c->q, c->k, c->v };
+    LLM_TRY(llm_model_matmul(c, 3, qkv, any_bias ? bias : NULL, xb, qkv_out, n));
+    LLM_TRY(b->ops->rope(b, &c->ash, c->rope.n_dims, c->rope.neox, c->cs, c->q, c->k, n));
+    return b->ops->attention(b, &c->ash, c->kv, l, sl, n_sl, c->q, c->k, c->v, att, probs);
+}
+
+llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                               const float *xb, int32_t seq, int32_t pos, int32_t n, float *att,
+                               float *probs)
+{
+    LLM_TRY(check_rows(c, l, n));
+    for (int32_t i = 0; i < n; i++)
+        c->out_rows[i] = pos + i;
+    llm_rope_table(&c->rope, c->out_rows, n, c->cs);
+    /* every layer stores this run: the blocks are taken at the first, and
+     * the length is set at each (the last layer's call ends the run) */
+    if (l == 0 || llm_kv_len(c->kv, seq) < pos + n) {
+        LLM_TRY(llm_kv_prepare(c->kv, seq, pos, n));
+        if (c->kv->n_copies)
+            LLM_TRY(c->be->ops->kv_copy(c->be, c->kv));
+    }
+    const struct llm_seg sg = { .seq = seq, .pos = pos, .n = n, .row = 0 };
+    LLM_TRY(attention_stage(c, l, lin ? lin : &no_lin, xb, &sg, 1, n, att, probs));
+    llm_kv_set_len(c->kv, seq, pos + n);
+    return LLM_OK;
+}
+
+llm_status llm_layer_attn_out(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                              const float *att, float *x, int32_t n)
+{
+    LLM_TRY(check_rows(c, l, n));
+    const struct llm_weight *wo[1] = { pick(lin ? lin->wo : NULL, &c->m->layers[l].wo) };
+    float *out[1] = { c->xb2 };
+    LLM_TRY(llm_model_matmul(c, 1, wo, NULL, att, out, n));
+    return c->be->ops->add(c->be, x, c->xb2, (int64_t)n * c->m->c.dim);
+}
+
+llm_status llm_layer_ffn_hidden(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                                const float *xb, float *h, int32_t n)
+{
+    LLM_TRY(check_rows(c, l, n));
+    const struct llm_layer_w *L = &c->m->layers[l];
+    if (!lin)
+        lin = &no_lin;
+    const struct llm_weight *gu[2] = { pick(lin->gate, &L->gate), pick(lin->up, &L->up) };
+    float *out[2] = { h, c->hb2 };
+    LLM_TRY(llm_model_matmul(c, 2, gu, NULL, xb, out, n));
+    return c->be->ops->swiglu(c->be, h, c->hb2, (int64_t)n * c->m->c.ffn_dim);
+}
+
+llm_status llm_layer_ffn_out(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                             const float *h, float *x, int32_t n)
+{
+    LLM_TRY(check_rows(c, l, n));
+    const struct llm_weight *dn[1] = { pick(lin ? lin->down : NULL, &c->m->layers[l].down) };
+    float *out[1] = { c->xb2 };
+    LLM_TRY(llm_model_matmul(c, 1, dn, NULL, h, out, n));
+    return c->be->ops->add(c->be, x, c->xb2, (int64_t)n * c->m->c.dim);
+}
+
+llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x)
+{
+    return c->be->ops->embed(c->be, &c->m->tok_embd, tokens, n, x);
+}
+
+struct llm_backend *llm_context_backend(struct llm_context *c)
+{
+    return c->be;
+}
+
+llm_status llm_model_layer(struct llm_context *c, int32_t l, const struct llm_seg *sl,
+                           int32_t n_sl, int32_t n)
+{
+    LLM_TRY(llm_layer_norm(c, l, LLM_NORM_ATTN, c->x, c->xb, n));
+    LLM_TRY(attention_stage(c, l, &no_lin, c->xb, sl, n_sl, n, c->att, NULL));
+    LLM_TRY(llm_layer_attn_out(c, l, NULL, c->att, c->x, n));
+    LLM_TRY(llm_layer_norm(c, l, LLM_NORM_FFN, c->x, c->xb, n));
+    LLM_TRY(llm_layer_ffn_hidden(c, l, NULL, c->xb, c->hb, n));
+    return llm_layer_ffn_out(c, l, NULL, c->hb, c->x, n);
+}

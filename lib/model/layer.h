@@ -1,0 +1,69 @@
+/* layer.h: the decoder layer of the forward pass, stage by stage, for the
+ * code that taps it (calibration, lib/quantize). llm_decode_batch runs
+ * exactly these stages, in this order, with the model's weights:
+ *
+ *     xb  = attn_norm(x)                 llm_layer_norm(LLM_NORM_ATTN)
+ *     att = attention(q, k, v of xb)     llm_layer_attention
+ *     x  += att wo^T                     llm_layer_attn_out
+ *     xb  = ffn_norm(x)                  llm_layer_norm(LLM_NORM_FFN)
+ *     h   = silu(xb gate^T) * (xb up^T)  llm_layer_ffn_hidden
+ *     x  += h down^T                     llm_layer_ffn_out
+ *
+ * A caller may give its own weights for the linears (struct llm_layer_lin:
+ * the float copies being quantized) and reads every stage's input and
+ * output, which are the inputs of the linears. The attention can also give
+ * its probabilities (what v's Hessian weights the input with). Rows are
+ * token-major, n <= the context's n_batch tokens at a time; the buffers are
+ * the caller's (the context's own are used inside).
+ */
+#ifndef LLM_MODEL_LAYER_H
+#define LLM_MODEL_LAYER_H
+
+#include <stdint.h>
+
+#include "../backend/backend.h"
+#include "model.h"
+
+/* The linears of a layer and their biases: NULL entries are the model's. */
+struct llm_layer_lin {
+    const struct llm_weight *wq, *wk, *wv, *wo, *gate, *up, *down;
+    const struct llm_weight *bq, *bk, *bv;
+};
+
+enum llm_norm { LLM_NORM_ATTN, LLM_NORM_FFN, LLM_NORM_OUT };
+
+/* y (n, dim) = x (n, dim) through layer l's attention or feed-forward norm,
+ * or the output head's norm (l ignored); y may be x. */
+llm_status llm_layer_norm(struct llm_context *c, int32_t l, enum llm_norm which, const float *x,
+                          float *y, int32_t n);
+
+/* The attention of layer l for n rows of normed input xb (n, dim) that are
+ * positions pos .. pos+n-1 of sequence seq (pos at most its length; the
+ * cache is cut there): q, k, v projections, RoPE, k and v stored in the
+ * KV cache, causal attention: att (n, n_heads * head_dim). probs (when not
+ * NULL): (n_heads, n, pos + n) each head's attention probabilities of each
+ * row over the positions (0 past the row's own). */
+llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                               const float *xb, int32_t seq, int32_t pos, int32_t n, float *att,
+                               float *probs);
+
+/* x (n, dim) += att (n, n_heads * head_dim) . wo^T */
+llm_status llm_layer_attn_out(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                              const float *att, float *x, int32_t n);
+
+/* h (n, ffn_dim) = silu(xb . gate^T) * (xb . up^T) for normed xb (n, dim) */
+llm_status llm_layer_ffn_hidden(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                                const float *xb, float *h, int32_t n);
+
+/* x (n, dim) += h (n, ffn_dim) . down^T */
+llm_status llm_layer_ffn_out(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
+                             const float *h, float *x, int32_t n);
+
+/* The embedding rows of tokens (n) into x (n, dim). */
+llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x);
+
+/* The context's backend, for the products of the caller's own (its
+ * Hessians): the model's, with the context's threads. */
+struct llm_backend *llm_context_backend(struct llm_context *c);
+
+#endif
