@@ -167,7 +167,7 @@ for r in rows:
     assert abs(float(r["gflops_pct"]) - f / ns) <= 1e-4 * f / ns, r   # peak 100 GFLOP/s
 q4 = [r for r in rows if r["type"] == "q4_0/x16" and r["shape"] == "output"][0]
 assert q4["bytes"] == str(512 * 2 * 18) and q4["flops"] == str(2 * 512 * 64), q4
-mm = [r for r in rows if r["kernel"] == "matmul" and r["type"] == "f32" and r["shape"] == "attn"][0]
+mm = [r for r in rows if r["kernel"] == "matmul" and r["type"] == "f32/x16" and r["shape"] == "attn"][0]
 assert mm["batch"] == "128" and mm["bytes"] == str(64 * 64 * 4) and mm["flops"] == str(2 * 64 * 64 * 128), mm
 at = [r for r in rows if r["kernel"] == "attn"]
 assert [r["n_threads"] for r in at] == ["1", "2"] and at[0]["n_kv_heads"] == "4" and at[0]["bytes"] == str(2 * 32 * 4 * 8 * 4), at
