@@ -106,6 +106,15 @@ static void progress(void *ctx, const struct llm_qprogress *p)
     b->drawn = 1;
 }
 
+static void warn(void *ctx, const char *msg)
+{
+    struct bar *b = ctx;
+    if (b->drawn)
+        fputc('\n', stderr);
+    b->drawn = 0;
+    fprintf(stderr, "%s: warning: %s\n", cli.prog, msg);
+}
+
 /* ---- report ------------------------------------------------------------ */
 
 static void json_num(FILE *f, double v)
@@ -379,6 +388,10 @@ int main(int argc, char **argv)
     struct bar bar = { .on = cli.verbose >= 0 && (force_progress || isatty(2)) };
     p.progress = progress;
     p.progress_ctx = &bar;
+    if (cli.verbose >= 0) {
+        p.warn = warn;
+        p.warn_ctx = &bar;
+    }
     p.tool_version = "llm-quantize " LLM_VERSION " (" LLM_COMMIT ")";
     struct llm_file *f = NULL;
     struct llm_import_opts io;
