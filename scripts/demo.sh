@@ -70,9 +70,9 @@ echo
 row "" "Q4_1" "GPTQ"
 row "file size, MB" "$(mb "$out")" "$(mb "$gptq")"
 if [ -n "$ppl" ]; then
-    val() { printf '%s\n' "$ppl" | sed -n "s/^$1 = \([0-9.]*\).*/\1/p" | awk '{ printf "%.2f", $1 }'; }
-    row "perplexity on wiki.test.raw (lower: better)*" "$(val 'PPL(base)')" "$(val 'PPL(model)')"
-    row "next token the same as Q4_1's*" "-" "$(val 'top-1 agreement') %"
+    val() { printf '%s\n' "$ppl" | sed -n "s/^$1 = \([0-9.]*\).*/\1/p" | awk -v f="$2" '{ printf f, $1 }'; }
+    row "perplexity on wiki.test.raw (lower: better)*" "$(val 'PPL(base)' %.2f)" "$(val 'PPL(model)' %.2f)"
+    row "next token the same as Q4_1's*" "-" "$(val 'top-1 agreement' %.1f) %"
 fi
 [ -n "$speed" ] && row "decode, tokens/s ($threads threads)**" "$(ts 1)" "$(ts 2)"
 [ -n "$ppl" ] &&
