@@ -57,7 +57,9 @@ static struct llm_cli cli = {
     .n_opts = sizeof opts / sizeof opts[0],
     .footer = "Linear layers of the blocks get the method; the embedding table and output head\n"
               "get q8_0 unless a recipe rule names them. GPTQ and AWQ need --calib; FP8 with\n"
-              "--calib feeds its rounding errors back as GPTQ does.\n\n"
+              "--calib feeds its rounding errors back as GPTQ does. GPTQ warns when the\n"
+              "calibration tokens (--samples x --seq-len) are fewer than 4 per input of a\n"
+              "matrix: its Hessian is then under-determined.\n\n"
               "Examples:\n"
               "  llm-quantize -m model.llm -o model-q8.llm --method rtn --bits 8 --group 32\n"
               "  llm-quantize -m model.llm -o model-gptq.llm --method gptq --calib calib.txt\n"
