@@ -5,7 +5,8 @@
 #   make test         install missing build dependencies, build, run unit + CLI tests
 #   make sanitize     the same tests under ASan + UBSan (separate build dir)
 #   make fuzz         build the libFuzzer targets (clang) and run each for FUZZ_SECONDS
-#   make demo         fetch SmolLM2-135M-Instruct, convert it, print --info
+#   make demo         fetch SmolLM2-135M-Instruct, convert it, print --info, quantize it
+#                     with GPTQ and compare the result with the published model
 #   make man          regenerate completions from the option tables
 #   make install      PREFIX=/usr/local
 #   V=1               show full commands

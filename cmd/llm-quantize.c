@@ -57,7 +57,9 @@ static struct llm_cli cli = {
     .n_opts = sizeof opts / sizeof opts[0],
     .footer = "Linear layers of the blocks get the method; the embedding table and output head\n"
               "get q8_0 unless a recipe rule names them. GPTQ and AWQ need --calib; FP8 with\n"
-              "--calib feeds its rounding errors back as GPTQ does.\n\n"
+              "--calib feeds its rounding errors back as GPTQ does. GPTQ warns when the\n"
+              "calibration tokens (--samples x --seq-len) are fewer than 4 per input of a\n"
+              "matrix: its Hessian is then under-determined.\n\n"
               "Examples:\n"
               "  llm-quantize -m model.llm -o model-q8.llm --method rtn --bits 8 --group 32\n"
               "  llm-quantize -m model.llm -o model-gptq.llm --method gptq --calib calib.txt\n"
@@ -104,6 +106,15 @@ static void progress(void *ctx, const struct llm_qprogress *p)
     fprintf(stderr, "\r%s: [%s] %3d%% %-22.22s %s elapsed, ETA %s ", cli.prog, bar,
             (int)(f * 100), p->stage, el, eta);
     b->drawn = 1;
+}
+
+static void warn(void *ctx, const char *msg)
+{
+    struct bar *b = ctx;
+    if (b->drawn)
+        fputc('\n', stderr);
+    b->drawn = 0;
+    fprintf(stderr, "%s: warning: %s\n", cli.prog, msg);
 }
 
 /* ---- report ------------------------------------------------------------ */
@@ -379,6 +390,10 @@ int main(int argc, char **argv)
     struct bar bar = { .on = cli.verbose >= 0 && (force_progress || isatty(2)) };
     p.progress = progress;
     p.progress_ctx = &bar;
+    if (cli.verbose >= 0) {
+        p.warn = warn;
+        p.warn_ctx = &bar;
+    }
     p.tool_version = "llm-quantize " LLM_VERSION " (" LLM_COMMIT ")";
     struct llm_file *f = NULL;
     struct llm_import_opts io;

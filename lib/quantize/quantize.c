@@ -479,6 +479,45 @@ static llm_status plan(struct qctx *q)
     return LLM_OK;
 }
 
+/* GPTQ rounds each matrix against its Hessian, mean x x^T over the
+ * calibration tokens: with fewer than LLM_GPTQ_TOKENS_PER_INPUT tokens per
+ * input the estimate has directions the sample barely covers, and GPTQ
+ * moves the rounding error into them, where other text finds it. One
+ * warning, before the calibration starts, names the widest such matrix and
+ * counts the others. */
+static void warn_calib_tokens(struct qctx *q)
+{
+    const struct llm_quantize_params *p = q->p;
+    if (q->flow != FLOW_GPTQ || !p->warn)
+        return;
+    int64_t tokens = (int64_t)p->n_samples * p->seq_len;
+    const struct qt *widest = NULL;
+    size_t n_short = 0;
+    for (size_t i = 0; i < q->n_t; i++) {
+        const struct qt *t = &q->t[i];
+        if (!t->in || t->spec.method != LLM_QM_GPTQ ||
+            tokens >= LLM_GPTQ_TOKENS_PER_INPUT * t->in->ne[0])
+            continue;
+        n_short++;
+        if (!widest || t->in->ne[0] > widest->in->ne[0])
+            widest = t;
+    }
+    if (!widest)
+        return;
+    char others[64] = "";
+    if (n_short > 1)
+        snprintf(others, sizeof others, " and of %zu other matrices", n_short - 1);
+    int64_t w = widest->in->ne[0];
+    char msg[LLM_MAX_NAME + 384];
+    snprintf(msg, sizeof msg, "%lld calibration tokens (%d windows of %d) are fewer than %d per "
+             "input of '%s' (%lld inputs: %lld tokens)%s: %s under-determined, and GPTQ fits "
+             "the calibration text rather than the model; raise --samples or --seq-len",
+             (long long)tokens, p->n_samples, p->seq_len, LLM_GPTQ_TOKENS_PER_INPUT, widest->name,
+             (long long)w, (long long)(LLM_GPTQ_TOKENS_PER_INPUT * w), others,
+             n_short > 1 ? "their Hessians are" : "its Hessian is");
+    p->warn(p->warn_ctx, msg);
+}
+
 static llm_status set_meta(struct qctx *q, struct llm_meta *meta)
 {
     const struct llm_quantize_params *p = q->p;
@@ -612,6 +651,8 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
     struct llm_file *of = NULL;
     if (!s)
         s = plan(&q);
+    if (!s)
+        warn_calib_tokens(&q);
     if (!s && q.flow != FLOW_NONE)
         s = llm_q_calib_begin(&q);
     if (!s)

@@ -132,6 +132,12 @@ void llm_qreport_free(struct llm_qreport *r);
 /* The norm of the range search when none is given: the reference's
  * (IST-DASLab/gptq's Quantizer, norm=2.4; GPTQModel's mse=2.4). */
 #define LLM_GPTQ_MSE 2.4f
+/* GPTQ's Hessian of a matrix with K inputs, mean x x^T over the
+ * calibration tokens, has K(K+1)/2 entries estimated from those tokens: with
+ * fewer than this many tokens per input GPTQ fits the rounding errors to
+ * the sample rather than to the model, and a run warns (measurements in
+ * llm-quantize(1)). */
+#define LLM_GPTQ_TOKENS_PER_INPUT 4
 
 struct llm_quantize_params {
     struct llm_qspec def;              /* complete (llm_qspec_default + options) */
@@ -166,6 +172,12 @@ struct llm_quantize_params {
     const char *recipe_path, *calib_name; /* for the metadata */
     void (*progress)(void *ctx, const struct llm_qprogress *p);
     void *progress_ctx;
+    /* Called with one line (no newline) for each warning, before the work
+     * it concerns starts: today, calibration tokens fewer than
+     * LLM_GPTQ_TOKENS_PER_INPUT times the inputs of a GPTQ matrix. NULL:
+     * warnings are dropped. */
+    void (*warn)(void *ctx, const char *msg);
+    void *warn_ctx;
 };
 void llm_quantize_params_default(struct llm_quantize_params *p);
 

@@ -576,3 +576,67 @@ Test(quantize, rtn_matches_the_row_quantizer)
     remove(out);
     rmdir(dir);
 }
+
+/* ---- the warning for too few calibration tokens -------------------------- */
+
+struct warns {
+    int n;
+    char last[1024];
+};
+static void on_warn(void *ctx, const char *msg)
+{
+    struct warns *w = ctx;
+    w->n++;
+    snprintf(w->last, sizeof w->last, "%s", msg);
+}
+/* GPTQ on stories260K (64 inputs to q, k, v, o, gate, up; 172 to ffn_down)
+ * with n windows of len tokens; the warnings it gave. */
+static struct warns calib_warns(struct llm_file *f, const char *txt, int method, int32_t n,
+                                int32_t len)
+{
+    const char *dir = llm_test_tmpdir();
+    char out[512];
+    snprintf(out, sizeof out, "%s/w.llm", dir);
+    struct llm_quantize_params p;
+    llm_quantize_params_default(&p);
+    p.def.method = method;
+    p.calib_path = txt;
+    p.n_samples = n;
+    p.seq_len = len;
+    p.n_threads = 1;
+    struct warns w = { 0 };
+    p.warn = on_warn;
+    p.warn_ctx = &w;
+    run_quant(f, &p, out, NULL);
+    remove(out);
+    rmdir(dir);
+    return w;
+}
+
+Test(quantize, few_calibration_tokens_warn_once)
+{
+    TEST_DATA(txt, "text/calibration_datav3.txt");
+    struct llm_file *f = open_stories();
+    if (!f)
+        cr_skip_test("stories260K.gguf absent");
+    /* 256 tokens: 4 per input of the 64-wide matrices, 1.5 per input of the
+     * five ffn_down: one warning, naming the first of them */
+    struct warns w = calib_warns(f, txt, LLM_QM_GPTQ, 2, 128);
+    cr_assert_eq(w.n, 1);
+    cr_assert(strstr(w.last, "256 calibration tokens (2 windows of 128) are fewer than 4 per input "
+                             "of 'blk.0.ffn_down.weight' (172 inputs: 688 tokens) and of 4 other "
+                             "matrices: their Hessians are under-determined"), "%s", w.last);
+    /* 4 x 172 = 688 tokens are enough; one fewer is not */
+    w = calib_warns(f, txt, LLM_QM_GPTQ, 43, 16);
+    cr_assert_eq(w.n, 0, "%s", w.last);
+    w = calib_warns(f, txt, LLM_QM_GPTQ, 3, 229);
+    cr_assert_eq(w.n, 1);
+    cr_assert(strstr(w.last, "687 calibration tokens (3 windows of 229)"), "%s", w.last);
+    /* 192 tokens are fewer than 4 x 64 too: all 35 matrices */
+    w = calib_warns(f, txt, LLM_QM_GPTQ, 3, 64);
+    cr_assert(strstr(w.last, "and of 34 other matrices"), "%s", w.last);
+    /* AWQ inverts no Hessian: no warning */
+    w = calib_warns(f, txt, LLM_QM_AWQ, 2, 128);
+    cr_assert_eq(w.n, 0, "%s", w.last);
+    llm_file_free(f);
+}
