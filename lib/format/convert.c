@@ -80,7 +80,7 @@ static llm_status load_l2c_tokenizer(struct llm_file *f, const char *path)
     if (llm_meta_get_i64(f->meta, "hparams.vocab_size", &n) || n <= 0 || n > UINT32_MAX)
         return llm_error_set(LLM_E_FORMAT, "%s: no vocabulary size", f->path);
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_small_map(&m, path, LLM_TOKENIZER_MAX));
     llm_status s = llm_llama2c_tokenizer_parse(f, m.data, m.size, path, (uint32_t)n);
     if (s) {
         llm_map_close(&m);
@@ -100,7 +100,7 @@ llm_status llm_import(struct llm_file **out, const char *path, const struct llm_
         return llm_hf_open(out, path, o);
     /* Map once (a pipe can be read only once), then look at the bytes. */
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     const char *name = strcmp(path, "-") ? path : "<stdin>";
     const uint8_t *d = m.data;
     llm_status s;

@@ -1169,7 +1169,7 @@ llm_status llm_gguf_open(struct llm_file **out, const char *path, const struct l
 {
     *out = NULL;
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
     struct llm_file *f;
     llm_status s = llm_gguf_parse(&f, m.data, m.size, name, o);

@@ -559,7 +559,7 @@ static llm_status scan_shards(struct hf_load *ld)
 {
     for (uint32_t i = 0; i < ld->n_shards; i++) {
         struct llm_map m;
-        LLM_TRY(llm_map_open(&m, ld->shards[i]));
+        LLM_TRY(llm_model_map(&m, ld->shards[i]));
         const uint8_t *data = m.data;
         size_t size = m.size;
         LLM_TRY(llm_file_add_map(ld->f, &m));

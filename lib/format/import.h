@@ -42,6 +42,31 @@ llm_status llm_llama2c_parse(struct llm_file **out, const uint8_t *data, size_t 
                              const char *name, const struct llm_import_opts *o);
 llm_status llm_safetensors_parse(struct llm_file **out, const uint8_t *data, size_t size,
                                  const char *name, const struct llm_import_opts *o);
+/* Map a model file ("-" = stdin). Input that is not a regular file (a
+ * pipe, a device) is copied to a temporary file, and its first bytes are
+ * checked first (llm_model_head_check): the copy stops at the first
+ * inconsistency, and at the size the header gives. */
+llm_status llm_model_map(struct llm_map *m, const char *path);
+/* Map a small file (a tokenizer): input that is not a regular file is
+ * copied up to `max` bytes, and refused past them. */
+#define LLM_TOKENIZER_MAX ((uint64_t)64 << 20)
+llm_status llm_small_map(struct llm_map *m, const char *path, uint64_t max);
+
+/* Checks of the first bytes of a model that is spooled (an llm_map_check_fn
+ * of common/io.h; ctx is the name for messages), and of each format (the
+ * size of the whole file from the header: 0 for .llm, whose index is at its
+ * end). Exposed for the fuzz targets. */
+llm_status llm_model_head_check(const uint8_t *head, size_t n, int eof, uint64_t *need,
+                                uint64_t *size, void *name);
+llm_status llm_llm_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                        const char *name);
+llm_status llm_gguf_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                         const char *name);
+llm_status llm_safetensors_head(const uint8_t *d, size_t n, int eof, uint64_t *need,
+                                uint64_t *size, const char *name);
+llm_status llm_llama2c_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                            const char *name);
+
 /* llama2.c tokenizer.bin with n_tokens entries, into f's vocabulary. */
 llm_status llm_llama2c_tokenizer_parse(struct llm_file *f, const uint8_t *data, size_t size,
                                        const char *name, uint32_t n_tokens);

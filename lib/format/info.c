@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../common/io.h"
 #include "import.h"
 #include "info.h"
 
@@ -108,7 +109,7 @@ static llm_status print(FILE *o, struct llm_file *f, int json, const uint64_t *s
                    ", \"bytes\": %" PRIu64 ", \"aux_tensors\": %zu, \"aux_bytes\": %" PRIu64
                    ", \"bits_per_weight\": %.4f}\n}\n",
                 f->n_tensors ? "\n  " : "", f->n_tensors - n_aux, params, bytes, n_aux, aux, bpw);
-        return ferror(o) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+        return llm_stream_status(o);
     }
 
     /* YAML: the metadata document, then the tensor table and totals, all
@@ -154,5 +155,5 @@ static llm_status print(FILE *o, struct llm_file *f, int json, const uint64_t *s
             "totals:\n  tensors: %zu\n  parameters: %" PRIu64 "\n  bytes: %" PRIu64
             "\n  aux_tensors: %zu\n  aux_bytes: %" PRIu64 "\n  bits_per_weight: %.4f\n",
             f->n_tensors - n_aux, params, bytes, n_aux, aux, bpw);
-    return ferror(o) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+    return llm_stream_status(o);
 }

@@ -69,16 +69,10 @@ void llm_write_opts_default(struct llm_write_opts *o)
 /* ------------------------------------------------------------------------ */
 /* reader */
 
-llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, const char *name,
-                         const struct llm_import_opts *o)
+/* The checks that need only the 64 bytes of the header (shared with the
+ * check of a spooled stream, which makes them before copying the rest). */
+static llm_status check_header(const uint8_t *d, const char *name)
 {
-    struct llm_file *f = NULL;
-    llm_status s;
-#define FAIL(...) do { s = llm_error_set(LLM_E_FORMAT, __VA_ARGS__); goto fail; } while (0)
-    if (size < 8 || memcmp(d, LLM_MAGIC, 8) != 0)
-        return llm_error_set(LLM_E_FORMAT, "%s: not an .llm file (bad magic)", name);
-    if (size < HEADER_SIZE + TRAILER_SIZE)
-        return llm_error_set(LLM_E_FORMAT, "%s: truncated (%zu bytes)", name, size);
     uint32_t version = get32(d + 8);
     if (version != LLM_VERSION_1)
         return llm_error_set(LLM_E_UNSUPPORTED,
@@ -93,11 +87,56 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
         return llm_error_set(LLM_E_UNSUPPORTED,
                              "%s: requires features 0x%llx that this build does not know", name,
                              (unsigned long long)(features & ~KNOWN_FEATURES));
-    if (header_size != HEADER_SIZE || meta_off != HEADER_SIZE)
-        return llm_error_set(LLM_E_FORMAT, "%s: bad header size", name);
+    if (header_size != HEADER_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: bad header size %u (expected %d)", name,
+                             header_size, HEADER_SIZE);
+    if (meta_off != HEADER_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: bad metadata offset %llu (expected %d)", name,
+                             (unsigned long long)meta_off, HEADER_SIZE);
     if (align < 64 || (align & (align - 1)) || align > (1u << 20))
         return llm_error_set(LLM_E_FORMAT, "%s: bad alignment %u", name, align);
-    if (meta_size > MAX_META_SIZE || meta_off + meta_size > size - TRAILER_SIZE)
+    if (meta_size > MAX_META_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata of %llu bytes (at most %u)", name,
+                             (unsigned long long)meta_size, MAX_META_SIZE);
+    return LLM_OK;
+}
+
+llm_status llm_llm_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                        const char *name)
+{
+    *size = 0; /* the index at the end gives the size */
+    if (n < HEADER_SIZE) {
+        *need = HEADER_SIZE;
+        return eof ? llm_error_set(LLM_E_FORMAT, "%s: truncated (%zu bytes)", name, n) : LLM_OK;
+    }
+    if (memcmp(d, LLM_MAGIC, 8) != 0)
+        return llm_error_set(LLM_E_FORMAT, "%s: not an .llm file (bad magic)", name);
+    LLM_TRY(check_header(d, name));
+    uint64_t meta_size = get64(d + 32);
+    *need = HEADER_SIZE + meta_size;
+    if (n < *need)
+        return eof ? llm_error_set(LLM_E_FORMAT, "%s: metadata runs past the end of the file "
+                                   "(truncated?)", name) : LLM_OK;
+    if (!sum_ok(d + HEADER_SIZE, (size_t)meta_size, get64(d + 40)))
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata checksum mismatch", name);
+    return LLM_OK;
+}
+
+llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, const char *name,
+                         const struct llm_import_opts *o)
+{
+    struct llm_file *f = NULL;
+    llm_status s;
+#define FAIL(...) do { s = llm_error_set(LLM_E_FORMAT, __VA_ARGS__); goto fail; } while (0)
+    if (size < 8 || memcmp(d, LLM_MAGIC, 8) != 0)
+        return llm_error_set(LLM_E_FORMAT, "%s: not an .llm file (bad magic)", name);
+    if (size < HEADER_SIZE + TRAILER_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: truncated (%zu bytes)", name, size);
+    LLM_TRY(check_header(d, name));
+    uint32_t version = get32(d + 8);
+    uint64_t features = get64(d + 16), meta_off = get64(d + 24), meta_size = get64(d + 32);
+    uint32_t align = get32(d + 48);
+    if (meta_off + meta_size > size - TRAILER_SIZE)
         return llm_error_set(LLM_E_FORMAT, "%s: metadata runs past the end of the file (truncated?)",
                              name);
     if (!sum_ok(d + meta_off, (size_t)meta_size, get64(d + 40)))
@@ -227,7 +266,7 @@ llm_status llm_llm_verify(struct llm_file *f, size_t *n_checked)
 llm_status llm_llm_open(struct llm_file **out, const char *path, const struct llm_import_opts *o)
 {
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     struct llm_file *f;
     llm_status s = llm_llm_parse(&f, m.data, m.size, strcmp(path, "-") ? path : "<stdin>", o);
     if (s) {
@@ -364,13 +403,17 @@ llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_
         s = write_tensor(f, t, &w, cctx, o->compress_level, &scratch, &scratch_n, &cbuf, &cbuf_n,
                          &ents[i]);
         if (s) {
-            if (!strstr(llm_error_detail(s), t->name)) {
-                char pre[LLM_MAX_NAME + 16];
-                snprintf(pre, sizeof pre, "tensor '%s'", t->name);
-                llm_error_prefix(pre);
+            /* an error about the output or the input names its file; others
+             * (a fill that failed) get the tensor's name and the output's */
+            const char *shown = strcmp(path, "-") ? path : "<stdout>", *d = llm_error_detail(s);
+            if (strncmp(d, shown, strlen(shown)) != 0 && strncmp(d, f->path, strlen(f->path)) != 0) {
+                if (!strstr(d, t->name)) {
+                    char pre[LLM_MAX_NAME + 16];
+                    snprintf(pre, sizeof pre, "tensor '%s'", t->name);
+                    llm_error_prefix(pre);
+                }
+                llm_error_prefix(shown);
             }
-            if (strncmp(llm_error_detail(s), path, strlen(path)) != 0)
-                llm_error_prefix(strcmp(path, "-") ? path : "<stdout>");
             goto fail;
         }
         idx_size += 4 + strlen(t->name) + INDEX_FIXED;

@@ -9,6 +9,7 @@
 #include <yaml.h>
 
 #include "../common/alloc.h"
+#include "../common/io.h"
 
 #define MAX_DEPTH 64
 
@@ -938,5 +939,5 @@ llm_status llm_meta_write_json(const struct llm_meta *m, FILE *f, int indent)
         break;
     }
     }
-    return ferror(f) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+    return llm_stream_status(f);
 }

@@ -324,7 +324,7 @@ llm_status llm_safetensors_open(struct llm_file **out, const char *path,
 {
     *out = NULL;
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
     struct llm_file *f;
     llm_status s = llm_safetensors_parse(&f, m.data, m.size, shown, o);
