@@ -16,8 +16,9 @@ struct convert_ctx {
 static llm_status convert_fill(const struct llm_tensor *t, void *dst, void *ctx)
 {
     struct convert_ctx *c = ctx;
-    const void *src = c->src.data;
+    const void *src;
     void *tmp = NULL;
+    LLM_TRY(llm_tensor_peek(c->f, &c->src, &src)); /* the source is checked at its first use */
     if (!src) {
         if (c->src.nbytes > SIZE_MAX || !(tmp = llm_malloc((size_t)c->src.nbytes)))
             return LLM_E_NOMEM;
@@ -62,7 +63,7 @@ llm_status llm_file_convert(struct llm_file *f, enum llm_type type)
         t->data = NULL;
         t->stored = NULL;
         t->compression = LLM_COMPRESS_NONE;
-        t->verified = 0;
+        t->checked = 1; /* what matters is its source, checked when convert_fill reads it */
         t->fill = convert_fill;
         t->fill_ctx = c;
     }

@@ -1150,6 +1150,7 @@ llm_status llm_gguf_parse(struct llm_file **out, const uint8_t *data, size_t siz
         s = llm_file_new(&g.f, g.r.name, "gguf");
     if (!s) {
         g.f->src_version = g.version;
+        llm_file_set_checks(g.f, o);
         s = map_meta(&g);
     }
     if (!s)

@@ -882,8 +882,10 @@ llm_status llm_hf_open(struct llm_file **out, const char *dir, const struct llm_
         s = llm_hfq_new(&q, cfg, dir);
     if (!s)
         s = llm_file_new(&f, dir, "hf");
-    if (!s)
+    if (!s) {
+        llm_file_set_checks(f, o);
         s = set_config_meta(f, cfg, dir, &c);
+    }
     if (!s)
         s = load_weights(f, dir, &c, q);
     llm_hfq_free(q);

@@ -15,10 +15,18 @@
 struct llm_import_opts {
     enum llm_type dequant_type;  /* for source types we cannot keep (Q4_K...): default f16 */
     const char *tokenizer_path;  /* llama2.c tokenizer.bin (optional) */
-    int verify;                  /* .llm: verify every checksum while opening */
+    int verify;                  /* .llm: check every tensor while opening */
+    /* By default each tensor's bytes are checked at their first use (see
+     * llm_tensor_bytes): its stored checksum (.llm) and its values (a NaN or
+     * infinite weight is an error). */
+    int no_verify;               /* check neither (llm-run --no-verify) */
+    int nonfinite;               /* LLM_FINITE_REFUSE (default), _COUNT or _IGNORE */
 };
 
 void llm_import_opts_default(struct llm_import_opts *o);
+/* Set a file's checks of first use (check_sums, check_finite) from o (NULL:
+ * the defaults); every importer calls it. */
+void llm_file_set_checks(struct llm_file *f, const struct llm_import_opts *o);
 
 /* Detect the format of `path` ("-" = stdin) and open it. */
 llm_status llm_import(struct llm_file **out, const char *path, const struct llm_import_opts *o);
@@ -90,7 +98,8 @@ struct llm_write_opts {
 void llm_write_opts_default(struct llm_write_opts *o);
 llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_write_opts *o);
 
-/* Check every stored checksum of an opened .llm file (reads every page).
+/* Check every stored checksum of an opened .llm file (reads every page,
+ * keeps nothing), and the values as the file's check_finite says.
  * *n_checked (optional) counts the tensors checked. */
 llm_status llm_llm_verify(struct llm_file *f, size_t *n_checked);
 

@@ -481,13 +481,13 @@ llm_status llm_llama2c_parse(struct llm_file **out, const uint8_t *data, size_t 
     struct llm_file *f = NULL;
     llm_status s;
 
-    (void)o;
     *out = NULL;
     if (!name)
         name = "<buffer>";
     LLM_TRY(read_header(&c, &lay, data, size, name));
     LLM_TRY(llm_file_new(&f, name, "llama2c"));
     f->src_version = (uint32_t)c.version;
+    llm_file_set_checks(f, o);
     s = build(f, &c, &lay, data, name);
     if (s != LLM_OK) {
         llm_file_free(f);

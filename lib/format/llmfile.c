@@ -58,6 +58,18 @@ void llm_import_opts_default(struct llm_import_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->dequant_type = LLM_TYPE_F16;
+    o->nonfinite = LLM_FINITE_REFUSE;
+}
+
+void llm_file_set_checks(struct llm_file *f, const struct llm_import_opts *o)
+{
+    struct llm_import_opts def;
+    if (!o) {
+        llm_import_opts_default(&def);
+        o = &def;
+    }
+    f->check_sums = !o->no_verify;
+    f->check_finite = o->no_verify ? LLM_FINITE_IGNORE : o->nonfinite;
 }
 
 void llm_write_opts_default(struct llm_write_opts *o)
@@ -163,6 +175,7 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
 
     LLM_TRY(llm_file_new(&f, name, "llm"));
     f->src_version = version;
+    llm_file_set_checks(f, o);
     llm_meta_free(f->meta);
     f->meta = NULL;
     s = llm_meta_parse_yaml(&f->meta, (const char *)d + meta_off, (size_t)meta_size, name);
@@ -225,7 +238,9 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
         t->stored_size = stored;
         t->checksum = sum;
         t->stored = d + off;
-        if (comp == LLM_COMPRESS_NONE)
+        /* the data pointer is set at the first use, once checked */
+        t->checked = !f->check_sums && !f->check_finite && comp == LLM_COMPRESS_NONE;
+        if (t->checked)
             t->data = d + off;
     }
     if (p != end)
@@ -243,24 +258,20 @@ fail:
 llm_status llm_llm_verify(struct llm_file *f, size_t *n_checked)
 {
     size_t n = 0;
-    for (size_t i = 0; i < f->n_tensors; i++) {
+    void *scratch = NULL; /* one decompressed tensor at a time */
+    size_t cap = 0;
+    llm_status s = LLM_OK;
+    for (size_t i = 0; i < f->n_tensors && !s; i++) {
         struct llm_tensor *t = &f->tensors[i];
         if (!t->stored)
             continue;
-        if (t->compression == LLM_COMPRESS_NONE) {
-            if (XXH3_64bits(t->data, (size_t)t->nbytes) != t->checksum)
-                return llm_error_set(LLM_E_CHECKSUM, "%s: tensor '%s': checksum mismatch (corrupt data)",
-                                     f->path, t->name);
-            t->verified = 1;
-        } else {
-            const void *b; /* decompression verifies */
-            LLM_TRY(llm_tensor_bytes(f, t, &b));
-        }
+        s = llm_tensor_check(f, t, &scratch, &cap);
         n++;
     }
-    if (n_checked)
+    llm_free(scratch);
+    if (!s && n_checked)
         *n_checked = n;
-    return LLM_OK;
+    return s;
 }
 
 llm_status llm_llm_open(struct llm_file **out, const char *path, const struct llm_import_opts *o)
@@ -294,10 +305,11 @@ static llm_status write_tensor(struct llm_file *f, struct llm_tensor *t, struct 
                                ZSTD_CCtx *cctx, int level, void **scratch, size_t *scratch_n,
                                void **cbuf, size_t *cbuf_n, struct entry *e)
 {
-    const void *bytes = t->data;
+    const void *bytes;
     size_t n = (size_t)t->nbytes;
     if (t->nbytes > SIZE_MAX)
         return llm_error_set(LLM_E_NOMEM, "%s: tensor too large", t->name);
+    LLM_TRY(llm_tensor_peek(f, t, &bytes));
     if (!bytes) {
         if (n > *scratch_n) {
             llm_free(*scratch);
@@ -310,7 +322,10 @@ static llm_status write_tensor(struct llm_file *f, struct llm_tensor *t, struct 
         LLM_TRY(llm_tensor_read(f, t, *scratch));
         bytes = *scratch;
     }
-    e->checksum = XXH3_64bits(bytes, n);
+    /* bytes of a .llm file that were checked against their checksum keep
+     * it (hashing them again would cost a second pass) */
+    int known = t->stored && t->checked && (f->check_sums || t->compression == LLM_COMPRESS_ZSTD);
+    e->checksum = known ? t->checksum : XXH3_64bits(bytes, n);
     e->offset = w->pos;
     e->compression = LLM_COMPRESS_NONE;
     e->stored = n;

@@ -211,3 +211,22 @@ t_bench_ppl_chunks_and_score_all() {
     has "$TMP/err" "--score-all does not go with --base" &&
     expect 2 "$BENCH" -m "$B260" --chunks 3 && has "$TMP/err" "--chunks and --score-all go with --ppl"
 }
+
+# ---- integrity (issue 17) --------------------------------------------------------
+# Speed, perplexity and KL divergence were reported from a damaged model or
+# from NaN weights, with exit 0.
+t_bench_damaged_or_nonfinite_model_refused() {
+    bad_llm && nan_llm || return 1
+    need "$DATA/text/tinystories_val.txt"
+    head -c 5000 "$DATA/text/tinystories_val.txt" >"$TMP/t.txt"
+    local m msg
+    for m in bad nan; do
+        [ $m = bad ] && msg=$BAD_MSG || msg=$NAN_MSG
+        expect 1 "$BENCH" -m "$TMP/$m.llm" -p 8 -n 4 -r 1 -t 1 $BROOF &&
+        has "$TMP/err" "llm-bench: $TMP/$msg" && one_line || return 1
+        expect 1 "$BENCH" -m "$TMP/$m.llm" --ppl "$TMP/t.txt" --ctx 64 -t 1 &&
+        has "$TMP/err" "llm-bench: $TMP/$msg" && one_line || return 1
+        expect 1 "$BENCH" -m "$TMP/good.llm" --base "$TMP/$m.llm" --ppl "$TMP/t.txt" --ctx 64 -t 1 &&
+        has "$TMP/err" "$msg" || return 1
+    done
+}

@@ -1,0 +1,163 @@
+/* finite.c: count the NaN and infinite values of rows of any type, as
+ * llm_dequantize_row would give them, without dequantizing where the layout
+ * allows (see quant.h). It runs on every weight as it is first used, beside
+ * the checksum, so it reads only what can be non-finite: the floats of the
+ * float types, and the scales and minimums of the block types, whose codes
+ * are small integers. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../common/fp16.h"
+#include "quant.h"
+
+static inline uint16_t ld16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t ld32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline int bad_f16(uint16_t h)
+{
+    return (h & 0x7c00) == 0x7c00;
+}
+
+/* E4M3 ("fn"): 0x7f and 0xff are NaN, and there is no infinity */
+static inline int bad_e4m3(uint8_t v)
+{
+    return (v & 0x7f) == 0x7f;
+}
+
+/* Codes of the integer types: value = code * d (+ m), code in [lo, hi]. */
+static void code_range(enum llm_type t, int *lo, int *hi, int *zp)
+{
+    *zp = 1, *lo = 0;
+    switch (t) {
+    case LLM_TYPE_Q8_0: case LLM_TYPE_Q8_G64: case LLM_TYPE_Q8_G128: case LLM_TYPE_Q8_CH:
+        *zp = 0, *lo = -128, *hi = 127;
+        return;
+    case LLM_TYPE_Q4_0: case LLM_TYPE_Q4_G64: case LLM_TYPE_Q4_G128: case LLM_TYPE_Q4_CH:
+        *zp = 0, *lo = -8, *hi = 7;
+        return;
+    case LLM_TYPE_Q8Z_G32: case LLM_TYPE_Q8Z_G64: case LLM_TYPE_Q8Z_G128: case LLM_TYPE_Q8Z_CH:
+        *hi = 255;
+        return;
+    case LLM_TYPE_Q4_1: case LLM_TYPE_Q4Z_G64: case LLM_TYPE_Q4Z_G128: case LLM_TYPE_Q4Z_CH:
+        *hi = 15;
+        return;
+    default: /* the 3-bit types */
+        *hi = 7;
+        return;
+    }
+}
+
+/* Would a row with float32 scale d and minimum m (scale `span` for the
+ * code-book types) give only finite values? Exact bounds in double: a value
+ * at most FLT_MAX in magnitude stays finite when rounded to float. */
+static int row_bounded(double d, double m, double span)
+{
+    return isfinite(d) && isfinite(m) && fabs(d) * span + fabs(m) <= FLT_MAX;
+}
+
+llm_status llm_rows_nonfinite(enum llm_type t, const void *src_, int64_t ne0, int64_t nrows,
+                              uint64_t *count, int64_t *first)
+{
+    const struct llm_type_traits *tr = llm_type_traits((uint32_t)t);
+    const uint8_t *src = src_;
+    uint64_t n = 0;
+    int64_t at = -1;
+    *count = 0;
+    if (first)
+        *first = -1;
+    if (!tr || tr->is_aux || ne0 <= 0 || nrows <= 0)
+        return LLM_OK;
+    const uint64_t rb = llm_type_row_bytes(t, (uint64_t)ne0);
+    const uint32_t G = tr->blck, BB = tr->block_bytes, hdr = tr->row_header;
+    float *row = NULL; /* (ne0): a row dequantized, where bounds do not decide */
+    llm_status s = LLM_OK;
+#define FOUND(k, i)                       \
+    do {                                  \
+        if (at < 0)                       \
+            at = r * ne0 + (int64_t)(i);  \
+        n += (uint64_t)(k);               \
+    } while (0)
+    for (int64_t r = 0; r < nrows && !s; r++) {
+        const uint8_t *p = src + (uint64_t)r * rb;
+        switch (t) {
+        case LLM_TYPE_F32:
+            for (int64_t i = 0; i < ne0; i++)
+                if ((ld32(p + 4 * i) & 0x7f800000u) == 0x7f800000u)
+                    FOUND(1, i);
+            continue;
+        case LLM_TYPE_F16:
+            for (int64_t i = 0; i < ne0; i++)
+                if (bad_f16(ld16(p + 2 * i)))
+                    FOUND(1, i);
+            continue;
+        case LLM_TYPE_BF16:
+            for (int64_t i = 0; i < ne0; i++)
+                if ((ld16(p + 2 * i) & 0x7f80) == 0x7f80)
+                    FOUND(1, i);
+            continue;
+        default:
+            break;
+        }
+        int lo, hi, zp, bounded = 1;
+        if (!hdr) {
+            /* grouped: binary16 d (and m) ahead of each block; codes times
+             * a finite binary16 stay far below FLT_MAX */
+            int with_m = t != LLM_TYPE_NF4;
+            code_range(t, &lo, &hi, &zp);
+            with_m = with_m && zp;
+            for (int64_t b = 0; b * (int64_t)G < ne0; b++) {
+                const uint8_t *blk = p + (uint64_t)b * BB;
+                if (bad_f16(ld16(blk)) || (with_m && bad_f16(ld16(blk + 2)))) {
+                    int64_t k = ne0 - b * (int64_t)G < (int64_t)G ? ne0 - b * (int64_t)G : G;
+                    FOUND(k, b * (int64_t)G);
+                }
+            }
+            continue;
+        }
+        float r0 = llm_bits_f32(ld32(p));
+        if (t == LLM_TYPE_FP8_E4M3 || t == LLM_TYPE_NF4_DQ) {
+            bounded = row_bounded(r0, 0, 448.0);
+            if (bounded) {
+                if (t == LLM_TYPE_FP8_E4M3) {
+                    for (int64_t i = 0; i < ne0; i++)
+                        if (bad_e4m3(p[4 + i]))
+                            FOUND(1, i);
+                } else {
+                    for (int64_t b = 0; b * 64 < ne0; b++)
+                        if (bad_e4m3(p[hdr + (uint64_t)b * BB]))
+                            FOUND(ne0 - b * 64 < 64 ? ne0 - b * 64 : 64, b * 64);
+                }
+            }
+        } else {
+            code_range(t, &lo, &hi, &zp);
+            float m0 = zp ? llm_bits_f32(ld32(p + 4)) : 0.0f;
+            bounded = row_bounded(r0, m0, (double)(hi > -lo ? hi : -lo));
+        }
+        if (bounded)
+            continue;
+        /* a row scale near FLT_MAX (or not finite): dequantize the row */
+        if (!row && !(row = llm_malloc((size_t)ne0 * sizeof *row))) {
+            s = LLM_E_NOMEM;
+            break;
+        }
+        s = llm_dequantize_row(t, p, row, ne0);
+        for (int64_t i = 0; i < ne0 && !s; i++)
+            if (!isfinite(row[i]))
+                FOUND(1, i);
+    }
+#undef FOUND
+    llm_free(row);
+    *count = n;
+    if (first)
+        *first = at;
+    return s;
+}
