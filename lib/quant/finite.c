@@ -33,6 +33,29 @@ static inline int bad_e4m3(uint8_t v)
     return (v & 0x7f) == 0x7f;
 }
 
+/* Non-finite values among n floats of `bytes` bytes (2 or 4) whose
+ * exponent field is `mask`: a branch-free count that the compiler
+ * vectorizes (the scan runs over every weight of a float model at load);
+ * the caller looks for the first one only when there is one. */
+static uint64_t count_floats(const uint8_t *p, int64_t n, int bytes, uint32_t mask)
+{
+    uint64_t c = 0;
+    if (bytes == 4) {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            c += (u & mask) == mask;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t u;
+            memcpy(&u, p + 2 * i, 2);
+            c += (u & mask) == mask;
+        }
+    }
+    return c;
+}
+
 /* Codes of the integer types: value = code * d (+ m), code in [lo, hi]. */
 static void code_range(enum llm_type t, int *lo, int *hi, int *zp)
 {
@@ -88,24 +111,16 @@ llm_status llm_rows_nonfinite(enum llm_type t, const void *src_, int64_t ne0, in
     } while (0)
     for (int64_t r = 0; r < nrows && !s; r++) {
         const uint8_t *p = src + (uint64_t)r * rb;
-        switch (t) {
-        case LLM_TYPE_F32:
-            for (int64_t i = 0; i < ne0; i++)
-                if ((ld32(p + 4 * i) & 0x7f800000u) == 0x7f800000u)
-                    FOUND(1, i);
+        if (t == LLM_TYPE_F32 || t == LLM_TYPE_F16 || t == LLM_TYPE_BF16) {
+            int bytes = t == LLM_TYPE_F32 ? 4 : 2;
+            uint32_t mask = t == LLM_TYPE_F32 ? 0x7f800000u : t == LLM_TYPE_F16 ? 0x7c00u : 0x7f80u;
+            uint64_t c = count_floats(p, ne0, bytes, mask);
+            if (c && at < 0)
+                for (int64_t i = 0; i < ne0 && at < 0; i++)
+                    if (count_floats(p + (uint64_t)bytes * (uint64_t)i, 1, bytes, mask))
+                        at = r * ne0 + i;
+            n += c;
             continue;
-        case LLM_TYPE_F16:
-            for (int64_t i = 0; i < ne0; i++)
-                if (bad_f16(ld16(p + 2 * i)))
-                    FOUND(1, i);
-            continue;
-        case LLM_TYPE_BF16:
-            for (int64_t i = 0; i < ne0; i++)
-                if ((ld16(p + 2 * i) & 0x7f80) == 0x7f80)
-                    FOUND(1, i);
-            continue;
-        default:
-            break;
         }
         int lo, hi, zp, bounded = 1;
         if (!hdr) {
