@@ -56,6 +56,26 @@ static uint64_t count_floats(const uint8_t *p, int64_t n, int bytes, uint32_t ma
     return c;
 }
 
+/* Is there a block of BB bytes whose binary16 scale (at byte 0) or minimum
+ * (at byte 2, with_m) is not finite? Branch-free, four blocks a step: an
+ * exponent field of all ones plus one sets bit 15, so OR-ing that bit over
+ * the blocks tells whether any is bad (the common case is none). */
+static int any_bad_block(const uint8_t *p, uint64_t nblocks, uint32_t BB, int with_m)
+{
+    const uint32_t off = with_m ? 2 : 0; /* without m, load d twice */
+    uint32_t acc = 0;
+    uint64_t b = 0;
+#define BAD(q) ((((uint32_t)ld16(q) & 0x7c00u) + 0x0400u) | (((uint32_t)ld16((q) + off) & 0x7c00u) + 0x0400u))
+    for (; b + 4 <= nblocks; b += 4) {
+        const uint8_t *q = p + b * BB;
+        acc |= BAD(q) | BAD(q + BB) | BAD(q + 2 * BB) | BAD(q + 3 * BB);
+    }
+    for (; b < nblocks; b++)
+        acc |= BAD(p + b * BB);
+#undef BAD
+    return (acc & 0x8000u) != 0;
+}
+
 /* Codes of the integer types: value = code * d (+ m), code in [lo, hi]. */
 static void code_range(enum llm_type t, int *lo, int *hi, int *zp)
 {
@@ -103,6 +123,20 @@ llm_status llm_rows_nonfinite(enum llm_type t, const void *src_, int64_t ne0, in
     const uint32_t G = tr->blck, BB = tr->block_bytes, hdr = tr->row_header;
     float *row = NULL; /* (ne0): a row dequantized, where bounds do not decide */
     llm_status s = LLM_OK;
+    /* the common case, nothing to find: one pass over all the rows at once
+     * where rows are whole blocks (or floats) back to back */
+    int lo_, hi_, zp_;
+    code_range(t, &lo_, &hi_, &zp_);
+    if (t == LLM_TYPE_F32 || t == LLM_TYPE_F16 || t == LLM_TYPE_BF16) {
+        int bytes = t == LLM_TYPE_F32 ? 4 : 2;
+        uint32_t mask = t == LLM_TYPE_F32 ? 0x7f800000u : t == LLM_TYPE_F16 ? 0x7c00u : 0x7f80u;
+        if (!count_floats(src, ne0 * nrows, bytes, mask))
+            return LLM_OK;
+    } else if (!hdr && ne0 % G == 0 &&
+               !any_bad_block(src, (uint64_t)(ne0 / G) * (uint64_t)nrows, BB,
+                              t != LLM_TYPE_NF4 && zp_)) {
+        return LLM_OK;
+    }
 #define FOUND(k, i)                       \
     do {                                  \
         if (at < 0)                       \

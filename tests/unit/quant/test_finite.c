@@ -60,9 +60,18 @@ static void agree(enum llm_type t, const uint8_t *rows, int64_t ne0, int64_t nro
                  (long long)f_got, (long long)f_ref);
 }
 
+static void check_rows(int64_t ne0, int64_t nrows);
+
 Test(finite, counts_match_the_dequantized_values)
 {
-    const int64_t ne0 = 200, nrows = 3; /* a partial last block in every grouped type */
+    /* 200: a partial last block in every grouped type; 256: whole blocks,
+     * which the rows' common pass reads back to back */
+    for (int64_t ne0 = 200; ne0 <= 256; ne0 += 56)
+        check_rows(ne0, 3);
+}
+
+static void check_rows(int64_t ne0, int64_t nrows)
+{
     float *x = malloc(sizeof(float) * (size_t)(ne0 * nrows));
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         enum llm_type t = types[k];
