@@ -34,24 +34,46 @@ static inline int bad_e4m3(uint8_t v)
 }
 
 /* Non-finite values among n floats of `bytes` bytes (2 or 4) whose
- * exponent field is `mask`: a branch-free count that the compiler
- * vectorizes (the scan runs over every weight of a float model at load);
- * the caller looks for the first one only when there is one. */
+ * exponent field is `mask`: the scan runs over every weight of a float model
+ * at its first use, so it goes a 64-bit word at a time (SWAR): an exponent
+ * of all ones plus its lowest bit carries into the lane's top bit, and no
+ * lane carries into the next; a popcount counts them. The caller looks for
+ * the first one only when there is one. */
 static uint64_t count_floats(const uint8_t *p, int64_t n, int bytes, uint32_t mask)
 {
+    const int per = 8 / bytes; /* lanes per word */
+    uint64_t m = 0, one = 0, top = 0;
+    for (int k = 0; k < per; k++) {
+        int sh = 8 * bytes * k;
+        m |= (uint64_t)mask << sh;
+        one |= (uint64_t)(mask & -mask) << sh;          /* the exponent's lowest bit */
+        top |= (uint64_t)1 << (sh + 8 * bytes - 1);     /* the lane's sign bit */
+    }
     uint64_t c = 0;
-    if (bytes == 4) {
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, p + 4 * i, 4);
-            c += (u & mask) == mask;
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t u;
-            memcpy(&u, p + 2 * i, 2);
-            c += (u & mask) == mask;
-        }
+    int64_t i = 0, words = n / per, w = 0;
+    /* the common case, none: OR the lanes' top bits, four words a step;
+     * count them only when some are set */
+    uint64_t acc = 0;
+    for (; w + 4 <= words; w += 4) {
+        uint64_t x[4];
+        memcpy(x, p + 8 * w, 32);
+        acc |= (((x[0] & m) + one) | ((x[1] & m) + one) | ((x[2] & m) + one) |
+                ((x[3] & m) + one)) & top;
+    }
+    for (; w < words; w++) {
+        uint64_t x;
+        memcpy(&x, p + 8 * w, 8);
+        acc |= ((x & m) + one) & top;
+    }
+    for (w = 0; acc && w < words; w++) {
+        uint64_t x;
+        memcpy(&x, p + 8 * w, 8);
+        c += (uint64_t)__builtin_popcountll(((x & m) + one) & top);
+    }
+    for (i = words * per; i < n; i++) {
+        uint32_t u = 0;
+        memcpy(&u, p + (uint64_t)bytes * (uint64_t)i, (size_t)bytes);
+        c += (u & mask) == mask;
     }
     return c;
 }

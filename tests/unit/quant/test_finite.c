@@ -65,9 +65,11 @@ static void check_rows(int64_t ne0, int64_t nrows);
 Test(finite, counts_match_the_dequantized_values)
 {
     /* 200: a partial last block in every grouped type; 256: whole blocks,
-     * which the rows' common pass reads back to back */
-    for (int64_t ne0 = 200; ne0 <= 256; ne0 += 56)
-        check_rows(ne0, 3);
+     * which the rows' common pass reads back to back; 37: floats that do
+     * not fill the last 64-bit word */
+    const int64_t sizes[] = { 37, 200, 256 };
+    for (int k = 0; k < 3; k++)
+        check_rows(sizes[k], 3);
 }
 
 static void check_rows(int64_t ne0, int64_t nrows)
