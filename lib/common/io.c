@@ -507,7 +507,7 @@ llm_status llm_out_open(struct llm_out *o, const char *path)
      * replaced one its old permissions */
     mode_t um = umask(0);
     umask(um);
-    fchmod(o->fd, exists ? st.st_mode & 07777 : 0666 & ~um);
+    fchmod(o->fd, exists ? st.st_mode & 0777 : 0666 & ~um);
     temps_add(o->tmp);
     return LLM_OK;
 fail:

@@ -46,7 +46,7 @@ struct llm_map {
  * find). */
 typedef llm_status (*llm_map_check_fn)(const uint8_t *head, size_t n, int eof, uint64_t *need,
                                        uint64_t *size, void *ctx);
-#define LLM_MAP_HEAD_MAX ((size_t)256 << 20)
+#define LLM_MAP_HEAD_MAX ((size_t)257 << 20) /* a .llm header and its largest metadata */
 #define LLM_MAP_SLACK ((uint64_t)1 << 20)
 
 struct llm_map_check {
