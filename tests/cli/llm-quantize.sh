@@ -492,15 +492,22 @@ t_quantize_recipe_too_large_says_its_size() {
     expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/q-r.llm" --recipe "$TMP/big.yaml" &&
     has "$TMP/err" "big.yaml: file too large (3900000 bytes, limit 1048576)" && one_line
 }
-# --report through a symlink or into a FIFO: the link stays, the FIFO too.
+# --report was written in place with fopen: a failure half-way left half a
+# report. It is written as every output is now: a regular file is replaced
+# whole (a new inode; a hard link to the old one keeps the old report), a
+# link stays a link, a FIFO a FIFO.
 t_quantize_report_keeps_links_and_fifos() {
     q_base || return 1
     mkdir -p "$TMP/rep"
+    echo old >"$TMP/r.json" && ln "$TMP/r.json" "$TMP/r-old.json" || return 1
+    expect 0 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-rep.llm" --method rtn --bits 8 \
+        --report "$TMP/r.json" && has "$TMP/r.json" '"tensors"' &&
+    [ "$(cat "$TMP/r-old.json")" = old ] || { echo "the report was written in place"; return 1; }
     ln -s rep/r.json "$TMP/r-link.json" || return 1
     expect 0 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-rep.llm" --method rtn --bits 8 \
         --report "$TMP/r-link.json" && [ -L "$TMP/r-link.json" ] && has "$TMP/rep/r.json" '"tensors"' || return 1
     mkfifo "$TMP/r.fifo" || skip "no mkfifo"
-    cat "$TMP/r.fifo" >"$TMP/r-from-fifo.json" &
+    timeout 60 cat "$TMP/r.fifo" >"$TMP/r-from-fifo.json" &
     expect 0 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-rep.llm" --method rtn --bits 8 \
         --report "$TMP/r.fifo" || return 1
     wait
