@@ -140,7 +140,7 @@ unit: $(UNIT_BIN)
 cli: all
 	LLM_BIN=$(abspath bin) tests/cli/run.sh
 
-SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+SAN := -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=all
 sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=build-san CUDA=0 OPT=-O1 SAN_FLAGS="$(SAN)" check
 

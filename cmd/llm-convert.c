@@ -95,18 +95,36 @@ static int hf_method(const char *to)
     return strcmp(to, "awq") == 0 ? LLM_HFQ_AWQ : 0;
 }
 
+/* NaN or infinite weights are copied as they are, with a warning: a
+ * conversion keeps what the model holds (unless -q). */
+static void warn_nonfinite(const struct llm_file *f)
+{
+    if (f->n_nonfinite && cli.verbose >= 0)
+        fprintf(stderr, "%s: warning: %s: %llu NaN or infinite weight value%s in %zu tensor%s "
+                "(the first: '%s'); the model's output will be meaningless\n", cli.prog, f->path,
+                (unsigned long long)f->n_nonfinite, f->n_nonfinite == 1 ? "" : "s",
+                f->n_nonfinite_tensors, f->n_nonfinite_tensors == 1 ? "" : "s",
+                f->nonfinite_first);
+}
+
 static int do_convert(const struct args *a, const char *in)
 {
     struct llm_file *f = NULL;
     struct llm_import_opts io;
     llm_import_opts_default(&io);
     io.tokenizer_path = a->tokenizer;
+    io.nonfinite = LLM_FINITE_COUNT;
     if (a->have_type)
         io.dequant_type = a->type;
     llm_status s = a->synth ? llm_synthetic(&f, a->synth, a->have_type ? a->type : LLM_TYPE_F32, a->seed)
                             : llm_import(&f, in, &io);
     if (!s)
         s = check_tokenizer_opt(a, f);
+    /* Each tensor's checksum is checked before its bytes are written. On
+     * standard output or into a directory of several files a damaged tensor
+     * found half-way would leave part of the output: check them all first. */
+    if (!s && !strcmp(f->format, "llm") && (!strcmp(a->out, "-") || hf_method(a->to)))
+        s = llm_llm_verify(f, NULL);
     if (s) {
         llm_file_free(f);
         return llm_cli_fail(&cli, s);
@@ -128,6 +146,8 @@ static int do_convert(const struct args *a, const char *in)
         s = ho.method ? llm_hfq_write(f, a->out, &ho)
             : gguf    ? llm_gguf_write(f, a->out, &wo)
                       : llm_llm_write(f, a->out, &wo);
+    if (!s)
+        warn_nonfinite(f);
     if (!s && cli.verbose > 0) {
         uint64_t params, bytes;
         llm_file_totals(f, &params, &bytes);
@@ -146,6 +166,7 @@ static int do_info(const struct args *a, char **files, int n)
         struct llm_import_opts io;
         llm_import_opts_default(&io);
         io.tokenizer_path = a->tokenizer;
+        io.nonfinite = LLM_FINITE_IGNORE; /* --info prints what is there */
         llm_status s = llm_import(&f, files[i], &io);
         if (!s && (s = check_tokenizer_opt(a, f)))
             llm_file_free(f);
@@ -167,9 +188,14 @@ static int do_verify(char **files, int n)
     for (int i = 0; i < n; i++) {
         struct llm_file *f;
         size_t checked = 0;
-        llm_status s = llm_llm_open(&f, files[i], NULL);
+        struct llm_import_opts io;
+        llm_import_opts_default(&io);
+        io.nonfinite = LLM_FINITE_COUNT;
+        llm_status s = llm_llm_open(&f, files[i], &io);
         if (!s) {
             s = llm_llm_verify(f, &checked);
+            if (!s)
+                warn_nonfinite(f);
             llm_file_free(f);
         }
         if (s)

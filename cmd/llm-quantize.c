@@ -24,7 +24,7 @@ static const struct llm_opt opts[] = {
     { OPT_ASYM, "asym", LLM_ARG_NONE, NULL, "grid with zero points (default at 4 bits and for awq)", NULL },
     { OPT_DQ, "double-quant", LLM_ARG_NONE, NULL, "nf4: fp8 block scales times a row scale (nf4_dq)", NULL },
     { OPT_FP8_SCALE, "fp8-scale", LLM_ARG_REQUIRED, "SCOPE", "fp8: one scale per 'channel' (row), per 'tensor', or 'auto': per tensor the scope with the smaller calibration error (needs --calib; default: auto with --calib, else channel)", "channel tensor auto" },
-    { OPT_CALIB, "calib", LLM_ARG_REQUIRED, "FILE", "calibration text for gptq and awq; with fp8, GPTQ on the E4M3 grid", "file" },
+    { OPT_CALIB, "calib", LLM_ARG_REQUIRED, "FILE", "calibration text for gptq and awq (at most 1 GiB; '-' = stdin); with fp8, GPTQ on the E4M3 grid", "file" },
     { OPT_SAMPLES, "samples", LLM_ARG_REQUIRED, "N", "calibration windows (default: 128)", NULL },
     { OPT_SEQLEN, "seq-len", LLM_ARG_REQUIRED, "L", "tokens per calibration window (default: 512)", NULL },
     { OPT_SEED, "seed", LLM_ARG_REQUIRED, "N", "seed of the window positions (default: 1)", NULL },
@@ -41,7 +41,7 @@ static const struct llm_opt opts[] = {
     { OPT_NO_CLIP, "no-clip", LLM_ARG_NONE, NULL, "awq: skip the weight clipping search", NULL },
     { OPT_AWQ_TOKENS, "awq-tokens", LLM_ARG_REQUIRED, "N", "awq: calibration tokens sampled for the clip search (default: 4096)", NULL },
     { OPT_RECIPE, "recipe", LLM_ARG_REQUIRED, "FILE", "YAML recipe: tensor-name patterns to method, bits, group", "file" },
-    { OPT_REPORT, "report", LLM_ARG_REQUIRED, "FILE", "write per-tensor errors and times as JSON to FILE", "file" },
+    { OPT_REPORT, "report", LLM_ARG_REQUIRED, "FILE", "write per-tensor errors and times as JSON to FILE ('-' = stdout)", "file" },
     { OPT_REQUANT, "allow-requantize", LLM_ARG_NONE, NULL, "accept a quantized model (its weights are dequantized on load)", NULL },
     { 't', "threads", LLM_ARG_REQUIRED, "N", "threads (default: the number of cores)", NULL },
     { OPT_COMPRESS, "compress", LLM_ARG_OPTIONAL, "LEVEL", "zstd-compress each tensor (default level 3)", NULL },
@@ -127,12 +127,17 @@ static void json_num(FILE *f, double v)
         fprintf(f, "%.6g", v);
 }
 
+/* The report is built in memory and written as every output is (llm_out:
+ * a temporary file renamed into place; a FIFO or a device written in place;
+ * a symlink's target replaced, the link kept). */
 static llm_status write_report(const char *path, const struct llm_qreport *r, const char *in,
                                const char *out)
 {
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f)
-        return llm_error_set(LLM_E_IO, "%s: cannot write the report: %s", path, strerror(errno));
+        return llm_error_set(LLM_E_NOMEM, "%s: no memory for the report", path);
     fputs("{\n  \"input\": ", f);
     llm_json_string(f, in, strlen(in));
     fputs(",\n  \"output\": ", f);
@@ -166,9 +171,17 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
         fprintf(f, ", \"seconds\": %.4f}", t->seconds);
     }
     fputs(r->n ? "\n  ]\n}\n" : "]\n}\n", f);
-    if (ferror(f) | fclose(f))
-        return llm_error_set(LLM_E_IO, "%s: write error", path);
-    return LLM_OK;
+    llm_status s = ferror(f) | fclose(f) ? llm_error_set(LLM_E_NOMEM, "%s: no memory for the "
+                                                          "report", path) : LLM_OK;
+    struct llm_out o;
+    if (!s && !(s = llm_out_open(&o, path))) {
+        if ((s = llm_out_write(&o, text, len)))
+            llm_out_abort(&o);
+        else
+            s = llm_out_commit(&o);
+    }
+    free(text); /* open_memstream's buffer */
+    return s;
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -329,6 +342,8 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "unexpected argument '%s'", argv[llm_cli_optind]);
     if (!in || !out)
         return llm_cli_usage(&cli, "-m IN and -o OUT are required");
+    if (report && !strcmp(report, "-") && !strcmp(out, "-"))
+        return llm_cli_usage(&cli, "-o - and --report - both write to standard output");
     /* options that only one method reads are refused with the others */
     int m = p.def.method;
     /* fp8 with --calib is GPTQ on the E4M3 grid */
@@ -399,6 +414,10 @@ int main(int argc, char **argv)
     struct llm_import_opts io;
     llm_import_opts_default(&io);
     s = llm_import(&f, in, &io);
+    /* each tensor is checked before it is used; on standard output a
+     * damaged one found half-way would leave half a file: check all first */
+    if (!s && !strcmp(out, "-") && !strcmp(f->format, "llm"))
+        s = llm_llm_verify(f, NULL);
     struct llm_qreport rep;
     memset(&rep, 0, sizeof rep);
     if (!s) {

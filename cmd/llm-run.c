@@ -19,7 +19,7 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
     { OPT_TOKENIZER, "tokenizer", LLM_ARG_REQUIRED, "FILE", "llama2.c tokenizer.bin for a llama2.c checkpoint", "file" },
-    { OPT_NOVERIFY, "no-verify", LLM_ARG_NONE, NULL, "do not check the tensor checksums of a .llm model while loading", NULL },
+    { OPT_NOVERIFY, "no-verify", LLM_ARG_NONE, NULL, "do not check the tensor checksums (.llm) nor look for NaN and infinite weights while loading", NULL },
     { 'p', "prompt", LLM_ARG_REQUIRED, "TEXT", "the prompt (default: read -f FILE or stdin)", NULL },
     { 'f', "file", LLM_ARG_REQUIRED, "FILE", "read the prompt from FILE ('-' = stdin)", "file" },
     { 'n', "n-predict", LLM_ARG_REQUIRED, "N", "generate at most N tokens (default: -1, until EOS or the context is full)", NULL },
@@ -148,7 +148,7 @@ static llm_status on_text(void *ctx, int32_t seq, const char *b, size_t n)
             return LLM_OK;
     }
     if (fwrite(b, 1, n, stdout) != n || fflush(stdout))
-        return llm_error_set(LLM_E_IO, "stdout: %s", strerror(errno));
+        return llm_error_set(LLM_E_IO, "<stdout>: write error: %s", strerror(errno));
     return LLM_OK;
 }
 
@@ -314,6 +314,14 @@ static void print_json(const struct out_state *o, const struct llm_gen_result *r
 
 /* ---- modes --------------------------------------------------------------- */
 
+/* Where the prompt or the ids come from, for messages. */
+static const char *input_name(const struct args *a)
+{
+    if (a->prompt)
+        return "-p";
+    return a->file && strcmp(a->file, "-") ? a->file : "<stdin>";
+}
+
 static llm_status read_input(const struct args *a, char **text, size_t *len)
 {
     if (a->prompt) {
@@ -376,7 +384,15 @@ static int do_detokenize(const struct args *a, struct llm_tokenizer *tok)
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v > INT32_MAX ||
             (*end && !strchr(" \t\r\n,", *end))) {
-            s = llm_error_set(LLM_E_INVALID, "--detokenize: '%.20s' is not a token id", p);
+            /* the word alone (not the rest of the input: the message is one
+             * line), control bytes shown as '?' */
+            char word[24];
+            size_t k = 0;
+            for (; p[k] && !strchr(" \t\r\n,", p[k]) && k < 20; k++)
+                word[k] = (unsigned char)p[k] < 0x20 || p[k] == 0x7f ? '?' : p[k];
+            word[k] = 0;
+            s = llm_error_set(LLM_E_INVALID, "%s: id %zu, '%s%s', is not a token id", input_name(a),
+                              n + 1, word, p[k] && !strchr(" \t\r\n,", p[k]) ? "..." : "");
             break;
         }
         void *q = ids;
@@ -480,6 +496,11 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
     int32_t n_ctx = llm_context_n_ctx(c);
     LLM_TRY(llm_tokenize(tok, text, len, LLM_TOK_ADD_BOS | (special ? LLM_TOK_PARSE_SPECIAL : 0),
                          &ids, &n));
+    if (n == 0) { /* no BOS and no text: nothing to start from */
+        llm_free(ids);
+        return llm_error_set(LLM_E_INVALID, "%s: the prompt is empty (no tokens to start from)",
+                             input_name(a));
+    }
     const int32_t *use = ids;
     if (n > (size_t)n_ctx) {
         if (!a->truncate) {
@@ -498,7 +519,7 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
     /* flushed now: a second Ctrl-C during the prefill exits at once */
     if (echo && streaming(&o) && (fwrite(text, 1, len, stdout) != len || fflush(stdout))) {
         llm_free(ids);
-        return llm_error_set(LLM_E_IO, "stdout: %s", strerror(errno));
+        return llm_error_set(LLM_E_IO, "<stdout>: write error: %s", strerror(errno));
     }
     struct llm_gen_params gp;
     llm_gen_params_default(&gp);
@@ -827,7 +848,7 @@ int main(int argc, char **argv)
     struct llm_import_opts io;
     llm_import_opts_default(&io);
     io.tokenizer_path = a.tokenizer;
-    io.verify = !a.no_verify && !tokmode; /* the tokenizer modes never read the weights */
+    io.no_verify = a.no_verify; /* else each tensor is checked at its first use */
     llm_status s = llm_import(&f, a.model, &io);
     if (s)
         return llm_cli_fail(&cli, s);

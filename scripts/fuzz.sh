@@ -6,7 +6,7 @@ secs=${1:-20}
 scripts/deps.sh fuzz
 out=build-fuzz
 mkdir -p "$out"
-cflags="-std=c11 -D_GNU_SOURCE -DLLM_FUZZING -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all $(pkg-config --cflags yaml-0.1 libzstd libxxhash jansson libpcre2-8 libutf8proc)"
+cflags="-std=c11 -D_GNU_SOURCE -DLLM_FUZZING -g -O1 -fsanitize=fuzzer-no-link,address,undefined,float-cast-overflow -fno-sanitize-recover=all $(pkg-config --cflags yaml-0.1 libzstd libxxhash jansson libpcre2-8 libutf8proc)"
 libs="$(pkg-config --libs yaml-0.1 libzstd libxxhash jansson libpcre2-8 libutf8proc) -lm -lpthread"
 # the library, CPU only, built with clang and the sanitizers
 objs=
@@ -30,7 +30,7 @@ for t in tests/fuzz/fuzz_*.c; do
     # seeds: the checked-in ones, plus real files of the right kind
     [ -d "tests/fuzz/seeds/$name" ] && cp -n tests/fuzz/seeds/"$name"/* "$corpus"/ 2>/dev/null || true
     case $name in
-    fuzz_gguf) cp -n "$data"/gguf/*.gguf "$corpus"/ 2>/dev/null || true ;;
+    fuzz_gguf|fuzz_head) cp -n "$data"/gguf/*.gguf "$corpus"/ 2>/dev/null || true ;;
     fuzz_llama2c) cp -n "$data"/llama2c/*.bin "$corpus"/ 2>/dev/null || true ;;
     fuzz_spm) cp -n "$data"/llama2c/tok512.model "$corpus"/ 2>/dev/null || true ;;
     esac

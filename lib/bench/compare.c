@@ -172,5 +172,5 @@ llm_status llm_bench_compare_print(FILE *f, const struct llm_bench_cmp *cmp, siz
         }
     }
     fprintf(f, "\n%zu regression%s beyond %.4g%%\n", reg, reg == 1 ? "" : "s", threshold);
-    return ferror(f) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+    return llm_stream_status(f);
 }

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "../common/alloc.h"
+#include "../common/io.h"
 #include "../format/meta.h" /* llm_json_string */
 #include "bench.h"
 
@@ -353,7 +354,7 @@ llm_status llm_bench_print(FILE *f, enum llm_bench_format fmt, const struct llm_
     case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_run, r, sizeof *r, n); break;
     default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
     }
-    return ferror(f) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+    return llm_stream_status(f);
 }
 
 /* ---- kernel results ------------------------------------------------------------ */
@@ -428,5 +429,5 @@ llm_status llm_bench_kprint(FILE *f, enum llm_bench_format fmt, const struct llm
     case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_kernel, r, sizeof *r, n); break;
     default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
     }
-    return ferror(f) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+    return llm_stream_status(f);
 }

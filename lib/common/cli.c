@@ -128,7 +128,11 @@ int llm_cli_fail(const struct llm_cli *c, llm_status s)
 int llm_cli_exit(const struct llm_cli *c, int code)
 {
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "%s: error writing to standard output: %s\n", c->prog, strerror(errno));
+        /* a failure already said what was wrong in its one line (often this
+         * very write error): a second line would break the rule */
+        if (!code)
+            fprintf(stderr, "%s: error writing to standard output: %s\n", c->prog,
+                    strerror(errno));
         return code ? code : 1;
     }
     return code;

@@ -16,8 +16,9 @@ struct convert_ctx {
 static llm_status convert_fill(const struct llm_tensor *t, void *dst, void *ctx)
 {
     struct convert_ctx *c = ctx;
-    const void *src = c->src.data;
+    const void *src;
     void *tmp = NULL;
+    LLM_TRY(llm_tensor_peek(c->f, &c->src, &src)); /* the source is checked at its first use */
     if (!src) {
         if (c->src.nbytes > SIZE_MAX || !(tmp = llm_malloc((size_t)c->src.nbytes)))
             return LLM_E_NOMEM;
@@ -62,7 +63,7 @@ llm_status llm_file_convert(struct llm_file *f, enum llm_type type)
         t->data = NULL;
         t->stored = NULL;
         t->compression = LLM_COMPRESS_NONE;
-        t->verified = 0;
+        t->checked = 1; /* what matters is its source, checked when convert_fill reads it */
         t->fill = convert_fill;
         t->fill_ctx = c;
     }
@@ -80,7 +81,7 @@ static llm_status load_l2c_tokenizer(struct llm_file *f, const char *path)
     if (llm_meta_get_i64(f->meta, "hparams.vocab_size", &n) || n <= 0 || n > UINT32_MAX)
         return llm_error_set(LLM_E_FORMAT, "%s: no vocabulary size", f->path);
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_small_map(&m, path, LLM_TOKENIZER_MAX));
     llm_status s = llm_llama2c_tokenizer_parse(f, m.data, m.size, path, (uint32_t)n);
     if (s) {
         llm_map_close(&m);
@@ -100,7 +101,7 @@ llm_status llm_import(struct llm_file **out, const char *path, const struct llm_
         return llm_hf_open(out, path, o);
     /* Map once (a pipe can be read only once), then look at the bytes. */
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     const char *name = strcmp(path, "-") ? path : "<stdin>";
     const uint8_t *d = m.data;
     llm_status s;

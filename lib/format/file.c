@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include "../common/alloc.h"
+#include "../quant/quant.h"
 
 llm_status llm_file_new(struct llm_file **out, const char *path, const char *format)
 {
@@ -197,41 +198,136 @@ int64_t llm_tensor_nrows(const struct llm_tensor *t)
     return t->ne[1] * t->ne[2] * t->ne[3];
 }
 
-/* Decompress (when stored compressed) or fill into dst, and check the
- * checksum when one is known. */
+/* ---- the bytes of a tensor, checked at their first use ----------------
+ *
+ * Every reader of tensor data comes through here, so that no tool uses (or
+ * copies into a new file, where a new checksum would launder them) bytes
+ * whose stored checksum does not match: llm-convert, llm-quantize and
+ * llm-bench read damaged weights with exit 0 when only llm-run checked. The
+ * same pass counts NaN and infinite weights, which make a model's output
+ * meaningless. A tensor is checked once (t->checked); a .llm tensor's data
+ * pointer is set only then, so that nothing reads it unchecked. */
+
+#define CHECK_CHUNK ((uint64_t)1 << 20) /* bytes hashed and scanned at once: in cache for both */
+
+static int scans_values(const struct llm_file *f, const struct llm_tensor *t)
+{
+    const struct llm_type_traits *tr = llm_type_traits(t->type);
+    return f->check_finite != LLM_FINITE_IGNORE && tr && !tr->is_aux &&
+           !(t->flags & LLM_TENSOR_AUX);
+}
+
+/* Check the nbytes of t at p: against its stored checksum when `sum`, and
+ * its values as f->check_finite says. */
+static llm_status check_bytes(struct llm_file *f, struct llm_tensor *t, const void *p, int sum)
+{
+    int fin = scans_values(f, t);
+    if (!sum && !fin)
+        return LLM_OK;
+    uint64_t hash = 0, bad = 0;
+    int64_t first = -1;
+    if (!fin) {
+        hash = XXH3_64bits(p, (size_t)t->nbytes);
+    } else {
+        int64_t ne0 = t->ne[0], rows = llm_tensor_nrows(t);
+        uint64_t rb = llm_type_row_bytes(t->type, (uint64_t)ne0);
+        uint64_t per = rb >= CHECK_CHUNK ? 1 : CHECK_CHUNK / rb;
+        XXH3_state_t *st = NULL;
+        if (sum && (!(st = XXH3_createState()) || XXH3_64bits_reset(st) != XXH_OK)) {
+            XXH3_freeState(st);
+            return llm_error_set(LLM_E_NOMEM, "%s: tensor '%s': no memory to hash it", f->path,
+                                 t->name);
+        }
+        llm_status s = LLM_OK;
+        for (int64_t r = 0; r < rows && !s; r += (int64_t)per) {
+            int64_t k = rows - r < (int64_t)per ? rows - r : (int64_t)per, at;
+            const uint8_t *q = (const uint8_t *)p + (uint64_t)r * rb;
+            uint64_t c;
+            if (st)
+                XXH3_64bits_update(st, q, (size_t)(rb * (uint64_t)k));
+            s = llm_rows_nonfinite(t->type, q, ne0, k, &c, &at);
+            if (c && first < 0)
+                first = r * ne0 + at;
+            bad += c;
+        }
+        if (st)
+            hash = XXH3_64bits_digest(st);
+        XXH3_freeState(st);
+        LLM_TRY(s);
+    }
+    if (sum && hash != t->checksum)
+        return llm_error_set(LLM_E_CHECKSUM, "%s: tensor '%s': checksum mismatch (corrupt data)",
+                             f->path, t->name);
+    if (bad) {
+        if (!f->n_nonfinite_tensors++)
+            snprintf(f->nonfinite_first, sizeof f->nonfinite_first, "%s", t->name);
+        f->n_nonfinite += bad;
+        if (f->check_finite == LLM_FINITE_REFUSE)
+            return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %llu NaN or infinite value%s "
+                                 "(the first at element %lld): the weights are damaged",
+                                 f->path, t->name, (unsigned long long)bad, bad == 1 ? "" : "s",
+                                 (long long)first);
+    }
+    return LLM_OK;
+}
+
+llm_status llm_tensor_peek(struct llm_file *f, struct llm_tensor *t, const void **out)
+{
+    *out = NULL;
+    if (!llm_tensor_in_place(t))
+        return LLM_OK;
+    const void *p = t->data ? t->data : t->stored;
+    if (!t->checked) {
+        int sum = f->check_sums && t->stored && p == t->stored;
+        LLM_TRY(check_bytes(f, t, p, sum));
+        t->checked = 1;
+        t->data = p;
+    }
+    *out = p;
+    return LLM_OK;
+}
+
+static llm_status decompress(struct llm_file *f, const struct llm_tensor *t, void *dst)
+{
+    size_t n = ZSTD_decompress(dst, t->nbytes, t->stored, t->stored_size);
+    if (ZSTD_isError(n))
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': zstd: %s", f->path, t->name,
+                             ZSTD_getErrorName(n));
+    if (n != t->nbytes)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': decompressed to %zu bytes, expected %llu",
+                             f->path, t->name, n, (unsigned long long)t->nbytes);
+    return LLM_OK;
+}
+
 llm_status llm_tensor_read(struct llm_file *f, struct llm_tensor *t, void *dst)
 {
-    if (t->data) {
-        memcpy(dst, t->data, t->nbytes);
-    } else if (t->fill) {
-        LLM_TRY(t->fill(t, dst, t->fill_ctx));
+    const void *p;
+    LLM_TRY(llm_tensor_peek(f, t, &p));
+    if (p) {
+        memcpy(dst, p, t->nbytes);
         return LLM_OK;
+    }
+    int sum = 0;
+    if (t->fill) {
+        LLM_TRY(t->fill(t, dst, t->fill_ctx));
     } else if (t->stored && t->compression == LLM_COMPRESS_ZSTD) {
-        size_t n = ZSTD_decompress(dst, t->nbytes, t->stored, t->stored_size);
-        if (ZSTD_isError(n))
-            return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': zstd: %s", f->path, t->name,
-                                 ZSTD_getErrorName(n));
-        if (n != t->nbytes)
-            return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': decompressed to %zu bytes, expected %llu",
-                                 f->path, t->name, n, (unsigned long long)t->nbytes);
+        LLM_TRY(decompress(f, t, dst));
+        sum = 1; /* compressed data is always checked: it costs little beside zstd */
     } else {
         return llm_error_set(LLM_E_INVALID, "%s: tensor '%s' has no data", f->path, t->name);
     }
-    /* compressed data is always verified; plain data only on request */
-    if (t->compression == LLM_COMPRESS_ZSTD && !t->verified) {
-        if (XXH3_64bits(dst, t->nbytes) != t->checksum)
-            return llm_error_set(LLM_E_CHECKSUM, "%s: tensor '%s': checksum mismatch (corrupt data)",
-                                 f->path, t->name);
+    if (!t->checked) {
+        LLM_TRY(check_bytes(f, t, dst, sum));
+        t->checked = 1;
     }
     return LLM_OK;
 }
 
 llm_status llm_tensor_bytes(struct llm_file *f, struct llm_tensor *t, const void **out)
 {
-    if (t->data) {
-        *out = t->data;
+    LLM_TRY(llm_tensor_peek(f, t, out));
+    if (*out)
         return LLM_OK;
-    }
     if (t->nbytes > SIZE_MAX)
         return llm_error_set(LLM_E_NOMEM, "%s: tensor '%s' too large", f->path, t->name);
     void *buf = llm_malloc((size_t)t->nbytes);
@@ -244,8 +340,37 @@ llm_status llm_tensor_bytes(struct llm_file *f, struct llm_tensor *t, const void
     }
     LLM_TRY(llm_file_own(f, buf));
     t->data = buf;
-    t->verified = 1;
+    t->checked = 1;
     *out = buf;
+    return LLM_OK;
+}
+
+llm_status llm_tensor_check(struct llm_file *f, struct llm_tensor *t, void **scratch, size_t *cap)
+{
+    if (t->checked && (f->check_sums || !t->stored))
+        return LLM_OK;
+    if (t->stored && t->compression == LLM_COMPRESS_ZSTD) {
+        if (t->nbytes > SIZE_MAX)
+            return llm_error_set(LLM_E_NOMEM, "%s: tensor '%s' too large", f->path, t->name);
+        if (t->nbytes > *cap) {
+            llm_free(*scratch);
+            *cap = 0;
+            if (!(*scratch = llm_malloc((size_t)t->nbytes)))
+                return LLM_E_NOMEM;
+            *cap = (size_t)t->nbytes;
+        }
+        LLM_TRY(decompress(f, t, *scratch));
+        LLM_TRY(check_bytes(f, t, *scratch, 1));
+    } else if (llm_tensor_in_place(t)) {
+        const void *p = t->data ? t->data : t->stored;
+        LLM_TRY(check_bytes(f, t, p, t->stored && p == t->stored));
+        t->data = p;
+    } else {
+        /* produced on demand: nothing stored to compare with */
+        const void *p;
+        return llm_tensor_bytes(f, t, &p);
+    }
+    t->checked = 1;
     return LLM_OK;
 }
 

@@ -60,6 +60,10 @@ enum {
 
 enum { LLM_COMPRESS_NONE = 0, LLM_COMPRESS_ZSTD = 1 };
 
+/* What a NaN or infinite weight met at a tensor's first use does
+ * (llm_file.check_finite). */
+enum { LLM_FINITE_IGNORE = 0, LLM_FINITE_COUNT = 1, LLM_FINITE_REFUSE = 2 };
+
 struct llm_tensor;
 typedef llm_status (*llm_fill_fn)(const struct llm_tensor *t, void *dst, void *ctx);
 
@@ -79,7 +83,7 @@ struct llm_tensor {
     uint64_t stored_size;     /* bytes in the file */
     uint64_t checksum;        /* XXH3-64 of the nbytes uncompressed bytes */
     const void *stored;       /* stored bytes in the mapping */
-    int verified;             /* checksum checked */
+    int checked;              /* the checks of its first use are done (see llm_file) */
 };
 
 struct llm_file {
@@ -96,6 +100,15 @@ struct llm_file {
     char *format;               /* "llm", "gguf", "llama2c", "hf", "safetensors", "synthetic" */
     /* GGUF-specific facts kept for --info */
     uint32_t src_version;
+    /* What the first use of a tensor's bytes checks, before anything reads
+     * them (llm_tensor_peek, llm_tensor_bytes, llm_tensor_read): the
+     * importers set these from llm_import_opts; a file made in memory
+     * checks nothing. */
+    int check_sums;             /* compare the checksum stored with it (.llm) */
+    int check_finite;           /* LLM_FINITE_*: look for NaN and infinite weights */
+    uint64_t n_nonfinite;       /* NaN and infinite weight values found so far */
+    size_t n_nonfinite_tensors; /* the tensors that hold them */
+    char nonfinite_first[LLM_MAX_NAME]; /* the first of those tensors */
 };
 
 llm_status llm_file_new(struct llm_file **out, const char *path, const char *format);
@@ -121,12 +134,29 @@ struct llm_tensor *llm_file_find(const struct llm_file *f, const char *name);
 /* Remove a tensor by name (no error when absent). */
 void llm_file_remove(struct llm_file *f, const char *name);
 
-/* The bytes of a tensor: its data, the decompressed stored bytes (checksum
- * verified), or the output of its fill callback (kept until the file is
- * freed). */
+/* The bytes of a tensor: its data, the decompressed stored bytes, or the
+ * output of its fill callback (kept until the file is freed). Every access
+ * below checks the bytes at their first use, as the file says (check_sums,
+ * check_finite): a checksum that does not match is LLM_E_CHECKSUM naming
+ * the file and the tensor; compressed bytes are always checked. */
 llm_status llm_tensor_bytes(struct llm_file *f, struct llm_tensor *t, const void **out);
 /* Write the tensor's bytes into dst (nbytes), without keeping a copy. */
 llm_status llm_tensor_read(struct llm_file *f, struct llm_tensor *t, void *dst);
+/* The tensor's bytes where they are (its data, or bytes stored
+ * uncompressed in the mapping), checked; *out = NULL (and LLM_OK) when
+ * they would have to be decompressed or produced: then llm_tensor_read
+ * into a buffer of one's own (what writers do, to keep one tensor in
+ * memory at a time). */
+llm_status llm_tensor_peek(struct llm_file *f, struct llm_tensor *t, const void **out);
+static inline int llm_tensor_in_place(const struct llm_tensor *t)
+{
+    return t->data || (t->stored && t->compression == LLM_COMPRESS_NONE);
+}
+/* Check a tensor now, keeping nothing: the checksum stored with it,
+ * whatever the file's check_sums (a compressed one is decompressed into
+ * *scratch, of *cap bytes, grown as needed), and its values as the file's
+ * check_finite says. For llm-convert --verify. */
+llm_status llm_tensor_check(struct llm_file *f, struct llm_tensor *t, void **scratch, size_t *cap);
 
 /* Elements and rows of a tensor. */
 int64_t llm_tensor_nelements(const struct llm_tensor *t);

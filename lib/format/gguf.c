@@ -1150,6 +1150,7 @@ llm_status llm_gguf_parse(struct llm_file **out, const uint8_t *data, size_t siz
         s = llm_file_new(&g.f, g.r.name, "gguf");
     if (!s) {
         g.f->src_version = g.version;
+        llm_file_set_checks(g.f, o);
         s = map_meta(&g);
     }
     if (!s)
@@ -1169,7 +1170,7 @@ llm_status llm_gguf_open(struct llm_file **out, const char *path, const struct l
 {
     *out = NULL;
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
     struct llm_file *f;
     llm_status s = llm_gguf_parse(&f, m.data, m.size, name, o);

@@ -690,8 +690,11 @@ static llm_status write_tensor(struct wctx *c, struct llm_out *out, const struct
     if (t->nbytes > SIZE_MAX || o->nbytes > SIZE_MAX)
         return llm_error_set(LLM_E_NOMEM, "%s: tensor '%s' is too large", c->name, t->name);
     void *in = NULL, *conv = NULL, *perm = NULL;
-    const uint8_t *p = t->data;
-    llm_status s = LLM_OK;
+    const void *where;
+    llm_status s = llm_tensor_peek(c->f, t, &where); /* checked at the first use */
+    const uint8_t *p = where;
+    if (s)
+        return s;
     if (!p) { /* compressed, filled or decoded: one tensor in memory at a time */
         in = llm_malloc((size_t)t->nbytes);
         if (!in)

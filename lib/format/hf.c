@@ -559,7 +559,7 @@ static llm_status scan_shards(struct hf_load *ld)
 {
     for (uint32_t i = 0; i < ld->n_shards; i++) {
         struct llm_map m;
-        LLM_TRY(llm_map_open(&m, ld->shards[i]));
+        LLM_TRY(llm_model_map(&m, ld->shards[i]));
         const uint8_t *data = m.data;
         size_t size = m.size;
         LLM_TRY(llm_file_add_map(ld->f, &m));
@@ -882,8 +882,10 @@ llm_status llm_hf_open(struct llm_file **out, const char *dir, const struct llm_
         s = llm_hfq_new(&q, cfg, dir);
     if (!s)
         s = llm_file_new(&f, dir, "hf");
-    if (!s)
+    if (!s) {
+        llm_file_set_checks(f, o);
         s = set_config_meta(f, cfg, dir, &c);
+    }
     if (!s)
         s = load_weights(f, dir, &c, q);
     llm_hfq_free(q);

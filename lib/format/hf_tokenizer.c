@@ -606,7 +606,7 @@ static llm_status spm_dir(struct llm_file *f, const char *dir, const char *path,
                           uint32_t vocab_size, json_t *tcfg)
 {
     struct llm_map mp;
-    LLM_TRY(llm_map_open(&mp, path));
+    LLM_TRY(llm_small_map(&mp, path, LLM_TOKENIZER_MAX));
     llm_status s = llm_spm_parse(f, mp.data, mp.size, path);
     llm_map_close(&mp);
     if (s)

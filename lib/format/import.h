@@ -15,10 +15,18 @@
 struct llm_import_opts {
     enum llm_type dequant_type;  /* for source types we cannot keep (Q4_K...): default f16 */
     const char *tokenizer_path;  /* llama2.c tokenizer.bin (optional) */
-    int verify;                  /* .llm: verify every checksum while opening */
+    int verify;                  /* .llm: check every tensor while opening */
+    /* By default each tensor's bytes are checked at their first use (see
+     * llm_tensor_bytes): its stored checksum (.llm) and its values (a NaN or
+     * infinite weight is an error). */
+    int no_verify;               /* check neither (llm-run --no-verify) */
+    int nonfinite;               /* LLM_FINITE_REFUSE (default), _COUNT or _IGNORE */
 };
 
 void llm_import_opts_default(struct llm_import_opts *o);
+/* Set a file's checks of first use (check_sums, check_finite) from o (NULL:
+ * the defaults); every importer calls it. */
+void llm_file_set_checks(struct llm_file *f, const struct llm_import_opts *o);
 
 /* Detect the format of `path` ("-" = stdin) and open it. */
 llm_status llm_import(struct llm_file **out, const char *path, const struct llm_import_opts *o);
@@ -42,6 +50,31 @@ llm_status llm_llama2c_parse(struct llm_file **out, const uint8_t *data, size_t 
                              const char *name, const struct llm_import_opts *o);
 llm_status llm_safetensors_parse(struct llm_file **out, const uint8_t *data, size_t size,
                                  const char *name, const struct llm_import_opts *o);
+/* Map a model file ("-" = stdin). Input that is not a regular file (a
+ * pipe, a device) is copied to a temporary file, and its first bytes are
+ * checked first (llm_model_head_check): the copy stops at the first
+ * inconsistency, and at the size the header gives. */
+llm_status llm_model_map(struct llm_map *m, const char *path);
+/* Map a small file (a tokenizer): input that is not a regular file is
+ * copied up to `max` bytes, and refused past them. */
+#define LLM_TOKENIZER_MAX ((uint64_t)64 << 20)
+llm_status llm_small_map(struct llm_map *m, const char *path, uint64_t max);
+
+/* Checks of the first bytes of a model that is spooled (an llm_map_check_fn
+ * of common/io.h; ctx is the name for messages), and of each format (the
+ * size of the whole file from the header: 0 for .llm, whose index is at its
+ * end). Exposed for the fuzz targets. */
+llm_status llm_model_head_check(const uint8_t *head, size_t n, int eof, uint64_t *need,
+                                uint64_t *size, void *name);
+llm_status llm_llm_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                        const char *name);
+llm_status llm_gguf_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                         const char *name);
+llm_status llm_safetensors_head(const uint8_t *d, size_t n, int eof, uint64_t *need,
+                                uint64_t *size, const char *name);
+llm_status llm_llama2c_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                            const char *name);
+
 /* llama2.c tokenizer.bin with n_tokens entries, into f's vocabulary. */
 llm_status llm_llama2c_tokenizer_parse(struct llm_file *f, const uint8_t *data, size_t size,
                                        const char *name, uint32_t n_tokens);
@@ -65,7 +98,8 @@ struct llm_write_opts {
 void llm_write_opts_default(struct llm_write_opts *o);
 llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_write_opts *o);
 
-/* Check every stored checksum of an opened .llm file (reads every page).
+/* Check every stored checksum of an opened .llm file (reads every page,
+ * keeps nothing), and the values as the file's check_finite says.
  * *n_checked (optional) counts the tensors checked. */
 llm_status llm_llm_verify(struct llm_file *f, size_t *n_checked);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../common/io.h"
 #include "import.h"
 #include "info.h"
 
@@ -32,7 +33,9 @@ static llm_status checksums(struct llm_file *f, uint64_t *sums)
     llm_status s = LLM_OK;
     for (size_t i = 0; i < f->n_tensors && !s; i++) {
         struct llm_tensor *t = &f->tensors[i];
-        const void *p = t->data;
+        const void *p;
+        if ((s = llm_tensor_peek(f, t, &p))) /* a stored checksum is compared there */
+            break;
         if (!p) {
             if (t->nbytes > cap) {
                 llm_free(scratch);
@@ -44,7 +47,9 @@ static llm_status checksums(struct llm_file *f, uint64_t *sums)
                 break;
             p = scratch;
         }
-        sums[i] = XXH3_64bits(p, (size_t)t->nbytes);
+        /* the bytes were compared with the checksum stored with them */
+        int known = t->stored && t->checked && (f->check_sums || t->compression);
+        sums[i] = known ? t->checksum : XXH3_64bits(p, (size_t)t->nbytes);
         if (t->stored && sums[i] != t->checksum)
             s = llm_error_set(LLM_E_CHECKSUM, "%s: tensor '%s': checksum mismatch (corrupt data)",
                               f->path, t->name);
@@ -108,7 +113,7 @@ static llm_status print(FILE *o, struct llm_file *f, int json, const uint64_t *s
                    ", \"bytes\": %" PRIu64 ", \"aux_tensors\": %zu, \"aux_bytes\": %" PRIu64
                    ", \"bits_per_weight\": %.4f}\n}\n",
                 f->n_tensors ? "\n  " : "", f->n_tensors - n_aux, params, bytes, n_aux, aux, bpw);
-        return ferror(o) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+        return llm_stream_status(o);
     }
 
     /* YAML: the metadata document, then the tensor table and totals, all
@@ -154,5 +159,5 @@ static llm_status print(FILE *o, struct llm_file *f, int json, const uint64_t *s
             "totals:\n  tensors: %zu\n  parameters: %" PRIu64 "\n  bytes: %" PRIu64
             "\n  aux_tensors: %zu\n  aux_bytes: %" PRIu64 "\n  bits_per_weight: %.4f\n",
             f->n_tensors - n_aux, params, bytes, n_aux, aux, bpw);
-    return ferror(o) ? llm_error_set(LLM_E_IO, "write error") : LLM_OK;
+    return llm_stream_status(o);
 }

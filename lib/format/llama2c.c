@@ -299,19 +299,12 @@ static llm_status set_meta(struct llm_file *f, const struct l2c_config *c, const
     return LLM_OK;
 }
 
-/* Read the header into c and pick the layout that the file size matches. */
-static llm_status read_header(struct l2c_config *c, struct l2c_layout *lay, const uint8_t *data,
-                              size_t size, const char *name)
+/* Read the header's fields into c and check them (size = the bytes there
+ * are, at least the header). */
+static llm_status read_config(struct l2c_config *c, const uint8_t *data, size_t size,
+                              const char *name)
 {
-    static const enum l2c_kind legacy[] = {K_EMB, K_ATT_NORM, K_WQ, K_WK, K_WV, K_WO,
-                                           K_FFN_NORM, K_W1, K_W2, K_W3, K_FINAL_NORM,
-                                           K_FREQ, K_CLS};
-    static const enum l2c_kind v1[] = {K_ATT_NORM, K_FFN_NORM, K_FINAL_NORM, K_EMB, K_WQ,
-                                       K_WK, K_WV, K_WO, K_W1, K_W2, K_W3, K_CLS};
     const uint8_t *h;
-    enum l2c_kind order[K_COUNT];
-    size_t n_order = 0;
-
     memset(c, 0, sizeof *c);
     if (size >= 8 && rd_u32(data) == L2C_MAGIC) {
         int32_t version = rd_i32(data + 4);
@@ -350,6 +343,22 @@ static llm_status read_header(struct l2c_config *c, struct l2c_layout *lay, cons
 
     LLM_CHECK(c->version != 2 || c->group_size > 0, LLM_E_FORMAT,
               "%s: version 2 group size %lld is not positive", name, (long long)c->group_size);
+    return LLM_OK;
+}
+
+static const enum l2c_kind legacy[] = {K_EMB, K_ATT_NORM, K_WQ, K_WK, K_WV, K_WO,
+                                       K_FFN_NORM, K_W1, K_W2, K_W3, K_FINAL_NORM,
+                                       K_FREQ, K_CLS};
+static const enum l2c_kind v1[] = {K_ATT_NORM, K_FFN_NORM, K_FINAL_NORM, K_EMB, K_WQ,
+                                   K_WK, K_WV, K_WO, K_W1, K_W2, K_W3, K_CLS};
+
+/* Read the header into c and pick the layout that the file size matches. */
+static llm_status read_header(struct l2c_config *c, struct l2c_layout *lay, const uint8_t *data,
+                              size_t size, const char *name)
+{
+    enum l2c_kind order[K_COUNT];
+    size_t n_order = 0;
+    LLM_TRY(read_config(c, data, size, name));
 
     if (c->version == 0) {
         struct l2c_layout with, without;
@@ -432,6 +441,38 @@ static llm_status build(struct llm_file *f, const struct l2c_config *c,
     return set_meta(f, c, name);
 }
 
+llm_status llm_llama2c_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                            const char *name)
+{
+    *size = 0;
+    size_t hdr = n >= 4 && rd_u32(d) == L2C_MAGIC ? L2C_HEADER : L2C_LEGACY_HEADER;
+    if (n < L2C_HEADER && !eof) {
+        *need = L2C_HEADER; /* enough to tell a version 1 or 2 header */
+        return LLM_OK;
+    }
+    if (n < hdr)
+        return llm_error_set(LLM_E_FORMAT, "%s: not a llama2.c checkpoint (%zu bytes, shorter "
+                             "than a header)", name, n);
+    struct l2c_config c;
+    LLM_TRY(read_config(&c, d, n, name));
+    /* the largest of the layouts the header allows: the parser then
+     * matches the size exactly */
+    struct l2c_layout lay;
+    enum l2c_kind order[K_COUNT];
+    size_t n_order = 0;
+    const enum l2c_kind *all = c.version ? v1 : legacy;
+    size_t n_all = c.version ? sizeof v1 / sizeof v1[0] : sizeof legacy / sizeof legacy[0];
+    for (size_t i = 0; i < n_all; i++)
+        if (all[i] != K_CLS || !c.shared)
+            order[n_order++] = all[i];
+    if (!make_layout(&c, order, n_order, hdr, &lay))
+        return llm_error_set(LLM_E_FORMAT, "%s: %s header sizes overflow", name,
+                             c.version ? "llama2.c" : "not a llama2.c checkpoint (legacy)");
+    *size = lay.end;
+    *need = 0;
+    return LLM_OK;
+}
+
 llm_status llm_llama2c_parse(struct llm_file **out, const uint8_t *data, size_t size,
                              const char *name, const struct llm_import_opts *o)
 {
@@ -440,13 +481,13 @@ llm_status llm_llama2c_parse(struct llm_file **out, const uint8_t *data, size_t 
     struct llm_file *f = NULL;
     llm_status s;
 
-    (void)o;
     *out = NULL;
     if (!name)
         name = "<buffer>";
     LLM_TRY(read_header(&c, &lay, data, size, name));
     LLM_TRY(llm_file_new(&f, name, "llama2c"));
     f->src_version = (uint32_t)c.version;
+    llm_file_set_checks(f, o);
     s = build(f, &c, &lay, data, name);
     if (s != LLM_OK) {
         llm_file_free(f);
@@ -619,7 +660,7 @@ static llm_status open_tokenizer(struct llm_file *f, const char *path)
     llm_status s;
 
     LLM_TRY(llm_meta_get_i64(f->meta, "hparams.vocab_size", &vocab));
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_small_map(&m, path, LLM_TOKENIZER_MAX));
     s = llm_llama2c_tokenizer_parse(f, m.data, m.size, path, (uint32_t)vocab);
     llm_map_close(&m);
     return s;
@@ -633,7 +674,7 @@ llm_status llm_llama2c_open(struct llm_file **out, const char *path,
     llm_status s;
 
     *out = NULL;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     s = llm_llama2c_parse(&f, m.data, m.size, path, o);
     if (s != LLM_OK) {
         llm_map_close(&m);

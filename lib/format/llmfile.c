@@ -58,6 +58,18 @@ void llm_import_opts_default(struct llm_import_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->dequant_type = LLM_TYPE_F16;
+    o->nonfinite = LLM_FINITE_REFUSE;
+}
+
+void llm_file_set_checks(struct llm_file *f, const struct llm_import_opts *o)
+{
+    struct llm_import_opts def;
+    if (!o) {
+        llm_import_opts_default(&def);
+        o = &def;
+    }
+    f->check_sums = !o->no_verify;
+    f->check_finite = o->no_verify ? LLM_FINITE_IGNORE : o->nonfinite;
 }
 
 void llm_write_opts_default(struct llm_write_opts *o)
@@ -69,16 +81,10 @@ void llm_write_opts_default(struct llm_write_opts *o)
 /* ------------------------------------------------------------------------ */
 /* reader */
 
-llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, const char *name,
-                         const struct llm_import_opts *o)
+/* The checks that need only the 64 bytes of the header (shared with the
+ * check of a spooled stream, which makes them before copying the rest). */
+static llm_status check_header(const uint8_t *d, const char *name)
 {
-    struct llm_file *f = NULL;
-    llm_status s;
-#define FAIL(...) do { s = llm_error_set(LLM_E_FORMAT, __VA_ARGS__); goto fail; } while (0)
-    if (size < 8 || memcmp(d, LLM_MAGIC, 8) != 0)
-        return llm_error_set(LLM_E_FORMAT, "%s: not an .llm file (bad magic)", name);
-    if (size < HEADER_SIZE + TRAILER_SIZE)
-        return llm_error_set(LLM_E_FORMAT, "%s: truncated (%zu bytes)", name, size);
     uint32_t version = get32(d + 8);
     if (version != LLM_VERSION_1)
         return llm_error_set(LLM_E_UNSUPPORTED,
@@ -93,11 +99,56 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
         return llm_error_set(LLM_E_UNSUPPORTED,
                              "%s: requires features 0x%llx that this build does not know", name,
                              (unsigned long long)(features & ~KNOWN_FEATURES));
-    if (header_size != HEADER_SIZE || meta_off != HEADER_SIZE)
-        return llm_error_set(LLM_E_FORMAT, "%s: bad header size", name);
+    if (header_size != HEADER_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: bad header size %u (expected %d)", name,
+                             header_size, HEADER_SIZE);
+    if (meta_off != HEADER_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: bad metadata offset %llu (expected %d)", name,
+                             (unsigned long long)meta_off, HEADER_SIZE);
     if (align < 64 || (align & (align - 1)) || align > (1u << 20))
         return llm_error_set(LLM_E_FORMAT, "%s: bad alignment %u", name, align);
-    if (meta_size > MAX_META_SIZE || meta_off + meta_size > size - TRAILER_SIZE)
+    if (meta_size > MAX_META_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata of %llu bytes (at most %u)", name,
+                             (unsigned long long)meta_size, MAX_META_SIZE);
+    return LLM_OK;
+}
+
+llm_status llm_llm_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uint64_t *size,
+                        const char *name)
+{
+    *size = 0; /* the index at the end gives the size */
+    if (n < HEADER_SIZE) {
+        *need = HEADER_SIZE;
+        return eof ? llm_error_set(LLM_E_FORMAT, "%s: truncated (%zu bytes)", name, n) : LLM_OK;
+    }
+    if (memcmp(d, LLM_MAGIC, 8) != 0)
+        return llm_error_set(LLM_E_FORMAT, "%s: not an .llm file (bad magic)", name);
+    LLM_TRY(check_header(d, name));
+    uint64_t meta_size = get64(d + 32);
+    *need = HEADER_SIZE + meta_size;
+    if (n < *need)
+        return eof ? llm_error_set(LLM_E_FORMAT, "%s: metadata runs past the end of the file "
+                                   "(truncated?)", name) : LLM_OK;
+    if (!sum_ok(d + HEADER_SIZE, (size_t)meta_size, get64(d + 40)))
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata checksum mismatch", name);
+    return LLM_OK;
+}
+
+llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, const char *name,
+                         const struct llm_import_opts *o)
+{
+    struct llm_file *f = NULL;
+    llm_status s;
+#define FAIL(...) do { s = llm_error_set(LLM_E_FORMAT, __VA_ARGS__); goto fail; } while (0)
+    if (size < 8 || memcmp(d, LLM_MAGIC, 8) != 0)
+        return llm_error_set(LLM_E_FORMAT, "%s: not an .llm file (bad magic)", name);
+    if (size < HEADER_SIZE + TRAILER_SIZE)
+        return llm_error_set(LLM_E_FORMAT, "%s: truncated (%zu bytes)", name, size);
+    LLM_TRY(check_header(d, name));
+    uint32_t version = get32(d + 8);
+    uint64_t features = get64(d + 16), meta_off = get64(d + 24), meta_size = get64(d + 32);
+    uint32_t align = get32(d + 48);
+    if (meta_off + meta_size > size - TRAILER_SIZE)
         return llm_error_set(LLM_E_FORMAT, "%s: metadata runs past the end of the file (truncated?)",
                              name);
     if (!sum_ok(d + meta_off, (size_t)meta_size, get64(d + 40)))
@@ -124,6 +175,7 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
 
     LLM_TRY(llm_file_new(&f, name, "llm"));
     f->src_version = version;
+    llm_file_set_checks(f, o);
     llm_meta_free(f->meta);
     f->meta = NULL;
     s = llm_meta_parse_yaml(&f->meta, (const char *)d + meta_off, (size_t)meta_size, name);
@@ -186,7 +238,9 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
         t->stored_size = stored;
         t->checksum = sum;
         t->stored = d + off;
-        if (comp == LLM_COMPRESS_NONE)
+        /* the data pointer is set at the first use, once checked */
+        t->checked = !f->check_sums && !f->check_finite && comp == LLM_COMPRESS_NONE;
+        if (t->checked)
             t->data = d + off;
     }
     if (p != end)
@@ -204,30 +258,26 @@ fail:
 llm_status llm_llm_verify(struct llm_file *f, size_t *n_checked)
 {
     size_t n = 0;
-    for (size_t i = 0; i < f->n_tensors; i++) {
+    void *scratch = NULL; /* one decompressed tensor at a time */
+    size_t cap = 0;
+    llm_status s = LLM_OK;
+    for (size_t i = 0; i < f->n_tensors && !s; i++) {
         struct llm_tensor *t = &f->tensors[i];
         if (!t->stored)
             continue;
-        if (t->compression == LLM_COMPRESS_NONE) {
-            if (XXH3_64bits(t->data, (size_t)t->nbytes) != t->checksum)
-                return llm_error_set(LLM_E_CHECKSUM, "%s: tensor '%s': checksum mismatch (corrupt data)",
-                                     f->path, t->name);
-            t->verified = 1;
-        } else {
-            const void *b; /* decompression verifies */
-            LLM_TRY(llm_tensor_bytes(f, t, &b));
-        }
+        s = llm_tensor_check(f, t, &scratch, &cap);
         n++;
     }
-    if (n_checked)
+    llm_free(scratch);
+    if (!s && n_checked)
         *n_checked = n;
-    return LLM_OK;
+    return s;
 }
 
 llm_status llm_llm_open(struct llm_file **out, const char *path, const struct llm_import_opts *o)
 {
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     struct llm_file *f;
     llm_status s = llm_llm_parse(&f, m.data, m.size, strcmp(path, "-") ? path : "<stdin>", o);
     if (s) {
@@ -255,10 +305,11 @@ static llm_status write_tensor(struct llm_file *f, struct llm_tensor *t, struct 
                                ZSTD_CCtx *cctx, int level, void **scratch, size_t *scratch_n,
                                void **cbuf, size_t *cbuf_n, struct entry *e)
 {
-    const void *bytes = t->data;
+    const void *bytes;
     size_t n = (size_t)t->nbytes;
     if (t->nbytes > SIZE_MAX)
         return llm_error_set(LLM_E_NOMEM, "%s: tensor too large", t->name);
+    LLM_TRY(llm_tensor_peek(f, t, &bytes));
     if (!bytes) {
         if (n > *scratch_n) {
             llm_free(*scratch);
@@ -271,7 +322,10 @@ static llm_status write_tensor(struct llm_file *f, struct llm_tensor *t, struct 
         LLM_TRY(llm_tensor_read(f, t, *scratch));
         bytes = *scratch;
     }
-    e->checksum = XXH3_64bits(bytes, n);
+    /* bytes of a .llm file that were checked against their checksum keep
+     * it (hashing them again would cost a second pass) */
+    int known = t->stored && t->checked && (f->check_sums || t->compression == LLM_COMPRESS_ZSTD);
+    e->checksum = known ? t->checksum : XXH3_64bits(bytes, n);
     e->offset = w->pos;
     e->compression = LLM_COMPRESS_NONE;
     e->stored = n;
@@ -364,13 +418,17 @@ llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_
         s = write_tensor(f, t, &w, cctx, o->compress_level, &scratch, &scratch_n, &cbuf, &cbuf_n,
                          &ents[i]);
         if (s) {
-            if (!strstr(llm_error_detail(s), t->name)) {
-                char pre[LLM_MAX_NAME + 16];
-                snprintf(pre, sizeof pre, "tensor '%s'", t->name);
-                llm_error_prefix(pre);
+            /* an error about the output or the input names its file; others
+             * (a fill that failed) get the tensor's name and the output's */
+            const char *shown = strcmp(path, "-") ? path : "<stdout>", *d = llm_error_detail(s);
+            if (strncmp(d, shown, strlen(shown)) != 0 && strncmp(d, f->path, strlen(f->path)) != 0) {
+                if (!strstr(d, t->name)) {
+                    char pre[LLM_MAX_NAME + 16];
+                    snprintf(pre, sizeof pre, "tensor '%s'", t->name);
+                    llm_error_prefix(pre);
+                }
+                llm_error_prefix(shown);
             }
-            if (strncmp(llm_error_detail(s), path, strlen(path)) != 0)
-                llm_error_prefix(strcmp(path, "-") ? path : "<stdout>");
             goto fail;
         }
         idx_size += 4 + strlen(t->name) + INDEX_FIXED;

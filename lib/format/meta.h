@@ -38,6 +38,8 @@ struct llm_meta {
     size_t slen;
     struct llm_meta **items;  /* SEQ and MAP children, in order */
     size_t n, cap;
+    uint32_t *index;          /* MAP of many keys: open-addressed, item index + 1, 0 = empty */
+    size_t index_cap;         /* a power of two above twice n; 0 while the map is scanned */
     size_t line;              /* 1-based source line, 0 when built in memory */
 };
 
@@ -45,7 +47,9 @@ struct llm_meta *llm_meta_new(enum llm_meta_kind kind); /* NULL on ENOMEM */
 void llm_meta_free(struct llm_meta *m);
 struct llm_meta *llm_meta_clone(const struct llm_meta *m);
 
-/* Lookup. NULL when absent (or when a path crosses a non-map). */
+/* Lookup. NULL when absent (or when a path crosses a non-map). A map of
+ * more than a few keys keeps a hash index of them, so that reading or
+ * building a map of n keys takes O(n) (a crafted file may have 100,000). */
 struct llm_meta *llm_meta_child(const struct llm_meta *map, const char *key);
 struct llm_meta *llm_meta_get(const struct llm_meta *root, const char *path);
 

@@ -301,10 +301,10 @@ static llm_status st_add(const struct llm_st_entry *e, void *vctx)
 llm_status llm_safetensors_parse(struct llm_file **out, const uint8_t *data, size_t size,
                                  const char *name, const struct llm_import_opts *o)
 {
-    (void)o;
     *out = NULL;
     struct llm_file *f;
     LLM_TRY(llm_file_new(&f, name, "safetensors"));
+    llm_file_set_checks(f, o);
     struct st_open_ctx c = { f, name };
     llm_status s = llm_st_scan(data, size, name, f->meta, st_add, &c);
     if (!s)
@@ -324,7 +324,7 @@ llm_status llm_safetensors_open(struct llm_file **out, const char *path,
 {
     *out = NULL;
     struct llm_map m;
-    LLM_TRY(llm_map_open(&m, path));
+    LLM_TRY(llm_model_map(&m, path));
     const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
     struct llm_file *f;
     llm_status s = llm_safetensors_parse(&f, m.data, m.size, shown, o);
@@ -420,7 +420,7 @@ static llm_status write_body(struct llm_file *f, struct llm_tensor **ts, size_t 
 {
     uint64_t most = 0;
     for (size_t i = 0; i < n; i++)
-        if (!ts[i]->data && ts[i]->nbytes > most)
+        if (!llm_tensor_in_place(ts[i]) && ts[i]->nbytes > most)
             most = ts[i]->nbytes;
     void *buf = NULL;
     if (most) {
@@ -433,8 +433,9 @@ static llm_status write_body(struct llm_file *f, struct llm_tensor **ts, size_t 
     }
     llm_status s = LLM_OK;
     for (size_t i = 0; i < n && !s; i++) {
-        const void *p = ts[i]->data;
-        if (!p) {
+        const void *p;
+        s = llm_tensor_peek(f, ts[i], &p); /* checked at the first use */
+        if (!s && !p) {
             s = llm_tensor_read(f, ts[i], buf);
             p = buf;
         }

@@ -49,6 +49,10 @@ static llm_status get_float(const struct llm_meta *m, const char *path, const ch
     }
     if (!isfinite(v))
         return llm_error_set(LLM_E_FORMAT, "%s: metadata key '%s' is not a finite number", path, key);
+    /* a double beyond the float range narrows to infinity */
+    if (!isfinite((float)v))
+        return llm_error_set(LLM_E_FORMAT, "%s: metadata key '%s' = %g is out of the range of a "
+                             "float", path, key, v);
     *out = (float)v;
     return LLM_OK;
 }
@@ -186,12 +190,24 @@ static llm_status bind(struct llm_model *m, struct llm_weight *w, const char *na
     const struct llm_type_traits *tr = llm_type_traits(t->type);
     int vec = rows == 0;
     int64_t want_rows = vec ? 1 : rows;
-    if ((t->flags & LLM_TENSOR_AUX) || !tr || tr->is_aux || t->ne[0] != ne0 ||
-        llm_tensor_nrows(t) != want_rows || (vec && t->n_dims != 1))
-        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %s [%lld, %lld], expected [%lld%s%lld]",
+    if (!tr || tr->is_aux)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': type %s is not a weight type",
+                             f->path, name, llm_type_name(t->type));
+    if (t->flags & LLM_TENSOR_AUX)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': flagged as auxiliary data, not a "
+                             "weight", f->path, name);
+    if (vec && (t->n_dims != 1 || t->ne[0] != ne0)) {
+        char shape[96];
+        int k = snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims && d < LLM_MAX_DIMS && k > 0 && k < 64; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, ", %lld", (long long)t->ne[d]);
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %s [%s], expected [%lld]", f->path,
+                             name, llm_type_name(t->type), shape, (long long)ne0);
+    }
+    if (t->ne[0] != ne0 || llm_tensor_nrows(t) != want_rows)
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %s [%lld, %lld], expected [%lld, %lld]",
                              f->path, name, llm_type_name(t->type), (long long)t->ne[0],
-                             (long long)llm_tensor_nrows(t), (long long)ne0, vec ? "" : ", ",
-                             vec ? 0LL : (long long)rows);
+                             (long long)llm_tensor_nrows(t), (long long)ne0, (long long)rows);
     const void *data;
     LLM_TRY(llm_tensor_bytes(f, t, &data));
     w->type = t->type;

@@ -19,6 +19,15 @@
  * type including f32/f16/bf16; LLM_E_INVALID for auxiliary types. */
 llm_status llm_dequantize_row(enum llm_type t, const void *src, float *dst, int64_t ne0);
 
+/* NaN and infinite values among nrows rows of ne0 elements of type t, as
+ * llm_dequantize_row would give them: *count, and *first (optional) the
+ * index of the first (-1: none). Only what can be non-finite is read (the
+ * floats of f32/f16/bf16, the scales and minimums of the block types), and
+ * a row is dequantized only when its float32 scale is so large that the
+ * products could overflow. Auxiliary types have none. */
+llm_status llm_rows_nonfinite(enum llm_type t, const void *src, int64_t ne0, int64_t nrows,
+                              uint64_t *count, int64_t *first);
+
 /* Quantize one row of float32 to type t (round to nearest, the plain RTN
  * rule of each format: absmax scales for symmetric types, min/max for
  * zero-point types, nearest code for NF4/FP8). src (ne0), dst (row bytes). */

@@ -8,8 +8,10 @@
 #include "../common/io.h"
 #include "../sample/sample.h"
 
-/* Calibration texts are a few MB; a bound keeps a wrong path (a model file)
- * from being read whole. */
+/* Calibration texts are a few MB; a bound keeps a wrong path (a model file,
+ * a device) from being read whole. The text is read as it comes, without a
+ * temporary copy, and a NUL byte stops it at once (llm-quantize(1) states
+ * the limit). */
 #define CALIB_MAX_BYTES ((size_t)1 << 30)
 
 llm_status llm_calib_load(struct llm_calib *c, const struct llm_tokenizer *tok, const char *path,
@@ -21,7 +23,7 @@ llm_status llm_calib_load(struct llm_calib *c, const struct llm_tokenizer *tok, 
                              "(asked for %d of %d)", n, len);
     char *text;
     size_t tlen;
-    llm_status s = llm_read_file(path, CALIB_MAX_BYTES, &text, &tlen);
+    llm_status s = llm_read_text(path, CALIB_MAX_BYTES, &text, &tlen);
     if (s)
         return s;
     c->hash = XXH3_64bits(text, tlen);

@@ -237,3 +237,21 @@ t_bench_batch_usage_errors_exit_2() {
     expect 2 "$BENCH" -m x -b 2 --ppl t.txt && has "$TMP/err" "-b goes with" &&
     expect 2 "$BENCH" -m x -b 2 -n 8 -p 1 --kernels
 }
+# ---- integrity (issue 17) --------------------------------------------------------
+# Speed, perplexity and KL divergence were reported from a damaged model or
+# from NaN weights, with exit 0.
+t_bench_damaged_or_nonfinite_model_refused() {
+    bad_llm && nan_llm || return 1
+    need "$DATA/text/tinystories_val.txt"
+    head -c 5000 "$DATA/text/tinystories_val.txt" >"$TMP/t.txt"
+    local m msg
+    for m in bad nan; do
+        [ $m = bad ] && msg=$BAD_MSG || msg=$NAN_MSG
+        expect 1 "$BENCH" -m "$TMP/$m.llm" -p 8 -n 4 -r 1 -t 1 $BROOF &&
+        has "$TMP/err" "llm-bench: $TMP/$msg" && one_line || return 1
+        expect 1 "$BENCH" -m "$TMP/$m.llm" --ppl "$TMP/t.txt" --ctx 64 -t 1 &&
+        has "$TMP/err" "llm-bench: $TMP/$msg" && one_line || return 1
+        expect 1 "$BENCH" -m "$TMP/good.llm" --base "$TMP/$m.llm" --ppl "$TMP/t.txt" --ctx 64 -t 1 &&
+        has "$TMP/err" "$msg" || return 1
+    done
+}

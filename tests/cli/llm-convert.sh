@@ -255,3 +255,100 @@ t_gptq_export_keeps_the_tokenizer() {
     "$BIN/llm-run" -m "$SMOL" --tokenize -p "$text" >"$TMP/t1" &&
     "$BIN/llm-run" -m "$TMP/smol-gptq" --tokenize -p "$text" >"$TMP/t2" && [ -s "$TMP/t1" ] && cmp -s "$TMP/t1" "$TMP/t2"
 }
+
+# ---- integrity (issue 17) ----------------------------------------------------
+# A damaged tensor was copied under a new, good checksum: every output refuses
+# it now, names the file and the tensor, and leaves nothing behind.
+t_damaged_tensor_not_copied() {
+    bad_llm || return 1
+    local args
+    for args in "-o $TMP/o.llm" "--compress -o $TMP/o.llm" "-t q8_0 -o $TMP/o.llm" \
+                "-o $TMP/o.gguf" "--to gguf -o $TMP/o.llm"; do
+        # shellcheck disable=SC2086
+        expect 1 "$CONVERT" "$TMP/bad.llm" $args || return 1
+        has "$TMP/err" "llm-convert: $TMP/$BAD_MSG" && one_line || return 1
+        [ ! -e "$TMP/o.llm" ] && [ ! -e "$TMP/o.gguf" ] || { echo "output left by $args"; return 1; }
+    done
+    # on standard output nothing is written: all is checked first
+    expect 1 "$CONVERT" "$TMP/bad.llm" -o - && has "$TMP/err" "$BAD_MSG" && [ ! -s "$TMP/out" ] &&
+    expect 1 "$CONVERT" --info --checksums "$TMP/bad.llm" && has "$TMP/err" "$BAD_MSG" &&
+    expect 1 "$CONVERT" --verify "$TMP/bad.llm" && has "$TMP/err" "$BAD_MSG"
+}
+t_nonfinite_weights_warned() {
+    nan_llm || return 1
+    expect 0 "$CONVERT" "$TMP/nan.llm" -o "$TMP/n2.llm" &&
+    has "$TMP/err" "llm-convert: warning: $TMP/nan.llm: 1 NaN or infinite weight value in 1 tensor (the first: 'token_embd.weight')" &&
+    one_line && expect 0 "$CONVERT" --verify "$TMP/nan.llm" && has "$TMP/out" "OK" &&
+    has "$TMP/err" "warning" && expect 0 "$CONVERT" -q "$TMP/nan.llm" -o "$TMP/n3.llm" && [ ! -s "$TMP/err" ]
+}
+# Metadata of n keys took O(n^2) to read: 100,000 kept GGUF keys (an 8 MB
+# header) took over 30 s to convert and again to open. The timeouts guard
+# against that growth; they are not speed claims.
+t_many_metadata_keys() {
+    command -v python3 >/dev/null || skip "no python3"
+    python3 - "$TMP/keys.gguf" <<'PY' || return 1
+import struct, sys
+kv = []
+def s(x): b = x.encode(); return struct.pack('<Q', len(b)) + b
+kv.append(s('general.architecture') + struct.pack('<I', 8) + s('llama'))
+for i in range(100000):
+    kv.append(s('x.key.%d' % i) + struct.pack('<II', 4, i))
+open(sys.argv[1], 'wb').write(b'GGUF' + struct.pack('<IQQ', 3, 0, len(kv)) + b''.join(kv))
+PY
+    expect 0 timeout 60 "$CONVERT" "$TMP/keys.gguf" -o "$TMP/keys.llm" &&
+    expect 0 timeout 30 "$CONVERT" --info "$TMP/keys.llm" && has "$TMP/out" "x.key.99999: 99999"
+}
+# A device as the model was copied to TMPDIR before its first byte was
+# checked (6 GB in 5 s): now the header is checked first.
+t_device_model_stops_at_the_header() {
+    local dev
+    mkdir -p "$TMP/spool"
+    for dev in /dev/zero /dev/urandom; do
+        expect 1 limited env TMPDIR="$TMP/spool" timeout 20 "$CONVERT" "$dev" -o "$TMP/x.llm" &&
+        has "$TMP/err" "llm-convert: $dev: not a llama2.c checkpoint" && one_line || return 1
+        expect 1 limited env TMPDIR="$TMP/spool" timeout 20 "$CONVERT" --info "$dev" || return 1
+        [ -z "$(ls -A "$TMP/spool")" ] || return 1
+    done
+}
+t_stream_past_its_header_refused() {
+    need "$G260"
+    expect 1 limited timeout 20 sh -c "cat '$G260' /dev/zero | '$CONVERT' - -o '$TMP/x.llm'" &&
+    has "$TMP/err" "<stdin>: the input goes on past the 1185376 bytes its header describes" &&
+    one_line && [ ! -e "$TMP/x.llm" ]
+}
+# -o turned a FIFO, a device or a symlink into a regular file (as root,
+# -o /dev/null replaced the system's).
+t_output_fifo_stays_a_fifo() {
+    need "$G260"
+    mkfifo "$TMP/fifo" || skip "no mkfifo"
+    timeout 60 cat "$TMP/fifo" >"$TMP/from-fifo" &  # an old build never opens it
+    expect 0 "$CONVERT" "$G260" -o "$TMP/fifo" || return 1
+    wait
+    [ -p "$TMP/fifo" ] && expect 0 "$CONVERT" --verify "$TMP/from-fifo"
+}
+t_output_device_stays_a_device() {
+    need "$G260"
+    # a twin of /dev/null: an old build would rename its file over it
+    mknod "$TMP/null" c 1 3 2>/dev/null || skip "cannot mknod (needs CAP_MKNOD)"
+    expect 0 "$CONVERT" "$G260" -o "$TMP/null" && [ -c "$TMP/null" ] &&
+    expect 0 "$CONVERT" "$G260" -o "$TMP/null" --to gguf && [ -c "$TMP/null" ]
+}
+t_output_symlink_stays_a_link() {
+    need "$G260"
+    mkdir -p "$TMP/real"
+    ln -s real/m.llm "$TMP/link.llm" && ln -s real/m.gguf "$TMP/link.gguf" || return 1
+    expect 0 "$CONVERT" "$G260" -o "$TMP/link.llm" && [ -L "$TMP/link.llm" ] && [ -f "$TMP/real/m.llm" ] &&
+    expect 0 "$CONVERT" "$TMP/link.llm" -o "$TMP/link.gguf" && [ -L "$TMP/link.gguf" ] &&
+    [ -f "$TMP/real/m.gguf" ] &&
+    # written again: the target is replaced, the link stays
+    expect 0 "$CONVERT" "$G260" -o "$TMP/link.llm" --meta a=b && [ -L "$TMP/link.llm" ] &&
+    expect 0 "$CONVERT" --info "$TMP/real/m.llm" && has "$TMP/out" "a: b"
+}
+# A write error on stdout printed two lines.
+t_stdout_write_error_one_line() {
+    need "$G260"
+    [ -w /dev/full ] || skip "no /dev/full"
+    expect 1 sh -c "'$CONVERT' '$G260' -o - >/dev/full" && has "$TMP/err" "<stdout>: write error" &&
+    one_line && expect 1 sh -c "'$CONVERT' --info '$G260' >/dev/full" &&
+    has "$TMP/err" "llm-convert: <stdout>: write error" && one_line
+}

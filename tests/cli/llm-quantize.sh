@@ -508,3 +508,57 @@ t_quantize_gptq_act_order_round_trips_through_hf() {
     [ "$(printf '%s\n' "$a" | grep -c perm)" = 20 ] || { echo "expected 20 .perm tensors"; return 1; }
     [ "$a" = "$b" ] || { diff <(printf '%s\n' "$a") <(printf '%s\n' "$b") | head; return 1; }
 }
+
+# ---- integrity (issue 17) ----------------------------------------------------
+t_quantize_damaged_model_refused() {
+    bad_llm || return 1
+    local dest
+    for dest in "$TMP/q-bad.llm" -; do
+        expect 1 "$QUANT" -m "$TMP/bad.llm" -o "$dest" --method rtn --bits 8 &&
+        has "$TMP/err" "llm-quantize: $TMP/$BAD_MSG" && one_line && [ ! -s "$TMP/out" ] || return 1
+    done
+    [ ! -e "$TMP/q-bad.llm" ]
+}
+t_quantize_nonfinite_weights_refused() {
+    nan_llm || return 1
+    expect 1 "$QUANT" -m "$TMP/nan.llm" -o "$TMP/q-nan.llm" --method rtn --bits 8 &&
+    has "$TMP/err" "llm-quantize: $TMP/$NAN_MSG" && one_line && [ ! -e "$TMP/q-nan.llm" ]
+}
+# --calib /dev/zero was copied to TMPDIR without end.
+t_quantize_calib_device_refused() {
+    q_base || return 1
+    mkdir -p "$TMP/spool"
+    expect 1 limited env TMPDIR="$TMP/spool" timeout 20 "$QUANT" -m "$TMP/q-base.llm" \
+        -o "$TMP/q-z.llm" --method gptq --calib /dev/zero &&
+    has "$TMP/err" "llm-quantize: /dev/zero: not text (a NUL byte at offset 0)" && one_line &&
+    [ -z "$(ls -A "$TMP/spool")" ] && [ ! -e "$TMP/q-z.llm" ]
+}
+# A recipe that is too large said "file too large (0 bytes, ...)".
+t_quantize_recipe_too_large_says_its_size() {
+    q_base || return 1
+    head -c 3900000 /dev/zero | tr '\0' '#' >"$TMP/big.yaml"
+    expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/q-r.llm" --recipe "$TMP/big.yaml" &&
+    has "$TMP/err" "big.yaml: file too large (3900000 bytes, limit 1048576)" && one_line
+}
+# --report was written in place with fopen: a failure half-way left half a
+# report. It is written as every output is now: a regular file is replaced
+# whole (a new inode; a hard link to the old one keeps the old report), a
+# link stays a link, a FIFO a FIFO.
+t_quantize_report_keeps_links_and_fifos() {
+    q_base || return 1
+    mkdir -p "$TMP/rep"
+    echo old >"$TMP/r.json" && ln "$TMP/r.json" "$TMP/r-old.json" || return 1
+    expect 0 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-rep.llm" --method rtn --bits 8 \
+        --report "$TMP/r.json" && has "$TMP/r.json" '"tensors"' &&
+    [ "$(cat "$TMP/r-old.json")" = old ] || { echo "the report was written in place"; return 1; }
+    ln -s rep/r.json "$TMP/r-link.json" || return 1
+    expect 0 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-rep.llm" --method rtn --bits 8 \
+        --report "$TMP/r-link.json" && [ -L "$TMP/r-link.json" ] && has "$TMP/rep/r.json" '"tensors"' || return 1
+    mkfifo "$TMP/r.fifo" || skip "no mkfifo"
+    timeout 60 cat "$TMP/r.fifo" >"$TMP/r-from-fifo.json" &
+    expect 0 "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/q-rep.llm" --method rtn --bits 8 \
+        --report "$TMP/r.fifo" || return 1
+    wait
+    [ -p "$TMP/r.fifo" ] && has "$TMP/r-from-fifo.json" '"tensors"' &&
+    expect 2 "$QUANT" -m "$TMP/q-base.llm" -o - --report -
+}

@@ -400,3 +400,45 @@ t_run_sampler_options_take_effect() {
             { echo "$o: no effect"; return 1; }
     done
 }
+
+# ---- integrity (issue 17) ----------------------------------------------------
+# NaN weights gave exit 0 and empty output, with no word.
+t_run_nonfinite_weights_refused() {
+    nan_llm || return 1
+    expect 1 "$RUN" -m "$TMP/nan.llm" -p 'Once' -n 4 --temp 0 &&
+    has "$TMP/err" "llm-run: $TMP/$NAN_MSG" && one_line && [ ! -s "$TMP/out" ] &&
+    # the tokenizer modes do not read the weights
+    expect 0 "$RUN" -m "$TMP/nan.llm" --tokenize -p 'Once'
+}
+t_run_device_model_stops_at_the_header() {
+    expect 1 limited timeout 20 "$RUN" -m /dev/zero -p hi && has "$TMP/err" "llm-run: /dev/zero: " &&
+    one_line
+}
+# A bad id quoted the rest of the input, newline included; the message
+# names where the ids came from.
+t_run_detokenize_bad_id_one_line() {
+    r_stories
+    expect 1 "$RUN" -m "$TMP/s.llm" --detokenize -p "$(printf '12 13 abc\ndef 14')" &&
+    has "$TMP/err" "llm-run: -p: id 3, 'abc', is not a token id" && one_line || return 1
+    printf '1 2\n3 4 x\001y 5\n' >"$TMP/ids.txt"
+    expect 1 "$RUN" -m "$TMP/s.llm" --detokenize -f "$TMP/ids.txt" &&
+    has "$TMP/err" "llm-run: $TMP/ids.txt: id 5, 'x?y', is not a token id" && one_line
+}
+# "the prompt is empty" did not name its file.
+t_run_empty_prompt_names_its_file() {
+    r_smol # no BOS: an empty text gives no token
+    : >"$TMP/empty.txt"
+    expect 1 "$RUN" -m "$TMP/smol.llm" -f "$TMP/empty.txt" -n 2 &&
+    has "$TMP/err" "llm-run: $TMP/empty.txt: the prompt is empty" && one_line &&
+    expect 1 "$RUN" -m "$TMP/smol.llm" -p '' -n 2 && has "$TMP/err" "llm-run: -p: the prompt is empty" &&
+    expect 1 sh -c "'$RUN' -m '$TMP/smol.llm' -n 2 </dev/null" &&
+    has "$TMP/err" "llm-run: <stdin>: the prompt is empty"
+}
+# A write error on stdout printed two lines.
+t_run_stdout_write_error_one_line() {
+    r_stories
+    [ -w /dev/full ] || skip "no /dev/full"
+    expect 1 sh -c "'$RUN' -m '$TMP/s.llm' -p Once -n 4 --temp 0 >/dev/full" &&
+    has "$TMP/err" "llm-run: <stdout>: write error" && one_line &&
+    expect 1 sh -c "'$RUN' -m '$TMP/s.llm' --tokenize -p Once >/dev/full" && one_line
+}

@@ -33,6 +33,34 @@ tensors() {
 # metadata and tensor lines of --info, in sorted order, without the file name
 infosorted() { "$CONVERT" --info --checksums "$1" | grep -v -e '^file:' -e 'gguf_file_type:' | sort; }
 
+# one line on stderr (the rule for every failure)
+one_line() { [ "$(wc -l <"$TMP/err")" = 1 ] || { echo "stderr has $(wc -l <"$TMP/err") lines:"; cat "$TMP/err"; return 1; }; }
+
+# ---- damaged inputs, shared by the tools' cases ------------------------------
+# $TMP/bad.llm: stories260K with one byte flipped in the weights of
+# blk.1.ffn_up.weight (its checksum no longer matches)
+bad_llm() {
+    need "$DATA/gguf/stories260K.gguf"
+    [ -e "$TMP/bad.llm" ] && return 0
+    "$BIN/llm-convert" "$DATA/gguf/stories260K.gguf" -o "$TMP/good.llm" || return 1
+    cp "$TMP/good.llm" "$TMP/bad.llm"
+    printf '\x55' | dd of="$TMP/bad.llm" bs=1 seek=600000 conv=notrunc status=none
+}
+BAD_MSG="bad.llm: tensor 'blk.1.ffn_up.weight': checksum mismatch"
+# $TMP/nan.llm: stories260K with a NaN at element 100 of token_embd.weight
+# (row 1, BOS), stored with a good checksum
+nan_llm() {
+    need "$DATA/llama2c/stories260K.bin" "$DATA/llama2c/tok512.bin"
+    [ -e "$TMP/nan.llm" ] && return 0
+    cp "$DATA/llama2c/stories260K.bin" "$TMP/nan.bin" && chmod u+w "$TMP/nan.bin"
+    printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.bin" bs=1 seek=$((28 + 4 * 100)) conv=notrunc status=none
+    "$BIN/llm-convert" -q "$TMP/nan.bin" --tokenizer "$DATA/llama2c/tok512.bin" -o "$TMP/nan.llm"
+}
+NAN_MSG="nan.llm: tensor 'token_embd.weight': 1 NaN or infinite value (the first at element 100)"
+# run a command with files limited to 64 MB, so that a reader that copies an
+# endless device to TMPDIR is stopped (SIGXFSZ) instead of filling the disk
+limited() { (ulimit -f 131072; "$@"); }
+
 # ---- runner ----------------------------------------------------------------
 for f in "$ROOT"/tests/cli/llm-*.sh; do
     # shellcheck disable=SC1090

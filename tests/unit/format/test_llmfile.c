@@ -282,3 +282,30 @@ Test(llmfile, convert_changes_weight_matrices_only)
     llm_file_free(g);
     llm_file_free(f);
 }
+
+/* Each field of the header has its own message: a bad metadata offset was
+ * reported as "bad header size". */
+Test(llmfile, header_fields_named_in_messages)
+{
+    struct llm_file *f = make_model(), *g = NULL;
+    size_t n;
+    char *x = slurp(write_tmp(f, 0, "h.llm"), &n);
+    uint64_t off = 128;
+    memcpy(x + 24, &off, 8);
+    rehash_header(x);
+    llm_status s = llm_llm_parse(&g, (const uint8_t *)x, n, "h.llm", NULL);
+    cr_assert_eq(s, LLM_E_FORMAT);
+    cr_assert(strstr(llm_error_detail(s), "h.llm: bad metadata offset 128 (expected 64)"), "%s",
+              llm_error_detail(s));
+    off = 64;
+    memcpy(x + 24, &off, 8);
+    uint32_t hs = 65;
+    memcpy(x + 12, &hs, 4);
+    rehash_header(x);
+    s = llm_llm_parse(&g, (const uint8_t *)x, n, "h.llm", NULL);
+    cr_assert_eq(s, LLM_E_FORMAT);
+    cr_assert(strstr(llm_error_detail(s), "h.llm: bad header size 65 (expected 64)"), "%s",
+              llm_error_detail(s));
+    llm_free(x);
+    llm_file_free(f);
+}

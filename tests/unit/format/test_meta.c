@@ -1,5 +1,6 @@
 /* test_meta.c: YAML metadata tree: typing, round trips, errors. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../../lib/common/alloc.h"
@@ -204,5 +205,77 @@ Test(meta, json_output)
     fclose(f);
     cr_assert_str_eq(buf, "{\"a\":1,\"b\":[\"x\",2.5],\"c\":{\"d\":\"q\\\"\"},\"e\":null}");
     free(buf);
+    llm_meta_free(m);
+}
+
+/* Reading a map of n keys looked each key up among the ones before it:
+ * O(n^2), 30 s for 100,000 keys in every tool that opened such a file. The
+ * timeout is a guard against that growth, ten times what a linear reader
+ * takes even under the sanitizers, not a speed claim. */
+#define MANY 100000
+Test(meta, many_keys_read_in_linear_time, .timeout = 10)
+{
+    size_t cap = (size_t)MANY * 24 + 64, n = 0;
+    char *y = malloc(cap);
+    cr_assert(y);
+    n += (size_t)snprintf(y + n, cap - n, "gguf:\n");
+    for (int i = 0; i < MANY; i++)
+        n += (size_t)snprintf(y + n, cap - n, "  key.%d: %d\n", i, i);
+    struct llm_meta *m = NULL;
+    llm_status s = llm_meta_parse_yaml(&m, y, n, "many.yaml");
+    cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
+    struct llm_meta *g = llm_meta_child(m, "gguf");
+    cr_assert_eq(g->n, MANY);
+    for (int i = 0; i < MANY; i += 977) {
+        char k[32];
+        snprintf(k, sizeof k, "key.%d", i);
+        cr_assert(llm_meta_child(g, k) && llm_meta_child(g, k)->i == i, "%s", k);
+    }
+    cr_assert_null(llm_meta_child(g, "key.100000"));
+    /* the order is kept, and a duplicate among many is still found */
+    cr_assert_str_eq(g->items[MANY - 1]->key, "key.99999");
+    n += (size_t)snprintf(y + n, cap - n, "  key.4242: 0\n");
+    struct llm_meta *d = NULL;
+    s = llm_meta_parse_yaml(&d, y, n, "dup.yaml");
+    cr_assert_eq(s, LLM_E_FORMAT);
+    cr_assert(strstr(llm_error_detail(s), "duplicate key 'key.4242'"), "%s", llm_error_detail(s));
+    /* written and read back, cloned: the same keys */
+    char *out;
+    size_t len;
+    cr_assert_eq(llm_meta_emit_yaml(m, &out, &len), LLM_OK);
+    struct llm_meta *back = NULL;
+    cr_assert_eq(llm_meta_parse_yaml(&back, out, len, "back.yaml"), LLM_OK);
+    struct llm_meta *c = llm_meta_clone(back);
+    cr_assert(c && llm_meta_get(c, "gguf") && llm_meta_get(c, "gguf")->n == MANY);
+    cr_assert_eq(llm_meta_child(llm_meta_child(c, "gguf"), "key.77777")->i, 77777);
+    llm_free(out);
+    llm_meta_free(back);
+    llm_meta_free(c);
+    llm_meta_free(m);
+    free(y);
+}
+
+Test(meta, set_and_delete_among_many_keys, .timeout = 10)
+{
+    struct llm_meta *m = llm_meta_new(LLM_META_MAP);
+    char k[64];
+    for (int i = 0; i < MANY; i++) { /* each set looks for the key first */
+        snprintf(k, sizeof k, "types.k%d", i);
+        cr_assert_eq(llm_meta_set_i64(m, k, i), LLM_OK);
+    }
+    struct llm_meta *t = llm_meta_child(m, "types");
+    cr_assert_eq(t->n, MANY);
+    cr_assert_eq(llm_meta_set_i64(m, "types.k5", -5), LLM_OK); /* replaced in place */
+    cr_assert_eq(t->n, MANY);
+    cr_assert_eq(llm_meta_child(t, "k5")->i, -5);
+    cr_assert_str_eq(t->items[5]->key, "k5");
+    for (int i = 0; i < 40; i++) { /* a deletion moves the keys after it */
+        snprintf(k, sizeof k, "types.k%d", i * 1000);
+        llm_meta_del(m, k);
+    }
+    cr_assert_eq(t->n, MANY - 40);
+    cr_assert_null(llm_meta_child(t, "k1000"));
+    cr_assert_eq(llm_meta_child(t, "k1001")->i, 1001);
+    cr_assert_eq(llm_meta_child(t, "k99999")->i, 99999);
     llm_meta_free(m);
 }

@@ -495,6 +495,74 @@ Test(model, bad_shape_and_tokenizer_only_refused)
               "%s", llm_error_detail(LLM_E_UNSUPPORTED));
 }
 
+/* A double beyond the float range passed the finiteness check made on the
+ * double, then became infinity: exit 0 and empty output. */
+Test(model, float_keys_beyond_the_float_range_refused)
+{
+    struct llm_file *f = synth(QWEN, LLM_TYPE_F32);
+    struct llm_config c;
+    cr_assert_eq(llm_config_from_meta(&c, f->meta, "m.llm"), LLM_OK);
+    const char *keys[] = { "hparams.rms_norm_eps", "hparams.rope_theta" };
+    const double vals[] = { 1e308, 3.5e38 };
+    for (int i = 0; i < 2; i++) {
+        struct llm_meta *m = llm_meta_clone(f->meta);
+        cr_assert_eq(llm_meta_set_f64(m, keys[i], vals[i]), LLM_OK);
+        llm_status s = llm_config_from_meta(&c, m, "m.llm");
+        cr_assert_eq(s, LLM_E_FORMAT, "%s = %g accepted", keys[i], vals[i]);
+        char want[128];
+        snprintf(want, sizeof want, "m.llm: metadata key '%s' = %g is out of the range of a float",
+                 keys[i], vals[i]);
+        cr_assert(strstr(llm_error_detail(s), want), "%s", llm_error_detail(s));
+        llm_meta_free(m);
+    }
+    llm_file_free(f);
+}
+
+/* A weight replaced by `ne` elements of `type` (zeros), flags set. */
+static struct llm_file *with_tensor(const char *name, enum llm_type type, uint32_t n_dims,
+                                    const int64_t *ne, uint32_t flags)
+{
+    struct llm_file *f = synth(QWEN, LLM_TYPE_F32);
+    llm_file_remove(f, name);
+    uint64_t nbytes;
+    cr_assert_eq(llm_type_tensor_bytes(type, n_dims, ne, &nbytes), LLM_OK);
+    void *data = llm_calloc(1, (size_t)nbytes);
+    cr_assert_eq(llm_file_own(f, data), LLM_OK);
+    struct llm_tensor *t;
+    cr_assert_eq(llm_file_add_tensor(f, name, type, n_dims, ne, data, &t), LLM_OK);
+    t->flags |= flags;
+    return f;
+}
+
+static void bind_fails_with(struct llm_file *f, const char *want)
+{
+    struct llm_model *m;
+    llm_status s = llm_model_from_file(&m, f, NULL);
+    cr_assert_eq(s, LLM_E_FORMAT);
+    cr_assert(strstr(llm_error_detail(s), want), "'%s' not in '%s'", want, llm_error_detail(s));
+}
+
+Test(model, bind_messages_say_what_is_wrong)
+{
+    /* a vector of 480 elements where 48 are wanted: it said "expected [480]" */
+    int64_t v[1] = { 480 };
+    bind_fails_with(with_tensor("output_norm.weight", LLM_TYPE_F32, 1, v, 0),
+                    "tensor 'output_norm.weight': f32 [480], expected [48]");
+    int64_t v2[2] = { 48, 2 };
+    bind_fails_with(with_tensor("output_norm.weight", LLM_TYPE_F32, 2, v2, 0),
+                    "tensor 'output_norm.weight': f32 [48, 2], expected [48]");
+    /* the right shape with a wrong type or flag: it said "u8 [48, 48],
+     * expected [48, 48]" */
+    int64_t q[2] = { 48, 48 };
+    bind_fails_with(with_tensor("blk.0.attn_q.weight", LLM_TYPE_U8, 2, q, 0),
+                    "tensor 'blk.0.attn_q.weight': type u8 is not a weight type");
+    bind_fails_with(with_tensor("blk.0.attn_q.weight", LLM_TYPE_F32, 2, q, LLM_TENSOR_AUX),
+                    "tensor 'blk.0.attn_q.weight': flagged as auxiliary data, not a weight");
+    int64_t q2[2] = { 48, 47 };
+    bind_fails_with(with_tensor("blk.0.attn_q.weight", LLM_TYPE_F32, 2, q2, 0),
+                    "tensor 'blk.0.attn_q.weight': f32 [48, 47], expected [48, 48]");
+}
+
 /* ---- stories260K -------------------------------------------------------- */
 
 struct text_buf {
