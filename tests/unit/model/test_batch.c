@@ -220,7 +220,7 @@ Test(batch, alone_equals_batched_stories260k_q3z) { check_alone_equals_batched(3
 Test(batch, alone_equals_batched_interleaved_q4_0) { check_alone_equals_batched(4); }
 Test(batch, alone_equals_batched_interleaved_q8_0) { check_alone_equals_batched(5); }
 Test(batch, alone_equals_batched_f16) { check_alone_equals_batched(6); }
-Test(batch, alone_equals_batched_smollm2, .timeout = 300) { check_alone_equals_batched(7); }
+Test(batch, alone_equals_batched_smollm2) { check_alone_equals_batched(7); }
 
 /* A prompt of 100 tokens in chunks of 1, 7, 64 and all at once: every
  * position's logits are the same bits. */
@@ -260,7 +260,7 @@ Test(batch, chunked_prefill_stories260k_q8_0) { check_chunks(1); }
 Test(batch, chunked_prefill_stories260k_q3z) { check_chunks(3); }
 Test(batch, chunked_prefill_interleaved_q4_0) { check_chunks(4); }
 Test(batch, chunked_prefill_f16) { check_chunks(6); }
-Test(batch, chunked_prefill_smollm2, .timeout = 300) { check_chunks(7); }
+Test(batch, chunked_prefill_smollm2) { check_chunks(7); }
 
 /* A prompt of 21 tokens (a partial last block of 16), forked into 4
  * sequences: its blocks are shared, not copied; the forks then take
