@@ -513,30 +513,79 @@ struct SIMD(gq_src) {
     int q8, G, BB;
 };
 
-/* Vector p (the pair (2p, 2p+1) of every row) of activation block k of an
- * interleaved group: the unit of the 8-bit layout, or the low or high
- * nibbles of a 4-bit unit (q4 symmetric: minus 8): what gq_pack makes of
- * rows. */
-SIMD_INLINE void SIMD(gq_x16_pair)(const struct SIMD(gq_src) *src, int zp, int64_t k, int p,
-                                   SIMD(gqi) w[GQ_H])
+/* The 16 pair vectors of activation block k of an interleaved group, as
+ * gq_pack makes them of rows (wb: 16 pairs x 16 int32 lanes; AVX2 as two
+ * halves of 8): vector p (the pair (2p, 2p+1) of every row) is the unit of
+ * the 8-bit layout, or the low or high nibbles of a 4-bit unit (q4
+ * symmetric: minus 8). G is a constant after inlining, so the addressing
+ * folds; it is done once per block, not per pair and token. */
+SIMD_INLINE void SIMD(gq_x16_block_g)(const struct SIMD(gq_src) *src, int zp, int64_t k,
+                                      int32_t *wb, const int G)
 {
-    const int nsub = src->G / 32, j = (int)(k % nsub);
+    const int nsub = G / 32, j = (int)(k % nsub);
     const uint8_t *cq = src->grp + (uint64_t)(k / nsub) * 16 * (uint64_t)src->BB + (zp ? 64 : 32);
-    if (src->q8) {
-        SIMD(x16_codes8)(cq + 32 * (16 * j + p), zp, w);
-        return;
-    }
-    const int e = 32 * j + 2 * p, hi = e >= src->G / 2, u = (hi ? e - src->G / 2 : e) / 2;
-    for (int h = 0; h < GQ_H; h++) {
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; p++) {
+        SIMD(gqi) w[GQ_H];
+        if (src->q8) {
+            SIMD(x16_codes8)(cq + 32 * (16 * j + p), zp, w);
+        } else {
+            const int e = 32 * j + 2 * p, hi = e >= G / 2, u = (hi ? e - G / 2 : e) / 2;
+            for (int h = 0; h < GQ_H; h++) {
 #ifdef SIMD_AVX512
-        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(cq + 32 * u)));
-        v = hi ? _mm512_srli_epi16(v, 4) : _mm512_and_si512(v, _mm512_set1_epi16(15));
-        w[h] = zp ? v : _mm512_sub_epi16(v, _mm512_set1_epi16(8));
+                __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(cq + 32 * u)));
+                v = hi ? _mm512_srli_epi16(v, 4) : _mm512_and_si512(v, _mm512_set1_epi16(15));
+                w[h] = zp ? v : _mm512_sub_epi16(v, _mm512_set1_epi16(8));
 #else
-        __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(cq + 32 * u + 16 * h)));
-        v = hi ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, _mm256_set1_epi16(15));
-        w[h] = zp ? v : _mm256_sub_epi16(v, _mm256_set1_epi16(8));
+                __m256i v = _mm256_cvtepu8_epi16(
+                    _mm_loadu_si128((const __m128i *)(cq + 32 * u + 16 * h)));
+                v = hi ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, _mm256_set1_epi16(15));
+                w[h] = zp ? v : _mm256_sub_epi16(v, _mm256_set1_epi16(8));
 #endif
+            }
+        }
+        for (int h = 0; h < GQ_H; h++)
+#ifdef SIMD_AVX512
+            _mm512_store_si512((void *)(wb + p * 16), w[h]);
+#else
+            _mm256_store_si256((__m256i *)(wb + p * 16 + 8 * h), w[h]);
+#endif
+    }
+}
+
+SIMD_INLINE void SIMD(gq_x16_block)(const struct SIMD(gq_src) *src, int zp, int64_t k,
+                                    int32_t *wb)
+{
+    switch (src->G) {
+    case 32:
+        SIMD(gq_x16_block_g)(src, zp, k, wb, 32);
+        break;
+    case 64:
+        SIMD(gq_x16_block_g)(src, zp, k, wb, 64);
+        break;
+    default:
+        SIMD(gq_x16_block_g)(src, zp, k, wb, 128);
+        break;
+    }
+}
+
+/* An interleaved group widened once into gq_pack's form (P, D, M), for
+ * products of more tokens than one micro-kernel call takes: each call then
+ * reads the int16 pairs instead of widening them again. The scales are
+ * converted from f16 exactly, so the results are the same bits. */
+static void SIMD(gq_x16_to_packed)(const struct SIMD(gq_src) *src, int zp, int64_t nq,
+                                   int32_t *P, float *D, float *M)
+{
+    for (int64_t k = 0; k < nq; k++) {
+        SIMD(gq_x16_block)(src, zp, k, P + k * 256);
+        const uint8_t *blk = src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
+        for (int i = 0; i < 2; i++) {
+            _mm256_storeu_ps(D + k * 16 + 8 * i,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * i))));
+            _mm256_storeu_ps(M + k * 16 + 8 * i,
+                             zp ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * i)))
+                                : _mm256_setzero_ps());
+        }
     }
 }
 
@@ -547,6 +596,7 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
                                 SIMD(gqf) out[][GQ_H])
 {
     SIMD(gqf) acc[GQ_NR][GQ_H];
+    _Alignas(64) int32_t wb[256];
     for (int t = 0; t < NT; t++)
         for (int h = 0; h < GQ_H; h++)
 #ifdef SIMD_AVX512
@@ -563,15 +613,16 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
 #else
                 ia[t][h] = _mm256_setzero_si256();
 #endif
-        const int32_t *pk = src->P ? src->P + k * 256 : NULL;
+        /* the block's weights as int16 pairs: packed, or widened from the
+         * interleaved group into wb */
+        const int32_t *pk = src->P ? src->P + k * 256 : wb;
+        if (!src->P)
+            SIMD(gq_x16_block)(src, zp, k, wb);
 #pragma GCC unroll 4
         for (int p = 0; p < 16; p++) {
             SIMD(gqi) w[GQ_H];
-            if (pk)
-                for (int h = 0; h < GQ_H; h++)
-                    w[h] = SIMD(gq_load)(pk + p * 16 + 8 * h);
-            else
-                SIMD(gq_x16_pair)(src, zp, k, p, w);
+            for (int h = 0; h < GQ_H; h++)
+                w[h] = SIMD(gq_load)(pk + p * 16 + 8 * h);
 #pragma GCC unroll 12
             for (int t = 0; t < NT; t++) {
                 int32_t pair;
@@ -582,20 +633,20 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
         }
         /* the group's 16 scales (and mins), or the packed ones */
         const uint8_t *blk =
-            pk ? NULL : src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
+            src->P ? NULL : src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
         for (int h = 0; h < GQ_H; h++) {
 #ifdef SIMD_AVX512
-            const __m512 d = pk ? _mm512_loadu_ps(src->D + k * 16)
+            const __m512 d = src->P ? _mm512_loadu_ps(src->D + k * 16)
                                 : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
             const __m512 m = !zp ? _mm512_setzero_ps()
-                             : pk ? _mm512_loadu_ps(src->M + k * 16)
+                             : src->P ? _mm512_loadu_ps(src->M + k * 16)
                                   : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
 #else
-            const __m256 d = pk ? _mm256_loadu_ps(src->D + k * 16 + 8 * h)
+            const __m256 d = src->P ? _mm256_loadu_ps(src->D + k * 16 + 8 * h)
                                 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
             const __m256 m =
                 !zp ? _mm256_setzero_ps()
-                : pk ? _mm256_loadu_ps(src->M + k * 16 + 8 * h)
+                : src->P ? _mm256_loadu_ps(src->M + k * 16 + 8 * h)
                      : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)));
 #endif
 #pragma GCC unroll 12
@@ -843,10 +894,16 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
             SIMD(quantize_x16)(X + (c0 + b) * ne0, ne0, xq + b * nq);
         for (int64_t r = r0; r < r1; r += 16) {
             const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-            if (x16)
+            if (x16) {
                 src.grp = W + (uint64_t)(r / 16) * gbytes;
-            else
+                src.P = NULL;
+                if (nc > GQ_NR) {
+                    SIMD(gq_x16_to_packed)(&src, zp, nq, P, D, M);
+                    src.P = P;
+                }
+            } else {
                 SIMD(gq_pack)(t, W, rb, r, nr, ne0, nq, P, D, M);
+            }
             for (int64_t b = 0; b < nc; b += GQ_NR) {
                 const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;
                 SIMD(gqf) out[GQ_NR][GQ_H];
