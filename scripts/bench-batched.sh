@@ -11,7 +11,7 @@
 # receives the models: a stories110m-shaped synthetic q4_0 (.llm, exported
 # to GGUF for llama.cpp), and SmolLM2-135M-Instruct Q4_1 when models/ has
 # its GGUF (scripts/fetch-model.sh). Environment: THREADS (2), ROUNDS (5),
-# NPL (1,4,16,32), NPP (128), NTG (64), TYPES (q4_0); PAIRS, a list of
+# NPL (1,4,16,32), NPP (128), NTG (64), TYPES (q4_0; empty for none); PAIRS, a list of
 # NAME=GGUF,LLM, adds models of your own (for instance the GGUF that
 # llama.cpp's llama-quantize made and its llm-convert output).
 set -eu
@@ -23,23 +23,10 @@ rounds=${ROUNDS:-5}
 npl=${NPL:-1,4,16,32}
 npp=${NPP:-128}
 ntg=${NTG:-64}
-types=${TYPES:-q4_0}
+types=${TYPES-q4_0}
 make --no-print-directory bin/llm-bench bin/llm-convert >/dev/null
-mkdir -p "$dir"
-models=
-for t in $types; do
-    m=$dir/s110-$t
-    [ -r "$m.gguf" ] || {
-        bin/llm-convert --synthetic stories110m --type "$t" --seed 1 -o "$m.llm" -q &&
-            bin/llm-convert "$m.llm" -o "$m.gguf" -q
-    }
-    models="$models $m"
-done
-smol=models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ -r "$smol" ]; then
-    [ -r "$dir/smollm2.llm" ] || bin/llm-convert "$smol" -o "$dir/smollm2.llm" -q
-    models="$models smol"
-fi
+. scripts/bench-models.sh
+bench_models "$dir" "$types"
 for p in ${PAIRS:-}; do
     models="$models $p"
 done

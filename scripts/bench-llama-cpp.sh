@@ -23,21 +23,8 @@ tests=${TESTS:-"-p 128
 -p 512
 -n 64"}
 make --no-print-directory bin/llm-bench bin/llm-convert >/dev/null
-mkdir -p "$dir"
-models=
-for t in f32 q8_0 q4_0; do
-    m=$dir/s110-$t
-    [ -r "$m.gguf" ] || {
-        bin/llm-convert --synthetic stories110m --type "$t" --seed 1 -o "$m.llm" -q &&
-            bin/llm-convert "$m.llm" -o "$m.gguf" -q
-    }
-    models="$models $m"
-done
-smol=models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ -r "$smol" ]; then
-    [ -r "$dir/smollm2.llm" ] || bin/llm-convert "$smol" -o "$dir/smollm2.llm" -q
-    models="$models smol"
-fi
+. scripts/bench-models.sh
+bench_models "$dir" "f32 q8_0 q4_0"
 out=$dir/runs.txt
 : >"$out"
 echo "$tests" | while read -r test; do

@@ -21,6 +21,21 @@ for src in lib/*/*.c; do
     objs="$objs $o"
 done
 data=${LLM_DATA:-../shared/data}
+# Seeds that are whole models are made here, not kept in the repository:
+# from the small synthetic .llm seed of fuzz_llm (f32, 16 wide) in other
+# types and as GGUF, and from the shared stories260K (with its tokenizer).
+make --no-print-directory bin/llm-convert >/dev/null
+gen=$out/model-seeds
+mkdir -p "$gen"
+tiny=tests/fuzz/seeds/fuzz_llm/tiny.seed
+conv() { [ -s "$1" ] || { o=$1; shift; bin/llm-convert "$@" -q -o "$o"; }; }
+conv "$gen/tiny-f16.llm" "$tiny" --type f16
+conv "$gen/tiny-q4_0.llm" "$tiny" --type q4_0
+conv "$gen/tiny-q8ch-zstd.llm" "$tiny" --type q8_ch --compress
+conv "$gen/tiny.gguf" "$tiny"
+if [ -r "$data/llama2c/stories260K.bin" ] && [ -r "$data/llama2c/tok512.bin" ]; then
+    conv "$gen/s260-q4_0.llm" "$data/llama2c/stories260K.bin" --tokenizer "$data/llama2c/tok512.bin" --type q4_0
+fi
 fail=0 n=0
 for t in tests/fuzz/fuzz_*.c; do
     name=$(basename "$t" .c)
@@ -29,14 +44,25 @@ for t in tests/fuzz/fuzz_*.c; do
     mkdir -p "$corpus"
     # seeds: the checked-in ones, plus real files of the right kind
     [ -d "tests/fuzz/seeds/$name" ] && cp -n tests/fuzz/seeds/"$name"/* "$corpus"/ 2>/dev/null || true
+    maxlen=65536
     case $name in
-    fuzz_gguf|fuzz_head) cp -n "$data"/gguf/*.gguf "$corpus"/ 2>/dev/null || true ;;
+    fuzz_gguf) cp -n "$data"/gguf/*.gguf "$corpus"/ 2>/dev/null || true ;;
+    fuzz_head)
+        cp -n "$data"/gguf/*.gguf "$gen"/tiny.gguf "$gen"/tiny-f16.llm "$corpus"/ 2>/dev/null || true
+        for f in tests/fuzz/seeds/fuzz_gguf/* tests/fuzz/seeds/fuzz_llama2c/*; do
+            cp -n "$f" "$corpus/$(basename "$(dirname "$f")")-$(basename "$f")"
+        done ;;
+    fuzz_llm_sums)
+        # stories260K (167 KB) carries the tokenizer the tiny seeds lack
+        maxlen=262144
+        cp -n "$tiny" "$corpus"/tiny-f32.llm
+        cp -n "$gen"/*.llm "$corpus"/ 2>/dev/null || true ;;
     fuzz_llama2c) cp -n "$data"/llama2c/*.bin "$corpus"/ 2>/dev/null || true ;;
     fuzz_spm) cp -n "$data"/llama2c/tok512.model "$corpus"/ 2>/dev/null || true ;;
     esac
     echo "== $name (${secs}s)"
     n=$((n + 1))
-    if ! "$out/$name" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+    if ! "$out/$name" -max_total_time="$secs" -max_len="$maxlen" -rss_limit_mb=2048 -timeout=10 \
         -print_final_stats=0 "$corpus" >"$out/$name.log" 2>&1; then
         fail=$((fail + 1))
         echo "FAIL $name: see $out/$name.log"
