@@ -14,7 +14,8 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_
        OPT_FREQUENCY, OPT_STOP, OPT_IGNORE_EOS, OPT_LOGPROBS, OPT_ECHO, OPT_CHAT, OPT_SYSTEM,
        OPT_TEMPLATE, OPT_JSON, OPT_CTX, OPT_KVTYPE, OPT_TRUNCATE, OPT_TOKENIZE, OPT_DETOKENIZE,
        OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY, OPT_NSEQ, OPT_KVMEM, OPT_KVBLOCKS,
-       OPT_BLOCKSIZE };
+       OPT_BLOCKSIZE, OPT_BATCH, OPT_RESUME, OPT_CORDER, OPT_MAXSEQS, OPT_STEPTOK, OPT_NOPREFIX,
+       OPT_STATSJSON, OPT_KVTRACE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
@@ -49,6 +50,15 @@ static const struct llm_opt opts[] = {
     { OPT_KVMEM, "kv-mem", LLM_ARG_REQUIRED, "SIZE", "KV cache budget, e.g. 64M or 2G (default: what --ctx tokens of every completion need)", NULL },
     { OPT_KVBLOCKS, "kv-blocks", LLM_ARG_REQUIRED, "N", "KV cache budget in blocks (default: as --kv-mem)", NULL },
     { OPT_BLOCKSIZE, "block-size", LLM_ARG_REQUIRED, "N", "tokens per KV block (default: 16)", NULL },
+    { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "FILE", "answer the requests of an OpenAI batch JSONL file ('-' = stdin) by continuous batching; one output line per input line", "file" },
+    { 'o', "output", LLM_ARG_REQUIRED, "FILE", "with --batch: write the output lines to FILE (default: stdout)", "file" },
+    { OPT_RESUME, "resume", LLM_ARG_NONE, NULL, "with --batch -o FILE: skip the lines answered in FILE by an interrupted run, append the rest", NULL },
+    { OPT_CORDER, "completion-order", LLM_ARG_NONE, NULL, "with --batch: write each line when it is done (default: in input order)", NULL },
+    { OPT_MAXSEQS, "max-seqs", LLM_ARG_REQUIRED, "N", "with --batch: sequences running at once (default: 16)", NULL },
+    { OPT_STEPTOK, "step-tokens", LLM_ARG_REQUIRED, "N", "with --batch: tokens per forward pass at most; longer prompts go in chunks (default: 512)", NULL },
+    { OPT_NOPREFIX, "no-prefix-cache", LLM_ARG_NONE, NULL, "with --batch: do not keep computed prompt blocks for later requests", NULL },
+    { OPT_STATSJSON, "stats-json", LLM_ARG_REQUIRED, "FILE", "with --batch: write the run's summary as JSON to FILE", "file" },
+    { OPT_KVTRACE, "kv-trace", LLM_ARG_REQUIRED, "FILE", "with --batch: write one JSON line per scheduler step to FILE (llm-kvstat --trace reads it)", "file" },
     { OPT_TRUNCATE, "truncate", LLM_ARG_NONE, NULL, "keep BOS and the last ctx/2 tokens of a prompt longer than the context", NULL },
     { OPT_TOKENIZE, "tokenize", LLM_ARG_NONE, NULL, "print the token ids of the text and exit", NULL },
     { OPT_DETOKENIZE, "detokenize", LLM_ARG_NONE, NULL, "read token ids and print their text", NULL },
@@ -60,6 +70,7 @@ static struct llm_cli cli = {
     .prog = "llm-run",
     .synopsis = "-m MODEL [-p TEXT | -f FILE] [OPTIONS]\n"
                 "-m MODEL --chat [--system TEXT] [-p TEXT | -f FILE] [OPTIONS]\n"
+                "-m MODEL --batch FILE [-o FILE [--resume]] [OPTIONS]\n"
                 "-m MODEL --tokenize [--no-bos] [--parse-special] [--json] [-p TEXT | -f FILE]\n"
                 "-m MODEL --detokenize [--parse-special] [-p IDS | -f FILE]",
     .summary = "Generate text with a language model; tokenize and detokenize.",
@@ -71,6 +82,7 @@ static struct llm_cli cli = {
               "  llm-run -m stories.llm -p 'Once upon a time' -n 100 --temp 0\n"
               "  llm-run -m smollm2.llm --chat -p 'What is the capital of France?'\n"
               "  llm-run -m smollm2.llm -p 'Once upon a time' --n-seq 4 --seed 7 -n 64\n"
+              "  llm-run -m smollm2.llm --batch requests.jsonl -o answers.jsonl --temp 0\n"
               "  echo 'Hello world' | llm-run -m smollm2.llm --tokenize --json\n"
               "  llm-run -m smollm2.llm --detokenize -p '19556 905'\n",
 };
@@ -82,6 +94,9 @@ struct args {
     struct llm_sampler_params sp;
     int have_seed, have_sampling, ignore_eos, echo, chat, json, threads, truncate;
     int tokenize, detokenize, no_bos, special, no_verify;
+    const char *batch, *output, *stats_json, *kv_trace;
+    int resume, completion_order, no_prefix, have_gen;
+    int32_t max_seqs, step_tokens;
     enum llm_type kv_type;
     const char *stop[32];
     size_t n_stop;
@@ -100,10 +115,9 @@ static uint64_t peak_rss(void)
 
 static void on_sigint(int sig)
 {
-    (void)sig;
     if (interrupted)
-        _exit(130);
-    interrupted = 1;
+        _exit(128 + sig);
+    interrupted = sig;
 }
 
 /* ---- output -------------------------------------------------------------- */
@@ -615,7 +629,9 @@ static int chat_loop(const struct args *a, struct llm_context *c)
     return s ? llm_cli_fail(&cli, s) : 0;
 }
 
-static int do_generate(const struct args *a, struct llm_model *m)
+/* The context of a run: one sequence, n_seq + 1 for several completions,
+ * --max-seqs for a batch. */
+static llm_status open_context(const struct args *a, struct llm_model *m, struct llm_context **out)
 {
     struct llm_context *c;
     struct llm_context_params cp;
@@ -625,6 +641,10 @@ static int do_generate(const struct args *a, struct llm_model *m)
     cp.n_threads = a->threads;
     /* several completions: one more sequence keeps the prompt */
     cp.n_seq = a->n_seq > 1 ? a->n_seq + 1 : 1;
+    if (a->batch) {
+        cp.n_seq = a->max_seqs;
+        cp.n_batch = a->step_tokens;
+    }
     cp.block_size = a->block_size;
     cp.kv_blocks = a->kv_blocks;
     cp.kv_bytes = a->kv_mem;
@@ -649,12 +669,82 @@ static int do_generate(const struct args *a, struct llm_model *m)
                           llm_type_name(a->kv_type));
     }
     if (s)
-        return llm_cli_fail(&cli, s);
+        return s;
     if (!llm_model_tokenizer(m)) {
         llm_context_free(c);
-        return llm_cli_fail(&cli, llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer "
-                                                "(llama2.c checkpoints need --tokenizer)", a->model));
+        return llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer (llama2.c checkpoints "
+                             "need --tokenizer)", a->model);
     }
+    *out = c;
+    return LLM_OK;
+}
+
+/* --batch: the file through the engine; a summary on stderr. Exit status:
+ * 0 every line answered, 3 some lines got error records, 128 + the signal
+ * when interrupted (the finished lines are written: --resume goes on). */
+static int do_batch(const struct args *a, struct llm_model *m)
+{
+    struct llm_context *c;
+    llm_status s = open_context(a, m, &c);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    struct llm_batch_params bp = {
+        .in_path = a->batch, .out_path = a->output, .resume = a->resume,
+        .completion_order = a->completion_order, .stats_json = a->stats_json,
+        .trace_path = a->kv_trace, .progress = isatty(2), .interrupt = &interrupted,
+    };
+    bp.defaults.max_tokens = a->n_predict;
+    bp.defaults.sp = a->sp;
+    bp.defaults.stop = a->stop;
+    bp.defaults.n_stop = a->n_stop;
+    bp.defaults.chat_template = a->tmpl;
+    llm_engine_params_default(&bp.engine);
+    bp.engine.max_seqs = a->max_seqs;
+    bp.engine.step_tokens = a->step_tokens;
+    bp.engine.prefix_cache = !a->no_prefix;
+    bp.engine.ignore_eos = a->ignore_eos;
+    const char *slash = strrchr(a->model, '/');
+    bp.model_name = slash ? slash + 1 : a->model;
+    struct llm_batch_summary sum;
+    s = llm_batch_run(c, &bp, &sum);
+    const struct llm_engine_stats *e = &sum.engine;
+    if (!s || s == LLM_E_INTERRUPTED) {
+        char skipped[64] = "";
+        if (sum.skipped)
+            snprintf(skipped, sizeof skipped, ", %lld answered before (--resume)",
+                     (long long)sum.skipped);
+        fprintf(stderr, "%s: %lld requests: %lld answered, %lld errors%s; %lld prompt + %lld "
+                "generated tokens in %.2f s (%.2f requests/s, %.1f generated tokens/s); prefix "
+                "cache: %lld of %lld prompt tokens found; %lld preemptions; KV blocks: %d of %d "
+                "used at most\n", cli.prog, (long long)sum.lines, (long long)sum.answered,
+                (long long)sum.errors, skipped, (long long)sum.prompt_tokens,
+                (long long)sum.completion_tokens, sum.seconds,
+                sum.seconds > 0 ? (double)(sum.answered + sum.errors) / sum.seconds : 0.0,
+                sum.seconds > 0 ? (double)sum.completion_tokens / sum.seconds : 0.0,
+                (long long)e->hit_tokens, (long long)e->lookup_tokens, (long long)e->preemptions,
+                e->kv_peak, e->kv_blocks);
+    }
+    llm_context_free(c);
+    if (s == LLM_E_INTERRUPTED) {
+        fprintf(stderr, "%s: %s\n", cli.prog, llm_error_detail(s));
+        return 128 + (int)interrupted;
+    }
+    if (s)
+        return llm_cli_fail(&cli, s);
+    return sum.errors ? 3 : 0;
+}
+
+static int do_generate(const struct args *a, struct llm_model *m)
+{
+    struct llm_context *c;
+    llm_status s = open_context(a, m, &c);
+    if (s)
+        return llm_cli_fail(&cli, s);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
@@ -805,6 +895,15 @@ int main(int argc, char **argv)
         case OPT_NOBOS: a.no_bos = 1; break;
         case OPT_SPECIAL: a.special = 1; break;
         case OPT_NOVERIFY: a.no_verify = 1; break;
+        case OPT_BATCH: a.batch = arg; break;
+        case 'o': a.output = arg, a.have_gen = 1; break;
+        case OPT_RESUME: a.resume = 1, a.have_gen = 1; break;
+        case OPT_CORDER: a.completion_order = 1, a.have_gen = 1; break;
+        case OPT_MAXSEQS: rc = parse_i(arg, 1, 1024, "--max-seqs", &a.max_seqs), a.have_gen = 1; break;
+        case OPT_STEPTOK: rc = parse_i(arg, 1, 1 << 16, "--step-tokens", &a.step_tokens), a.have_gen = 1; break;
+        case OPT_NOPREFIX: a.no_prefix = 1, a.have_gen = 1; break;
+        case OPT_STATSJSON: a.stats_json = arg, a.have_gen = 1; break;
+        case OPT_KVTRACE: a.kv_trace = arg, a.have_gen = 1; break;
         }
         if (rc)
             return rc;
@@ -828,7 +927,7 @@ int main(int argc, char **argv)
                     a.block_size))
         return llm_cli_usage(&cli, "generation options do not go with --%s",
                              a.tokenize ? "tokenize" : "detokenize");
-    if ((a.system || a.tmpl) && !a.chat)
+    if ((a.system || a.tmpl) && !a.chat && !(a.tmpl && !a.system && a.batch))
         return llm_cli_usage(&cli, "%s goes with --chat", a.system ? "--system" : "--template");
     if (a.chat && a.echo && !a.prompt && !a.file && isatty(0))
         return llm_cli_usage(&cli, "--echo does not go with an interactive chat");
@@ -836,6 +935,24 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--n-seq does not go with an interactive chat");
     if (a.kv_mem && a.kv_blocks)
         return llm_cli_usage(&cli, "--kv-mem and --kv-blocks both size the KV cache; use one");
+    if (!a.batch && a.have_gen)
+        return llm_cli_usage(&cli, "-o, --resume, --completion-order, --max-seqs, --step-tokens, "
+                             "--no-prefix-cache, --stats-json and --kv-trace go with --batch");
+    if (a.batch) {
+        const char *no = a.prompt ? "-p" : a.file ? "-f" : a.chat ? "--chat" : a.system ? "--system"
+                         : a.echo ? "--echo" : a.json ? "--json" : a.n_seq ? "--n-seq"
+                         : a.top_logprobs ? "--top-logprobs" : a.truncate ? "--truncate"
+                         : tokmode ? "--tokenize" : NULL;
+        if (no)
+            return llm_cli_usage(&cli, "%s does not go with --batch (each line says what it wants)",
+                                 no);
+        if (a.resume && (!a.output || !strcmp(a.output, "-")))
+            return llm_cli_usage(&cli, "--resume needs -o FILE (the output of the run to resume)");
+        if (!a.max_seqs)
+            a.max_seqs = 16;
+        if (!a.step_tokens)
+            a.step_tokens = 512;
+    }
     if (!a.have_seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -874,7 +991,7 @@ int main(int argc, char **argv)
     mp.n_threads = a.threads;
     if ((s = llm_model_from_file(&m, f, &mp)))
         return llm_cli_fail(&cli, s);
-    rc = do_generate(&a, m);
+    rc = a.batch ? do_batch(&a, m) : do_generate(&a, m);
     llm_model_close(m);
     return llm_cli_exit(&cli, rc);
 }

@@ -45,9 +45,13 @@
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "kv/kv.h"          /* the paged KV cache */
+#include "kv/prefix.h"      /* the prefix index over the KV blocks */
 #include "model/model.h"    /* llm_model_open, llm_context_new, llm_decode, llm_perplexity */
 #include "model/generate.h" /* llm_generate */
 #include "sample/sample.h"  /* llm_sampler_* */
+#include "serve/request.h"  /* OpenAI batch lines in and out */
+#include "serve/engine.h"   /* continuous batching: llm_engine_* */
+#include "serve/batch.h"    /* llm-run --batch: llm_batch_run */
 #include "tokenizer/tokenizer.h"
 #include "ops/matmul.h"      /* llm_matvec, llm_matmul, llm_pool_*: CPU products and threads */
 #include "ops/vec.h"         /* llm_vec_dots_*, llm_vec_axpys_*: attention kernels */

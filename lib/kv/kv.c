@@ -322,6 +322,50 @@ int32_t llm_kv_free_blocks(const struct llm_kv *kv)
     return kv->n_free;
 }
 
+int32_t llm_kv_seq_block(const struct llm_kv *kv, int32_t seq, int32_t i)
+{
+    if (!seq_ok(kv, seq) || i < 0 || i >= kv->n_seq_blocks[seq])
+        return -1;
+    return table_of(kv, seq)[i];
+}
+
+void llm_kv_retain(struct llm_kv *kv, int32_t block)
+{
+    if (block >= 0 && block < kv->p.n_blocks && kv->ref[block] > 0)
+        kv->ref[block]++;
+}
+
+void llm_kv_release(struct llm_kv *kv, int32_t block)
+{
+    if (block >= 0 && block < kv->p.n_blocks && kv->ref[block] > 0)
+        drop_block(kv, block);
+}
+
+int32_t llm_kv_refs(const struct llm_kv *kv, int32_t block)
+{
+    return block >= 0 && block < kv->p.n_blocks ? kv->ref[block] : 0;
+}
+
+llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, int32_t nb)
+{
+    if (!seq_ok(kv, seq) || nb < 0 || nb > kv->max_blocks ||
+        (int64_t)nb * kv->p.block_size > kv->p.max_tokens)
+        return llm_error_set(LLM_E_INVALID, "KV cache: cannot attach %d blocks to sequence %d",
+                             nb, seq);
+    for (int32_t i = 0; i < nb; i++)
+        if (blocks[i] < 0 || blocks[i] >= kv->p.n_blocks || kv->ref[blocks[i]] <= 0)
+            return llm_error_set(LLM_E_INVALID, "KV cache: block %d is not in use", blocks[i]);
+    llm_kv_reset(kv, seq);
+    int32_t *table = table_of(kv, seq);
+    for (int32_t i = 0; i < nb; i++) {
+        table[i] = blocks[i];
+        kv->ref[blocks[i]]++;
+    }
+    kv->n_seq_blocks[seq] = nb;
+    kv->seq_len[seq] = nb * kv->p.block_size;
+    return LLM_OK;
+}
+
 int32_t llm_kv_block_ref(const struct llm_kv *kv, int32_t seq, int32_t i)
 {
     if (!seq_ok(kv, seq) || i < 0 || i >= kv->n_seq_blocks[seq])

@@ -131,6 +131,16 @@ int32_t llm_kv_free_blocks(const struct llm_kv *kv);
  * there is none). */
 int32_t llm_kv_block_ref(const struct llm_kv *kv, int32_t seq, int32_t i);
 
+/* The physical block at logical index i of `seq`, or -1. */
+int32_t llm_kv_seq_block(const struct llm_kv *kv, int32_t seq, int32_t i);
+/* References held outside the tables (the prefix index): retain adds one
+ * to a block in use, release drops one (the block is freed at zero). */
+void llm_kv_retain(struct llm_kv *kv, int32_t block);
+void llm_kv_release(struct llm_kv *kv, int32_t block);
+int32_t llm_kv_refs(const struct llm_kv *kv, int32_t block);
+/* `seq` (emptied first) holds the nb full blocks `blocks` (all in use) as
+ * its first nb * block_size positions, shared by reference. */
+llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, int32_t nb);
 /* Offset in elements of the row of (layer, seq, pos) in the K or V storage;
  * the position must be held. */
 static inline int64_t llm_kv_row_index(const struct llm_kv *kv, int32_t layer, int32_t seq,

@@ -52,8 +52,7 @@ static size_t safe_len(const char *s, size_t len, const char *const *stop, size_
     return len - hold;
 }
 
-/* Earliest occurrence of any stop string, or len. */
-static size_t find_stop(const char *s, size_t len, const char *const *stop, size_t n_stop)
+size_t llm_stop_find(const char *s, size_t len, const char *const *stop, size_t n_stop)
 {
     size_t best = len;
     for (size_t i = 0; i < n_stop; i++) {
@@ -149,7 +148,7 @@ static llm_status step_seq(struct gen *g, int32_t i)
     q->pend.buf = buf;
     memcpy(q->pend.buf + q->pend.len, txt, tl);
     q->pend.len += tl;
-    size_t at = find_stop(q->pend.buf, q->pend.len, p->stop, p->n_stop);
+    size_t at = llm_stop_find(q->pend.buf, q->pend.len, p->stop, p->n_stop);
     size_t emit = at < q->pend.len ? at : safe_len(q->pend.buf, q->pend.len, p->stop, p->n_stop);
     if (emit && g->cb->text)
         LLM_TRY(g->cb->text(g->cb->ctx, i, q->pend.buf, emit));

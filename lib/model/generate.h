@@ -65,6 +65,10 @@ struct llm_gen_result {
     int32_t n_preempted;            /* times its blocks were released and recomputed */
 };
 
+/* The earliest occurrence in s (len bytes) of any of the n_stop stop
+ * strings, or len when there is none. */
+size_t llm_stop_find(const char *s, size_t len, const char *const *stop, size_t n_stop);
+
 /* Run `prompt` (n_prompt >= 1 tokens) through fresh sequences of `c` and
  * generate p->n_seq completions; res (n_seq) receives their results. The
  * model must have a tokenizer. */

@@ -712,6 +712,11 @@ uint64_t llm_context_kv_bytes(const struct llm_context *c)
     return llm_kv_storage_bytes(&c->kv->p);
 }
 
+struct llm_kv *llm_context_kv(struct llm_context *c)
+{
+    return c->kv;
+}
+
 void llm_context_kv_stats(const struct llm_context *c, struct llm_kv_stats *st,
                           uint64_t *block_bytes)
 {

@@ -137,6 +137,10 @@ struct llm_model *llm_context_model(struct llm_context *c);
 /* Bytes of KV storage the context reserves (the pool; its pages become
  * resident only as blocks come into use). */
 uint64_t llm_context_kv_bytes(const struct llm_context *c);
+/* The context's block pool, for callers that manage sequences' blocks
+ * themselves (the prefix index of lib/serve). Its tables may be changed
+ * between batches, never during one. */
+struct llm_kv *llm_context_kv(struct llm_context *c);
 /* The pool's occupancy (kv/kv.h) and the bytes of one block. */
 void llm_context_kv_stats(const struct llm_context *c, struct llm_kv_stats *st,
                           uint64_t *block_bytes);

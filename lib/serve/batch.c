@@ -1,0 +1,484 @@
+/* batch.c: a batch file through the engine: lines in, one line out for
+ * each, in order, resumable. */
+#include "batch.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/io.h"
+
+/* The input may be large but is held whole: lines are few hundred bytes. */
+#define BATCH_MAX_INPUT ((size_t)1 << 34)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One input line. */
+struct item {
+    int64_t line;
+    char *out;          /* its output line once done, until written */
+    size_t out_len;
+    int done, written;
+};
+
+struct run {
+    const struct llm_batch_params *p;
+    struct llm_batch_summary *sum;
+    const struct llm_tokenizer *tok;
+    FILE *out;
+    const char *out_name;
+    struct item *it;    /* (n_it) in input order */
+    size_t n_it, next;  /* next: the first not yet written (input order) */
+    int64_t created;
+    llm_status werr;    /* the first write error */
+};
+
+static llm_status write_line(struct run *r, struct item *it)
+{
+    if (it->written)
+        return LLM_OK;
+    if (!r->werr && (fwrite(it->out, 1, it->out_len, r->out) != it->out_len || fflush(r->out)))
+        r->werr = llm_error_set(LLM_E_IO, "%s: write error: %s", r->out_name, strerror(errno));
+    it->written = 1;
+    llm_free(it->out);
+    it->out = NULL;
+    return r->werr;
+}
+
+/* Item i is done: write what the order allows. */
+static llm_status emit(struct run *r, size_t i)
+{
+    r->it[i].done = 1;
+    if (r->p->completion_order)
+        return write_line(r, &r->it[i]);
+    while (r->next < r->n_it && r->it[r->next].done)
+        LLM_TRY(write_line(r, &r->it[r->next++]));
+    return LLM_OK;
+}
+
+static size_t item_of(const struct run *r, int64_t line)
+{
+    size_t lo = 0, hi = r->n_it;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (r->it[mid].line < line)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The output line of request q into its item. */
+static llm_status record(struct run *r, const struct llm_request *q,
+                         const struct llm_choice_out *ch, int32_t n, int32_t prompt_tokens)
+{
+    size_t i = item_of(r, q->line);
+    if (i >= r->n_it || r->it[i].line != q->line)
+        return llm_error_set(LLM_E_INVALID, "batch: no input line %lld", (long long)q->line);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return LLM_E_NOMEM;
+    llm_request_write_output(f, q, r->p->model_name, r->created, ch, n, prompt_tokens, r->tok);
+    if (fclose(f)) {
+        free(buf);
+        return LLM_E_NOMEM;
+    }
+    /* open_memstream's buffer is malloc'd: copied into ours */
+    r->it[i].out = llm_malloc(len + 1);
+    if (!r->it[i].out) {
+        free(buf);
+        return LLM_E_NOMEM;
+    }
+    memcpy(r->it[i].out, buf, len + 1);
+    r->it[i].out_len = len;
+    free(buf);
+    if (q->err_code) {
+        r->sum->errors++;
+    } else {
+        r->sum->answered++;
+        r->sum->prompt_tokens += prompt_tokens;
+        for (int32_t k = 0; k < n; k++)
+            r->sum->completion_tokens += ch[k].n_tokens;
+    }
+    return emit(r, i);
+}
+
+static llm_status on_done(void *ctx, const struct llm_request *q, const struct llm_choice_out *ch,
+                          int32_t n, int32_t prompt_tokens)
+{
+    return record(ctx, q, ch, n, prompt_tokens);
+}
+
+/* ---- resume -------------------------------------------------------------- */
+
+/* What an earlier run answered: line numbers (sorted) and their custom_ids. */
+struct answered {
+    int64_t *line;
+    char **cid;
+    size_t n, cap;
+};
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void answered_free(struct answered *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        llm_free(a->cid[i]);
+    llm_free(a->line);
+    llm_free(a->cid);
+}
+
+/* Read the output of an earlier run. A last line without its newline (a
+ * run killed while writing it) is cut off the file, to be answered again. */
+static llm_status read_answered(const char *path, struct answered *a)
+{
+    char *text;
+    size_t len;
+    memset(a, 0, sizeof *a);
+    llm_status s = llm_read_file(path, BATCH_MAX_INPUT, &text, &len);
+    if (s == LLM_E_IO && errno == ENOENT) {
+        llm_error_clear();
+        return LLM_OK; /* nothing to resume: a first run */
+    }
+    LLM_TRY(s);
+    size_t complete = len;
+    while (complete && text[complete - 1] != '\n')
+        complete--;
+    if (complete < len && truncate(path, (off_t)complete)) {
+        llm_free(text);
+        return llm_error_set(LLM_E_IO, "%s: cannot cut its unfinished last line: %s", path,
+                             strerror(errno));
+    }
+    int64_t lineno = 0;
+    for (size_t at = 0; !s && at < complete;) {
+        const char *nl = memchr(text + at, '\n', complete - at);
+        size_t l = (size_t)(nl - (text + at));
+        lineno++;
+        if (l) {
+            size_t cap_c = a->cap;
+            void *p = a->line;
+            if (!(s = llm_grow(&p, &a->cap, a->n + 1, sizeof *a->line))) {
+                a->line = p;
+                p = a->cid;
+                s = llm_grow(&p, &cap_c, a->n + 1, sizeof *a->cid);
+                a->cid = p;
+            }
+            if (!s) {
+                s = llm_request_output_key(text + at, l, &a->line[a->n], &a->cid[a->n]);
+                if (s == LLM_E_FORMAT)
+                    s = llm_error_set(LLM_E_FORMAT, "%s:%lld: not an output line of llm-run "
+                                      "--batch (cannot resume from it)", path, (long long)lineno);
+                else if (!s)
+                    a->n++;
+            }
+        }
+        at += l + 1;
+    }
+    llm_free(text);
+    if (s)
+        return s;
+    /* sort by line, the custom_ids alongside */
+    int64_t *keys = llm_malloc(a->n * 2 * sizeof(int64_t) + 1);
+    if (!keys)
+        return LLM_E_NOMEM;
+    for (size_t i = 0; i < a->n; i++)
+        keys[2 * i] = a->line[i], keys[2 * i + 1] = (int64_t)i;
+    qsort(keys, a->n, 2 * sizeof(int64_t), cmp_i64);
+    char **cid = llm_malloc(a->n * sizeof(char *) + 1);
+    if (!cid) {
+        llm_free(keys);
+        return LLM_E_NOMEM;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        cid[i] = a->cid[keys[2 * i + 1]];
+        a->line[i] = keys[2 * i];
+    }
+    llm_free(a->cid);
+    a->cid = cid;
+    llm_free(keys);
+    return LLM_OK;
+}
+
+/* Index in a of `line`, or -1. */
+static int64_t answered_find(const struct answered *a, int64_t line)
+{
+    size_t lo = 0, hi = a->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a->line[mid] < line)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < a->n && a->line[lo] == line ? (int64_t)lo : -1;
+}
+
+/* ---- progress and summary ------------------------------------------------ */
+
+static void progress(const struct run *r, const struct llm_engine_stats *st, double dt,
+                     int64_t dpre, int64_t ddec, int final)
+{
+    const int64_t done = r->sum->answered + r->sum->errors + r->sum->skipped;
+    fprintf(stderr, "%sllm-run: %lld/%lld done, %lld running, %lld waiting; prefill %.0f t/s, "
+            "decode %.0f t/s; KV %d/%d blocks (%d cached); prefix hits %.0f%%; %lld "
+            "preemptions%s", final ? "" : "\r", (long long)done, (long long)r->sum->lines,
+            (long long)st->running, (long long)st->waiting, dt > 0 ? dpre / dt : 0.0,
+            dt > 0 ? ddec / dt : 0.0, st->kv_used, st->kv_blocks, st->kv_cached,
+            st->lookup_tokens ? 100.0 * (double)st->hit_tokens / (double)st->lookup_tokens : 0.0,
+            (long long)st->preemptions, final ? "\n" : "\033[K");
+    fflush(stderr);
+}
+
+void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
+{
+    const struct llm_engine_stats *e = &s->engine;
+    fprintf(f, "{\"requests\":%lld,\"answered\":%lld,\"errors\":%lld,\"skipped\":%lld,"
+            "\"duplicate_custom_ids\":%lld,\"interrupted\":%s,\"seconds\":%.3f,"
+            "\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"requests_per_s\":%.3f,"
+            "\"output_tokens_per_s\":%.2f,\"steps\":%lld,\"prefill_tokens\":%lld,"
+            "\"decode_tokens\":%lld,\"preemptions\":%lld,\"prefix_lookup_tokens\":%lld,"
+            "\"prefix_hit_tokens\":%lld,\"prefix_hit_rate\":%.4f,\"prefix_evicted_blocks\":%lld,"
+            "\"kv_blocks\":%d,\"kv_blocks_peak\":%d}\n",
+            (long long)s->lines, (long long)s->answered, (long long)s->errors,
+            (long long)s->skipped, (long long)s->duplicates, s->interrupted ? "true" : "false",
+            s->seconds, (long long)s->prompt_tokens, (long long)s->completion_tokens,
+            s->seconds > 0 ? (double)(s->answered + s->errors) / s->seconds : 0.0,
+            s->seconds > 0 ? (double)s->completion_tokens / s->seconds : 0.0,
+            (long long)e->steps, (long long)e->prefill_tokens, (long long)e->decode_tokens,
+            (long long)e->preemptions, (long long)e->lookup_tokens, (long long)e->hit_tokens,
+            e->lookup_tokens ? (double)e->hit_tokens / (double)e->lookup_tokens : 0.0,
+            (long long)e->evicted_blocks, e->kv_blocks, e->kv_peak);
+}
+
+/* ---- the run ------------------------------------------------------------- */
+
+static int cid_cmp(const void *a, const void *b)
+{
+    const char *const *x = a, *const *y = b;
+    return strcmp(*x, *y);
+}
+
+/* Count the custom_ids that an earlier line has too (each is reported). */
+static llm_status duplicates(struct run *r, char **cids, size_t n)
+{
+    qsort(cids, n, sizeof *cids, cid_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(cids[i], cids[i - 1])) {
+            r->sum->duplicates++;
+            if (r->sum->duplicates <= 10)
+                fprintf(stderr, "llm-run: %s: custom_id \"%.60s\" is used by more than one line "
+                        "(each is answered)\n", r->p->in_path, cids[i]);
+        }
+    return LLM_OK;
+}
+
+llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p,
+                         struct llm_batch_summary *sum)
+{
+    memset(sum, 0, sizeof *sum);
+    struct llm_model *m = llm_context_model(c);
+    struct run r = { .p = p, .sum = sum, .tok = llm_model_tokenizer(m), .created = time(NULL) };
+    const double t0 = now_s();
+    const int to_stdout = !p->out_path || !strcmp(p->out_path, "-");
+    r.out_name = to_stdout ? "<stdout>" : p->out_path;
+    struct answered prev = { 0 };
+    if (p->resume) {
+        if (to_stdout)
+            return llm_error_set(LLM_E_INVALID, "--resume needs -o FILE (the output to resume)");
+        LLM_TRY(read_answered(p->out_path, &prev));
+    }
+    char *text = NULL;
+    size_t len;
+    llm_status s = llm_read_file(p->in_path, BATCH_MAX_INPUT, &text, &len);
+    if (s) {
+        answered_free(&prev);
+        return s;
+    }
+    /* the items: every non-blank line */
+    size_t cap = 0;
+    int64_t lineno = 0;
+    for (size_t at = 0; !s && at < len;) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        size_t l = nl ? (size_t)(nl - (text + at)) : len - at;
+        lineno++;
+        size_t b = 0;
+        while (b < l && strchr(" \t\r", text[at + b]))
+            b++;
+        if (b < l) {
+            void *q = r.it;
+            if (!(s = llm_grow(&q, &cap, r.n_it + 1, sizeof *r.it))) {
+                r.it = q;
+                r.it[r.n_it++] = (struct item){ .line = lineno };
+            }
+        }
+        at += l + 1;
+    }
+    sum->lines = (int64_t)r.n_it;
+    struct llm_engine *e = NULL;
+    struct llm_engine_callbacks cb = { on_done, &r };
+    if (!s)
+        s = llm_engine_new(&e, c, &p->engine, &cb);
+    if (!s) {
+        r.out = to_stdout ? stdout : fopen(p->out_path, p->resume ? "a" : "w");
+        if (!r.out)
+            s = llm_error_set(LLM_E_IO, "%s: %s", p->out_path, strerror(errno));
+    }
+    /* read, check and queue every line; bad ones are answered at once */
+    char **cids = llm_calloc(r.n_it + 1, sizeof *cids);
+    size_t n_cids = 0;
+    if (!cids && !s)
+        s = LLM_E_NOMEM;
+    size_t at = 0;
+    lineno = 0;
+    for (size_t i = 0; !s && i < r.n_it; i++) {
+        /* find the item's line */
+        const char *line = NULL;
+        size_t l = 0;
+        while (at <= len) {
+            const char *nl = memchr(text + at, '\n', len - at);
+            l = nl ? (size_t)(nl - (text + at)) : len - at;
+            line = text + at;
+            lineno++;
+            at += l + 1;
+            if (lineno == r.it[i].line)
+                break;
+        }
+        while (l && line[l - 1] == '\r')
+            l--;
+        struct llm_request q;
+        s = llm_request_parse(&q, line, l, r.it[i].line, &p->defaults);
+        if (s)
+            break;
+        if (q.custom_id && !(cids[n_cids++] = llm_strdup(q.custom_id)))
+            s = LLM_E_NOMEM;
+        int64_t k = p->resume ? answered_find(&prev, r.it[i].line) : -1;
+        if (!s && k >= 0) {
+            const char *was = prev.cid[k];
+            if ((was == NULL) != (q.custom_id == NULL) ||
+                (was && strcmp(was, q.custom_id)))
+                s = llm_error_set(LLM_E_INVALID, "%s: line %lld has custom_id \"%.60s\" but %s "
+                                  "answered it as \"%.60s\": not the same input (cannot resume)",
+                                  p->in_path, (long long)r.it[i].line,
+                                  q.custom_id ? q.custom_id : "(none)", p->out_path,
+                                  was ? was : "(none)");
+            r.it[i].done = r.it[i].written = 1;
+            sum->skipped++;
+            llm_request_free(&q);
+            continue;
+        }
+        if (!s)
+            s = llm_request_tokenize(&q, m, p->defaults.chat_template, llm_context_n_ctx(c));
+        if (!s && !q.err_code && q.n > p->engine.max_seqs) {
+            q.err_code = "invalid_request";
+            char msg[160];
+            snprintf(msg, sizeof msg, "body.n: %d choices, more than the %d sequences that run "
+                     "at once (--max-seqs)", q.n, p->engine.max_seqs);
+            if (!(q.err_msg = llm_strdup(msg)))
+                s = LLM_E_NOMEM;
+        }
+        if (!s && q.err_code)
+            s = record(&r, &q, NULL, 0, 0);
+        else if (!s)
+            s = llm_engine_add(e, &q);
+        llm_request_free(&q);
+    }
+    if (!s)
+        s = duplicates(&r, cids, n_cids);
+    for (size_t i = 0; cids && i < n_cids; i++)
+        llm_free(cids[i]);
+    llm_free(cids);
+    llm_free(text);
+    answered_free(&prev);
+    /* the engine runs until every line is answered or the run is stopped */
+    double t_last = now_s();
+    int64_t pre_last = 0, dec_last = 0;
+    FILE *trace = NULL;
+    if (!s && p->trace_path && !(trace = fopen(p->trace_path, "w")))
+        s = llm_error_set(LLM_E_IO, "%s: %s", p->trace_path, strerror(errno));
+    while (!s && llm_engine_pending(e)) {
+        if (p->interrupt && *p->interrupt) {
+            sum->interrupted = 1;
+            break;
+        }
+        s = llm_engine_step(e);
+        double t = now_s();
+        if (!s && trace) {
+            struct llm_engine_stats st;
+            llm_engine_stats(e, &st);
+            fprintf(trace, "{\"t\":%.6f,\"step\":%lld,\"running\":%lld,\"waiting\":%lld,"
+                    "\"finished\":%lld,\"blocks\":%d,\"blocks_used\":%d,\"blocks_free\":%d,"
+                    "\"blocks_cached\":%d,\"block_size\":%d,\"tokens\":%lld,\"prefill\":%d,"
+                    "\"decode\":%d,\"lookup_tokens\":%lld,\"hit_tokens\":%lld,"
+                    "\"preemptions\":%lld}\n",
+                    t - t0, (long long)st.steps, (long long)st.running, (long long)st.waiting,
+                    (long long)st.finished, st.kv_blocks, st.kv_used, st.kv_free, st.kv_cached,
+                    llm_context_kv(c)->p.block_size, (long long)st.kv_tokens, st.last_prefill,
+                    st.last_decode, (long long)st.lookup_tokens, (long long)st.hit_tokens,
+                    (long long)st.preemptions);
+            if (ferror(trace))
+                s = llm_error_set(LLM_E_IO, "%s: write error", p->trace_path);
+        }
+        if (p->progress && t - t_last >= 1.0) {
+            struct llm_engine_stats st;
+            llm_engine_stats(e, &st);
+            progress(&r, &st, t - t_last, st.prefill_tokens - pre_last,
+                     st.decode_tokens - dec_last, 0);
+            t_last = t;
+            pre_last = st.prefill_tokens;
+            dec_last = st.decode_tokens;
+        }
+    }
+    if (trace && fclose(trace) && !s)
+        s = llm_error_set(LLM_E_IO, "%s: write error: %s", p->trace_path, strerror(errno));
+    if (e)
+        llm_engine_stats(e, &sum->engine);
+    if (p->progress)
+        fputc('\n', stderr);
+    /* finished lines still held for the order go out now */
+    for (size_t i = 0; i < r.n_it; i++)
+        if (r.it[i].done && !r.it[i].written) {
+            llm_status ws = write_line(&r, &r.it[i]);
+            if (!s)
+                s = ws;
+        }
+    for (size_t i = 0; i < r.n_it; i++)
+        llm_free(r.it[i].out);
+    llm_free(r.it);
+    llm_engine_free(e);
+    if (r.out && !to_stdout && fclose(r.out) && !s)
+        s = llm_error_set(LLM_E_IO, "%s: write error: %s", p->out_path, strerror(errno));
+    sum->seconds = now_s() - t0;
+    if (!s && r.werr)
+        s = r.werr;
+    if (!s && p->stats_json) {
+        FILE *f = strcmp(p->stats_json, "-") ? fopen(p->stats_json, "w") : stdout;
+        if (!f)
+            s = llm_error_set(LLM_E_IO, "%s: %s", p->stats_json, strerror(errno));
+        else {
+            llm_batch_summary_json(f, sum);
+            if ((f != stdout && fclose(f)) || (f == stdout && fflush(f)))
+                s = llm_error_set(LLM_E_IO, "%s: write error", p->stats_json);
+        }
+    }
+    if (!s && sum->interrupted)
+        s = llm_error_set(LLM_E_INTERRUPTED, "interrupted: %lld of %lld lines answered (run "
+                          "again with --resume to finish)",
+                          (long long)(sum->answered + sum->errors + sum->skipped),
+                          (long long)sum->lines);
+    return s;
+}

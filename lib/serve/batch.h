@@ -1,0 +1,56 @@
+/* batch.h: llm-run --batch: an OpenAI batch JSONL file through the engine.
+ *
+ * Every non-blank input line gets exactly one output line: its response,
+ * or an error record when the line cannot be served (bad JSON, a missing
+ * or wrong field, an unknown url, a prompt longer than the context, an n
+ * larger than the sequences that run at once); a bad line never stops the
+ * others. Lines go out in input order as soon as they and every line
+ * before them are done, or in completion order. Each line is flushed when
+ * written, so an interrupted run keeps every line it finished: on an
+ * interrupt the finished lines still held for ordering are written too,
+ * and --resume with the same output skips the lines answered in it.
+ */
+#ifndef LLM_SERVE_BATCH_H
+#define LLM_SERVE_BATCH_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "request.h"
+
+struct llm_batch_params {
+    const char *in_path;            /* "-": standard input */
+    const char *out_path;           /* NULL or "-": standard output */
+    int resume;                     /* skip the lines answered in out_path, append the rest */
+    int completion_order;           /* write lines as they finish */
+    struct llm_req_defaults defaults;
+    struct llm_engine_params engine;
+    const char *model_name;         /* "model" in the responses */
+    const char *stats_json;         /* write the summary as JSON there (NULL: no) */
+    const char *trace_path;         /* one JSON line per step there (NULL: no) */
+    int progress;                   /* a status line on stderr about once a second */
+    volatile sig_atomic_t *interrupt;
+};
+
+struct llm_batch_summary {
+    int64_t lines;                  /* requests read (non-blank lines) */
+    int64_t answered, errors;       /* output lines written: responses, error records */
+    int64_t skipped;                /* answered in the output already (--resume) */
+    int64_t duplicates;             /* lines whose custom_id an earlier line has */
+    int64_t prompt_tokens, completion_tokens;
+    double seconds;
+    int interrupted;
+    struct llm_engine_stats engine;
+};
+
+/* Run the file. LLM_E_INTERRUPTED when *interrupt became non-zero (the
+ * finished lines are written); other errors are fatal ones (input or output
+ * that cannot be read or written, a model failure). */
+llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p,
+                         struct llm_batch_summary *sum);
+
+/* The summary as one JSON object (with its newline). */
+void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s);
+
+#endif

@@ -1,0 +1,690 @@
+/* engine.c: the scheduler: continuous batching, chunked prefill, the prefix
+ * index, priorities and preemption by recomputation. */
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../kv/prefix.h"
+#include "../model/generate.h"
+
+void llm_engine_params_default(struct llm_engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->max_seqs = 16;
+    p->step_tokens = 512;
+    p->prefix_cache = 1;
+}
+
+enum { R_WAIT, R_RUN };
+
+/* One choice of a request: a sequence. Its tokens are the prompt and what
+ * it has generated; all but the last are in its slot's KV once it runs
+ * (the last is decoded next, for the next distribution). */
+struct choice {
+    int32_t slot;               /* -1: not running */
+    int32_t *toks;              /* (n_prompt + n_gen) */
+    size_t cap_toks;
+    int32_t n_gen;
+    int32_t n_kv;               /* positions its slot holds */
+    int forked;                 /* a choice other than the leader: has the prompt's blocks */
+    int fresh;                  /* logits hold its next distribution */
+    struct llm_sampler *smp;    /* made at the first admission, kept through preemption */
+    float *logits;              /* (n_vocab) while running */
+    char *text;                 /* (len) its text so far */
+    size_t len, cap;
+    const char *finish;         /* NULL while it runs */
+    float *lp;                  /* (n_gen) with logprobs */
+    int32_t *top_ids;           /* (n_gen, k) */
+    float *top_lp;              /* (n_gen, k) */
+    size_t cap_lp, cap_ti, cap_tl;
+};
+
+struct req {
+    struct llm_request r;
+    int state;
+    int admitted_now;           /* admitted in this step's plan, nothing computed yet */
+    int32_t n_prompt;
+    int32_t leader;             /* the live choice that computes the prompt */
+    int32_t n_live;
+    int64_t order;
+    struct choice *ch;          /* (r.n) */
+};
+
+/* One run of a step's batch: k tokens of a choice from its n_kv on. */
+struct entry {
+    struct req *q;
+    struct choice *c;
+    int32_t k;
+};
+
+struct llm_engine {
+    struct llm_context *c;
+    struct llm_kv *kv;
+    struct llm_model *m;
+    const struct llm_tokenizer *tok;
+    struct llm_engine_params p;
+    struct llm_engine_callbacks cb;
+    struct llm_prefix *pc;
+    int32_t n_vocab, n_ctx, bs;
+    struct req **wait;          /* (n_wait) in order: priority, then arrival */
+    size_t n_wait, cap_wait;
+    struct req **run;           /* (n_run <= max_seqs) */
+    int32_t n_run;
+    int32_t *slots;             /* (n_slots) free slots */
+    int32_t n_slots;
+    struct entry *plan;         /* (n_plan <= step_tokens) */
+    int32_t n_plan;
+    int32_t *bt, *bp, *bq;      /* (step_tokens) token, position, slot */
+    int8_t *bl;                 /* (step_tokens) logits wanted */
+    float *blog;                /* (max_seqs, n_vocab) */
+    float *raw;                 /* (n_vocab) logits before the sampler */
+    int32_t top_ids[LLM_REQ_MAX_TOP_LOGPROBS];
+    float top_lp[LLM_REQ_MAX_TOP_LOGPROBS];
+    int64_t order_next;
+    struct llm_engine_stats st;
+};
+
+/* ---- requests ------------------------------------------------------------ */
+
+static void choice_drop_run(struct choice *c)
+{
+    llm_free(c->logits);
+    c->logits = NULL;
+}
+
+static void req_free(struct req *q)
+{
+    if (!q)
+        return;
+    for (int32_t i = 0; q->ch && i < q->r.n; i++) {
+        struct choice *c = &q->ch[i];
+        llm_free(c->toks);
+        llm_sampler_free(c->smp);
+        choice_drop_run(c);
+        llm_free(c->text);
+        llm_free(c->lp);
+        llm_free(c->top_ids);
+        llm_free(c->top_lp);
+    }
+    llm_free(q->ch);
+    llm_request_free(&q->r);
+    llm_free(q);
+}
+
+/* before: does a run ahead of b (lower priority value, then earlier)? */
+static int ahead(const struct req *a, const struct req *b)
+{
+    return a->r.priority != b->r.priority ? a->r.priority < b->r.priority : a->order < b->order;
+}
+
+static llm_status wait_push(struct llm_engine *e, struct req *q)
+{
+    void *p = e->wait;
+    LLM_TRY(llm_grow(&p, &e->cap_wait, e->n_wait + 1, sizeof *e->wait));
+    e->wait = p;
+    size_t lo = 0, hi = e->n_wait;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ahead(e->wait[mid], q))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    memmove(e->wait + lo + 1, e->wait + lo, (e->n_wait - lo) * sizeof *e->wait);
+    e->wait[lo] = q;
+    e->n_wait++;
+    q->state = R_WAIT;
+    return LLM_OK;
+}
+
+static int32_t total_of(const struct req *q, const struct choice *c)
+{
+    return q->n_prompt + c->n_gen;
+}
+
+/* ---- engine -------------------------------------------------------------- */
+
+llm_status llm_engine_new(struct llm_engine **out, struct llm_context *c,
+                          const struct llm_engine_params *p, const struct llm_engine_callbacks *cb)
+{
+    *out = NULL;
+    struct llm_model *m = llm_context_model(c);
+    if (!llm_model_tokenizer(m))
+        return llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer",
+                             llm_model_file(m)->path);
+    if (p->max_seqs < 1 || p->max_seqs > llm_context_n_seq(c) || p->step_tokens < 1)
+        return llm_error_set(LLM_E_INVALID, "engine: %d sequences and %d tokens a step do not "
+                             "fit a context of %d sequences", p->max_seqs, p->step_tokens,
+                             llm_context_n_seq(c));
+    struct llm_engine *e = llm_calloc(1, sizeof *e);
+    if (!e)
+        return LLM_E_NOMEM;
+    e->c = c;
+    e->kv = llm_context_kv(c);
+    e->m = m;
+    e->tok = llm_model_tokenizer(m);
+    e->p = *p;
+    e->cb = *cb;
+    e->n_vocab = llm_model_config(m)->n_vocab;
+    e->n_ctx = llm_context_n_ctx(c);
+    e->bs = e->kv->p.block_size;
+    const size_t S = (size_t)p->step_tokens, V = (size_t)e->n_vocab;
+    e->run = llm_calloc((size_t)p->max_seqs, sizeof *e->run);
+    e->slots = llm_malloc((size_t)p->max_seqs * sizeof(int32_t));
+    e->plan = llm_malloc(S * sizeof *e->plan);
+    e->bt = llm_malloc(3 * S * sizeof(int32_t));
+    e->bl = llm_malloc(S);
+    e->blog = llm_malloc((size_t)p->max_seqs * V * sizeof(float));
+    e->raw = llm_malloc(V * sizeof(float));
+    llm_status s = LLM_OK;
+    if (!e->run || !e->slots || !e->plan || !e->bt || !e->bl || !e->blog || !e->raw)
+        s = LLM_E_NOMEM;
+    if (!s && p->prefix_cache)
+        s = llm_prefix_new(&e->pc, e->kv);
+    if (s) {
+        llm_engine_free(e);
+        return s;
+    }
+    e->bp = e->bt + S;
+    e->bq = e->bp + S;
+    for (int32_t i = 0; i < p->max_seqs; i++) {
+        llm_context_reset(c, p->max_seqs - 1 - i);
+        e->slots[e->n_slots++] = p->max_seqs - 1 - i; /* slot 0 on top */
+    }
+    *out = e;
+    return LLM_OK;
+}
+
+void llm_engine_free(struct llm_engine *e)
+{
+    if (!e)
+        return;
+    for (int32_t i = 0; i < e->n_run; i++)
+        req_free(e->run[i]);
+    for (size_t i = 0; i < e->n_wait; i++)
+        req_free(e->wait[i]);
+    for (int32_t i = 0; i < e->p.max_seqs && e->slots; i++)
+        llm_context_reset(e->c, i);
+    llm_prefix_free(e->pc);
+    llm_free(e->wait);
+    llm_free(e->run);
+    llm_free(e->slots);
+    llm_free(e->plan);
+    llm_free(e->bt);
+    llm_free(e->bl);
+    llm_free(e->blog);
+    llm_free(e->raw);
+    llm_free(e);
+}
+
+llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r)
+{
+    if (r->err_code || !r->n_ids || r->n_ids > (size_t)e->n_ctx || r->n < 1 ||
+        r->n > e->p.max_seqs)
+        return llm_error_set(LLM_E_INVALID, "engine: request of line %lld cannot be queued",
+                             (long long)r->line);
+    struct req *q = llm_calloc(1, sizeof *q);
+    if (!q)
+        return LLM_E_NOMEM;
+    q->r = *r;
+    memset(r, 0, sizeof *r);
+    q->n_prompt = (int32_t)q->r.n_ids;
+    q->n_live = q->r.n;
+    q->order = e->order_next++;
+    q->ch = llm_calloc((size_t)q->r.n, sizeof *q->ch);
+    llm_status s = q->ch ? LLM_OK : LLM_E_NOMEM;
+    for (int32_t i = 0; !s && i < q->r.n; i++) {
+        struct choice *c = &q->ch[i];
+        c->slot = -1;
+        void *p = NULL;
+        s = llm_grow(&p, &c->cap_toks, (size_t)q->n_prompt + 16, sizeof(int32_t));
+        c->toks = p;
+        if (!s)
+            memcpy(c->toks, q->r.ids, (size_t)q->n_prompt * sizeof(int32_t));
+    }
+    if (!s)
+        s = wait_push(e, q);
+    if (s) {
+        req_free(q);
+        return s;
+    }
+    e->st.added++;
+    return LLM_OK;
+}
+
+int64_t llm_engine_pending(const struct llm_engine *e)
+{
+    return (int64_t)e->n_wait + e->n_run;
+}
+
+void llm_engine_stats(const struct llm_engine *e, struct llm_engine_stats *st)
+{
+    *st = e->st;
+    st->running = e->n_run;
+    st->waiting = (int64_t)e->n_wait;
+    struct llm_kv_stats ks;
+    llm_kv_stats(e->kv, &ks);
+    st->kv_blocks = ks.n_blocks;
+    st->kv_used = ks.used;
+    st->kv_free = ks.free_;
+    st->kv_peak = ks.peak_used;
+    st->kv_tokens = ks.tokens;
+    if (e->pc) {
+        struct llm_prefix_stats ps;
+        llm_prefix_stats(e->pc, &ps);
+        st->kv_cached = ps.entries;
+        st->lookup_tokens = ps.lookup_tokens;
+        st->hit_tokens = ps.hit_tokens;
+        st->evicted_blocks = ps.evicted;
+    }
+}
+
+/* ---- running and leaving ------------------------------------------------- */
+
+static void release_slot(struct llm_engine *e, struct choice *c)
+{
+    if (c->slot < 0)
+        return;
+    llm_context_reset(e->c, c->slot);
+    e->slots[e->n_slots++] = c->slot;
+    c->slot = -1;
+    c->n_kv = 0;
+    c->forked = 0;
+    c->fresh = 0;
+    choice_drop_run(c);
+}
+
+static void run_remove(struct llm_engine *e, struct req *q)
+{
+    for (int32_t i = 0; i < e->n_run; i++)
+        if (e->run[i] == q) {
+            memmove(e->run + i, e->run + i + 1, (size_t)(e->n_run - i - 1) * sizeof *e->run);
+            e->n_run--;
+            return;
+        }
+}
+
+/* The request goes back to the queue with what it has generated; its
+ * blocks are released (it is recomputed when it is readmitted). */
+static llm_status preempt(struct llm_engine *e, struct req *q)
+{
+    for (int32_t i = 0; i < q->r.n; i++)
+        release_slot(e, &q->ch[i]);
+    run_remove(e, q);
+    if (!q->admitted_now)
+        e->st.preemptions++;
+    q->admitted_now = 0;
+    /* its entries leave the plan */
+    int32_t k = 0;
+    for (int32_t i = 0; i < e->n_plan; i++)
+        if (e->plan[i].q != q)
+            e->plan[k++] = e->plan[i];
+    e->n_plan = k;
+    return wait_push(e, q);
+}
+
+/* The request is answered: the callback, then it is freed. */
+static llm_status answer(struct llm_engine *e, struct req *q)
+{
+    struct llm_choice_out out[LLM_REQ_MAX_N];
+    for (int32_t i = 0; i < q->r.n; i++) {
+        const struct choice *c = &q->ch[i];
+        out[i] = (struct llm_choice_out){
+            .text = c->text ? c->text : "", .len = c->len, .finish_reason = c->finish,
+            .n_tokens = c->n_gen, .ids = c->toks + q->n_prompt, .lp = c->lp,
+            .top_ids = c->top_ids, .top_lp = c->top_lp, .k = q->r.top_logprobs,
+        };
+    }
+    run_remove(e, q);
+    llm_status s = e->cb.done ? e->cb.done(e->cb.ctx, &q->r, out, q->r.n, q->n_prompt) : LLM_OK;
+    req_free(q);
+    e->st.finished++;
+    return s;
+}
+
+static void finish(struct llm_engine *e, struct req *q, struct choice *c, const char *why)
+{
+    c->finish = why;
+    release_slot(e, c);
+    q->n_live--;
+}
+
+/* Text and ends after c sampled `id` (generate.c's rules, so that the
+ * text is llm-run's). Returns 1 when the choice ended. */
+static llm_status take_token(struct llm_engine *e, struct req *q, struct choice *c, int32_t id,
+                             int *ended)
+{
+    *ended = 0;
+    void *p = c->toks;
+    LLM_TRY(llm_grow(&p, &c->cap_toks, (size_t)total_of(q, c) + 1, sizeof(int32_t)));
+    c->toks = p;
+    const int32_t prev = c->toks[total_of(q, c) - 1];
+    c->toks[total_of(q, c)] = id;
+    c->n_gen++;
+    if (!e->p.ignore_eos && llm_tokenizer_is_eog(e->tok, id)) {
+        finish(e, q, c, "stop");
+        *ended = 1;
+        return LLM_OK;
+    }
+    const char *txt;
+    size_t tl;
+    LLM_TRY(llm_token_piece_after(e->tok, prev, id, 0, &txt, &tl));
+    p = c->text;
+    LLM_TRY(llm_grow(&p, &c->cap, c->len + tl + 1, 1));
+    c->text = p;
+    const size_t old = c->len;
+    memcpy(c->text + c->len, txt, tl);
+    c->len += tl;
+    c->text[c->len] = 0;
+    if (q->r.n_stop) {
+        /* a stop string ends in the new bytes: look from where it could begin */
+        size_t longest = 0;
+        for (size_t i = 0; i < q->r.n_stop; i++)
+            if (strlen(q->r.stop[i]) > longest)
+                longest = strlen(q->r.stop[i]);
+        size_t from = old + 1 > longest ? old + 1 - longest : 0;
+        size_t at = llm_stop_find(c->text + from, c->len - from,
+                                  (const char *const *)q->r.stop, q->r.n_stop);
+        if (at < c->len - from) {
+            c->len = from + at;
+            c->text[c->len] = 0;
+            finish(e, q, c, "stop");
+            *ended = 1;
+            return LLM_OK;
+        }
+    }
+    if ((q->r.max_tokens >= 0 && c->n_gen >= q->r.max_tokens) ||
+        q->n_prompt + c->n_gen > e->n_ctx) {
+        finish(e, q, c, "length");
+        *ended = 1;
+    }
+    return LLM_OK;
+}
+
+/* Sample c's next token from its fresh logits. */
+static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c)
+{
+    c->fresh = 0;
+    if (q->r.max_tokens >= 0 && c->n_gen >= q->r.max_tokens) {
+        finish(e, q, c, "length");
+        return LLM_OK;
+    }
+    if (q->r.logprobs)
+        memcpy(e->raw, c->logits, (size_t)e->n_vocab * sizeof(float));
+    int32_t id = llm_sampler_sample(c->smp, c->logits);
+    llm_sampler_accept(c->smp, id);
+    if (q->r.logprobs) {
+        const size_t k = (size_t)q->r.top_logprobs, n = (size_t)c->n_gen + 1;
+        void *p = c->lp;
+        LLM_TRY(llm_grow(&p, &c->cap_lp, n, sizeof(float)));
+        c->lp = p;
+        c->lp[n - 1] = llm_logprob(e->raw, e->n_vocab, id);
+        if (k) {
+            p = c->top_ids;
+            LLM_TRY(llm_grow(&p, &c->cap_ti, n * k, sizeof(int32_t)));
+            c->top_ids = p;
+            p = c->top_lp;
+            LLM_TRY(llm_grow(&p, &c->cap_tl, n * k, sizeof(float)));
+            c->top_lp = p;
+            int32_t got = llm_top_logprobs(e->raw, e->n_vocab, (int32_t)k, e->top_ids, e->top_lp);
+            for (size_t j = 0; j < k; j++) {
+                c->top_ids[(n - 1) * k + j] = j < (size_t)got ? e->top_ids[j] : 0;
+                c->top_lp[(n - 1) * k + j] = j < (size_t)got ? e->top_lp[j] : -INFINITY;
+            }
+        }
+    }
+    int ended;
+    return take_token(e, q, c, id, &ended);
+}
+
+/* ---- planning a step ----------------------------------------------------- */
+
+static void plan_add(struct llm_engine *e, struct req *q, struct choice *c, int32_t k)
+{
+    e->plan[e->n_plan++] = (struct entry){ q, c, k };
+}
+
+/* Does the choice compute now (the leader, or a fork that has the prompt)? */
+static int computes(const struct req *q, const struct choice *c)
+{
+    return c->slot >= 0 && !c->finish && (c == &q->ch[q->leader] || c->forked);
+}
+
+/* Admit q: slots for its live choices, samplers on the first admission, and
+ * the prompt's cached blocks for its leader. */
+static llm_status admit(struct llm_engine *e, struct req *q)
+{
+    q->leader = -1;
+    for (int32_t i = 0; i < q->r.n; i++) {
+        struct choice *c = &q->ch[i];
+        if (c->finish)
+            continue;
+        if (q->leader < 0)
+            q->leader = i;
+        if (!c->smp) {
+            struct llm_sampler_params sp = q->r.sp;
+            sp.seed += (uint64_t)i;
+            LLM_TRY(llm_sampler_new(&c->smp, &sp, e->n_vocab));
+            for (int32_t j = 0; j < q->n_prompt; j++)
+                llm_sampler_accept(c->smp, q->r.ids[j]);
+        }
+        if (!c->logits && !(c->logits = llm_malloc((size_t)e->n_vocab * sizeof(float))))
+            return LLM_E_NOMEM;
+        c->slot = e->slots[--e->n_slots];
+        llm_context_reset(e->c, c->slot);
+        c->n_kv = 0;
+        c->forked = 0;
+    }
+    struct choice *l = &q->ch[q->leader];
+    if (e->pc) /* at least the last token is computed, for its logits */
+        l->n_kv = llm_prefix_attach(e->pc, l->slot, l->toks, total_of(q, l) - 1,
+                                    (total_of(q, l) - 1) / e->bs);
+    q->state = R_RUN;
+    q->admitted_now = 1;
+    e->run[e->n_run++] = q;
+    return LLM_OK;
+}
+
+/* Blocks the plan takes. */
+static int32_t plan_need(const struct llm_engine *e)
+{
+    int32_t need = 0;
+    for (int32_t i = 0; i < e->n_plan; i++)
+        need += llm_kv_need(e->kv, e->plan[i].c->slot, e->plan[i].c->n_kv, e->plan[i].k, NULL);
+    return need;
+}
+
+/* The running request that gives way first: the highest priority value,
+ * then the newest. */
+static struct req *victim(const struct llm_engine *e)
+{
+    struct req *v = NULL;
+    for (int32_t i = 0; i < e->n_run; i++)
+        if (!v || ahead(v, e->run[i]))
+            v = e->run[i];
+    return v;
+}
+
+/* Make the plan fit the free blocks: the prefix index gives back blocks,
+ * then requests are preempted; the last running request, if it still
+ * does not fit, computes less, or ends ("length") when nothing fits. */
+static llm_status fit(struct llm_engine *e)
+{
+    for (;;) {
+        int32_t need = plan_need(e), free_ = llm_kv_free_blocks(e->kv);
+        if (need <= free_)
+            return LLM_OK;
+        if (e->pc && llm_prefix_evict(e->pc, need - free_) > 0)
+            continue;
+        if (e->n_run > 1) {
+            LLM_TRY(preempt(e, victim(e)));
+            continue;
+        }
+        /* one request, alone in the pool: its runs shrink to what fits */
+        int32_t k = 0;
+        for (int32_t i = 0; i < e->n_plan; i++) {
+            struct entry *p = &e->plan[i];
+            while (p->k > 0 &&
+                   llm_kv_need(e->kv, p->c->slot, p->c->n_kv, p->k, NULL) > free_)
+                p->k--;
+            free_ -= llm_kv_need(e->kv, p->c->slot, p->c->n_kv, p->k, NULL);
+            if (p->k > 0) {
+                e->plan[k++] = *p;
+            } else if (e->n_plan == 1 || p->c->n_kv == total_of(p->q, p->c) - 1) {
+                /* not even its next token fits: the budget is spent */
+                finish(e, p->q, p->c, "length");
+            }
+        }
+        e->n_plan = k;
+        return LLM_OK;
+    }
+}
+
+static llm_status plan_step(struct llm_engine *e)
+{
+    int32_t budget = e->p.step_tokens;
+    e->n_plan = 0;
+    /* running requests in priority order */
+    for (int32_t i = 1; i < e->n_run; i++)
+        for (int32_t j = i; j > 0 && ahead(e->run[j], e->run[j - 1]); j--) {
+            struct req *t = e->run[j];
+            e->run[j] = e->run[j - 1];
+            e->run[j - 1] = t;
+        }
+    /* decodes first, then the prompts and recomputations in chunks */
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t i = 0; i < e->n_run && budget > 0; i++) {
+            struct req *q = e->run[i];
+            for (int32_t j = 0; j < q->r.n && budget > 0; j++) {
+                struct choice *c = &q->ch[j];
+                if (!computes(q, c))
+                    continue;
+                int32_t rem = total_of(q, c) - c->n_kv;
+                if (rem <= 0 || (pass == 0) != (rem == 1))
+                    continue;
+                int32_t k = rem < budget ? rem : budget;
+                plan_add(e, q, c, k);
+                budget -= k;
+            }
+        }
+    /* waiting requests join while slots and the budget allow */
+    while (e->n_wait && budget > 0) {
+        struct req *q = e->wait[0];
+        if (q->n_live > e->n_slots)
+            break;
+        memmove(e->wait, e->wait + 1, (e->n_wait - 1) * sizeof *e->wait);
+        e->n_wait--;
+        LLM_TRY(admit(e, q));
+        struct choice *l = &q->ch[q->leader];
+        int32_t rem = total_of(q, l) - l->n_kv;
+        int32_t k = rem < budget ? rem : budget;
+        plan_add(e, q, l, k);
+        budget -= k;
+        /* stop admitting once the blocks would not hold the plan */
+        int32_t need = plan_need(e), free_ = llm_kv_free_blocks(e->kv);
+        if (need > free_ && e->pc)
+            free_ += llm_prefix_evict(e->pc, need - free_);
+        if (need > free_) {
+            if (e->n_run > 1)
+                LLM_TRY(preempt(e, q));
+            break;
+        }
+    }
+    return fit(e);
+}
+
+/* ---- a step -------------------------------------------------------------- */
+
+llm_status llm_engine_step(struct llm_engine *e)
+{
+    if (!e->n_run && !e->n_wait)
+        return LLM_OK;
+    LLM_TRY(plan_step(e));
+    int32_t n = 0, n_out = 0, pre = 0, dec = 0;
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        const struct entry *p = &e->plan[i];
+        const int32_t end = p->c->n_kv + p->k, tot = total_of(p->q, p->c);
+        for (int32_t j = 0; j < p->k; j++) {
+            e->bt[n] = p->c->toks[p->c->n_kv + j];
+            e->bp[n] = p->c->n_kv + j;
+            e->bq[n] = p->c->slot;
+            e->bl[n] = j == p->k - 1 && end == tot;
+            n_out += e->bl[n];
+            n++;
+        }
+        if (p->k == 1 && end == tot)
+            dec++;
+        else
+            pre += p->k;
+    }
+    for (int32_t i = 0; i < e->n_run; i++)
+        e->run[i]->admitted_now = 0;
+    if (n) {
+        struct llm_batch b = { .n = n, .token = e->bt, .pos = e->bp, .seq = e->bq, .logits = e->bl };
+        LLM_TRY(llm_decode_batch(e->c, &b, e->blog));
+    }
+    e->st.steps++;
+    e->st.prefill_tokens += pre;
+    e->st.decode_tokens += dec;
+    e->st.last_prefill = pre;
+    e->st.last_decode = dec;
+    /* logits to their choices; the index learns the new full blocks */
+    for (int32_t i = 0, o = 0; i < e->n_plan; i++) {
+        struct entry *p = &e->plan[i];
+        const int32_t before = p->c->n_kv;
+        p->c->n_kv += p->k;
+        if (p->c->n_kv == total_of(p->q, p->c)) {
+            memcpy(p->c->logits, e->blog + (size_t)o++ * e->n_vocab,
+                   (size_t)e->n_vocab * sizeof(float));
+            p->c->fresh = 1;
+        }
+        if (e->pc && p->c->n_kv / e->bs > before / e->bs)
+            LLM_TRY(llm_prefix_insert(e->pc, p->c->slot, p->c->toks, p->c->n_kv));
+    }
+    (void)n_out;
+    /* the other choices take the prompt's blocks once the leader has them,
+     * and its distribution when they have not drawn yet */
+    for (int32_t i = 0; i < e->n_run; i++) {
+        struct req *q = e->run[i];
+        struct choice *l = &q->ch[q->leader];
+        if (l->slot < 0 || l->n_kv < q->n_prompt)
+            continue;
+        for (int32_t j = 0; j < q->r.n; j++) {
+            struct choice *c = &q->ch[j];
+            if (c == l || c->finish || c->slot < 0 || c->forked)
+                continue;
+            LLM_TRY(llm_context_fork(e->c, l->slot, c->slot, q->n_prompt));
+            c->forked = 1;
+            c->n_kv = q->n_prompt;
+            if (c->n_gen == 0 && l->n_gen == 0 && l->fresh) {
+                memcpy(c->logits, l->logits, (size_t)e->n_vocab * sizeof(float));
+                c->fresh = 1;
+            }
+        }
+    }
+    /* every fresh choice draws; finished requests are answered */
+    for (int32_t i = 0; i < e->n_run;) {
+        struct req *q = e->run[i];
+        for (int32_t j = 0; j < q->r.n; j++)
+            if (q->ch[j].fresh && !q->ch[j].finish)
+                LLM_TRY(sample(e, q, &q->ch[j]));
+        if (q->n_live == 0) {
+            LLM_TRY(answer(e, q));
+            continue;
+        }
+        /* a finished leader hands the prompt over: later forks come from
+         * a choice that holds it */
+        if (q->ch[q->leader].finish) {
+            for (int32_t j = 0; j < q->r.n; j++)
+                if (!q->ch[j].finish && q->ch[j].slot >= 0 && q->ch[j].forked) {
+                    q->leader = j;
+                    break;
+                }
+        }
+        i++;
+    }
+    return LLM_OK;
+}

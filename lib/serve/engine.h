@@ -1,0 +1,78 @@
+/* engine.h: continuous batching of requests over one context.
+ *
+ * Each step is one llm_decode_batch: every running sequence that has its
+ * next token gets it decoded first, then prompts (and recomputations) are
+ * computed in chunks within the step's token budget, then waiting requests
+ * join while sequence slots and blocks allow, lowest priority value first,
+ * first come first served within a level. A request's choices (n) share its
+ * prompt's blocks (a fork); with the prefix index on, a prompt that begins
+ * with blocks computed before takes them instead of computing them again.
+ *
+ * When the KV pool runs out, the prefix index gives back its least recently
+ * used blocks first; then the running request with the highest priority
+ * value, the newest among equals, is preempted: its blocks are released and
+ * it waits again with what it has generated, to be recomputed when it is
+ * readmitted. Every sequence owns its sampler and the forward pass is batch
+ * invariant, so a request's output is the same bits whatever it ran beside,
+ * however it was chunked, cached or preempted: the text a single llm-run
+ * with its seed gives.
+ */
+#ifndef LLM_SERVE_ENGINE_H
+#define LLM_SERVE_ENGINE_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "../model/model.h"
+#include "request.h"
+
+struct llm_engine_params {
+    int32_t max_seqs;       /* sequences running at once: the context's slots */
+    int32_t step_tokens;    /* tokens per step at most (the context's n_batch or less) */
+    int prefix_cache;       /* keep full blocks for later prompts (default 1) */
+    int ignore_eos;         /* keep going past end-of-generation tokens */
+};
+void llm_engine_params_default(struct llm_engine_params *p);
+
+/* A request is answered: its choices (n), in order. The engine frees the
+ * request after the call. */
+struct llm_engine_callbacks {
+    llm_status (*done)(void *ctx, const struct llm_request *r, const struct llm_choice_out *ch,
+                       int32_t n, int32_t prompt_tokens);
+    void *ctx;
+};
+
+/* Counters since the engine was made, and the state now. */
+struct llm_engine_stats {
+    int64_t added, finished, running, waiting;
+    int64_t steps, prefill_tokens, decode_tokens, preemptions;
+    int64_t lookup_tokens, hit_tokens, evicted_blocks;
+    int32_t kv_blocks, kv_used, kv_free, kv_cached, kv_peak;
+    int64_t kv_tokens;      /* positions held by running sequences */
+    int32_t last_prefill, last_decode; /* tokens of the last step */
+};
+
+struct llm_engine;
+
+/* An engine over context c (n_seq >= p->max_seqs, n_batch >= p->step_tokens),
+ * which it uses alone until it is freed. */
+llm_status llm_engine_new(struct llm_engine **out, struct llm_context *c,
+                          const struct llm_engine_params *p, const struct llm_engine_callbacks *cb);
+/* Release every sequence and block, and the requests not yet answered. */
+void llm_engine_free(struct llm_engine *e);
+
+/* Queue a request (tokenized, without error; n <= max_seqs). The engine
+ * takes its contents over and leaves *r zeroed. */
+llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r);
+
+/* One step. Requests that finish are handed to the callback. Errors are the
+ * callback's or the model's (a request that the pool cannot hold even
+ * alone ends with finish_reason "length"). */
+llm_status llm_engine_step(struct llm_engine *e);
+
+/* Requests added and not yet answered. */
+int64_t llm_engine_pending(const struct llm_engine *e);
+
+void llm_engine_stats(const struct llm_engine *e, struct llm_engine_stats *st);
+
+#endif
