@@ -94,6 +94,7 @@ int32_t llm_prefix_attach(struct llm_prefix *pc, int32_t seq, const int32_t *tok
     pc->clock++;
     if (max_blocks < most)
         most = max_blocks;
+    llm_kv_reset(pc->kv, seq);
     int32_t *ids = most > 0 ? llm_malloc((size_t)most * sizeof(int32_t)) : NULL;
     if (!ids)
         return 0; /* nothing to find, or no memory: computing it is always right */

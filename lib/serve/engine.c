@@ -46,6 +46,7 @@ struct req {
     struct llm_request r;
     int state;
     int admitted_now;           /* admitted in this step's plan, nothing computed yet */
+    int32_t hit_now;            /* tokens its leader took from the prefix index then */
     int32_t n_prompt;
     int32_t leader;             /* the live choice that computes the prompt */
     int32_t n_live;
@@ -276,8 +277,6 @@ void llm_engine_stats(const struct llm_engine *e, struct llm_engine_stats *st)
         struct llm_prefix_stats ps;
         llm_prefix_stats(e->pc, &ps);
         st->kv_cached = ps.entries;
-        st->lookup_tokens = ps.lookup_tokens;
-        st->hit_tokens = ps.hit_tokens;
         st->evicted_blocks = ps.evicted;
     }
 }
@@ -482,6 +481,7 @@ static llm_status admit(struct llm_engine *e, struct req *q)
     if (e->pc) /* at least the last token is computed, for its logits */
         l->n_kv = llm_prefix_attach(e->pc, l->slot, l->toks, total_of(q, l) - 1,
                                     (total_of(q, l) - 1) / e->bs);
+    q->hit_now = l->n_kv;
     q->state = R_RUN;
     q->admitted_now = 1;
     e->run[e->n_run++] = q;
@@ -620,8 +620,16 @@ llm_status llm_engine_step(struct llm_engine *e)
         else
             pre += p->k;
     }
-    for (int32_t i = 0; i < e->n_run; i++)
-        e->run[i]->admitted_now = 0;
+    /* prompt tokens asked of the prefix index and found, counted for the
+     * admissions that hold (not those given back at once for room) */
+    for (int32_t i = 0; i < e->n_run; i++) {
+        struct req *q = e->run[i];
+        if (q->admitted_now && e->pc) {
+            e->st.lookup_tokens += q->n_prompt;
+            e->st.hit_tokens += q->hit_now < q->n_prompt ? q->hit_now : q->n_prompt;
+        }
+        q->admitted_now = 0;
+    }
     if (n) {
         struct llm_batch b = { .n = n, .token = e->bt, .pos = e->bp, .seq = e->bq, .logits = e->bl };
         LLM_TRY(llm_decode_batch(e->c, &b, e->blog));

@@ -46,7 +46,9 @@ struct llm_engine_callbacks {
 struct llm_engine_stats {
     int64_t added, finished, running, waiting;
     int64_t steps, prefill_tokens, decode_tokens, preemptions;
-    int64_t lookup_tokens, hit_tokens, evicted_blocks;
+    int64_t lookup_tokens;  /* prompt tokens of admitted requests, with the prefix index on */
+    int64_t hit_tokens;     /* of them, taken from the index */
+    int64_t evicted_blocks;
     int32_t kv_blocks, kv_used, kv_free, kv_cached, kv_peak;
     int64_t kv_tokens;      /* positions held by running sequences */
     int32_t last_prefill, last_decode; /* tokens of the last step */
