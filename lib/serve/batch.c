@@ -282,7 +282,8 @@ static llm_status duplicates(struct run *r, char **cids, size_t n)
             r->sum->duplicates++;
             if (r->sum->duplicates <= 10)
                 fprintf(stderr, "llm-run: %s: custom_id \"%.60s\" is used by more than one line "
-                        "(each is answered)\n", r->p->in_path, cids[i]);
+                        "(each is answered)\n",
+                        strcmp(r->p->in_path, "-") ? r->p->in_path : "<stdin>", cids[i]);
         }
     return LLM_OK;
 }

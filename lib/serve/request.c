@@ -358,7 +358,11 @@ llm_status llm_request_parse(struct llm_request *r, const char *line, size_t len
     json_error_t je;
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        fail(r, "invalid_json", "not JSON: %s (column %d)", je.text, je.column);
+        if (strstr(je.text, "JSON_ALLOW_NUL"))
+            fail(r, "invalid_json", "a NUL character (\\u0000) in a string is not supported "
+                 "(column %d)", je.column);
+        else
+            fail(r, "invalid_json", "not JSON: %s (column %d)", je.text, je.column);
         return r->err_msg ? LLM_OK : LLM_E_NOMEM;
     }
     if (!json_is_object(root)) {

@@ -442,3 +442,156 @@ t_run_stdout_write_error_one_line() {
     has "$TMP/err" "llm-run: <stdout>: write error" && one_line &&
     expect 1 sh -c "'$RUN' -m '$TMP/s.llm' --tokenize -p Once >/dev/full" && one_line
 }
+
+# ---- --batch -----------------------------------------------------------------
+# the text of each choice of each output line, one per line: "LINE CHOICE TEXT"
+batch_texts() {
+    python3 - "$1" <<'PY'
+import json, sys
+for l in open(sys.argv[1], encoding="utf-8"):
+    o = json.loads(l)
+    b = (o.get("response") or {}).get("body")
+    n = int(o["id"].split("-")[1])
+    if not b:
+        print(n, "error", o["error"]["code"]); continue
+    for c in b["choices"]:
+        t = c.get("text", (c.get("message") or {}).get("content"))
+        print(n, c["index"], json.dumps(t), c["finish_reason"])
+PY
+}
+# request lines for stories260K: greedy, seeded, several choices, stops
+batch_requests() {
+    {
+        echo '{"custom_id":"g1","url":"/v1/completions","body":{"prompt":"Once upon a time","max_tokens":30,"temperature":0}}'
+        echo '{"custom_id":"s1","body":{"prompt":"Lily saw a big dog","max_tokens":25,"temperature":0.9,"seed":11}}'
+        echo '{"custom_id":"s3","body":{"prompt":"The sun was hot","max_tokens":20,"temperature":1.0,"seed":5,"n":3}}'
+        echo '{"custom_id":"st","body":{"prompt":"Tom had a red ball","max_tokens":40,"temperature":0,"stop":["."]}}'
+        echo '{"prompt":"One day","max_tokens":12,"temperature":0}'
+    } >"$TMP/req.jsonl"
+}
+# Every answer is the text of a single llm-run with the same seed.
+t_run_batch_matches_single_runs() {
+    r_stories
+    command -v python3 >/dev/null || skip "no python3"
+    batch_requests
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/b.jsonl" --max-seqs 4 || return 1
+    [ ! -s "$TMP/out" ] && has "$TMP/err" "5 requests: 5 answered, 0 errors" || return 1
+    batch_texts "$TMP/b.jsonl" >"$TMP/bt.txt"
+    single() { # LINE CHOICE -- llm-run args
+        local l=$1 c=$2; shift 3
+        "$RUN" -m "$TMP/s.llm" --json "$@" |
+            python3 -c 'import json,sys; o=json.load(sys.stdin); c=o.get("completions"); i=int(sys.argv[1]); t=c[i]["text"] if c else o["text"]; r=c[i]["stop_reason"] if c else o["stop_reason"]; print(sys.argv[2], i, json.dumps(t), "stop" if r in ("eos","stop") else "length")' "$c" "$l"
+    }
+    {
+        single 1 0 -- -p "Once upon a time" -n 30 --temp 0
+        single 2 0 -- -p "Lily saw a big dog" -n 25 --temp 0.9 -s 11
+        for i in 0 1 2; do single 3 $i -- -p "The sun was hot" -n 20 --temp 1.0 -s 5 --n-seq 3; done
+        single 4 0 -- -p "Tom had a red ball" -n 40 --temp 0 --stop .
+        single 5 0 -- -p "One day" -n 12 --temp 0
+    } >"$TMP/st.txt"
+    diff "$TMP/st.txt" "$TMP/bt.txt" && [ "$(wc -l <"$TMP/bt.txt")" = 7 ]
+}
+# The same answers from stdin, in completion order, one sequence at a
+# time with chunks of 3 tokens, without the prefix cache, and with a pool
+# so small that requests are preempted.
+t_run_batch_same_answers_every_schedule() {
+    r_stories
+    batch_requests
+    cat "$TMP/req.jsonl" "$TMP/req.jsonl" >"$TMP/req2.jsonl"
+    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/a.jsonl" || return 1
+    expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch - --completion-order --max-seqs 3 --step-tokens 3 --no-prefix-cache <'$TMP/req2.jsonl'" &&
+    has "$TMP/err" '<stdin>: custom_id "g1" is used by more than one line' &&
+    diff <(strip "$TMP/a.jsonl") <(strip "$TMP/out") || return 1
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" --kv-blocks 8 --ctx 64 --max-seqs 6 \
+        --stats-json "$TMP/stats.json" && has "$TMP/err" "10 answered" &&
+    ! grep -q '"preemptions":0,' "$TMP/stats.json" &&
+    diff <(strip "$TMP/a.jsonl") <(strip "$TMP/out")
+}
+# Bad lines of every kind: one output line for each input line (blank
+# lines are not requests), an error record for each bad one, exit 3.
+t_run_batch_bad_lines_one_output_each() {
+    r_stories
+    {
+        echo '{"custom_id":"ok1","body":{"prompt":"Once","max_tokens":4,"temperature":0}}'
+        echo 'this is not json'
+        echo '[1,2,3]'
+        echo ''
+        echo '{"custom_id":"u","url":"/v1/embeddings","body":{"input":"x"}}'
+        echo '{"custom_id":"t","body":{"prompt":"x","max_tokens":"ten"}}'
+        echo '{"custom_id":"m","body":{"temperature":0}}'
+        printf '{"custom_id":"long","body":{"prompt":"%s"}}\n' "$(printf 'Once upon a time %.0s' $(seq 40))"
+        echo '{"custom_id":"n","body":{"prompt":"x","n":9}}'
+        echo '{"custom_id":"ok1","body":{"prompt":"Tom","max_tokens":3,"temperature":0}}'
+        printf '{"custom_id":"nul","body":{"prompt":"a\\u0000b","max_tokens":2}}\r\n'
+        echo '{"custom_id":"stream","body":{"prompt":"x","stream":true}}'
+        echo '   '
+        echo '{"custom_id":"last","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3}}'
+    } >"$TMP/bad.jsonl"
+    expect 3 "$RUN" -m "$TMP/s.llm" --batch "$TMP/bad.jsonl" --ctx 64 --max-seqs 4 || return 1
+    [ "$(wc -l <"$TMP/out")" = 12 ] || { echo "$(wc -l <"$TMP/out") output lines"; return 1; }
+    local ids; ids=$(grep -o '^{"id":"line-[0-9]*"' "$TMP/out" | grep -o '[0-9]*' | tr '\n' ' ')
+    [ "$ids" = "1 2 3 5 6 7 8 9 10 11 12 14 " ] || { echo "ids: $ids"; return 1; }
+    for c in invalid_json invalid_request unsupported_url context_length_exceeded unsupported; do
+        has "$TMP/out" "\"code\":\"$c\"" || return 1
+    done
+    has "$TMP/err" "custom_id \"ok1\" is used by more than one line" &&
+    [ "$(grep -c '"status_code":200' "$TMP/out")" = 2 ] && has "$TMP/out" 'NUL character' && has "$TMP/out" 'no chat template' &&
+    grep '"line-9"' "$TMP/out" | grep -q 'more than the 4 sequences'
+}
+# Interrupted (SIGTERM) and resumed, the output holds the same lines as an
+# uninterrupted run; a killed run's half-written last line is redone.
+t_run_batch_interrupt_and_resume() {
+    r_stories
+    batch_requests
+    local i
+    for i in $(seq 60); do
+        echo "{\"custom_id\":\"c$i\",\"body\":{\"prompt\":\"Once upon a time $i\",\"max_tokens\":200,\"temperature\":0.8,\"seed\":$i}}"
+    done >"$TMP/many.jsonl"
+    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/full.jsonl" --max-seqs 2 -t 1 || return 1
+    "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/part.jsonl" --max-seqs 2 -t 1 2>"$TMP/err" &
+    local pid=$! n=0
+    for i in $(seq 200); do
+        n=$(cat "$TMP/part.jsonl" 2>/dev/null | wc -l)
+        [ "$n" -ge 3 ] && break
+        sleep 0.05
+    done
+    kill -TERM $pid; wait $pid; local rc=$?
+    n=$(wc -l <"$TMP/part.jsonl")
+    if [ $rc = 143 ]; then
+        has "$TMP/err" "interrupted" && has "$TMP/err" "--resume" && [ "$n" -lt 60 ] || return 1
+    else
+        [ $rc = 0 ] || { echo "exit $rc"; return 1; } # it finished first: still compared
+    fi
+    printf '{"id":"line-' >>"$TMP/part.jsonl" # a line cut short by a kill
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/part.jsonl" --resume \
+        --max-seqs 2 -t 1 && has "$TMP/err" "answered before (--resume)" &&
+    diff <(strip "$TMP/full.jsonl") <(strip "$TMP/part.jsonl") || return 1
+    expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/part.jsonl" --resume &&
+    has "$TMP/err" "not the same input" && one_line
+}
+t_run_batch_usage_and_file_errors() {
+    r_stories
+    batch_requests
+    expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --resume && has "$TMP/err" "needs -o FILE" &&
+    expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -p hi && has "$TMP/err" "-p does not go with --batch" &&
+    expect 2 "$RUN" -m "$TMP/s.llm" -p hi --max-seqs 4 && has "$TMP/err" "go with --batch" &&
+    expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/nonexistent.jsonl" && has "$TMP/err" "nonexistent.jsonl" && one_line &&
+    expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o /nonexistent/dir/o.jsonl && one_line &&
+    echo 'garbage' >"$TMP/g.jsonl" &&
+    expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/g.jsonl" --resume &&
+    has "$TMP/err" "$TMP/g.jsonl:1: not an output line" && one_line &&
+    bad_llm && expect 1 "$RUN" -m "$TMP/bad.llm" --batch "$TMP/req.jsonl" && one_line && [ ! -s "$TMP/out" ]
+}
+# The trace has one line per step; the summary JSON its counters.
+t_run_batch_trace_and_stats() {
+    r_stories
+    batch_requests
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --kv-trace "$TMP/trace.jsonl" \
+        --stats-json "$TMP/stats.json" || return 1
+    local steps; steps=$(grep -o '"steps":[0-9]*' "$TMP/stats.json" | cut -d: -f2)
+    [ "$steps" -gt 10 ] && [ "$(wc -l <"$TMP/trace.jsonl")" = "$steps" ] &&
+    has "$TMP/stats.json" '"requests":5,"answered":5,"errors":0' &&
+    tail -1 "$TMP/trace.jsonl" | grep -q '"running":0,"waiting":0,"finished":5'
+}
