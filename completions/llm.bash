@@ -469,9 +469,33 @@ _llm_run()
             :
             return
             ;;
+        --batch)
+            _llm_files
+            return
+            ;;
+        -o|--output)
+            _llm_files
+            return
+            ;;
+        --max-seqs)
+            :
+            return
+            ;;
+        --step-tokens)
+            :
+            return
+            ;;
+        --stats-json)
+            _llm_files
+            return
+            ;;
+        --kv-trace)
+            _llm_files
+            return
+            ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --n-seq --parallel --kv-mem --kv-blocks --block-size --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --n-seq --parallel --kv-mem --kv-blocks --block-size --batch -o --output --resume --completion-order --max-seqs --step-tokens --no-prefix-cache --stats-json --kv-trace --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

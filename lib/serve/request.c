@@ -21,6 +21,11 @@ static void fail(struct llm_request *r, const char *code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* names from the line (keys, roles, urls) may hold any character: the
+     * message stays one printable line */
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
     r->err_code = code;
     r->err_msg = llm_strdup(msg);
 }
