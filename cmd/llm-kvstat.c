@@ -6,7 +6,7 @@
 #include "../lib/llm.h"
 
 enum { OPT_PRESET = 256, OPT_CONFIG, OPT_KV_TYPE, OPT_CTX, OPT_BATCH, OPT_BLOCK, OPT_MEM, OPT_WEIGHTS,
-       OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST, OPT_SHARED };
+       OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST, OPT_SHARED, OPT_TRACE, OPT_PLOT };
 
 static const struct llm_opt opts[] = {
     { OPT_PRESET, "preset", LLM_ARG_REQUIRED, "NAME", "use the published shape of NAME (see --list-presets)",
@@ -22,6 +22,8 @@ static const struct llm_opt opts[] = {
     { OPT_LENGTHS, "lengths", LLM_ARG_REQUIRED, "FILE", "sequence lengths, one per line: paged vs contiguous waste", "file" },
     { OPT_SYNTH, "lengths-synthetic", LLM_ARG_REQUIRED, "SPEC", "uniform:MIN:MAX:N or normal:MEAN:SD:N lengths", NULL },
     { OPT_SEED, "seed", LLM_ARG_REQUIRED, "N", "seed for --lengths-synthetic (default: 1)", NULL },
+    { OPT_TRACE, "trace", LLM_ARG_REQUIRED, "FILE", "summarize a KV trace of llm-run --batch --kv-trace ('-' = stdin), with a chart", "file" },
+    { OPT_PLOT, "plot", LLM_ARG_REQUIRED, "FILE", "with --trace: also draw the trace as an SVG plot in FILE", "file" },
     { OPT_JSON, "json", LLM_ARG_NONE, NULL, "print one JSON object instead of a table", NULL },
     { OPT_LIST, "list-presets", LLM_ARG_NONE, NULL, "print the presets and their shapes", NULL },
 };
@@ -31,6 +33,7 @@ static struct llm_cli cli = {
     .synopsis = "[OPTIONS] MODEL\n"
                 "[OPTIONS] --preset NAME\n"
                 "[OPTIONS] --config FILE\n"
+                "--trace FILE [--plot FILE.svg] [--json]\n"
                 "--list-presets",
     .summary = "KV-cache arithmetic: bytes per token, sequence and batch; what fits in a memory\n"
                "budget; paged versus contiguous allocation.",
@@ -42,7 +45,8 @@ static struct llm_cli cli = {
               "  llm-kvstat --preset llama-2-7b --ctx 4096\n"
               "  llm-kvstat --preset llama-3-70b --kv-type fp8 --mem 80G --weights 70G --json\n"
               "  llm-kvstat model.llm --mem 24G --lengths-synthetic normal:800:400:1000\n"
-              "  llm-kvstat --preset llama-3-8b --ctx 2048 --batch 32 --shared-prefix 1500 --mem 16G\n",
+              "  llm-kvstat --preset llama-3-8b --ctx 2048 --batch 32 --shared-prefix 1500 --mem 16G\n"
+              "  llm-kvstat --trace trace.jsonl --plot trace.svg\n",
 };
 
 static int list_presets(void)
@@ -65,6 +69,54 @@ static int list_presets(void)
     return 0;
 }
 
+/* --trace: the summary of a KV trace, as a table with a chart or as JSON. */
+static int trace_report(const char *path, const char *plot, int json)
+{
+    struct llm_trace tr;
+    llm_status s = llm_trace_read(&tr, path);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    struct llm_trace_summary m;
+    llm_trace_summarize(&tr, &m);
+    if (json) {
+        printf("{\"steps\":%lld,\"seconds\":%.6f,\"blocks\":%lld,\"block_size\":%lld,"
+               "\"used_mean\":%.4f,\"used_peak\":%.4f,\"cached_mean\":%.4f,\"cache_only_mean\":%.4f,"
+               "\"inside_block_waste\":%.4f,\"running_peak\":%lld,\"waiting_peak\":%lld,"
+               "\"finished\":%lld,\"prefill_tokens\":%lld,\"decode_tokens\":%lld,"
+               "\"prefix_lookup_tokens\":%lld,\"prefix_hit_tokens\":%lld,"
+               "\"prefix_hit_rate\":%.4f,\"preemptions\":%lld}\n",
+               (long long)m.steps, m.seconds, (long long)m.blocks, (long long)m.block_size,
+               m.used_mean, m.used_peak, m.cached_mean, m.idle_mean, m.inside_waste, (long long)m.running_peak,
+               (long long)m.waiting_peak, (long long)m.finished, (long long)m.prefill_tokens,
+               (long long)m.decode_tokens, (long long)m.lookup_tokens, (long long)m.hit_tokens,
+               m.hit_rate, (long long)m.preemptions);
+    } else {
+        printf("steps                 %lld in %.2f s\n", (long long)m.steps, m.seconds);
+        printf("pool                  %lld blocks of %lld tokens\n", (long long)m.blocks,
+               (long long)m.block_size);
+        printf("blocks in use         %.1f%% mean, %.1f%% peak\n", 100 * m.used_mean,
+               100 * m.used_peak);
+        printf("prefix cache          lists %.1f%% of the pool (mean), %.1f%% held by it alone\n",
+               100 * m.cached_mean, 100 * m.idle_mean);
+        printf("waste inside blocks   %.1f%% of the sequences' block rows\n", 100 * m.inside_waste);
+        printf("requests              %lld finished; at most %lld running, %lld waiting\n",
+               (long long)m.finished, (long long)m.running_peak, (long long)m.waiting_peak);
+        printf("tokens                %lld prefilled, %lld decoded\n", (long long)m.prefill_tokens,
+               (long long)m.decode_tokens);
+        printf("prefix hits           %.1f%% (%lld of %lld prompt tokens)\n", 100 * m.hit_rate,
+               (long long)m.hit_tokens, (long long)m.lookup_tokens);
+        printf("preemptions           %lld\n\nKV blocks over time ('#' held by sequences, ':' kept "
+               "by the prefix cache alone):\n", (long long)m.preemptions);
+        llm_trace_chart(stdout, &tr, 64, 10);
+    }
+    if (plot)
+        s = llm_trace_svg(&tr, plot);
+    llm_trace_free(&tr);
+    if (!s && (fflush(stdout) || ferror(stdout)))
+        s = llm_error_set(LLM_E_IO, "<stdout>: write error");
+    return s ? llm_cli_fail(&cli, s) : 0;
+}
+
 static llm_status load_config(struct llm_kvstat_shape *s, const char *path)
 {
     if (!llm_is_dir(path))
@@ -79,6 +131,7 @@ int main(int argc, char **argv)
 {
     struct llm_kvstat_params p;
     const char *preset = NULL, *config = NULL, *lengths = NULL, *synth = NULL, *arg;
+    const char *trace = NULL, *plot = NULL;
     int json = 0, list = 0, have_seed = 0, r;
     int64_t v, seed = 1;
     llm_kvstat_params_default(&p);
@@ -115,6 +168,8 @@ int main(int argc, char **argv)
             break;
         case OPT_JSON: json = 1; break;
         case OPT_LIST: list = 1; break;
+        case OPT_TRACE: trace = arg; break;
+        case OPT_PLOT: plot = arg; break;
         }
         if (s)
             return llm_cli_usage(&cli, "%s", llm_error_detail(s));
@@ -124,6 +179,15 @@ int main(int argc, char **argv)
         if (n || preset || config || json)
             return llm_cli_usage(&cli, "--list-presets takes no model and no other mode");
         return llm_cli_exit(&cli, list_presets());
+    }
+    if (plot && !trace)
+        return llm_cli_usage(&cli, "--plot goes with --trace");
+    if (trace) {
+        if (n || preset || config || lengths || synth || have_seed || p.mem || p.ctx ||
+            p.batch != 1 || p.shared_prefix)
+            return llm_cli_usage(&cli, "--trace takes no model and no other option but --plot and "
+                                 "--json");
+        return llm_cli_exit(&cli, trace_report(trace, plot, json));
     }
     if ((n > 0) + (preset != NULL) + (config != NULL) != 1 || n > 1)
         return llm_cli_usage(&cli, "give one of MODEL, --preset NAME or --config FILE");

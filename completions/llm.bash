@@ -243,9 +243,17 @@ _llm_kvstat()
             :
             return
             ;;
+        --trace)
+            _llm_files
+            return
+            ;;
+        --plot)
+            _llm_files
+            return
+            ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '--preset --config --kv-type --ctx --batch --block-size --shared-prefix --mem --weights --lengths --lengths-synthetic --seed --json --list-presets -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '--preset --config --kv-type --ctx --batch --block-size --shared-prefix --mem --weights --lengths --lengths-synthetic --seed --trace --plot --json --list-presets -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

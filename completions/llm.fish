@@ -60,6 +60,8 @@ complete -c llm-kvstat -l weights -x -d 'bytes of weights to take off --mem (def
 complete -c llm-kvstat -l lengths -r -F -d 'sequence lengths, one per line: paged vs contiguous waste'
 complete -c llm-kvstat -l lengths-synthetic -x -d 'uniform:MIN:MAX:N or normal:MEAN:SD:N lengths'
 complete -c llm-kvstat -l seed -x -d 'seed for --lengths-synthetic (default: 1)'
+complete -c llm-kvstat -l trace -r -F -d 'summarize a KV trace of llm-run --batch --kv-trace (\'-\' = stdin), with a chart'
+complete -c llm-kvstat -l plot -r -F -d 'with --trace: also draw the trace as an SVG plot in FILE'
 complete -c llm-kvstat -l json -d 'print one JSON object instead of a table'
 complete -c llm-kvstat -l list-presets -d 'print the presets and their shapes'
 complete -c llm-kvstat -s h -l help -d 'print this help and exit'

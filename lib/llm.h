@@ -52,6 +52,7 @@
 #include "serve/request.h"  /* OpenAI batch lines in and out */
 #include "serve/engine.h"   /* continuous batching: llm_engine_* */
 #include "serve/batch.h"    /* llm-run --batch: llm_batch_run */
+#include "serve/trace.h"    /* the KV trace: llm-kvstat --trace */
 #include "tokenizer/tokenizer.h"
 #include "ops/matmul.h"      /* llm_matvec, llm_matmul, llm_pool_*: CPU products and threads */
 #include "ops/vec.h"         /* llm_vec_dots_*, llm_vec_axpys_*: attention kernels */

@@ -206,8 +206,10 @@ void llm_prefix_stats(const struct llm_prefix *pc, struct llm_prefix_stats *st)
 {
     memset(st, 0, sizeof *st);
     st->entries = pc->entries;
-    for (int32_t b = 0; b < pc->n_blocks; b++)
+    for (int32_t b = 0; b < pc->n_blocks; b++) {
+        st->idle += pc->e[b].used && llm_kv_refs(pc->kv, b) == 1;
         st->evictable += evictable(pc, b);
+    }
     st->evicted = pc->evicted;
     st->lookup_tokens = pc->lookup_tokens;
     st->hit_tokens = pc->hit_tokens;

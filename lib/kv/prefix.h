@@ -26,7 +26,8 @@ struct llm_prefix;
 
 struct llm_prefix_stats {
     int32_t entries;        /* blocks listed */
-    int32_t evictable;      /* of them, held by the index alone and not continued */
+    int32_t idle;           /* of them, held by the index alone (no sequence uses them) */
+    int32_t evictable;      /* of those, not continued by another listed block */
     int64_t evicted;        /* blocks evicted so far */
     int64_t lookup_tokens;  /* tokens asked for by llm_prefix_attach */
     int64_t hit_tokens;     /* of them, found */

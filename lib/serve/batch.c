@@ -423,12 +423,12 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
             llm_engine_stats(e, &st);
             fprintf(trace, "{\"t\":%.6f,\"step\":%lld,\"running\":%lld,\"waiting\":%lld,"
                     "\"finished\":%lld,\"blocks\":%d,\"blocks_used\":%d,\"blocks_free\":%d,"
-                    "\"blocks_cached\":%d,\"block_size\":%d,\"tokens\":%lld,\"prefill\":%d,"
+                    "\"blocks_cached\":%d,\"blocks_idle\":%d,\"blocks_logical\":%d,\"block_size\":%d,\"tokens\":%lld,\"prefill\":%d,"
                     "\"decode\":%d,\"lookup_tokens\":%lld,\"hit_tokens\":%lld,"
                     "\"preemptions\":%lld}\n",
                     t - t0, (long long)st.steps, (long long)st.running, (long long)st.waiting,
                     (long long)st.finished, st.kv_blocks, st.kv_used, st.kv_free, st.kv_cached,
-                    llm_context_kv(c)->p.block_size, (long long)st.kv_tokens, st.last_prefill,
+                    st.kv_idle, st.kv_logical, llm_context_kv(c)->p.block_size, (long long)st.kv_tokens, st.last_prefill,
                     st.last_decode, (long long)st.lookup_tokens, (long long)st.hit_tokens,
                     (long long)st.preemptions);
             if (ferror(trace))

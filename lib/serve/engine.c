@@ -273,10 +273,12 @@ void llm_engine_stats(const struct llm_engine *e, struct llm_engine_stats *st)
     st->kv_free = ks.free_;
     st->kv_peak = ks.peak_used;
     st->kv_tokens = ks.tokens;
+    st->kv_logical = ks.logical;
     if (e->pc) {
         struct llm_prefix_stats ps;
         llm_prefix_stats(e->pc, &ps);
         st->kv_cached = ps.entries;
+        st->kv_idle = ps.idle;
         st->evicted_blocks = ps.evicted;
     }
 }

@@ -49,7 +49,10 @@ struct llm_engine_stats {
     int64_t lookup_tokens;  /* prompt tokens of admitted requests, with the prefix index on */
     int64_t hit_tokens;     /* of them, taken from the index */
     int64_t evicted_blocks;
-    int32_t kv_blocks, kv_used, kv_free, kv_cached, kv_peak;
+    int32_t kv_blocks, kv_used, kv_free, kv_peak;
+    int32_t kv_cached;      /* blocks the prefix index lists */
+    int32_t kv_idle;        /* of them, held by the index alone */
+    int32_t kv_logical;     /* table entries of all sequences (a shared block once per table) */
     int64_t kv_tokens;      /* positions held by running sequences */
     int32_t last_prefill, last_decode; /* tokens of the last step */
 };

@@ -123,3 +123,37 @@ t_kvstat_shared_prefix() {
     expect 1 "$KVSTAT" --preset llama-3-8b --ctx 1024 --shared-prefix 2000 &&
     has "$TMP/err" "outside 1..1024" && expect 2 "$KVSTAT" --preset llama-3-8b --shared-prefix 0
 }
+
+# ---- --trace -------------------------------------------------------------------
+kv_step() { # t step running waiting finished used cached idle logical tokens prefill decode lookup hit preempt
+    printf '{"t":%s,"step":%s,"running":%s,"waiting":%s,"finished":%s,"blocks":10,"blocks_used":%s,"blocks_free":%s,"blocks_cached":%s,"blocks_idle":%s,"blocks_logical":%s,"block_size":16,"tokens":%s,"prefill":%s,"decode":%s,"lookup_tokens":%s,"hit_tokens":%s,"preemptions":%s}\n' \
+        "$1" "$2" "$3" "$4" "$5" "$6" $((10 - $6)) "$7" "$8" "$9" "${10}" "${11}" "${12}" "${13}" "${14}" "${15}"
+}
+# A trace of known numbers: its summary, to the digit.
+t_kvstat_trace_summary() {
+    {
+        kv_step 0.5 1 2 3 0 4 2 0 4 48 48 0 60 0 0
+        kv_step 1.0 2 3 4 1 8 4 2 6 96 30 2 80 20 1
+        kv_step 1.5 3 1 0 2 10 5 5 0 0 0 3 100 25 1
+        kv_step 2.0 4 0 0 3 2 2 2 0 0 0 1 100 25 1
+    } >"$TMP/trace.jsonl"
+    expect 0 "$KVSTAT" --trace "$TMP/trace.jsonl" --json &&
+    has "$TMP/out" '"steps":4,"seconds":2.000000,"blocks":10,"block_size":16,"used_mean":0.6000,"used_peak":1.0000,"cached_mean":0.3250,"cache_only_mean":0.2250,"inside_block_waste":0.1250,"running_peak":3,"waiting_peak":4,"finished":3,"prefill_tokens":78,"decode_tokens":6,"prefix_lookup_tokens":100,"prefix_hit_tokens":25,"prefix_hit_rate":0.2500,"preemptions":1}' || return 1
+    expect 0 "$KVSTAT" --trace "$TMP/trace.jsonl" --plot "$TMP/t.svg" && has "$TMP/out" "25.0% (25 of 100 prompt tokens)" &&
+    has "$TMP/out" " 100% |" && grep -q '^  10% | *#' "$TMP/out" && has "$TMP/t.svg" "<polyline" &&
+    [ "$(grep -c '<polyline' "$TMP/t.svg")" = 4 ] && tail -1 "$TMP/t.svg" | grep -q '</svg>'
+}
+t_kvstat_trace_bad_files_one_line() {
+    kv_step 0.5 1 2 3 0 4 2 0 4 48 48 0 60 0 0 >"$TMP/t1.jsonl"
+    kv_step 0.4 2 2 3 0 4 2 0 4 48 48 0 60 0 0 >>"$TMP/t1.jsonl"
+    expect 1 "$KVSTAT" --trace "$TMP/t1.jsonl" && has "$TMP/err" "t1.jsonl:2: another pool or an earlier time" && one_line || return 1
+    kv_step 0.5 1 2 3 0 4 2 0 4 48 48 0 60 0 0 | sed 's/"blocks_idle":0,//' >"$TMP/t2.jsonl"
+    expect 1 "$KVSTAT" --trace "$TMP/t2.jsonl" && has "$TMP/err" '"blocks_idle" is missing' && one_line || return 1
+    echo 'nope' >"$TMP/t3.jsonl"
+    expect 1 "$KVSTAT" --trace "$TMP/t3.jsonl" && has "$TMP/err" "t3.jsonl:1: not a JSON object" && one_line || return 1
+    : >"$TMP/t4.jsonl"
+    expect 1 "$KVSTAT" --trace "$TMP/t4.jsonl" && has "$TMP/err" "empty trace" && one_line || return 1
+    kv_step 0.5 1 2 3 0 4 5 0 4 48 48 0 60 0 0 >"$TMP/t5.jsonl"
+    expect 1 "$KVSTAT" --trace "$TMP/t5.jsonl" && has "$TMP/err" "do not add up" && one_line || return 1
+    expect 2 "$KVSTAT" --plot x.svg --preset llama-2-7b && expect 2 "$KVSTAT" --trace "$TMP/t1.jsonl" --preset llama-2-7b
+}

@@ -593,5 +593,6 @@ t_run_batch_trace_and_stats() {
     local steps; steps=$(grep -o '"steps":[0-9]*' "$TMP/stats.json" | cut -d: -f2)
     [ "$steps" -gt 10 ] && [ "$(wc -l <"$TMP/trace.jsonl")" = "$steps" ] &&
     has "$TMP/stats.json" '"requests":5,"answered":5,"errors":0' &&
-    tail -1 "$TMP/trace.jsonl" | grep -q '"running":0,"waiting":0,"finished":5'
+    tail -1 "$TMP/trace.jsonl" | grep -q '"running":0,"waiting":0,"finished":5' &&
+    expect 0 "$BIN/llm-kvstat" --trace "$TMP/trace.jsonl" --json && has "$TMP/out" '"finished":5,'
 }
