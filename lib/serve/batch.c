@@ -253,7 +253,9 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             "\"output_tokens_per_s\":%.2f,\"steps\":%lld,\"prefill_tokens\":%lld,"
             "\"decode_tokens\":%lld,\"preemptions\":%lld,\"prefix_lookup_tokens\":%lld,"
             "\"prefix_hit_tokens\":%lld,\"prefix_hit_rate\":%.4f,\"prefix_evicted_blocks\":%lld,"
-            "\"kv_blocks\":%d,\"kv_blocks_peak\":%d}\n",
+            "\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"ttft_s\":{\"p50\":%.4f,\"p90\":%.4f,"
+            "\"p99\":%.4f},\"tpot_s\":{\"p50\":%.5f,\"p90\":%.5f,\"p99\":%.5f},\"e2e_s\":{"
+            "\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f}}\n",
             (long long)s->lines, (long long)s->answered, (long long)s->errors,
             (long long)s->skipped, (long long)s->duplicates, s->interrupted ? "true" : "false",
             s->seconds, (long long)s->prompt_tokens, (long long)s->completion_tokens,
@@ -262,10 +264,52 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             (long long)e->steps, (long long)e->prefill_tokens, (long long)e->decode_tokens,
             (long long)e->preemptions, (long long)e->lookup_tokens, (long long)e->hit_tokens,
             e->lookup_tokens ? (double)e->hit_tokens / (double)e->lookup_tokens : 0.0,
-            (long long)e->evicted_blocks, e->kv_blocks, e->kv_peak);
+            (long long)e->evicted_blocks, e->kv_blocks, e->kv_peak, s->ttft[0], s->ttft[1],
+            s->ttft[2], s->tpot[0], s->tpot[1], s->tpot[2], s->e2e[0], s->e2e[1], s->e2e[2]);
 }
 
 /* ---- the run ------------------------------------------------------------- */
+
+static int cmp_f64(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* p50, p90 and p99 of x (n), interpolated linearly between order
+ * statistics; x is sorted in place. */
+static void percentiles(double *x, size_t n, double out[3])
+{
+    static const double p[3] = { 50, 90, 99 };
+    qsort(x, n, sizeof *x, cmp_f64);
+    for (int k = 0; k < 3; k++) {
+        if (!n) {
+            out[k] = 0;
+            continue;
+        }
+        double r = p[k] / 100.0 * (double)(n - 1);
+        size_t i = (size_t)r;
+        out[k] = i + 1 < n ? x[i] + (r - (double)i) * (x[i + 1] - x[i]) : x[n - 1];
+    }
+}
+
+static llm_status latencies(const struct llm_engine *e, struct llm_batch_summary *sum)
+{
+    size_t n;
+    const struct llm_engine_latency *l = llm_engine_latencies(e, &n);
+    double *x = llm_malloc((n + 1) * sizeof *x);
+    if (!x)
+        return LLM_E_NOMEM;
+    for (int k = 0; k < 3; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (k != 2 || l[i].tokens > 1)
+                x[m++] = k == 0 ? l[i].ttft : k == 1 ? l[i].e2e : l[i].tpot;
+        percentiles(x, m, k == 0 ? sum->ttft : k == 1 ? sum->e2e : sum->tpot);
+    }
+    llm_free(x);
+    return LLM_OK;
+}
 
 static int cid_cmp(const void *a, const void *b)
 {
@@ -446,8 +490,12 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
     }
     if (trace && fclose(trace) && !s)
         s = llm_error_set(LLM_E_IO, "%s: write error: %s", p->trace_path, strerror(errno));
-    if (e)
+    if (e) {
         llm_engine_stats(e, &sum->engine);
+        llm_status ls = latencies(e, sum);
+        if (!s)
+            s = ls;
+    }
     if (p->progress)
         fputc('\n', stderr);
     /* finished lines still held for the order go out now */

@@ -42,6 +42,9 @@ struct llm_batch_summary {
     double seconds;
     int interrupted;
     struct llm_engine_stats engine;
+    /* percentiles over the answered requests (seconds; all of them are
+     * queued at the start, so TTFT includes the wait for a slot) */
+    double ttft[3], tpot[3], e2e[3];   /* p50, p90, p99 */
 };
 
 /* Run the file. LLM_E_INTERRUPTED when *interrupt became non-zero (the

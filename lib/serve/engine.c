@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/alloc.h"
 #include "../kv/prefix.h"
@@ -51,6 +52,7 @@ struct req {
     int32_t leader;             /* the live choice that computes the prompt */
     int32_t n_live;
     int64_t order;
+    double t_add, t_first;      /* when it was queued, when its first token was drawn (0: not yet) */
     struct choice *ch;          /* (r.n) */
 };
 
@@ -86,7 +88,16 @@ struct llm_engine {
     float top_lp[LLM_REQ_MAX_TOP_LOGPROBS];
     int64_t order_next;
     struct llm_engine_stats st;
+    struct llm_engine_latency *lat; /* (st.finished) one per answered request */
+    size_t cap_lat;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -218,7 +229,14 @@ void llm_engine_free(struct llm_engine *e)
     llm_free(e->bl);
     llm_free(e->blog);
     llm_free(e->raw);
+    llm_free(e->lat);
     llm_free(e);
+}
+
+const struct llm_engine_latency *llm_engine_latencies(const struct llm_engine *e, size_t *n)
+{
+    *n = (size_t)e->st.finished;
+    return e->lat;
 }
 
 llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r)
@@ -235,6 +253,7 @@ llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r)
     q->n_prompt = (int32_t)q->r.n_ids;
     q->n_live = q->r.n;
     q->order = e->order_next++;
+    q->t_add = now_s();
     q->ch = llm_calloc((size_t)q->r.n, sizeof *q->ch);
     llm_status s = q->ch ? LLM_OK : LLM_E_NOMEM;
     for (int32_t i = 0; !s && i < q->r.n; i++) {
@@ -340,6 +359,19 @@ static llm_status answer(struct llm_engine *e, struct req *q)
         };
     }
     run_remove(e, q);
+    /* latencies, as vLLM's benchmarks define them, from the time it was queued */
+    void *p = e->lat;
+    LLM_TRY(llm_grow(&p, &e->cap_lat, (size_t)e->st.finished + 1, sizeof *e->lat));
+    e->lat = p;
+    const double t = now_s();
+    int32_t most = 0;
+    for (int32_t i = 0; i < q->r.n; i++)
+        most = q->ch[i].n_gen > most ? q->ch[i].n_gen : most;
+    const double t_first = q->t_first > 0 ? q->t_first : t;
+    e->lat[e->st.finished] = (struct llm_engine_latency){
+        .ttft = t_first - q->t_add, .e2e = t - q->t_add,
+        .tpot = most > 1 ? (t - t_first) / (most - 1) : 0.0, .tokens = most,
+    };
     llm_status s = e->cb.done ? e->cb.done(e->cb.ctx, &q->r, out, q->r.n, q->n_prompt) : LLM_OK;
     req_free(q);
     e->st.finished++;
@@ -413,6 +445,8 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c)
         finish(e, q, c, "length");
         return LLM_OK;
     }
+    if (q->t_first <= 0)
+        q->t_first = now_s();
     if (q->r.logprobs)
         memcpy(e->raw, c->logits, (size_t)e->n_vocab * sizeof(float));
     int32_t id = llm_sampler_sample(c->smp, c->logits);

@@ -80,4 +80,13 @@ int64_t llm_engine_pending(const struct llm_engine *e);
 
 void llm_engine_stats(const struct llm_engine *e, struct llm_engine_stats *st);
 
+/* Each answered request's latencies, in answer order (n: how many), in
+ * seconds from when it was queued: to its first token (TTFT), to its end,
+ * and per output token after the first (TPOT, over its longest choice). */
+struct llm_engine_latency {
+    double ttft, e2e, tpot;
+    int32_t tokens;
+};
+const struct llm_engine_latency *llm_engine_latencies(const struct llm_engine *e, size_t *n);
+
 #endif
