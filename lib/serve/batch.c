@@ -436,6 +436,17 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
             if (!(q.err_msg = llm_strdup(msg)))
                 s = LLM_E_NOMEM;
         }
+        const struct llm_kv *kv = llm_context_kv(c);
+        const int64_t need = ((int64_t)q.n_ids + kv->p.block_size - 1) / kv->p.block_size;
+        if (!s && !q.err_code && need > kv->p.n_blocks) {
+            q.err_code = "context_length_exceeded";
+            char msg[160];
+            snprintf(msg, sizeof msg, "the prompt of %zu tokens needs %lld KV blocks, more than "
+                     "the pool's %d (--kv-mem, --kv-blocks)", q.n_ids, (long long)need,
+                     kv->p.n_blocks);
+            if (!(q.err_msg = llm_strdup(msg)))
+                s = LLM_E_NOMEM;
+        }
         if (!s && q.err_code)
             s = record(&r, &q, NULL, 0, 0);
         else if (!s)

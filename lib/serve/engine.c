@@ -570,8 +570,16 @@ static llm_status fit(struct llm_engine *e)
             if (p->k > 0) {
                 e->plan[k++] = *p;
             } else if (e->n_plan == 1 || p->c->n_kv == total_of(p->q, p->c) - 1) {
-                /* not even its next token fits: the budget is spent */
-                finish(e, p->q, p->c, "length");
+                /* not even its next token fits: the budget is spent; a
+                 * leader that cannot hold the prompt ends the choices
+                 * waiting for it too */
+                struct req *q = p->q;
+                const int lead = p->c == &q->ch[q->leader] && p->c->n_kv < q->n_prompt;
+                for (int32_t j = 0; j < q->r.n; j++) {
+                    struct choice *c = &q->ch[j];
+                    if (!c->finish && (c == p->c || (lead && !c->forked)))
+                        finish(e, q, c, "length");
+                }
             }
         }
         e->n_plan = k;

@@ -596,3 +596,13 @@ t_run_batch_trace_and_stats() {
     tail -1 "$TMP/trace.jsonl" | grep -q '"running":0,"waiting":0,"finished":5' &&
     expect 0 "$BIN/llm-kvstat" --trace "$TMP/trace.jsonl" --json && has "$TMP/out" '"finished":5,'
 }
+# A prompt larger than the whole pool is an error record; a request that
+# outgrows the pool alone ends with "length" instead of hanging.
+t_run_batch_small_pool() {
+    r_stories
+    echo '{"prompt":"Once upon a time there was a girl who liked to play in the park with her dog","max_tokens":60,"n":3,"temperature":0}' >"$TMP/small.jsonl"
+    expect 3 "$RUN" -m "$TMP/s.llm" --batch "$TMP/small.jsonl" --kv-blocks 1 --block-size 8 &&
+    has "$TMP/out" '"code":"context_length_exceeded"' && has "$TMP/out" "more than the pool's 1" || return 1
+    expect 0 timeout 60 "$RUN" -m "$TMP/s.llm" --batch "$TMP/small.jsonl" --kv-blocks 5 --block-size 8 &&
+    has "$TMP/out" '"finish_reason":"length"' && has "$TMP/out" '"status_code":200'
+}
