@@ -120,6 +120,17 @@ static void on_sigint(int sig)
     interrupted = sig;
 }
 
+/* SIGINT (and SIGTERM with `term`) set `interrupted`; a second one exits. */
+static void catch_signals(int term)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    if (term)
+        sigaction(SIGTERM, &sa, NULL);
+}
+
 /* ---- output -------------------------------------------------------------- */
 
 /* What one completion produced, kept for --json, the chat and --n-seq. */
@@ -688,11 +699,7 @@ static int do_batch(const struct args *a, struct llm_model *m)
     llm_status s = open_context(a, m, &c);
     if (s)
         return llm_cli_fail(&cli, s);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    catch_signals(1);
     struct llm_batch_params bp = {
         .in_path = a->batch, .out_path = a->output, .resume = a->resume,
         .completion_order = a->completion_order, .stats_json = a->stats_json,
@@ -745,10 +752,7 @@ static int do_generate(const struct args *a, struct llm_model *m)
     llm_status s = open_context(a, m, &c);
     if (s)
         return llm_cli_fail(&cli, s);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, NULL);
+    catch_signals(0);
     if (a->chat && !a->prompt && !a->file && isatty(0)) {
         int rc = chat_loop(a, c);
         llm_context_free(c);

@@ -91,9 +91,11 @@ llm_status llm_meta_parse_yaml(struct llm_meta **out, const char *text, size_t l
                                const char *name);
 /* Emit YAML text (malloc'd, NUL-terminated; *len excludes the NUL). */
 llm_status llm_meta_emit_yaml(const struct llm_meta *root, char **out, size_t *len);
-/* Write as JSON (floats that are not finite become null). */
-/* Write bytes as a JSON string literal (control characters escaped). */
+/* Write bytes as a JSON string literal: control characters escaped, and
+ * bytes that are not valid UTF-8 (a text cut inside a character) written as
+ * U+FFFD, so that the output is always JSON. */
 void llm_json_string(FILE *f, const char *s, size_t n);
+/* Write as JSON (floats that are not finite become null). */
 llm_status llm_meta_write_json(const struct llm_meta *m, FILE *f, int indent);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../format/meta.h"
 
 /* ---- reading ------------------------------------------------------------- */
 
@@ -499,68 +500,6 @@ void llm_request_free(struct llm_request *r)
 
 /* ---- writing ------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t k;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        k = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-        k = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-        k = 4, cp = c & 0x07;
-    else
-        return 0;
-    if (k > n)
-        return 0;
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return k;
-}
-
-void llm_json_string_utf8(FILE *f, const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_len(u + i, n - i);
-        if (!k) {
-            fputs("\\ufffd", f);
-            i++;
-            continue;
-        }
-        if (k > 1) {
-            fwrite(u + i, 1, k, f);
-            i += k;
-            continue;
-        }
-        unsigned char c = u[i++];
-        switch (c) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        default:
-            if (c < 0x20 || c == 0x7f)
-                fprintf(f, "\\u%04x", c);
-            else
-                fputc(c, f);
-        }
-    }
-    fputc('"', f);
-}
-
 static void piece(FILE *f, const struct llm_tokenizer *tok, int32_t id, int bytes_too)
 {
     const char *b = "";
@@ -569,7 +508,7 @@ static void piece(FILE *f, const struct llm_tokenizer *tok, int32_t id, int byte
     if (llm_token_piece(tok, id, 1, &b, &n, buf))
         llm_error_clear(), b = "", n = 0;
     fputs("\"token\":", f);
-    llm_json_string_utf8(f, b, n);
+    llm_json_string(f, b, n);
     if (bytes_too) {
         fputs(",\"bytes\":[", f);
         for (size_t i = 0; i < n; i++)
@@ -617,7 +556,7 @@ static void completion_logprobs(FILE *f, const struct llm_choice_out *c,
             llm_error_clear(), n = 0;
         if (t)
             fputc(',', f);
-        llm_json_string_utf8(f, b, n);
+        llm_json_string(f, b, n);
     }
     fputs("],\"token_logprobs\":[", f);
     for (int32_t t = 0; t < c->n_tokens; t++) {
@@ -636,7 +575,7 @@ static void completion_logprobs(FILE *f, const struct llm_choice_out *c,
                 llm_error_clear(), n = 0;
             if (j)
                 fputc(',', f);
-            llm_json_string_utf8(f, b, n);
+            llm_json_string(f, b, n);
             fputc(':', f);
             lp_num(f, c->top_lp[(size_t)t * c->k + j]);
         }
@@ -652,14 +591,14 @@ void llm_request_write_output(FILE *f, const struct llm_request *r, const char *
 {
     fprintf(f, "{\"id\":\"line-%lld\",\"custom_id\":", (long long)r->line);
     if (r->custom_id)
-        llm_json_string_utf8(f, r->custom_id, strlen(r->custom_id));
+        llm_json_string(f, r->custom_id, strlen(r->custom_id));
     else
         fputs("null", f);
     if (r->err_code) {
         fprintf(f, ",\"response\":{\"status_code\":400,\"request_id\":\"line-%lld\",\"body\":null},"
                 "\"error\":{\"code\":\"%s\",\"message\":", (long long)r->line, r->err_code);
         const char *m = r->err_msg ? r->err_msg : "";
-        llm_json_string_utf8(f, m, strlen(m));
+        llm_json_string(f, m, strlen(m));
         fputs(",\"line\":", f);
         fprintf(f, "%lld}}\n", (long long)r->line);
         return;
@@ -668,7 +607,7 @@ void llm_request_write_output(FILE *f, const struct llm_request *r, const char *
             "\"id\":\"%s-line-%lld\",\"object\":\"%s\",\"created\":%lld,\"model\":",
             (long long)r->line, r->chat ? "chatcmpl" : "cmpl", (long long)r->line,
             r->chat ? "chat.completion" : "text_completion", (long long)created);
-    llm_json_string_utf8(f, model, strlen(model));
+    llm_json_string(f, model, strlen(model));
     fputs(",\"choices\":[", f);
     int32_t gen = 0;
     for (int32_t i = 0; i < n_choices; i++) {
@@ -677,11 +616,11 @@ void llm_request_write_output(FILE *f, const struct llm_request *r, const char *
         fprintf(f, "%s{\"index\":%d,", i ? "," : "", i);
         if (r->chat) {
             fputs("\"message\":{\"role\":\"assistant\",\"content\":", f);
-            llm_json_string_utf8(f, c->text, c->len);
+            llm_json_string(f, c->text, c->len);
             fputs("}", f);
         } else {
             fputs("\"text\":", f);
-            llm_json_string_utf8(f, c->text, c->len);
+            llm_json_string(f, c->text, c->len);
         }
         fputs(",\"logprobs\":", f);
         if (!r->logprobs)

@@ -101,9 +101,6 @@ void llm_request_write_output(FILE *f, const struct llm_request *r, const char *
                               int32_t n_choices, int32_t prompt_tokens,
                               const struct llm_tokenizer *tok);
 
-/* A JSON string of n bytes, with invalid UTF-8 replaced by U+FFFD. */
-void llm_json_string_utf8(FILE *f, const char *s, size_t n);
-
 /* The input line an output line answers, from its "id" ("line-N"), and its
  * custom_id (malloc'd, NULL when null): for --resume. LLM_E_FORMAT when the
  * line is not one of ours. */
