@@ -126,7 +126,7 @@ static llm_status on_done(void *ctx, const struct llm_request *q, const struct l
 struct answered {
     int64_t *line;
     char **cid;
-    size_t n, cap;
+    size_t n, cap_line, cap_cid;
 };
 
 static int cmp_i64(const void *a, const void *b)
@@ -141,6 +141,7 @@ static void answered_free(struct answered *a)
         llm_free(a->cid[i]);
     llm_free(a->line);
     llm_free(a->cid);
+    memset(a, 0, sizeof *a);
 }
 
 /* Read the output of an earlier run. A last line without its newline (a
@@ -170,12 +171,11 @@ static llm_status read_answered(const char *path, struct answered *a)
         size_t l = (size_t)(nl - (text + at));
         lineno++;
         if (l) {
-            size_t cap_c = a->cap;
             void *p = a->line;
-            if (!(s = llm_grow(&p, &a->cap, a->n + 1, sizeof *a->line))) {
+            if (!(s = llm_grow(&p, &a->cap_line, a->n + 1, sizeof *a->line))) {
                 a->line = p;
                 p = a->cid;
-                s = llm_grow(&p, &cap_c, a->n + 1, sizeof *a->cid);
+                s = llm_grow(&p, &a->cap_cid, a->n + 1, sizeof *a->cid);
                 a->cid = p;
             }
             if (!s) {
@@ -190,18 +190,23 @@ static llm_status read_answered(const char *path, struct answered *a)
         at += l + 1;
     }
     llm_free(text);
-    if (s)
+    if (s) {
+        answered_free(a);
         return s;
+    }
     /* sort by line, the custom_ids alongside */
     int64_t *keys = llm_malloc(a->n * 2 * sizeof(int64_t) + 1);
-    if (!keys)
+    if (!keys) {
+        answered_free(a);
         return LLM_E_NOMEM;
+    }
     for (size_t i = 0; i < a->n; i++)
         keys[2 * i] = a->line[i], keys[2 * i + 1] = (int64_t)i;
     qsort(keys, a->n, 2 * sizeof(int64_t), cmp_i64);
     char **cid = llm_malloc(a->n * sizeof(char *) + 1);
     if (!cid) {
         llm_free(keys);
+        answered_free(a);
         return LLM_E_NOMEM;
     }
     for (size_t i = 0; i < a->n; i++) {
