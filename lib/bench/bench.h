@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/num.h" /* llm_percentile_sorted */
 #include "../common/status.h"
 #include "../quant/types.h"
 
@@ -37,8 +38,6 @@ struct llm_stats {
 /* Statistics of x (n); x is not modified. n == 0 gives all zeros;
  * sd is 0 for n == 1. LLM_E_NOMEM when the sorted copy cannot be made. */
 llm_status llm_stats_compute(struct llm_stats *s, const double *x, size_t n);
-/* The p-th percentile (0..100) of sorted (n > 0), interpolated linearly. */
-double llm_percentile_sorted(const double *sorted, size_t n, double p);
 
 /* ---- the machine ------------------------------------------------------------- */
 

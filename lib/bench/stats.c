@@ -14,26 +14,6 @@ uint64_t llm_time_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double llm_percentile_sorted(const double *sorted, size_t n, double p)
-{
-    if (n == 1 || p <= 0)
-        return sorted[0];
-    if (p >= 100)
-        return sorted[n - 1];
-    double rank = p / 100.0 * (double)(n - 1);
-    size_t lo = (size_t)rank;
-    double frac = rank - (double)lo;
-    if (lo + 1 >= n)
-        return sorted[n - 1];
-    return sorted[lo] + frac * (sorted[lo + 1] - sorted[lo]);
-}
-
 llm_status llm_stats_compute(struct llm_stats *s, const double *x, size_t n)
 {
     memset(s, 0, sizeof *s);
@@ -43,7 +23,7 @@ llm_status llm_stats_compute(struct llm_stats *s, const double *x, size_t n)
     if (!v)
         return LLM_E_NOMEM;
     memcpy(v, x, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_double);
+    qsort(v, n, sizeof *v, llm_cmp_double);
     /* Welford: no catastrophic cancellation for samples with a large mean */
     double mean = 0, m2 = 0;
     for (size_t i = 0; i < n; i++) {

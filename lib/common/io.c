@@ -620,3 +620,13 @@ void llm_out_abort(struct llm_out *o)
     }
     out_release(o);
 }
+
+const char *llm_next_line(const char *text, size_t len, size_t *at, size_t *n)
+{
+    if (*at >= len)
+        return NULL;
+    const char *line = text + *at, *nl = memchr(line, '\n', len - *at);
+    *n = nl ? (size_t)(nl - line) : len - *at;
+    *at += *n + 1;
+    return line;
+}

@@ -81,6 +81,10 @@ llm_status llm_read_text(const char *path, size_t max, char **out, size_t *len);
  * name: <stdout>, <stderr> or "output"). */
 llm_status llm_stream_status(FILE *f);
 
+/* The line of text (len bytes) that starts at *at, without its '\n', and
+ * its length in *n; *at moves past it. NULL when *at >= len. */
+const char *llm_next_line(const char *text, size_t len, size_t *at, size_t *n);
+
 /* Is `path` a directory? */
 int llm_is_dir(const char *path);
 

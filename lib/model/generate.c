@@ -3,9 +3,9 @@
 #include "generate.h"
 
 #include <string.h>
-#include <time.h>
 
 #include "../common/alloc.h"
+#include "../common/num.h"
 #include "../tokenizer/tokenizer.h"
 
 void llm_gen_params_default(struct llm_gen_params *p)
@@ -19,13 +19,6 @@ void llm_gen_params_default(struct llm_gen_params *p)
 /* Prompt tokens per llm_decode call, so that Ctrl-C is seen during a long
  * prefill; the slicing changes no bit of the result. */
 #define GEN_PREFILL_SLICE ((size_t)512)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Text not yet emitted, because a stop string may begin in it. */
 struct pending {
@@ -311,7 +304,7 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
         res[i].n_prompt = g.n_prompt;
         res[i].stop_reason = "length";
     }
-    double t0 = now_s();
+    double t0 = llm_now_s();
     for (int32_t i = 0; i < g.n; i++)
         llm_context_reset(c, i);
     llm_context_reset(c, g.keep);
@@ -337,7 +330,7 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
         q->prev = prompt[n_prompt - 1];
         q->fresh = 1;
     }
-    double t1 = now_s();
+    double t1 = llm_now_s();
     for (int32_t i = 0; i < g.n; i++)
         res[i].t_prompt_s = t1 - t0;
     while (!s && !done) {
@@ -385,7 +378,7 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
         if (!s)
             s = fs;
     }
-    double t2 = now_s();
+    double t2 = llm_now_s();
     for (int32_t i = 0; i < g.n; i++)
         res[i].t_gen_s = t2 - t1;
     if (g.keep)

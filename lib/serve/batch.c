@@ -10,20 +10,15 @@
 
 #include "../common/alloc.h"
 #include "../common/io.h"
+#include "../common/num.h"
 
 /* The input may be large but is held whole: lines are few hundred bytes. */
 #define BATCH_MAX_INPUT ((size_t)1 << 34)
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* One input line. */
 struct item {
     int64_t line;
+    size_t off, len;    /* where it is in the input, without its '\n' */
     char *out;          /* its output line once done, until written */
     size_t out_len;
     int done, written;
@@ -122,25 +117,29 @@ static llm_status on_done(void *ctx, const struct llm_request *q, const struct l
 
 /* ---- resume -------------------------------------------------------------- */
 
-/* What an earlier run answered: line numbers (sorted) and their custom_ids. */
-struct answered {
-    int64_t *line;
-    char **cid;
-    size_t n, cap_line, cap_cid;
+/* What an earlier run answered: its lines (sorted by line number) and
+ * their custom_ids. */
+struct answer {
+    int64_t line;
+    char *cid;
 };
 
-static int cmp_i64(const void *a, const void *b)
+struct answered {
+    struct answer *a;
+    size_t n, cap;
+};
+
+static int cmp_answer(const void *x, const void *y)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+    const struct answer *a = x, *b = y;
+    return (a->line > b->line) - (a->line < b->line);
 }
 
 static void answered_free(struct answered *a)
 {
     for (size_t i = 0; i < a->n; i++)
-        llm_free(a->cid[i]);
-    llm_free(a->line);
-    llm_free(a->cid);
+        llm_free(a->a[i].cid);
+    llm_free(a->a);
     memset(a, 0, sizeof *a);
 }
 
@@ -166,86 +165,51 @@ static llm_status read_answered(const char *path, struct answered *a)
                              strerror(errno));
     }
     int64_t lineno = 0;
-    for (size_t at = 0; !s && at < complete;) {
-        const char *nl = memchr(text + at, '\n', complete - at);
-        size_t l = (size_t)(nl - (text + at));
+    size_t at = 0, l;
+    for (const char *line; !s && (line = llm_next_line(text, complete, &at, &l));) {
         lineno++;
-        if (l) {
-            void *p = a->line;
-            if (!(s = llm_grow(&p, &a->cap_line, a->n + 1, sizeof *a->line))) {
-                a->line = p;
-                p = a->cid;
-                s = llm_grow(&p, &a->cap_cid, a->n + 1, sizeof *a->cid);
-                a->cid = p;
-            }
-            if (!s) {
-                s = llm_request_output_key(text + at, l, &a->line[a->n], &a->cid[a->n]);
-                if (s == LLM_E_FORMAT)
-                    s = llm_error_set(LLM_E_FORMAT, "%s:%lld: not an output line of llm-run "
-                                      "--batch (cannot resume from it)", path, (long long)lineno);
-                else if (!s)
-                    a->n++;
-            }
-        }
-        at += l + 1;
+        if (!l)
+            continue;
+        void *p = a->a;
+        if ((s = llm_grow(&p, &a->cap, a->n + 1, sizeof *a->a)))
+            break;
+        a->a = p;
+        s = llm_request_output_key(line, l, &a->a[a->n].line, &a->a[a->n].cid);
+        if (s == LLM_E_FORMAT)
+            s = llm_error_set(LLM_E_FORMAT, "%s:%lld: not an output line of llm-run --batch "
+                              "(cannot resume from it)", path, (long long)lineno);
+        else if (!s)
+            a->n++;
     }
     llm_free(text);
     if (s) {
         answered_free(a);
         return s;
     }
-    /* sort by line, the custom_ids alongside */
-    int64_t *keys = llm_malloc(a->n * 2 * sizeof(int64_t) + 1);
-    if (!keys) {
-        answered_free(a);
-        return LLM_E_NOMEM;
-    }
-    for (size_t i = 0; i < a->n; i++)
-        keys[2 * i] = a->line[i], keys[2 * i + 1] = (int64_t)i;
-    qsort(keys, a->n, 2 * sizeof(int64_t), cmp_i64);
-    char **cid = llm_malloc(a->n * sizeof(char *) + 1);
-    if (!cid) {
-        llm_free(keys);
-        answered_free(a);
-        return LLM_E_NOMEM;
-    }
-    for (size_t i = 0; i < a->n; i++) {
-        cid[i] = a->cid[keys[2 * i + 1]];
-        a->line[i] = keys[2 * i];
-    }
-    llm_free(a->cid);
-    a->cid = cid;
-    llm_free(keys);
+    qsort(a->a, a->n, sizeof *a->a, cmp_answer);
     return LLM_OK;
 }
 
-/* Index in a of `line`, or -1. */
-static int64_t answered_find(const struct answered *a, int64_t line)
+/* What an earlier run answered of `line`, or NULL. */
+static const struct answer *answered_find(const struct answered *a, int64_t line)
 {
-    size_t lo = 0, hi = a->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (a->line[mid] < line)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < a->n && a->line[lo] == line ? (int64_t)lo : -1;
+    const struct answer key = { .line = line };
+    return a->n ? bsearch(&key, a->a, a->n, sizeof *a->a, cmp_answer) : NULL;
 }
 
 /* ---- progress and summary ------------------------------------------------ */
 
 static void progress(const struct run *r, const struct llm_engine_stats *st, double dt,
-                     int64_t dpre, int64_t ddec, int final)
+                     int64_t dpre, int64_t ddec)
 {
     const int64_t done = r->sum->answered + r->sum->errors + r->sum->skipped;
-    fprintf(stderr, "%sllm-run: %lld/%lld done, %lld running, %lld waiting; prefill %.0f t/s, "
+    fprintf(stderr, "\rllm-run: %lld/%lld done, %lld running, %lld waiting; prefill %.0f t/s, "
             "decode %.0f t/s; KV %d/%d blocks (%d cached); prefix hits %.0f%%; %lld "
-            "preemptions%s", final ? "" : "\r", (long long)done, (long long)r->sum->lines,
+            "preemptions\033[K", (long long)done, (long long)r->sum->lines,
             (long long)st->running, (long long)st->waiting, dt > 0 ? dpre / dt : 0.0,
             dt > 0 ? ddec / dt : 0.0, st->kv_used, st->kv_blocks, st->kv_cached,
             st->lookup_tokens ? 100.0 * (double)st->hit_tokens / (double)st->lookup_tokens : 0.0,
-            (long long)st->preemptions, final ? "\n" : "\033[K");
+            (long long)st->preemptions);
     fflush(stderr);
 }
 
@@ -275,27 +239,13 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
 
 /* ---- the run ------------------------------------------------------------- */
 
-static int cmp_f64(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* p50, p90 and p99 of x (n), interpolated linearly between order
- * statistics; x is sorted in place. */
+/* p50, p90 and p99 of x (n); x is sorted in place. */
 static void percentiles(double *x, size_t n, double out[3])
 {
     static const double p[3] = { 50, 90, 99 };
-    qsort(x, n, sizeof *x, cmp_f64);
-    for (int k = 0; k < 3; k++) {
-        if (!n) {
-            out[k] = 0;
-            continue;
-        }
-        double r = p[k] / 100.0 * (double)(n - 1);
-        size_t i = (size_t)r;
-        out[k] = i + 1 < n ? x[i] + (r - (double)i) * (x[i + 1] - x[i]) : x[n - 1];
-    }
+    qsort(x, n, sizeof *x, llm_cmp_double);
+    for (int k = 0; k < 3; k++)
+        out[k] = n ? llm_percentile_sorted(x, n, p[k]) : 0.0;
 }
 
 static llm_status latencies(const struct llm_engine *e, struct llm_batch_summary *sum)
@@ -323,7 +273,7 @@ static int cid_cmp(const void *a, const void *b)
 }
 
 /* Count the custom_ids that an earlier line has too (each is reported). */
-static llm_status duplicates(struct run *r, char **cids, size_t n)
+static void duplicates(struct run *r, char **cids, size_t n)
 {
     qsort(cids, n, sizeof *cids, cid_cmp);
     for (size_t i = 1; i < n; i++)
@@ -334,7 +284,6 @@ static llm_status duplicates(struct run *r, char **cids, size_t n)
                         "(each is answered)\n",
                         strcmp(r->p->in_path, "-") ? r->p->in_path : "<stdin>", cids[i]);
         }
-    return LLM_OK;
 }
 
 llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p,
@@ -343,7 +292,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
     memset(sum, 0, sizeof *sum);
     struct llm_model *m = llm_context_model(c);
     struct run r = { .p = p, .sum = sum, .tok = llm_model_tokenizer(m), .created = time(NULL) };
-    const double t0 = now_s();
+    const double t0 = llm_now_s();
     const int to_stdout = !p->out_path || !strcmp(p->out_path, "-");
     r.out_name = to_stdout ? "<stdout>" : p->out_path;
     struct answered prev = { 0 };
@@ -360,23 +309,19 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
         return s;
     }
     /* the items: every non-blank line */
-    size_t cap = 0;
+    size_t cap = 0, at = 0, l;
     int64_t lineno = 0;
-    for (size_t at = 0; !s && at < len;) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        size_t l = nl ? (size_t)(nl - (text + at)) : len - at;
+    for (const char *line; !s && (line = llm_next_line(text, len, &at, &l));) {
         lineno++;
-        size_t b = 0;
-        while (b < l && strchr(" \t\r", text[at + b]))
-            b++;
-        if (b < l) {
-            void *q = r.it;
-            if (!(s = llm_grow(&q, &cap, r.n_it + 1, sizeof *r.it))) {
-                r.it = q;
-                r.it[r.n_it++] = (struct item){ .line = lineno };
-            }
+        while (l && line[l - 1] == '\r')
+            l--;
+        if (strspn(line, " \t\r") >= l) /* blank: not a request */
+            continue;
+        void *q = r.it;
+        if (!(s = llm_grow(&q, &cap, r.n_it + 1, sizeof *r.it))) {
+            r.it = q;
+            r.it[r.n_it++] = (struct item){ .line = lineno, .off = (size_t)(line - text), .len = l };
         }
-        at += l + 1;
     }
     sum->lines = (int64_t)r.n_it;
     struct llm_engine *e = NULL;
@@ -393,32 +338,16 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
     size_t n_cids = 0;
     if (!cids && !s)
         s = LLM_E_NOMEM;
-    size_t at = 0;
-    lineno = 0;
     for (size_t i = 0; !s && i < r.n_it; i++) {
-        /* find the item's line */
-        const char *line = NULL;
-        size_t l = 0;
-        while (at <= len) {
-            const char *nl = memchr(text + at, '\n', len - at);
-            l = nl ? (size_t)(nl - (text + at)) : len - at;
-            line = text + at;
-            lineno++;
-            at += l + 1;
-            if (lineno == r.it[i].line)
-                break;
-        }
-        while (l && line[l - 1] == '\r')
-            l--;
         struct llm_request q;
-        s = llm_request_parse(&q, line, l, r.it[i].line, &p->defaults);
+        s = llm_request_parse(&q, text + r.it[i].off, r.it[i].len, r.it[i].line, &p->defaults);
         if (s)
             break;
         if (q.custom_id && !(cids[n_cids++] = llm_strdup(q.custom_id)))
             s = LLM_E_NOMEM;
-        int64_t k = p->resume ? answered_find(&prev, r.it[i].line) : -1;
-        if (!s && k >= 0) {
-            const char *was = prev.cid[k];
+        const struct answer *k = p->resume ? answered_find(&prev, r.it[i].line) : NULL;
+        if (!s && k) {
+            const char *was = k->cid;
             if ((was == NULL) != (q.custom_id == NULL) ||
                 (was && strcmp(was, q.custom_id)))
                 s = llm_error_set(LLM_E_INVALID, "%s: line %lld has custom_id \"%.60s\" but %s "
@@ -459,14 +388,14 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
         llm_request_free(&q);
     }
     if (!s)
-        s = duplicates(&r, cids, n_cids);
+        duplicates(&r, cids, n_cids);
     for (size_t i = 0; cids && i < n_cids; i++)
         llm_free(cids[i]);
     llm_free(cids);
     llm_free(text);
     answered_free(&prev);
     /* the engine runs until every line is answered or the run is stopped */
-    double t_last = now_s();
+    double t_last = llm_now_s();
     int64_t pre_last = 0, dec_last = 0;
     FILE *trace = NULL;
     if (!s && p->trace_path && !(trace = fopen(p->trace_path, "w")))
@@ -477,7 +406,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
             break;
         }
         s = llm_engine_step(e);
-        double t = now_s();
+        double t = llm_now_s();
         if (!s && trace) {
             struct llm_engine_stats st;
             llm_engine_stats(e, &st);
@@ -498,7 +427,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
             struct llm_engine_stats st;
             llm_engine_stats(e, &st);
             progress(&r, &st, t - t_last, st.prefill_tokens - pre_last,
-                     st.decode_tokens - dec_last, 0);
+                     st.decode_tokens - dec_last);
             t_last = t;
             pre_last = st.prefill_tokens;
             dec_last = st.decode_tokens;
@@ -527,7 +456,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
     llm_engine_free(e);
     if (r.out && !to_stdout && fclose(r.out) && !s)
         s = llm_error_set(LLM_E_IO, "%s: write error: %s", p->out_path, strerror(errno));
-    sum->seconds = now_s() - t0;
+    sum->seconds = llm_now_s() - t0;
     if (!s && r.werr)
         s = r.werr;
     if (!s && p->stats_json) {

@@ -5,9 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../common/alloc.h"
+#include "../common/num.h"
 #include "../kv/prefix.h"
 #include "../model/generate.h"
 
@@ -19,8 +19,6 @@ void llm_engine_params_default(struct llm_engine_params *p)
     p->prefix_cache = 1;
 }
 
-enum { R_WAIT, R_RUN };
-
 /* One choice of a request: a sequence. Its tokens are the prompt and what
  * it has generated; all but the last are in its slot's KV once it runs
  * (the last is decoded next, for the next distribution). */
@@ -31,9 +29,9 @@ struct choice {
     int32_t n_gen;
     int32_t n_kv;               /* positions its slot holds */
     int forked;                 /* a choice other than the leader: has the prompt's blocks */
-    int fresh;                  /* logits hold its next distribution */
+    int32_t row;                /* the row of the step's logits that holds its next
+                                   distribution; -1: none yet */
     struct llm_sampler *smp;    /* made at the first admission, kept through preemption */
-    float *logits;              /* (n_vocab) while running */
     char *text;                 /* (len) its text so far */
     size_t len, cap;
     const char *finish;         /* NULL while it runs */
@@ -45,10 +43,10 @@ struct choice {
 
 struct req {
     struct llm_request r;
-    int state;
     int admitted_now;           /* admitted in this step's plan, nothing computed yet */
     int32_t hit_now;            /* tokens its leader took from the prefix index then */
     int32_t n_prompt;
+    size_t stop_max;            /* bytes of its longest stop string */
     int32_t leader;             /* the live choice that computes the prompt */
     int32_t n_live;
     int64_t order;
@@ -66,7 +64,6 @@ struct entry {
 struct llm_engine {
     struct llm_context *c;
     struct llm_kv *kv;
-    struct llm_model *m;
     const struct llm_tokenizer *tok;
     struct llm_engine_params p;
     struct llm_engine_callbacks cb;
@@ -82,7 +79,9 @@ struct llm_engine {
     int32_t n_plan;
     int32_t *bt, *bp, *bq;      /* (step_tokens) token, position, slot */
     int8_t *bl;                 /* (step_tokens) logits wanted */
-    float *blog;                /* (max_seqs, n_vocab) */
+    float *blog;                /* (max_seqs, n_vocab) the step's logits, sampled in place: a
+                                   row per choice that draws (forks that share a first
+                                   distribution get a copy) */
     float *raw;                 /* (n_vocab) logits before the sampler */
     int32_t top_ids[LLM_REQ_MAX_TOP_LOGPROBS];
     float top_lp[LLM_REQ_MAX_TOP_LOGPROBS];
@@ -92,20 +91,7 @@ struct llm_engine {
     size_t cap_lat;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- requests ------------------------------------------------------------ */
-
-static void choice_drop_run(struct choice *c)
-{
-    llm_free(c->logits);
-    c->logits = NULL;
-}
 
 static void req_free(struct req *q)
 {
@@ -115,7 +101,6 @@ static void req_free(struct req *q)
         struct choice *c = &q->ch[i];
         llm_free(c->toks);
         llm_sampler_free(c->smp);
-        choice_drop_run(c);
         llm_free(c->text);
         llm_free(c->lp);
         llm_free(c->top_ids);
@@ -148,7 +133,6 @@ static llm_status wait_push(struct llm_engine *e, struct req *q)
     memmove(e->wait + lo + 1, e->wait + lo, (e->n_wait - lo) * sizeof *e->wait);
     e->wait[lo] = q;
     e->n_wait++;
-    q->state = R_WAIT;
     return LLM_OK;
 }
 
@@ -176,7 +160,6 @@ llm_status llm_engine_new(struct llm_engine **out, struct llm_context *c,
         return LLM_E_NOMEM;
     e->c = c;
     e->kv = llm_context_kv(c);
-    e->m = m;
     e->tok = llm_model_tokenizer(m);
     e->p = *p;
     e->cb = *cb;
@@ -251,14 +234,18 @@ llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r)
     q->r = *r;
     memset(r, 0, sizeof *r);
     q->n_prompt = (int32_t)q->r.n_ids;
+    for (size_t i = 0; i < q->r.n_stop; i++)
+        if (strlen(q->r.stop[i]) > q->stop_max)
+            q->stop_max = strlen(q->r.stop[i]);
     q->n_live = q->r.n;
     q->order = e->order_next++;
-    q->t_add = now_s();
+    q->t_add = llm_now_s();
     q->ch = llm_calloc((size_t)q->r.n, sizeof *q->ch);
     llm_status s = q->ch ? LLM_OK : LLM_E_NOMEM;
     for (int32_t i = 0; !s && i < q->r.n; i++) {
         struct choice *c = &q->ch[i];
         c->slot = -1;
+        c->row = -1;
         void *p = NULL;
         s = llm_grow(&p, &c->cap_toks, (size_t)q->n_prompt + 16, sizeof(int32_t));
         c->toks = p;
@@ -313,8 +300,7 @@ static void release_slot(struct llm_engine *e, struct choice *c)
     c->slot = -1;
     c->n_kv = 0;
     c->forked = 0;
-    c->fresh = 0;
-    choice_drop_run(c);
+    c->row = -1;
 }
 
 static void run_remove(struct llm_engine *e, struct req *q)
@@ -363,7 +349,7 @@ static llm_status answer(struct llm_engine *e, struct req *q)
     void *p = e->lat;
     LLM_TRY(llm_grow(&p, &e->cap_lat, (size_t)e->st.finished + 1, sizeof *e->lat));
     e->lat = p;
-    const double t = now_s();
+    const double t = llm_now_s();
     int32_t most = 0;
     for (int32_t i = 0; i < q->r.n; i++)
         most = q->ch[i].n_gen > most ? q->ch[i].n_gen : most;
@@ -386,11 +372,9 @@ static void finish(struct llm_engine *e, struct req *q, struct choice *c, const 
 }
 
 /* Text and ends after c sampled `id` (generate.c's rules, so that the
- * text is llm-run's). Returns 1 when the choice ended. */
-static llm_status take_token(struct llm_engine *e, struct req *q, struct choice *c, int32_t id,
-                             int *ended)
+ * text is llm-run's). */
+static llm_status take_token(struct llm_engine *e, struct req *q, struct choice *c, int32_t id)
 {
-    *ended = 0;
     void *p = c->toks;
     LLM_TRY(llm_grow(&p, &c->cap_toks, (size_t)total_of(q, c) + 1, sizeof(int32_t)));
     c->toks = p;
@@ -399,7 +383,6 @@ static llm_status take_token(struct llm_engine *e, struct req *q, struct choice 
     c->n_gen++;
     if (!e->p.ignore_eos && llm_tokenizer_is_eog(e->tok, id)) {
         finish(e, q, c, "stop");
-        *ended = 1;
         return LLM_OK;
     }
     const char *txt;
@@ -414,42 +397,37 @@ static llm_status take_token(struct llm_engine *e, struct req *q, struct choice 
     c->text[c->len] = 0;
     if (q->r.n_stop) {
         /* a stop string ends in the new bytes: look from where it could begin */
-        size_t longest = 0;
-        for (size_t i = 0; i < q->r.n_stop; i++)
-            if (strlen(q->r.stop[i]) > longest)
-                longest = strlen(q->r.stop[i]);
-        size_t from = old + 1 > longest ? old + 1 - longest : 0;
+        size_t from = old + 1 > q->stop_max ? old + 1 - q->stop_max : 0;
         size_t at = llm_stop_find(c->text + from, c->len - from,
                                   (const char *const *)q->r.stop, q->r.n_stop);
         if (at < c->len - from) {
             c->len = from + at;
             c->text[c->len] = 0;
             finish(e, q, c, "stop");
-            *ended = 1;
             return LLM_OK;
         }
     }
     if ((q->r.max_tokens >= 0 && c->n_gen >= q->r.max_tokens) ||
-        q->n_prompt + c->n_gen > e->n_ctx) {
+        q->n_prompt + c->n_gen > e->n_ctx)
         finish(e, q, c, "length");
-        *ended = 1;
-    }
     return LLM_OK;
 }
 
-/* Sample c's next token from its fresh logits. */
+/* Sample c's next token from its row of the step's logits (changed in
+ * place by the sampler). */
 static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c)
 {
-    c->fresh = 0;
+    float *logits = e->blog + (size_t)c->row * e->n_vocab;
+    c->row = -1;
     if (q->r.max_tokens >= 0 && c->n_gen >= q->r.max_tokens) {
         finish(e, q, c, "length");
         return LLM_OK;
     }
     if (q->t_first <= 0)
-        q->t_first = now_s();
+        q->t_first = llm_now_s();
     if (q->r.logprobs)
-        memcpy(e->raw, c->logits, (size_t)e->n_vocab * sizeof(float));
-    int32_t id = llm_sampler_sample(c->smp, c->logits);
+        memcpy(e->raw, logits, (size_t)e->n_vocab * sizeof(float));
+    int32_t id = llm_sampler_sample(c->smp, logits);
     llm_sampler_accept(c->smp, id);
     if (q->r.logprobs) {
         const size_t k = (size_t)q->r.top_logprobs, n = (size_t)c->n_gen + 1;
@@ -471,8 +449,7 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c)
             }
         }
     }
-    int ended;
-    return take_token(e, q, c, id, &ended);
+    return take_token(e, q, c, id);
 }
 
 /* ---- planning a step ----------------------------------------------------- */
@@ -506,8 +483,6 @@ static llm_status admit(struct llm_engine *e, struct req *q)
             for (int32_t j = 0; j < q->n_prompt; j++)
                 llm_sampler_accept(c->smp, q->r.ids[j]);
         }
-        if (!c->logits && !(c->logits = llm_malloc((size_t)e->n_vocab * sizeof(float))))
-            return LLM_E_NOMEM;
         c->slot = e->slots[--e->n_slots];
         llm_context_reset(e->c, c->slot);
         c->n_kv = 0;
@@ -518,7 +493,6 @@ static llm_status admit(struct llm_engine *e, struct req *q)
         l->n_kv = llm_prefix_attach(e->pc, l->slot, l->toks, total_of(q, l) - 1,
                                     (total_of(q, l) - 1) / e->bs);
     q->hit_now = l->n_kv;
-    q->state = R_RUN;
     q->admitted_now = 1;
     e->run[e->n_run++] = q;
     return LLM_OK;
@@ -647,7 +621,7 @@ llm_status llm_engine_step(struct llm_engine *e)
     if (!e->n_run && !e->n_wait)
         return LLM_OK;
     LLM_TRY(plan_step(e));
-    int32_t n = 0, n_out = 0, pre = 0, dec = 0;
+    int32_t n = 0, pre = 0, dec = 0;
     for (int32_t i = 0; i < e->n_plan; i++) {
         const struct entry *p = &e->plan[i];
         const int32_t end = p->c->n_kv + p->k, tot = total_of(p->q, p->c);
@@ -656,7 +630,6 @@ llm_status llm_engine_step(struct llm_engine *e)
             e->bp[n] = p->c->n_kv + j;
             e->bq[n] = p->c->slot;
             e->bl[n] = j == p->k - 1 && end == tot;
-            n_out += e->bl[n];
             n++;
         }
         if (p->k == 1 && end == tot)
@@ -683,20 +656,18 @@ llm_status llm_engine_step(struct llm_engine *e)
     e->st.decode_tokens += dec;
     e->st.last_prefill = pre;
     e->st.last_decode = dec;
-    /* logits to their choices; the index learns the new full blocks */
-    for (int32_t i = 0, o = 0; i < e->n_plan; i++) {
+    /* rows of logits to their choices (in batch order); the index learns
+     * the new full blocks */
+    int32_t rows = 0;
+    for (int32_t i = 0; i < e->n_plan; i++) {
         struct entry *p = &e->plan[i];
         const int32_t before = p->c->n_kv;
         p->c->n_kv += p->k;
-        if (p->c->n_kv == total_of(p->q, p->c)) {
-            memcpy(p->c->logits, e->blog + (size_t)o++ * e->n_vocab,
-                   (size_t)e->n_vocab * sizeof(float));
-            p->c->fresh = 1;
-        }
+        if (p->c->n_kv == total_of(p->q, p->c))
+            p->c->row = rows++;
         if (e->pc && p->c->n_kv / e->bs > before / e->bs)
             LLM_TRY(llm_prefix_insert(e->pc, p->c->slot, p->c->toks, p->c->n_kv));
     }
-    (void)n_out;
     /* the other choices take the prompt's blocks once the leader has them,
      * and its distribution when they have not drawn yet */
     for (int32_t i = 0; i < e->n_run; i++) {
@@ -711,9 +682,11 @@ llm_status llm_engine_step(struct llm_engine *e)
             LLM_TRY(llm_context_fork(e->c, l->slot, c->slot, q->n_prompt));
             c->forked = 1;
             c->n_kv = q->n_prompt;
-            if (c->n_gen == 0 && l->n_gen == 0 && l->fresh) {
-                memcpy(c->logits, l->logits, (size_t)e->n_vocab * sizeof(float));
-                c->fresh = 1;
+            if (c->n_gen == 0 && l->n_gen == 0 && l->row >= 0) {
+                /* a row of its own: the sampler changes the leader's */
+                c->row = rows++;
+                memcpy(e->blog + (size_t)c->row * e->n_vocab,
+                       e->blog + (size_t)l->row * e->n_vocab, (size_t)e->n_vocab * sizeof(float));
             }
         }
     }
@@ -721,7 +694,7 @@ llm_status llm_engine_step(struct llm_engine *e)
     for (int32_t i = 0; i < e->n_run;) {
         struct req *q = e->run[i];
         for (int32_t j = 0; j < q->r.n; j++)
-            if (q->ch[j].fresh && !q->ch[j].finish)
+            if (q->ch[j].row >= 0 && !q->ch[j].finish)
                 LLM_TRY(sample(e, q, &q->ch[j]));
         if (q->n_live == 0) {
             LLM_TRY(answer(e, q));

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "../common/alloc.h"
@@ -53,41 +54,22 @@ static int in_list(const char *k, const char *const *list, size_t n)
     return 0;
 }
 
-/* A number field: absent or null leaves *v; else it must be a number in
- * [lo, hi]. Returns 0 on error (recorded). */
-static int get_real(struct llm_request *r, json_t *body, const char *key, double lo, double hi,
-                    double *v)
+/* A number field (an integer one when `integer`): absent or null leaves
+ * *v; else it must be in [lo, hi]. Returns 0 on error (recorded). Doubles
+ * hold every integer field here exactly (at most 32 bits). */
+static int get_num(struct llm_request *r, json_t *body, const char *key, int integer, double lo,
+                   double hi, double *v)
 {
     json_t *j = json_object_get(body, key);
     if (!j || json_is_null(j))
         return 1;
-    if (!json_is_number(j)) {
-        fail(r, "invalid_request", "body.%s: expected a number", key);
+    if (integer ? !json_is_integer(j) : !json_is_number(j)) {
+        fail(r, "invalid_request", "body.%s: expected %s", key, integer ? "an integer" : "a number");
         return 0;
     }
     double x = json_number_value(j);
     if (!(x >= lo && x <= hi)) {
-        fail(r, "invalid_request", "body.%s: %g is outside [%g, %g]", key, x, lo, hi);
-        return 0;
-    }
-    *v = x;
-    return 1;
-}
-
-static int get_int(struct llm_request *r, json_t *body, const char *key, int64_t lo, int64_t hi,
-                   int64_t *v)
-{
-    json_t *j = json_object_get(body, key);
-    if (!j || json_is_null(j))
-        return 1;
-    if (!json_is_integer(j)) {
-        fail(r, "invalid_request", "body.%s: expected an integer", key);
-        return 0;
-    }
-    json_int_t x = json_integer_value(j);
-    if (x < lo || x > hi) {
-        fail(r, "invalid_request", "body.%s: %lld is outside [%lld, %lld]", key, (long long)x,
-             (long long)lo, (long long)hi);
+        fail(r, "invalid_request", "body.%s: %.15g is outside [%.15g, %.15g]", key, x, lo, hi);
         return 0;
     }
     *v = x;
@@ -239,12 +221,22 @@ static void parse_stop(struct llm_request *r, json_t *s)
 
 static void parse_body(struct llm_request *r, json_t *body, const struct llm_req_defaults *d)
 {
+    static const char *const known[] = {
+        "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+        "top_k", "min_p", "seed", "stop", "n", "logprobs", "top_logprobs", "presence_penalty",
+        "frequency_penalty", "repetition_penalty", "priority", "custom_id",
+    };
     const char *key;
     json_t *val;
     json_object_foreach(body, key, val) {
-        if (in_list(key, unsupported, sizeof unsupported / sizeof *unsupported) &&
-            !json_is_null(val) && !json_is_false(val)) {
-            fail(r, "unsupported", "body.%s is not supported", key);
+        if (in_list(key, unsupported, sizeof unsupported / sizeof *unsupported)) {
+            if (!json_is_null(val) && !json_is_false(val)) {
+                fail(r, "unsupported", "body.%s is not supported", key);
+                return;
+            }
+        } else if (!in_list(key, known, sizeof known / sizeof *known) &&
+                   !in_list(key, informational, sizeof informational / sizeof *informational)) {
+            fail(r, "invalid_request", "body.%.60s: unknown field", key);
             return;
         }
     }
@@ -263,38 +255,33 @@ static void parse_body(struct llm_request *r, json_t *body, const struct llm_req
         parse_prompt(r, prompt);
     if (r->err_code)
         return;
-    int64_t v = d->max_tokens;
-    if (!get_int(r, body, "max_tokens", 0, INT32_MAX, &v) ||
-        !get_int(r, body, "max_completion_tokens", 0, INT32_MAX, &v))
+    /* the sampler's numbers: each left out keeps llm-run's value */
+    static const struct {
+        const char *key;
+        double lo, hi;
+        size_t off;
+    } reals[] = {
+        { "temperature", 0, 100, offsetof(struct llm_sampler_params, temp) },
+        { "top_p", 0, 1, offsetof(struct llm_sampler_params, top_p) },
+        { "min_p", 0, 1, offsetof(struct llm_sampler_params, min_p) },
+        { "presence_penalty", -2, 2, offsetof(struct llm_sampler_params, presence_penalty) },
+        { "frequency_penalty", -2, 2, offsetof(struct llm_sampler_params, frequency_penalty) },
+        { "repetition_penalty", 1e-3, 100, offsetof(struct llm_sampler_params, repeat_penalty) },
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) {
+        float *f = (float *)((char *)&r->sp + reals[i].off);
+        double x = *f;
+        if (!get_num(r, body, reals[i].key, 0, reals[i].lo, reals[i].hi, &x))
+            return;
+        *f = (float)x;
+    }
+    double v = d->max_tokens;
+    if (!get_num(r, body, "max_tokens", 1, 0, INT32_MAX, &v) ||
+        !get_num(r, body, "max_completion_tokens", 1, 0, INT32_MAX, &v))
         return;
     r->max_tokens = (int32_t)v;
-    double x;
-    x = r->sp.temp;
-    if (!get_real(r, body, "temperature", 0, 100, &x))
-        return;
-    r->sp.temp = (float)x;
-    x = r->sp.top_p;
-    if (!get_real(r, body, "top_p", 0, 1, &x))
-        return;
-    r->sp.top_p = (float)x;
-    x = r->sp.min_p;
-    if (!get_real(r, body, "min_p", 0, 1, &x))
-        return;
-    r->sp.min_p = (float)x;
-    x = r->sp.presence_penalty;
-    if (!get_real(r, body, "presence_penalty", -2, 2, &x))
-        return;
-    r->sp.presence_penalty = (float)x;
-    x = r->sp.frequency_penalty;
-    if (!get_real(r, body, "frequency_penalty", -2, 2, &x))
-        return;
-    r->sp.frequency_penalty = (float)x;
-    x = r->sp.repeat_penalty;
-    if (!get_real(r, body, "repetition_penalty", 1e-3, 100, &x))
-        return;
-    r->sp.repeat_penalty = (float)x;
     v = r->sp.top_k;
-    if (!get_int(r, body, "top_k", -1, INT32_MAX, &v))
+    if (!get_num(r, body, "top_k", 1, -1, INT32_MAX, &v))
         return;
     r->sp.top_k = (int32_t)v;
     json_t *seed = json_object_get(body, "seed");
@@ -306,7 +293,7 @@ static void parse_body(struct llm_request *r, json_t *body, const struct llm_req
         r->sp.seed = (uint64_t)json_integer_value(seed);
     }
     v = 1;
-    if (!get_int(r, body, "n", 1, LLM_REQ_MAX_N, &v))
+    if (!get_num(r, body, "n", 1, 1, LLM_REQ_MAX_N, &v))
         return;
     r->n = (int32_t)v;
     json_t *lp = json_object_get(body, "logprobs");
@@ -323,7 +310,7 @@ static void parse_body(struct llm_request *r, json_t *body, const struct llm_req
             r->logprobs = json_is_true(lp);
         } else {
             v = 0;
-            if (!get_int(r, body, "logprobs", 0, LLM_REQ_MAX_TOP_LOGPROBS, &v))
+            if (!get_num(r, body, "logprobs", 1, 0, LLM_REQ_MAX_TOP_LOGPROBS, &v))
                 return;
             r->logprobs = 1;
             r->top_logprobs = (int32_t)v;
@@ -331,7 +318,7 @@ static void parse_body(struct llm_request *r, json_t *body, const struct llm_req
     }
     if (r->chat) {
         v = 0;
-        if (!get_int(r, body, "top_logprobs", 0, LLM_REQ_MAX_TOP_LOGPROBS, &v))
+        if (!get_num(r, body, "top_logprobs", 1, 0, LLM_REQ_MAX_TOP_LOGPROBS, &v))
             return;
         if (v && !r->logprobs) {
             fail(r, "invalid_request", "body.top_logprobs needs \"logprobs\": true");
@@ -340,9 +327,9 @@ static void parse_body(struct llm_request *r, json_t *body, const struct llm_req
         r->top_logprobs = (int32_t)v;
     }
     v = 0;
-    if (!get_int(r, body, "priority", INT32_MIN, INT32_MAX, &v))
+    if (!get_num(r, body, "priority", 1, INT32_MIN, INT32_MAX, &v))
         return;
-    r->priority = v;
+    r->priority = (int64_t)v;
     parse_stop(r, json_object_get(body, "stop"));
 }
 
@@ -408,28 +395,8 @@ llm_status llm_request_parse(struct llm_request *r, const char *line, size_t len
             r->chat = json_object_get(body, "messages") != NULL;
         }
     }
-    if (!r->err_code && json_is_object(body)) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(body, key, v) {
-            (void)v;
-            if (!in_list(key, informational, sizeof informational / sizeof *informational) &&
-                !in_list(key, unsupported, sizeof unsupported / sizeof *unsupported)) {
-                static const char *const known[] = {
-                    "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
-                    "top_p", "top_k", "min_p", "seed", "stop", "n", "logprobs", "top_logprobs",
-                    "presence_penalty", "frequency_penalty", "repetition_penalty", "priority",
-                    "custom_id",
-                };
-                if (!in_list(key, known, sizeof known / sizeof *known)) {
-                    fail(r, "invalid_request", "body.%.60s: unknown field", key);
-                    break;
-                }
-            }
-        }
-        if (!r->err_code)
-            parse_body(r, body, d);
-    }
+    if (!r->err_code && json_is_object(body))
+        parse_body(r, body, d);
     json_decref(root);
     if (r->err_code && !r->err_msg)
         return LLM_E_NOMEM;

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <math.h>
 #include <string.h>
 
 #include "../common/alloc.h"
@@ -64,24 +63,21 @@ llm_status llm_trace_parse(struct llm_trace *tr, const char *text, size_t len, c
     size_t cap = 0;
     int64_t lineno = 0;
     llm_status s = LLM_OK;
-    for (size_t at = 0; !s && at < len;) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        size_t l = nl ? (size_t)(nl - (text + at)) : len - at;
+    size_t at = 0, l;
+    for (const char *line; !s && (line = llm_next_line(text, len, &at, &l));) {
         lineno++;
-        if (l) {
-            void *p = tr->s;
-            if (!(s = llm_grow(&p, &cap, tr->n + 1, sizeof *tr->s))) {
-                tr->s = p;
-                s = parse_line(&tr->s[tr->n], text + at, l, name, lineno);
-                if (!s && tr->n && (tr->s[tr->n].blocks != tr->s[0].blocks ||
-                                    tr->s[tr->n].t < tr->s[tr->n - 1].t))
-                    s = llm_error_set(LLM_E_FORMAT, "%s:%lld: another pool or an earlier time "
-                                      "than the line before (two traces in one file?)", name,
-                                      (long long)lineno);
-                tr->n += !s;
-            }
-        }
-        at += l + 1;
+        if (!l)
+            continue;
+        void *p = tr->s;
+        if ((s = llm_grow(&p, &cap, tr->n + 1, sizeof *tr->s)))
+            break;
+        tr->s = p;
+        s = parse_line(&tr->s[tr->n], line, l, name, lineno);
+        if (!s && tr->n && (tr->s[tr->n].blocks != tr->s[0].blocks ||
+                            tr->s[tr->n].t < tr->s[tr->n - 1].t))
+            s = llm_error_set(LLM_E_FORMAT, "%s:%lld: another pool or an earlier time than the "
+                              "line before (two traces in one file?)", name, (long long)lineno);
+        tr->n += !s;
     }
     if (!s && !tr->n)
         s = llm_error_set(LLM_E_FORMAT, "%s: no steps (an empty trace)", name);
