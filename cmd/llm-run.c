@@ -950,6 +950,9 @@ int main(int argc, char **argv)
         if (no)
             return llm_cli_usage(&cli, "%s does not go with --batch (each line says what it wants)",
                                  no);
+        if (a.n_stop > LLM_REQ_MAX_STOP)
+            return llm_cli_usage(&cli, "--stop: at most %d strings with --batch (a request's own "
+                                 "limit)", LLM_REQ_MAX_STOP);
         if (a.resume && (!a.output || !strcmp(a.output, "-")))
             return llm_cli_usage(&cli, "--resume needs -o FILE (the output of the run to resume)");
         if (!a.max_seqs)

@@ -343,7 +343,10 @@ llm_status llm_request_parse(struct llm_request *r, const char *line, size_t len
     r->sp = d->sp;
     /* a seed of its own for each line, from the run's */
     r->sp.seed = d->sp.seed + 1000003ull * (uint64_t)lineno;
-    for (size_t i = 0; i < d->n_stop && i < LLM_REQ_MAX_STOP; i++) {
+    if (d->n_stop > LLM_REQ_MAX_STOP)
+        return llm_error_set(LLM_E_INVALID, "%zu default stop strings, at most %d", d->n_stop,
+                             LLM_REQ_MAX_STOP);
+    for (size_t i = 0; i < d->n_stop; i++) {
         if (!(r->stop[i] = llm_strdup(d->stop[i])))
             return LLM_E_NOMEM;
         r->n_stop = i + 1;

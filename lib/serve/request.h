@@ -64,7 +64,8 @@ struct llm_request {
 
 /* Read one line (len bytes, without its newline). Always fills r: on a bad
  * line r->err_code and r->err_msg say why (and r->custom_id is kept when
- * it could be read). LLM_E_NOMEM only. */
+ * it could be read). LLM_E_NOMEM, or LLM_E_INVALID for defaults with more
+ * than LLM_REQ_MAX_STOP stop strings. */
 llm_status llm_request_parse(struct llm_request *r, const char *line, size_t len, int64_t lineno,
                              const struct llm_req_defaults *d);
 

@@ -577,6 +577,8 @@ t_run_batch_usage_and_file_errors() {
     expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --resume && has "$TMP/err" "needs -o FILE" &&
     expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -p hi && has "$TMP/err" "-p does not go with --batch" &&
     expect 2 "$RUN" -m "$TMP/s.llm" -p hi --max-seqs 4 && has "$TMP/err" "go with --batch" &&
+    expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" $(for i in $(seq 17); do echo --stop s$i; done) &&
+    has "$TMP/err" "at most 16 strings with --batch" &&
     expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/nonexistent.jsonl" && has "$TMP/err" "nonexistent.jsonl" && one_line &&
     expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o /nonexistent/dir/o.jsonl && one_line &&
     echo 'garbage' >"$TMP/g.jsonl" &&
