@@ -351,6 +351,13 @@ llm_status llm_request_parse(struct llm_request *r, const char *line, size_t len
             return LLM_E_NOMEM;
         r->n_stop = i + 1;
     }
+    /* jansson skips a raw NUL byte between tokens as if it were a space;
+     * JSON has no such byte outside a string, so refuse it here */
+    const char *nul = memchr(line, 0, len);
+    if (nul) {
+        fail(r, "invalid_json", "not JSON: a NUL byte (column %zu)", (size_t)(nul - line) + 1);
+        return r->err_msg ? LLM_OK : LLM_E_NOMEM;
+    }
     json_error_t je;
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
@@ -609,7 +616,8 @@ llm_status llm_request_output_key(const char *line, size_t len, int64_t *lineno,
                                   char **custom_id)
 {
     *custom_id = NULL;
-    json_t *root = json_loadb(line, len, 0, NULL);
+    /* a generated text may hold a NUL byte, written as \u0000 */
+    json_t *root = json_loadb(line, len, JSON_ALLOW_NUL, NULL);
     json_t *id = root ? json_object_get(root, "id") : NULL;
     json_t *cid = root ? json_object_get(root, "custom_id") : NULL;
     long long n = 0;

@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!len || out[len - 1] != '\n' || memchr(out, '\n', len - 1))
         abort();
     json_error_t je;
-    json_t *j = json_loadb(out, len, 0, &je);
+    json_t *j = json_loadb(out, len, JSON_ALLOW_NUL, &je); /* \u0000 is JSON */
     if (!j)
         abort();
     json_decref(j);

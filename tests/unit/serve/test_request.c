@@ -141,7 +141,7 @@ static json_t *output_of(const struct llm_request *r, const struct llm_choice_ou
     cr_assert_eq((*text)[len - 1], '\n');
     cr_assert_null(memchr(*text, '\n', len - 1), "one line");
     json_error_t je;
-    json_t *j = json_loadb(*text, len, 0, &je);
+    json_t *j = json_loadb(*text, len, JSON_ALLOW_NUL, &je);
     cr_assert_not_null(j, "not JSON (%s): %s", je.text, *text);
     return j;
 }
@@ -200,4 +200,37 @@ Test(request, output_lines_are_json_in_the_batch_shape)
     cr_assert_eq(llm_request_output_key("{\"id\":\"x-1\"}", 12, &line, &cid), LLM_E_FORMAT);
     cr_assert_eq(llm_request_output_key("{\"id\":\"line-0\"}", 15, &line, &cid), LLM_E_FORMAT);
     cr_assert_eq(llm_request_output_key("nope", 4, &line, &cid), LLM_E_FORMAT);
+}
+
+/* A NUL byte: refused between tokens (jansson alone would skip it), and
+ * written as \u0000 in a generated text, whose line --resume reads back. */
+Test(request, nul_bytes)
+{
+    static const char line[] = "{\"custom_id\":\"k\",\"body\":{\"prompt\":\"x\"}\0}";
+    struct llm_req_defaults d = { .max_tokens = -1 };
+    llm_sampler_params_default(&d.sp);
+    struct llm_request r;
+    cr_assert_eq(llm_request_parse(&r, line, sizeof line - 1, 7, &d), LLM_OK);
+    cr_assert_str_eq(r.err_code, "invalid_json");
+    cr_assert(strstr(r.err_msg, "NUL byte (column 39)"), "%s", r.err_msg);
+    llm_request_free(&r);
+
+    parse(&r, "{\"custom_id\":\"k\",\"body\":{\"prompt\":\"x\"}}");
+    struct llm_choice_out ch = { .text = "a\0b", .len = 3, .finish_reason = "length",
+                                 .n_tokens = 3 };
+    char *s;
+    json_t *j = output_of(&r, &ch, 1, &s);
+    cr_assert(strstr(s, "\"a\\u0000b\""), "%s", s);
+    json_t *c0 = json_array_get(json_object_get(json_object_get(json_object_get(j, "response"),
+                                                                 "body"), "choices"), 0);
+    cr_assert_eq(json_string_length(json_object_get(c0, "text")), 3);
+    int64_t n;
+    char *cid;
+    cr_assert_eq(llm_request_output_key(s, strlen(s), &n, &cid), LLM_OK);
+    cr_assert_eq(n, 7);
+    cr_assert_str_eq(cid, "k");
+    llm_free(cid);
+    json_decref(j);
+    free(s);
+    llm_request_free(&r);
 }
