@@ -10,7 +10,9 @@
 #include "../lib/llm.h"
 
 enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE, OPT_KERNELS,
-       OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL };
+       OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL, OPT_SERVE, OPT_SERVE_TEXT, OPT_REQUESTS,
+       OPT_PLEN, OPT_GLEN, OPT_SPREFIX, OPT_RATE, OPT_SEED, OPT_MAXSEQS, OPT_STEPTOK,
+       OPT_NOPREFIX };
 
 #define MAX_BATCH 16
 
@@ -30,9 +32,20 @@ static const struct llm_opt opts[] = {
     { OPT_BASE, "base", LLM_ARG_REQUIRED, "FILE", "with --ppl: KL divergence of -m's predictions from this model's", "file" },
     { OPT_CHUNKS, "chunks", LLM_ARG_REQUIRED, "N", "with --ppl: score only the first N windows (llama-perplexity --chunks)", NULL },
     { OPT_SCORE_ALL, "score-all", LLM_ARG_NONE, NULL, "with --ppl: score every token of each window (the GPTQ/AWQ papers' protocol)", NULL },
-    { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens; with --kernels: KV tokens of attn (default: 512)", NULL },
+    { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens (default: 512); with --kernels: KV tokens of attn (default: 512); with --serve*: each sequence's context", NULL },
     { OPT_KERNELS, "kernels", LLM_ARG_NONE, NULL, "microbenchmark the matrix kernels and attention (shapes of -m, or stories110m)", NULL },
     { OPT_TYPES, "types", LLM_ARG_REQUIRED, "LIST", "with --kernels: weight types (default: f32,f16,bf16,q8_0,q4_0,...)", NULL },
+    { OPT_SERVE, "serve", LLM_ARG_REQUIRED, "FILE", "serving benchmark: the requests of an OpenAI batch JSONL file ('-' = stdin) through the continuous-batching engine", "file" },
+    { OPT_SERVE_TEXT, "serve-text", LLM_ARG_REQUIRED, "FILE", "serving benchmark: synthetic requests, their prompts drawn from the tokens of a text file (greedy, end of text ignored)", "file" },
+    { OPT_REQUESTS, "requests", LLM_ARG_REQUIRED, "N", "with --serve-text: how many requests (default: 256)", NULL },
+    { OPT_PLEN, "prompt-len", LLM_ARG_REQUIRED, "A-B", "with --serve-text: prompt tokens, uniform in [A, B] (default: 32-512)", NULL },
+    { OPT_GLEN, "gen-len", LLM_ARG_REQUIRED, "A-B", "with --serve-text: output tokens, uniform in [A, B] (default: 16-256)", NULL },
+    { OPT_SPREFIX, "shared-prefix", LLM_ARG_REQUIRED, "N", "with --serve-text: the text's first N tokens before every prompt (default: 0)", NULL },
+    { OPT_RATE, "rate", LLM_ARG_REQUIRED, "R", "with --serve*: Poisson arrivals of R requests/s (default: all at the start)", NULL },
+    { OPT_SEED, "seed", LLM_ARG_REQUIRED, "N", "with --serve*: seed of lengths, prompts, arrivals and sampling (default: 0)", NULL },
+    { OPT_MAXSEQS, "max-seqs", LLM_ARG_REQUIRED, "N", "with --serve*: sequences running at once (default: 16)", NULL },
+    { OPT_STEPTOK, "step-tokens", LLM_ARG_REQUIRED, "N", "with --serve*: tokens per forward pass at most (default: 512)", NULL },
+    { OPT_NOPREFIX, "no-prefix-cache", LLM_ARG_NONE, NULL, "with --serve*: do not keep computed prompt blocks for later requests", NULL },
     { OPT_COMPARE, "compare", LLM_ARG_NONE, NULL, "compare two result files (json or jsonl): OLD NEW", NULL },
     { OPT_THRESHOLD, "threshold", LLM_ARG_REQUIRED, "PCT", "with --compare: a slowdown beyond PCT % fails (default: 5)", NULL },
     { OPT_SUITE, "suite", LLM_ARG_REQUIRED, "FILE", "run the tests of a YAML suite file", "file" },
@@ -45,9 +58,10 @@ static struct llm_cli cli = {
                 "--suite FILE [-o FORMAT]\n"
                 "--ppl FILE [--ctx N] [--chunks N] [--score-all] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
+                "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [-m FILE]... [-t LIST] [-o FORMAT]\n"
                 "--compare [--threshold PCT] OLD NEW",
     .summary = "Measure prefill (pp) and decode (tg) speed, latency percentiles and the share of\n"
-               "the machine's roofline; perplexity; compare two runs.",
+               "the machine's roofline; serving throughput and latency; perplexity; compare two runs.",
     .opts = opts,
     .n_opts = sizeof opts / sizeof opts[0],
     .footer = "LIST: N, A,B,C, FIRST-LAST, FIRST-LAST+STEP or FIRST-LAST*MULT; every model, test and\n"
@@ -58,7 +72,9 @@ static struct llm_cli cli = {
               "  llm-bench -m model.llm -o jsonl > new.jsonl; llm-bench --compare old.jsonl new.jsonl\n"
               "  llm-bench -m model.llm --ppl wiki.test.raw --ctx 512\n"
               "  llm-bench -m q4.llm --base f16.llm --ppl wiki.test.raw\n"
-              "  llm-bench --kernels --types q4_0,q8_0 -t 1,2\n",
+              "  llm-bench --kernels --types q4_0,q8_0 -t 1,2\n"
+              "  llm-bench -m model.llm -t 2 --serve requests.jsonl\n"
+              "  llm-bench -m model.llm -t 2 --serve-text stories.txt --shared-prefix 400 --rate 2\n",
 };
 
 struct args {
@@ -72,7 +88,69 @@ struct args {
     int64_t ctx, chunks;
     int have_ctx, compare, have_threshold, score_all;
     double threshold;
+    struct llm_serve_params serve;
+    int serve_opts; /* an option of the serving workload was given */
 };
+
+/* "N", "A-B" or "A:B" with min <= A <= B <= max. */
+static llm_status parse_range(const char *arg, const char *what, int32_t min, int32_t max,
+                              int32_t *lo, int32_t *hi)
+{
+    char buf[64];
+    const char *sep = strpbrk(arg, "-:");
+    int64_t a, b;
+    if (!sep) {
+        LLM_TRY(llm_parse_i64(arg, min, max, what, &a));
+        *lo = *hi = (int32_t)a;
+        return LLM_OK;
+    }
+    snprintf(buf, sizeof buf, "%.*s", (int)(sep - arg), arg);
+    LLM_TRY(llm_parse_i64(buf, min, max, what, &a));
+    LLM_TRY(llm_parse_i64(sep + 1, min, max, what, &b));
+    LLM_CHECK(a <= b, LLM_E_INVALID, "%s: '%s': the first bound is above the second", what, arg);
+    *lo = (int32_t)a, *hi = (int32_t)b;
+    return LLM_OK;
+}
+
+/* --serve / --serve-text: every model with every thread count. */
+static int do_serve(struct args *a)
+{
+    struct llm_bench_plan *p = &a->plan;
+    struct llm_bench_header h = { .bw_measured = 1, .peak_measured = 1 };
+    llm_machine_detect(&h.machine);
+    time_t now = time(NULL);
+    strftime(h.test_time, sizeof h.test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (!p->n_threads)
+        p->threads[p->n_threads++] = h.machine.n_cpus;
+    const size_t total = p->n_models * p->n_threads;
+    struct llm_serve_result *res = llm_calloc(total, sizeof *res);
+    if (!res)
+        return llm_cli_fail(&cli, LLM_E_NOMEM);
+    a->serve.defaults.sp.seed = a->serve.seed;
+    llm_status s = LLM_OK;
+    size_t n = 0;
+    for (size_t mi = 0; mi < p->n_models && !s; mi++) {
+        struct llm_model *m;
+        if ((s = llm_model_open(&m, p->models[mi], NULL)))
+            break;
+        for (size_t ti = 0; ti < p->n_threads && !s; ti++) {
+            if (cli.verbose > 0)
+                fprintf(stderr, "%s: %s: serving, %d threads\n", cli.prog, p->models[mi],
+                        p->threads[ti]);
+            if (!(s = llm_bench_serve(&res[n], m, p->models[mi], &a->serve, p->threads[ti],
+                                      a->have_ctx ? (int32_t)a->ctx : 0)))
+                n++;
+        }
+        llm_model_close(m);
+    }
+    if (!s)
+        s = llm_bench_sprint(stdout, p->format, &h, res, n);
+    int refused = n && res[0].errors > 0; /* the same file for every run */
+    llm_free(res);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    return refused ? 3 : 0; /* measured, but some lines were refused (named on stderr) */
+}
 
 static int do_compare(const struct args *a, char **files)
 {
@@ -347,6 +425,7 @@ static int add_list(struct args *a, int opt, const char *arg)
 int main(int argc, char **argv)
 {
     struct args a = { .ctx = 512, .threshold = 5 };
+    llm_serve_params_default(&a.serve);
     const char *arg;
     int r, rc;
     int64_t v;
@@ -408,6 +487,41 @@ int main(int argc, char **argv)
         case OPT_BASE: a.base = arg; break;
         case OPT_CHUNKS: s = llm_parse_i64(arg, 1, INT64_MAX, "--chunks", &a.chunks); break;
         case OPT_SCORE_ALL: a.score_all = 1; break;
+        case OPT_SERVE: a.serve.requests = arg; break;
+        case OPT_SERVE_TEXT: a.serve.text = arg; break;
+        case OPT_REQUESTS:
+            s = llm_parse_i64(arg, 1, 1 << 24, "--requests", &v);
+            a.serve.n_requests = (int32_t)v, a.serve_opts |= 2;
+            break;
+        case OPT_PLEN:
+            s = parse_range(arg, "--prompt-len", 1, 1 << 20, &a.serve.prompt_min, &a.serve.prompt_max);
+            a.serve_opts |= 2;
+            break;
+        case OPT_GLEN:
+            s = parse_range(arg, "--gen-len", 0, 1 << 20, &a.serve.gen_min, &a.serve.gen_max);
+            a.serve_opts |= 2;
+            break;
+        case OPT_SPREFIX:
+            s = llm_parse_i64(arg, 0, 1 << 20, "--shared-prefix", &v);
+            a.serve.shared_prefix = (int32_t)v, a.serve_opts |= 2;
+            break;
+        case OPT_RATE:
+            s = llm_parse_f64(arg, 1e-6, 1e9, "--rate", &a.serve.rate);
+            a.serve_opts |= 1;
+            break;
+        case OPT_SEED:
+            s = llm_parse_i64(arg, 0, INT64_MAX, "--seed", &v);
+            a.serve.seed = (uint64_t)v, a.serve_opts |= 1;
+            break;
+        case OPT_MAXSEQS:
+            s = llm_parse_i64(arg, 1, 1024, "--max-seqs", &v);
+            a.serve.engine.max_seqs = (int32_t)v, a.serve_opts |= 1;
+            break;
+        case OPT_STEPTOK:
+            s = llm_parse_i64(arg, 1, 1 << 20, "--step-tokens", &v);
+            a.serve.engine.step_tokens = (int32_t)v, a.serve_opts |= 1;
+            break;
+        case OPT_NOPREFIX: a.serve.engine.prefix_cache = 0, a.serve_opts |= 1; break;
         }
         if (s)
             return llm_cli_usage(&cli, "%s", llm_error_detail(s));
@@ -418,8 +532,36 @@ int main(int argc, char **argv)
                      p->have_format || a.bw || a.peak;
     if (a.have_threshold && !a.compare)
         return llm_cli_usage(&cli, "--threshold goes with --compare");
-    if (a.have_ctx && !a.ppl && !a.kernels)
-        return llm_cli_usage(&cli, "--ctx goes with --ppl or --kernels");
+    const int serving = a.serve.requests || a.serve.text;
+    if (a.have_ctx && !a.ppl && !a.kernels && !serving)
+        return llm_cli_usage(&cli, "--ctx goes with --ppl, --kernels or --serve");
+    if (a.serve_opts && !serving)
+        return llm_cli_usage(&cli, "--rate, --seed, --max-seqs, --step-tokens and "
+                             "--no-prefix-cache go with --serve or --serve-text");
+    if ((a.serve_opts & 2) && !a.serve.text)
+        return llm_cli_usage(&cli, "--requests, --prompt-len, --gen-len and --shared-prefix go "
+                             "with --serve-text");
+    if (serving) {
+        if (a.serve.requests && a.serve.text)
+            return llm_cli_usage(&cli, "--serve and --serve-text: give one workload");
+        if (a.have_tests || a.n_batch || a.have_reps || a.have_warmup || a.bw || a.peak || a.ppl ||
+            a.suite || a.kernels || a.compare || n_ops)
+            return llm_cli_usage(&cli, "--serve and --serve-text go with -m, -t, -o, --ctx and the "
+                                 "serving options only");
+        if (!p->n_models)
+            return llm_cli_usage(&cli, "no model (-m FILE)");
+        if (a.have_ctx && a.serve.text &&
+            a.ctx < 1 + (int64_t)a.serve.shared_prefix + a.serve.prompt_max + a.serve.gen_max)
+            return llm_cli_usage(&cli, "--ctx %lld: shorter than the longest synthetic request "
+                                 "(1 + --shared-prefix + the longest prompt and output: %lld)",
+                                 (long long)a.ctx, 1 + (long long)a.serve.shared_prefix +
+                                 a.serve.prompt_max + a.serve.gen_max);
+        if (a.serve.engine.step_tokens < a.serve.engine.max_seqs)
+            return llm_cli_usage(&cli, "--step-tokens %d: below --max-seqs %d (every running "
+                                 "sequence decodes one token a step)",
+                                 a.serve.engine.step_tokens, a.serve.engine.max_seqs);
+        return llm_cli_exit(&cli, do_serve(&a));
+    }
     if (a.types && !a.kernels)
         return llm_cli_usage(&cli, "--types goes with --kernels");
     if (a.base && !a.ppl)

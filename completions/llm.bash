@@ -121,6 +121,46 @@ _llm_bench()
             :
             return
             ;;
+        --serve)
+            _llm_files
+            return
+            ;;
+        --serve-text)
+            _llm_files
+            return
+            ;;
+        --requests)
+            :
+            return
+            ;;
+        --prompt-len)
+            :
+            return
+            ;;
+        --gen-len)
+            :
+            return
+            ;;
+        --shared-prefix)
+            :
+            return
+            ;;
+        --rate)
+            :
+            return
+            ;;
+        --seed)
+            :
+            return
+            ;;
+        --max-seqs)
+            :
+            return
+            ;;
+        --step-tokens)
+            :
+            return
+            ;;
         --threshold)
             :
             return
@@ -131,7 +171,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

@@ -24,6 +24,8 @@
 #include "../common/num.h" /* llm_percentile_sorted */
 #include "../common/status.h"
 #include "../quant/types.h"
+#include "../serve/engine.h"
+#include "../serve/request.h"
 
 /* ---- timers and statistics --------------------------------------------------- */
 
@@ -206,6 +208,58 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
 llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, const char *model,
                                const struct llm_bench_test *t, int32_t n_seq, int n_threads,
                                int reps, int warmup);
+
+/* ---- serving (--serve) -------------------------------------------------------- */
+
+/* A serving workload: an OpenAI batch request file, or synthetic requests
+ * made of a text's tokens, arriving all at once or as a Poisson process.
+ * Synthetic requests are greedy and ignore end-of-generation, so each gives
+ * exactly its drawn number of tokens (as vLLM's random dataset). */
+struct llm_serve_params {
+    const char *requests;           /* an OpenAI batch JSONL file ("-": stdin), or NULL */
+    const char *text;               /* synthetic: prompts are windows of this text's tokens */
+    int32_t n_requests;             /* synthetic: how many (default 256) */
+    int32_t prompt_min, prompt_max; /* synthetic: prompt tokens, uniform (default 32-512) */
+    int32_t gen_min, gen_max;       /* synthetic: output tokens, uniform (default 16-256) */
+    int32_t shared_prefix;          /* synthetic: the text's first N tokens before every prompt */
+    uint64_t seed;                  /* lengths, windows and arrivals */
+    double rate;                    /* requests/s of Poisson arrivals; 0: all at the start */
+    struct llm_engine_params engine;
+    struct llm_req_defaults defaults; /* request file: what a line leaves out (llm-run's) */
+};
+void llm_serve_params_default(struct llm_serve_params *p);
+
+struct llm_serve_result {
+    char model[512];
+    char test[96];                 /* "serve FILE, 4/s", "serve 256 x p32-512 g16-256, all at once" */
+    int n_threads;
+    int32_t max_seqs;
+    int prefix_cache;
+    double rate;                   /* 0: all at once */
+    int64_t requests;              /* answered */
+    int64_t errors;                /* lines of the request file refused (each named on stderr) */
+    int64_t prompt_tokens, output_tokens;
+    double seconds;                /* from the first arrival to the last answer */
+    double arrival_span_s;         /* from the first arrival to the last (0: all at once) */
+    double req_s, out_ts, total_ts; /* requests/s, output tokens/s, (prompt + output) tokens/s */
+    struct llm_stats ttft_ms;      /* arrival to first token, per request */
+    struct llm_stats tpot_ms;      /* (e2e - ttft) / (tokens - 1), per request of 2+ tokens */
+    struct llm_stats itl_ms;       /* every gap between two tokens of a sequence */
+    struct llm_stats e2e_ms;       /* arrival to last token, per request */
+    int64_t lookup_tokens, hit_tokens; /* prompt tokens looked up in the prefix index, found */
+    int64_t preemptions;
+    int32_t kv_blocks, kv_peak;    /* the pool, and the most blocks in use */
+};
+
+/* Run the workload on m with n_threads in a fresh context of max_seqs
+ * sequences (n_ctx 0: the longest synthetic sequence, or the model's
+ * default for a file). Requests join the engine when their arrival time
+ * comes; latencies count from it. Bad lines of a request file are named on
+ * stderr, counted in r->errors and not run. */
+llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, const char *model,
+                           const struct llm_serve_params *p, int n_threads, int32_t n_ctx);
+llm_status llm_bench_sprint(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                            const struct llm_serve_result *r, size_t n);
 
 /* Perplexity of the text file `path` with windows of n_ctx tokens
  * (llm_perplexity's default protocol, or every prediction with score_all);

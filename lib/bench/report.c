@@ -431,3 +431,88 @@ llm_status llm_bench_kprint(FILE *f, enum llm_bench_format fmt, const struct llm
     }
     return llm_stream_status(f);
 }
+
+/* ---- serving results (--serve) ------------------------------------------------ */
+
+static size_t fields_of_serve(struct field *f, const struct llm_bench_header *h, const void *item)
+{
+    const struct llm_serve_result *r = item;
+    size_t n = machine_fields(f, h);
+    static const char *const names[4][4] = {
+        { "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms" },
+        { "tpot_mean_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms" },
+        { "itl_mean_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms" },
+        { "e2e_mean_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms" },
+    };
+    const struct llm_stats *lat[4] = { &r->ttft_ms, &r->tpot_ms, &r->itl_ms, &r->e2e_ms };
+    f[n++] = STR("test_time", h->test_time);
+    f[n++] = STR("model_filename", r->model);
+    f[n++] = STR("test", r->test);
+    f[n++] = U64("n_threads", (uint64_t)r->n_threads);
+    f[n++] = U64("max_seqs", (uint64_t)r->max_seqs);
+    f[n++] = U64("prefix_cache", (uint64_t)r->prefix_cache);
+    f[n++] = NUM("request_rate", r->rate > 0 ? r->rate : NAN);
+    f[n++] = U64("requests", (uint64_t)r->requests);
+    f[n++] = U64("errors", (uint64_t)r->errors);
+    f[n++] = U64("prompt_tokens", (uint64_t)r->prompt_tokens);
+    f[n++] = U64("output_tokens", (uint64_t)r->output_tokens);
+    f[n++] = NUM("duration_s", r->seconds);
+    f[n++] = NUM("arrival_span_s", r->arrival_span_s);
+    f[n++] = NUM("requests_per_s", r->req_s);
+    f[n++] = NUM("avg_ts", r->out_ts); /* output tokens/s: the figure --compare reads */
+    f[n++] = NUM("total_ts", r->total_ts);
+    for (int i = 0; i < 4; i++) {
+        const double v[4] = { lat[i]->mean, lat[i]->p50, lat[i]->p90, lat[i]->p99 };
+        for (int k = 0; k < 4; k++)
+            f[n++] = NUM(names[i][k], lat[i]->n ? v[k] : NAN);
+    }
+    f[n++] = U64("prefix_lookup_tokens", (uint64_t)r->lookup_tokens);
+    f[n++] = U64("prefix_hit_tokens", (uint64_t)r->hit_tokens);
+    f[n++] = NUM("prefix_hit_rate", r->lookup_tokens ? (double)r->hit_tokens / (double)r->lookup_tokens : NAN);
+    f[n++] = U64("preemptions", (uint64_t)r->preemptions);
+    f[n++] = U64("kv_blocks", (uint64_t)r->kv_blocks);
+    f[n++] = U64("kv_blocks_peak", (uint64_t)r->kv_peak);
+    return n;
+}
+
+static void print_smd(FILE *o, const struct llm_bench_header *h, const struct llm_serve_result *r, size_t n)
+{
+    fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n\n", h->machine.cpu,
+            h->machine.features, h->machine.n_cpus, h->machine.version, h->machine.commit,
+            h->test_time);
+    fputs("| model | threads | workload | seqs | req/s | out t/s | TTFT ms p50/p90/p99 "
+          "| TPOT ms p50/p90/p99 | ITL ms p50/p90/p99 | prefix hit | preempt | errors |\n"
+          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+          o);
+    for (size_t i = 0; i < n; i++) {
+        const struct llm_serve_result *x = &r[i];
+        const char *base = strrchr(x->model, '/');
+        fputs("| ", o);
+        md_cell(o, base ? base + 1 : x->model);
+        fprintf(o, " | %d | ", x->n_threads);
+        md_cell(o, x->test);
+        fprintf(o, " | %d | %.2f | %.1f | %.0f/%.0f/%.0f | %.1f/%.1f/%.1f | %.1f/%.1f/%.1f | ",
+                x->max_seqs, x->req_s, x->out_ts, x->ttft_ms.p50, x->ttft_ms.p90, x->ttft_ms.p99,
+                x->tpot_ms.p50, x->tpot_ms.p90, x->tpot_ms.p99, x->itl_ms.p50, x->itl_ms.p90,
+                x->itl_ms.p99);
+        if (x->lookup_tokens)
+            fprintf(o, "%.1f%% | ", 100.0 * (double)x->hit_tokens / (double)x->lookup_tokens);
+        else
+            fputs(x->prefix_cache ? "0.0% | " : "off | ", o);
+        fprintf(o, "%lld | %lld |\n", (long long)x->preemptions, (long long)x->errors);
+    }
+}
+
+llm_status llm_bench_sprint(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                            const struct llm_serve_result *r, size_t n)
+{
+    static const struct llm_serve_result empty;
+    switch (fmt) {
+    case LLM_BENCH_MD: print_smd(f, h, r, n); break;
+    case LLM_BENCH_CSV: print_csv(f, h, fields_of_serve, r, sizeof *r, n, &empty); break;
+    case LLM_BENCH_JSON:
+    case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_serve, r, sizeof *r, n); break;
+    default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
+    }
+    return llm_stream_status(f);
+}

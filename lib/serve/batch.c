@@ -239,6 +239,31 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
 
 /* ---- the run ------------------------------------------------------------- */
 
+llm_status llm_batch_prepare(struct llm_request *q, struct llm_context *c, const char *tmpl,
+                             int32_t max_seqs)
+{
+    if (q->err_code)
+        return LLM_OK;
+    LLM_TRY(llm_request_tokenize(q, llm_context_model(c), tmpl, llm_context_n_ctx(c)));
+    const struct llm_kv *kv = llm_context_kv(c);
+    const int64_t need = ((int64_t)q->n_ids + kv->p.block_size - 1) / kv->p.block_size;
+    char msg[160];
+    if (q->err_code)
+        return LLM_OK;
+    if (q->n > max_seqs) {
+        q->err_code = "invalid_request";
+        snprintf(msg, sizeof msg, "body.n: %d choices, more than the %d sequences that run "
+                 "at once (--max-seqs)", q->n, max_seqs);
+    } else if (need > kv->p.n_blocks) {
+        q->err_code = "context_length_exceeded";
+        snprintf(msg, sizeof msg, "the prompt of %zu tokens needs %lld KV blocks, more than "
+                 "the pool's %d (--kv-mem, --kv-blocks)", q->n_ids, (long long)need,
+                 kv->p.n_blocks);
+    } else
+        return LLM_OK;
+    return (q->err_msg = llm_strdup(msg)) ? LLM_OK : LLM_E_NOMEM;
+}
+
 /* p50, p90 and p99 of x (n); x is sorted in place. */
 static void percentiles(double *x, size_t n, double out[3])
 {
@@ -361,26 +386,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
             continue;
         }
         if (!s)
-            s = llm_request_tokenize(&q, m, p->defaults.chat_template, llm_context_n_ctx(c));
-        if (!s && !q.err_code && q.n > p->engine.max_seqs) {
-            q.err_code = "invalid_request";
-            char msg[160];
-            snprintf(msg, sizeof msg, "body.n: %d choices, more than the %d sequences that run "
-                     "at once (--max-seqs)", q.n, p->engine.max_seqs);
-            if (!(q.err_msg = llm_strdup(msg)))
-                s = LLM_E_NOMEM;
-        }
-        const struct llm_kv *kv = llm_context_kv(c);
-        const int64_t need = ((int64_t)q.n_ids + kv->p.block_size - 1) / kv->p.block_size;
-        if (!s && !q.err_code && need > kv->p.n_blocks) {
-            q.err_code = "context_length_exceeded";
-            char msg[160];
-            snprintf(msg, sizeof msg, "the prompt of %zu tokens needs %lld KV blocks, more than "
-                     "the pool's %d (--kv-mem, --kv-blocks)", q.n_ids, (long long)need,
-                     kv->p.n_blocks);
-            if (!(q.err_msg = llm_strdup(msg)))
-                s = LLM_E_NOMEM;
-        }
+            s = llm_batch_prepare(&q, c, p->defaults.chat_template, p->engine.max_seqs);
         if (!s && q.err_code)
             s = record(&r, &q, NULL, 0, 0);
         else if (!s)

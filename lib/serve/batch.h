@@ -47,6 +47,13 @@ struct llm_batch_summary {
     double ttft[3], tpot[3], e2e[3];   /* p50, p90, p99 */
 };
 
+/* Make a parsed line ready for the engine: tokenize it for c (with the chat
+ * template tmpl, NULL: the model's) and check that it fits: n within
+ * max_seqs, the prompt within the context and the KV pool. A request that
+ * does not gets err_code and err_msg, and LLM_OK; LLM_E_NOMEM only. */
+llm_status llm_batch_prepare(struct llm_request *q, struct llm_context *c, const char *tmpl,
+                             int32_t max_seqs);
+
 /* Run the file. LLM_E_INTERRUPTED when *interrupt became non-zero (the
  * finished lines are written); other errors are fatal ones (input or output
  * that cannot be read or written, a model failure). */

@@ -35,6 +35,7 @@ struct choice {
     char *text;                 /* (len) its text so far */
     size_t len, cap;
     const char *finish;         /* NULL while it runs */
+    double t_last;              /* when it drew its last token (0: none yet) */
     float *lp;                  /* (n_gen) with logprobs */
     int32_t *top_ids;           /* (n_gen, k) */
     float *top_lp;              /* (n_gen, k) */
@@ -89,6 +90,8 @@ struct llm_engine {
     struct llm_engine_stats st;
     struct llm_engine_latency *lat; /* (st.finished) one per answered request */
     size_t cap_lat;
+    double *itl;                /* (n_itl) gaps between successive tokens of a choice */
+    size_t n_itl, cap_itl;
 };
 
 /* ---- requests ------------------------------------------------------------ */
@@ -213,6 +216,7 @@ void llm_engine_free(struct llm_engine *e)
     llm_free(e->blog);
     llm_free(e->raw);
     llm_free(e->lat);
+    llm_free(e->itl);
     llm_free(e);
 }
 
@@ -222,7 +226,18 @@ const struct llm_engine_latency *llm_engine_latencies(const struct llm_engine *e
     return e->lat;
 }
 
+const double *llm_engine_itls(const struct llm_engine *e, size_t *n)
+{
+    *n = e->n_itl;
+    return e->itl;
+}
+
 llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r)
+{
+    return llm_engine_add_at(e, r, llm_now_s());
+}
+
+llm_status llm_engine_add_at(struct llm_engine *e, struct llm_request *r, double t_arrival)
 {
     if (r->err_code || !r->n_ids || r->n_ids > (size_t)e->n_ctx || r->n < 1 ||
         r->n > e->p.max_seqs)
@@ -239,7 +254,7 @@ llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r)
             q->stop_max = strlen(q->r.stop[i]);
     q->n_live = q->r.n;
     q->order = e->order_next++;
-    q->t_add = llm_now_s();
+    q->t_add = t_arrival;
     q->ch = llm_calloc((size_t)q->r.n, sizeof *q->ch);
     llm_status s = q->ch ? LLM_OK : LLM_E_NOMEM;
     for (int32_t i = 0; !s && i < q->r.n; i++) {
@@ -423,8 +438,16 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c)
         finish(e, q, c, "length");
         return LLM_OK;
     }
+    const double t = llm_now_s();
     if (q->t_first <= 0)
-        q->t_first = llm_now_s();
+        q->t_first = t;
+    if (c->t_last > 0) { /* inter-token latency, as a streaming client would see it */
+        void *p = e->itl;
+        LLM_TRY(llm_grow(&p, &e->cap_itl, e->n_itl + 1, sizeof *e->itl));
+        e->itl = p;
+        e->itl[e->n_itl++] = t - c->t_last;
+    }
+    c->t_last = t;
     if (q->r.logprobs)
         memcpy(e->raw, logits, (size_t)e->n_vocab * sizeof(float));
     int32_t id = llm_sampler_sample(c->smp, logits);

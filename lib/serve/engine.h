@@ -70,6 +70,10 @@ void llm_engine_free(struct llm_engine *e);
  * takes its contents over and leaves *r zeroed. */
 llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r);
 
+/* The same for a request that arrived at t_arrival (llm_now_s's clock, not
+ * later than now): its latencies count from then. */
+llm_status llm_engine_add_at(struct llm_engine *e, struct llm_request *r, double t_arrival);
+
 /* One step. Requests that finish are handed to the callback. Errors are the
  * callback's or the model's (a request that the pool cannot hold even
  * alone ends with finish_reason "length"). */
@@ -88,5 +92,10 @@ struct llm_engine_latency {
     int32_t tokens;
 };
 const struct llm_engine_latency *llm_engine_latencies(const struct llm_engine *e, size_t *n);
+
+/* Every gap between two successive tokens of a choice (inter-token latency,
+ * seconds), in the order they were drawn (n: how many). A preempted
+ * choice's gap includes its recomputation. */
+const double *llm_engine_itls(const struct llm_engine *e, size_t *n);
 
 #endif

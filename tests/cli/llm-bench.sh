@@ -255,3 +255,103 @@ t_bench_damaged_or_nonfinite_model_refused() {
         has "$TMP/err" "$msg" || return 1
     done
 }
+# ---- serving (--serve, --serve-text) --------------------------------------------
+TSTORIES=$DATA/text/tinystories_val.txt
+SERVE_SYN="--requests 12 --prompt-len 8-40 --gen-len 1-12 -t 1"
+t_bench_serve_usage_errors_exit_2() {
+    expect 2 "$BENCH" -m x --serve a --serve-text b && has "$TMP/err" "give one workload" &&
+    expect 2 "$BENCH" -m x --rate 2 && has "$TMP/err" "go with --serve or --serve-text" &&
+    expect 2 "$BENCH" -m x --serve a --requests 5 && has "$TMP/err" "go with --serve-text" &&
+    expect 2 "$BENCH" -m x --serve-text a --prompt-len 9-3 &&
+    has "$TMP/err" "--prompt-len: '9-3': the first bound is above the second" &&
+    expect 2 "$BENCH" -m x --serve-text a --gen-len x && has "$TMP/err" "--gen-len" &&
+    expect 2 "$BENCH" -m x --serve a -p 16 && has "$TMP/err" "the serving options only" &&
+    expect 2 "$BENCH" --serve a && has "$TMP/err" "no model (-m FILE)" &&
+    expect 2 "$BENCH" -m x --serve-text a --ctx 100 && has "$TMP/err" "--ctx 100: shorter than" &&
+    expect 2 "$BENCH" -m x --serve a --max-seqs 8 --step-tokens 4 && has "$TMP/err" "below --max-seqs" &&
+    expect 2 "$BENCH" -m x --serve a --rate 0 && has "$TMP/err" "--rate"
+}
+# The same workload under two schedules: the same requests and tokens (the
+# synthetic requests ignore EOS, so every one gives its drawn length);
+# percentiles in order; arrivals honoured (the run cannot end before the
+# last request arrives); a shared prefix found in the cache.
+t_bench_serve_synthetic() {
+    need "$B260" "$TSTORIES"
+    command -v python3 >/dev/null || skip "no python3"
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" --serve-text "$TSTORIES" $SERVE_SYN --max-seqs 4 -o json &&
+    mv "$TMP/out" "$TMP/a.json" || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" --serve-text "$TSTORIES" $SERVE_SYN --max-seqs 1 --step-tokens 5 \
+        --no-prefix-cache --rate 40 -o json && mv "$TMP/out" "$TMP/b.json" || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" --serve-text "$TSTORIES" $SERVE_SYN --max-seqs 4 --seed 7 \
+        --shared-prefix 48 -o json && mv "$TMP/out" "$TMP/c.json" || return 1
+    python3 - "$TMP/a.json" "$TMP/b.json" "$TMP/c.json" <<'PY' || return 1
+import json, sys
+a, b, c = (json.load(open(p))[0] for p in sys.argv[1:])
+for r in (a, b, c):
+    assert r["requests"] == 12 and r["errors"] == 0 and r["n_threads"] == 1, r
+    assert 12 * 1 <= r["output_tokens"] <= 12 * 12, r
+    assert r["duration_s"] > 0 and r["avg_ts"] > 0 and r["requests_per_s"] > 0
+    for k in ("ttft", "tpot", "itl", "e2e"):
+        assert 0 <= r[k + "_p50_ms"] <= r[k + "_p90_ms"] <= r[k + "_p99_ms"], (k, r)
+    assert r["ttft_p50_ms"] <= r["e2e_p50_ms"] or r["ttft_p99_ms"] <= r["e2e_p99_ms"]
+# the same seed: the same prompts and lengths, whatever the schedule
+assert (a["prompt_tokens"], a["output_tokens"]) == (b["prompt_tokens"], b["output_tokens"]), (a, b)
+assert 12 * 9 <= a["prompt_tokens"] <= 12 * 41, a
+assert a["test"] == "serve 12 x p8-40 g1-12, all at once" and a["request_rate"] is None
+assert a["arrival_span_s"] == 0 and a["max_seqs"] == 4 and a["prefix_cache"] == 1
+assert b["request_rate"] == 40 and b["prefix_cache"] == 0 and b["prefix_hit_rate"] is None
+assert b["arrival_span_s"] > 0 and b["duration_s"] >= b["arrival_span_s"], b
+# another seed and a shared prefix of 48 tokens (3 blocks of 16 with BOS: 2 full)
+assert c["prompt_tokens"] != a["prompt_tokens"] and c["prompt_tokens"] >= 12 * 57, c
+assert c["prefix_hit_tokens"] >= 32 and c["test"].endswith("prefix 48, all at once"), c
+PY
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" --serve-text "$TSTORIES" $SERVE_SYN --rate 100 -o csv &&
+    [ "$(wc -l <"$TMP/out")" = 2 ] && head -1 "$TMP/out" | grep -q ',itl_p99_ms,' || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" --serve-text "$TSTORIES" $SERVE_SYN &&
+    has "$TMP/out" "| model | threads | workload | seqs | req/s | out t/s | TTFT ms p50/p90/p99 |" &&
+    grep -q '^| stories260K.gguf | 1 | serve 12 x p8-40 g1-12, all at once | 16 | ' "$TMP/out"
+}
+# A request file: bad lines are named and not measured (exit 3), the rest
+# run as llm-run --batch runs them (the same tokens generated).
+t_bench_serve_request_file() {
+    need "$B260"
+    command -v python3 >/dev/null || skip "no python3"
+    {
+        echo '{"custom_id":"a","body":{"prompt":"Once upon a time","max_tokens":9,"temperature":0}}'
+        echo 'not json'
+        echo '{"body":{"prompt":"The dog","max_tokens":7,"seed":3}}'
+        echo
+        echo '{"body":{"prompt":"x","n":99}}'
+        echo '{"body":{"prompt":"A cat","max_tokens":5,"n":2,"temperature":0.7}}'
+    } >"$TMP/req.jsonl"
+    expect 3 "$BENCH" -m "$B260" --serve "$TMP/req.jsonl" -t 1 -o jsonl || return 1
+    has "$TMP/err" "llm-bench: $TMP/req.jsonl:2: invalid_json: not JSON" &&
+    has "$TMP/err" "llm-bench: $TMP/req.jsonl:5: invalid_request: body.n: 99 choices" &&
+    [ "$(wc -l <"$TMP/err")" = 2 ] && has "$TMP/out" '"requests": 3, "errors": 2,' || return 1
+    "$BIN/llm-run" -m "$B260" -t 1 --batch "$TMP/req.jsonl" -o "$TMP/ans.jsonl" \
+        --stats-json "$TMP/stats.json" 2>/dev/null
+    [ $? = 3 ] || return 1
+    python3 - "$TMP/out" "$TMP/stats.json" <<'PY'
+import json, sys
+b = json.loads(open(sys.argv[1]).read())
+s = json.load(open(sys.argv[2]))
+assert b["output_tokens"] == s["completion_tokens"], (b, s)
+assert b["prompt_tokens"] == s["prompt_tokens"], (b, s)
+assert b["test"].startswith("serve req.jsonl")
+PY
+}
+t_bench_serve_text_too_short() {
+    need "$B260" "$TSTORIES"
+    head -c 40 "$TSTORIES" >"$TMP/short.txt"
+    # shellcheck disable=SC2086
+    expect 1 "$BENCH" -m "$B260" --serve-text "$TMP/short.txt" $SERVE_SYN &&
+    has "$TMP/err" "llm-bench: $TMP/short.txt: " && has "$TMP/err" "tokens, too few for prompts of 40" &&
+    [ "$(wc -l <"$TMP/err")" = 1 ] &&
+    expect 1 "$BENCH" -m "$B260" --serve "$TMP/nonexistent.jsonl" -t 1 &&
+    has "$TMP/err" "$TMP/nonexistent.jsonl"
+}

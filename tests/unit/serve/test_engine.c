@@ -66,6 +66,7 @@ static void request_line(int i, char *buf, size_t cap)
 struct result {
     char text[3][2048];
     const char *finish[3];
+    int32_t n_tokens[3];
     int n;
     int order; /* when it was answered */
 };
@@ -89,6 +90,7 @@ static llm_status on_done(void *ctx, const struct llm_request *r, const struct l
         memcpy(o->text[i], ch[i].text, ch[i].len);
         o->text[i][ch[i].len] = 0;
         o->finish[i] = ch[i].finish_reason;
+        o->n_tokens[i] = ch[i].n_tokens;
     }
     return LLM_OK;
 }
@@ -129,6 +131,20 @@ static int64_t run_engine(struct llm_model *m, const struct llm_engine_params *e
         cr_assert_lt(++guard, 100000, "the engine does not finish");
     }
     cr_assert_eq(sk.answered, NREQ);
+    /* one inter-token latency per token after a choice's first, and one
+     * TTFT per request, none of them negative */
+    size_t n_itl, n_lat, want = 0;
+    const double *itl = llm_engine_itls(e, &n_itl);
+    const struct llm_engine_latency *lat = llm_engine_latencies(e, &n_lat);
+    for (int i = 0; i < NREQ; i++)
+        for (int k = 0; k < res[i].n; k++)
+            want += res[i].n_tokens[k] > 1 ? (size_t)res[i].n_tokens[k] - 1 : 0;
+    cr_assert_eq(n_itl, want, "%zu gaps for %zu tokens after the first", n_itl, want);
+    for (size_t i = 0; i < n_itl; i++)
+        cr_assert_geq(itl[i], 0.0);
+    cr_assert_eq(n_lat, NREQ);
+    for (size_t i = 0; i < n_lat; i++)
+        cr_assert(lat[i].ttft >= 0 && lat[i].e2e >= lat[i].ttft, "request %zu", i);
     struct llm_engine_stats st;
     llm_engine_stats(e, &st);
     llm_engine_free(e);
@@ -263,7 +279,9 @@ Test(engine, priority_orders_the_queue)
         llm_sampler_params_default(&d.sp);
         cr_assert_eq(llm_request_parse(&r, line, strlen(line), i + 1, &d), LLM_OK);
         cr_assert_eq(llm_request_tokenize(&r, m, NULL, 256), LLM_OK);
-        cr_assert_eq(llm_engine_add(e, &r), LLM_OK);
+        /* the first arrived 50 s ago: its latencies count from then */
+        cr_assert_eq(i ? llm_engine_add(e, &r) : llm_engine_add_at(e, &r, llm_now_s() - 50),
+                     LLM_OK);
     }
     while (llm_engine_pending(e))
         cr_assert_eq(llm_engine_step(e), LLM_OK);
@@ -271,6 +289,11 @@ Test(engine, priority_orders_the_queue)
     static const int want[] = { 4, 1, 3, 2, 0 }; /* line index by answer order */
     for (int k = 0; k < 5; k++)
         cr_assert_eq(res[want[k]].order, k, "answer %d should be line %d", k, want[k] + 1);
+    size_t nl;
+    const struct llm_engine_latency *lat = llm_engine_latencies(e, &nl);
+    cr_assert_eq(nl, 5);
+    for (size_t k = 0; k < 5; k++)
+        cr_assert((lat[k].ttft >= 50) == (k == 4), "answer %zu: TTFT %g s", k, lat[k].ttft);
     llm_engine_free(e);
     llm_context_free(c);
     llm_model_close(m);
