@@ -265,7 +265,7 @@ static llm_status roofline(const struct args *a, int threads, double *gbs, doubl
         }
     *gbs = a->bw, *gflops = a->peak;
     if (!a->bw)
-        LLM_TRY(llm_probe_bandwidth(gbs, threads, (size_t)256 << 20, 3));
+        LLM_TRY(llm_probe_bandwidth(gbs, threads, llm_probe_bandwidth_bytes(), 5));
     if (!a->peak)
         LLM_TRY(llm_probe_fma(gflops, threads, 0.25));
     if (n_cached < LLM_BENCH_MAX_LIST)
@@ -395,6 +395,21 @@ static int do_bench(struct args *a)
     }
     if (progress)
         fputs("\r\033[K", stderr);
+    /* a run past its roofline: the figure is wrong, say so once per run */
+    for (size_t i = 0; i < n && !s; i++) {
+        const struct llm_bench_result *r = &res[i];
+        if (r->gbs > 0 && isnan(r->gbs_pct) && r->roof_gbs > 0)
+            fprintf(stderr, "%s: %s, %s: read %.1f GB/s on %d thread%s, more than the %s "
+                    "bandwidth of %.1f GB/s: the weights stay in cache, or %s\n", cli.prog,
+                    r->model, r->test, r->gbs, r->n_threads, r->n_threads == 1 ? "" : "s",
+                    a->bw ? "given" : "probed", r->roof_gbs,
+                    a->bw ? "--bandwidth is low" : "the probe is low (give --bandwidth)");
+        if (r->gflops > 0 && isnan(r->gflops_pct) && r->roof_gflops > 0)
+            fprintf(stderr, "%s: %s, %s: ran %.1f GFLOP/s on %d thread%s, more than the %s FMA "
+                    "peak of %.1f GFLOP/s: %s\n", cli.prog, r->model, r->test, r->gflops,
+                    r->n_threads, r->n_threads == 1 ? "" : "s", a->peak ? "given" : "probed",
+                    r->roof_gflops, a->peak ? "--peak is low" : "the probe is low (give --peak)");
+    }
     if (!s)
         s = llm_bench_print(stdout, p->format, &h, res, n);
     for (size_t i = 0; i < n; i++)

@@ -41,6 +41,13 @@ struct llm_stats {
  * sd is 0 for n == 1. LLM_E_NOMEM when the sorted copy cannot be made. */
 llm_status llm_stats_compute(struct llm_stats *s, const double *x, size_t n);
 
+/* A model run's share of a roofline figure, in percent: NaN when there is no
+ * roofline or the run went past it. A run cannot beat the hardware, so a
+ * share above 100% means the figure is wrong (a low probe, or weights that
+ * stay in cache), and it is reported as such instead of printed. Kernel
+ * microbenchmarks keep their plain ratio: their operands are in cache. */
+double llm_bench_share(double got, double roof);
+
 /* ---- the machine ------------------------------------------------------------- */
 
 struct llm_machine {
@@ -52,9 +59,15 @@ struct llm_machine {
 };
 void llm_machine_detect(struct llm_machine *m);
 
-/* Streaming read bandwidth in GB/s (10^9 bytes/s): n_threads threads each
- * summing its share of a `bytes` buffer, best of `reps` passes. */
+/* Streaming read bandwidth in GB/s (10^9 bytes/s): n_threads threads, all
+ * started before the timer, each summing its share of a `bytes` buffer;
+ * each of `reps` rounds times one pass of wide vector loads and one of a
+ * plain STREAM-style 64-bit loop, and the best pass counts. */
 llm_status llm_probe_bandwidth(double *gbs, int n_threads, size_t bytes, int reps);
+/* The probe's buffer: 512 MiB, or 4 times the last-level cache where that
+ * is more (at most 2 GiB), far past every cache; but at most a quarter of
+ * the free memory (and at least 64 MiB). */
+size_t llm_probe_bandwidth_bytes(void);
 /* Peak single-precision FMA rate in GFLOP/s (an FMA counts 2) with the
  * widest vectors the CPU has (AVX-512, AVX2+FMA, else scalar), n_threads
  * threads for about `seconds`. */

@@ -1,6 +1,8 @@
 /* machine.c: what llm-bench records about the machine, and the two roofline
  * probes (streaming read bandwidth for decode, FMA peak for prefill). */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +82,6 @@ void llm_machine_detect(struct llm_machine *m)
 struct job {
     void (*fn)(struct job *j);
     int i, n;
-    /* bandwidth */
-    const uint64_t *buf; /* (words) */
-    size_t words;
-    uint64_t sum;
     /* fma */
     double seconds;
     double flops;
@@ -115,60 +113,198 @@ static llm_status run_jobs(struct job *jobs, int n)
 
 /* ---- bandwidth -------------------------------------------------------------- */
 
-static void bw_job(struct job *j)
+/* The probe's two read kernels over words [lo, hi) of the buffer, each
+ * returning the sum of the words (which proves every word was read and
+ * keeps the loads): wide vector loads (64 or 32 bytes, four independent
+ * accumulators), and a plain 64-bit loop in the manner of STREAM's
+ * kernels. The probe takes the faster, so that neither a compiler's choice
+ * nor a CPU's preference for one kind of load makes the roofline low. */
+static uint64_t read_scalar(const uint64_t *w, size_t lo, size_t hi)
 {
-    size_t lo = j->words * (size_t)j->i / (size_t)j->n, hi = j->words * (size_t)(j->i + 1) / (size_t)j->n;
-    /* four independent sums so the adds are never the bottleneck */
     uint64_t a = 0, b = 0, c = 0, d = 0;
     size_t k = lo;
     for (; k + 4 <= hi; k += 4) {
-        a += j->buf[k];
-        b += j->buf[k + 1];
-        c += j->buf[k + 2];
-        d += j->buf[k + 3];
+        a += w[k];
+        b += w[k + 1];
+        c += w[k + 2];
+        d += w[k + 3];
     }
     for (; k < hi; k++)
-        a += j->buf[k];
-    j->sum = a + b + c + d;
+        a += w[k];
+    return a + b + c + d;
+}
+
+#if LLM_X86
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint64_t *w, size_t lo, size_t hi)
+{
+    __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+    size_t k = lo;
+    for (; k + 32 <= hi; k += 32) {
+        a = _mm512_add_epi64(a, _mm512_loadu_si512((const void *)(w + k)));
+        b = _mm512_add_epi64(b, _mm512_loadu_si512((const void *)(w + k + 8)));
+        c = _mm512_add_epi64(c, _mm512_loadu_si512((const void *)(w + k + 16)));
+        d = _mm512_add_epi64(d, _mm512_loadu_si512((const void *)(w + k + 24)));
+    }
+    a = _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d));
+    return (uint64_t)_mm512_reduce_add_epi64(a) + read_scalar(w, k, hi);
+}
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint64_t *w, size_t lo, size_t hi)
+{
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    size_t k = lo;
+    for (; k + 16 <= hi; k += 16) {
+        a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(w + k)));
+        b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(w + k + 4)));
+        c = _mm256_add_epi64(c, _mm256_loadu_si256((const __m256i *)(w + k + 8)));
+        d = _mm256_add_epi64(d, _mm256_loadu_si256((const __m256i *)(w + k + 12)));
+    }
+    a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+    uint64_t l[4];
+    _mm256_storeu_si256((__m256i *)l, a);
+    return l[0] + l[1] + l[2] + l[3] + read_scalar(w, k, hi);
+}
+#endif
+
+/* The widest read kernel this CPU has (1), or the plain loop (0). */
+static uint64_t read_words(int vec, const uint64_t *w, size_t lo, size_t hi)
+{
+#if LLM_X86
+    if (vec && __builtin_cpu_supports("avx512f"))
+        return read_avx512(w, lo, hi);
+    if (vec && __builtin_cpu_supports("avx2"))
+        return read_avx2(w, lo, hi);
+#endif
+    (void)vec;
+    return read_scalar(w, lo, hi);
+}
+
+/* The probe's threads are started before any timing and meet at a spinning
+ * barrier around each pass (a sleeping one would add its wake-up to the
+ * time); thread 0 times a pass from the barrier that starts it to the one
+ * that ends it. They begin only when all of them exist (go = 1), or leave
+ * at once when one could not be started (go = -1). */
+struct bw_run {
+    const uint64_t *buf; /* (words) */
+    size_t words;
+    int n, passes;
+    uint64_t *ns;        /* (passes) time of each pass */
+    uint64_t *sums;      /* (n) per thread: the sum over passes of its words */
+    atomic_int go;
+    atomic_int arrived;  /* threads at the barrier in this round */
+    atomic_int round;
+};
+
+struct bw_arg {
+    struct bw_run *r;
+    int i;
+};
+
+static void bw_barrier(struct bw_run *r)
+{
+    const int round = atomic_load(&r->round);
+    if (atomic_fetch_add(&r->arrived, 1) == r->n - 1) {
+        atomic_store(&r->arrived, 0);
+        atomic_store(&r->round, round + 1);
+    } else
+        while (atomic_load(&r->round) == round)
+            sched_yield(); /* returns at once unless the CPUs are oversubscribed */
+}
+
+static void *bw_thread(void *arg)
+{
+    struct bw_arg *a = arg;
+    struct bw_run *r = a->r;
+    int go;
+    while (!(go = atomic_load(&r->go)))
+        sched_yield();
+    if (go < 0)
+        return NULL;
+    const size_t lo = r->words * (size_t)a->i / (size_t)r->n;
+    const size_t hi = r->words * (size_t)(a->i + 1) / (size_t)r->n;
+    uint64_t x = 0;
+    for (int p = 0; p < r->passes; p++) {
+        bw_barrier(r);
+        uint64_t t0 = a->i ? 0 : llm_time_ns();
+        x += read_words(p % 2 == 0, r->buf, lo, hi); /* even passes vector loads, odd plain */
+        bw_barrier(r);
+        if (!a->i)
+            r->ns[p] = llm_time_ns() - t0;
+    }
+    r->sums[a->i] = x;
+    return NULL;
+}
+
+size_t llm_probe_bandwidth_bytes(void)
+{
+    size_t bytes = (size_t)512 << 20;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0 && (size_t)l3 * 4 > bytes) /* well past the last-level cache */
+        bytes = (size_t)l3 * 4;
+#endif
+    if (bytes > (size_t)2 << 30)
+        bytes = (size_t)2 << 30;
+    /* and at most a quarter of the free memory (Linux would not refuse the
+     * allocation, it would kill a process when the pages are touched) */
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (size_t)pages / 4 * (size_t)page < bytes)
+        bytes = (size_t)pages / 4 * (size_t)page;
+    return bytes > ((size_t)64 << 20) ? bytes : (size_t)64 << 20;
 }
 
 llm_status llm_probe_bandwidth(double *gbs, int n_threads, size_t bytes, int reps)
 {
     LLM_CHECK(n_threads >= 1 && n_threads <= 256, LLM_E_INVALID, "probe: %d threads (1..256)", n_threads);
     LLM_CHECK(bytes >= 4096 && reps >= 1, LLM_E_INVALID, "probe: buffer of %zu bytes, %d passes", bytes, reps);
-    size_t words = bytes / sizeof(uint64_t);
-    uint64_t *buf = llm_malloc(words * sizeof *buf);
-    struct job *jobs = llm_calloc((size_t)n_threads, sizeof *jobs);
+    struct bw_run r = { .words = bytes / sizeof(uint64_t), .n = n_threads, .passes = 2 * reps };
+    uint64_t *buf = llm_malloc(r.words * sizeof *buf);
+    r.ns = llm_calloc((size_t)r.passes, sizeof *r.ns);
+    r.sums = llm_calloc((size_t)n_threads, sizeof *r.sums);
+    struct bw_arg *args = llm_calloc((size_t)n_threads, sizeof *args);
+    pthread_t th[256];
+    int started = 0;
     llm_status s = LLM_OK;
-    if (!buf || !jobs) {
+    if (!buf || !r.ns || !r.sums || !args) {
         s = LLM_E_NOMEM;
         goto out;
     }
-    for (size_t i = 0; i < words; i++) /* touch every page before timing */
+    for (size_t i = 0; i < r.words; i++) /* touch every page before timing */
         buf[i] = i;
-    double best = 0;
+    r.buf = buf;
+    for (int i = 0; i < n_threads; i++)
+        args[i] = (struct bw_arg){ &r, i };
+    for (int i = 1; i < n_threads; i++, started++)
+        if (pthread_create(&th[i], NULL, bw_thread, &args[i]))
+            break;
+    atomic_store(&r.go, started == n_threads - 1 ? 1 : -1);
+    if (started == n_threads - 1)
+        bw_thread(&args[0]);
+    for (int i = 1; i <= started; i++)
+        pthread_join(th[i], NULL);
+    if (started < n_threads - 1) {
+        s = llm_error_set(LLM_E_NOMEM, "probe: cannot start thread %d of %d", started + 2, n_threads);
+        goto out;
+    }
+    /* every pass read every word once: passes x (0 + 1 + ... + words-1) */
     uint64_t check = 0;
-    for (int r = 0; r < reps && !s; r++) {
-        for (int i = 0; i < n_threads; i++)
-            jobs[i] = (struct job){ .fn = bw_job, .i = i, .n = n_threads, .buf = buf, .words = words };
-        uint64_t t0 = llm_time_ns();
-        s = run_jobs(jobs, n_threads);
-        uint64_t dt = llm_time_ns() - t0;
-        uint64_t sum = 0;
-        for (int i = 0; i < n_threads; i++)
-            sum += jobs[i].sum;
-        check ^= sum;
-        double g = (double)(words * sizeof *buf) / (double)(dt ? dt : 1);
+    for (int i = 0; i < n_threads; i++)
+        check += r.sums[i];
+    if (check != (uint64_t)r.passes * ((uint64_t)r.words * (uint64_t)(r.words - 1) / 2)) {
+        s = llm_error_set(LLM_E_INVALID, "probe: bandwidth pass read wrong data");
+        goto out;
+    }
+    double best = 0;
+    for (int p = 0; p < r.passes; p++) {
+        double g = (double)(r.words * sizeof *buf) / (double)(r.ns[p] ? r.ns[p] : 1);
         best = g > best ? g : best;
     }
-    /* sum of 0..words-1: proves every word was read (and keeps the loads) */
-    uint64_t want = (uint64_t)words * (uint64_t)(words - 1) / 2;
-    if (!s && check != (reps % 2 ? want : 0))
-        s = llm_error_set(LLM_E_INVALID, "probe: bandwidth pass read wrong data");
     *gbs = best;
 out:
     llm_free(buf);
-    llm_free(jobs);
+    llm_free(r.ns);
+    llm_free(r.sums);
+    llm_free(args);
     return s;
 }
 

@@ -237,6 +237,16 @@ static void md_cell(FILE *o, const char *s)
 /* Batched results as llama-batched-bench prints them, with the decode's
  * share of the compute peak (int16 dot product or FMA) and the KV cache
  * in use. */
+/* "12.3%", or what a share that went past its roofline means */
+static const char *share_cell(char *buf, size_t n, double pct)
+{
+    if (isfinite(pct))
+        snprintf(buf, n, "%.1f%%", pct);
+    else
+        snprintf(buf, n, "above the roofline");
+    return buf;
+}
+
 static void print_md_batch(FILE *o, const struct llm_bench_result *r, size_t n)
 {
     fputs("| model | threads | B | PP | TG | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s "
@@ -259,8 +269,9 @@ static void print_md_batch(FILE *o, const struct llm_bench_result *r, size_t n)
         else
             fputs("- | - | ", o);
         fprintf(o, "%.3f | %.2f | ", x->pp_s.mean + x->tg_s.mean, x->s_all);
+        char sh[32];
         if (x->n_gen)
-            fprintf(o, "%.1f (%.1f%% %s) | ", x->tg_gops, x->tg_peak_pct,
+            fprintf(o, "%.1f (%s %s) | ", x->tg_gops, share_cell(sh, sizeof sh, x->tg_peak_pct),
                     x->int_weights && x->roof_dot > 0 ? "dot16" : "FMA");
         else
             fputs("- | ", o);
@@ -302,7 +313,7 @@ static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm
           o);
     for (size_t i = 0; i < n; i++) {
         const struct llm_bench_result *x = &r[i];
-        char a[32], b[32];
+        char a[32], b[32], sh[32];
         if (x->n_seq)
             continue;
         const char *base = strrchr(x->model, '/');
@@ -316,12 +327,12 @@ static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm
         else
             fputs("- | ", o);
         if (has_tok(x))
-            fprintf(o, "%.3f/%.3f/%.3f | %.2f (%.1f%%) | ", x->token_ms.p50, x->token_ms.p90, x->token_ms.p99,
-                    x->gbs, x->gbs_pct);
+            fprintf(o, "%.3f/%.3f/%.3f | %.2f (%s) | ", x->token_ms.p50, x->token_ms.p90, x->token_ms.p99,
+                    x->gbs, share_cell(sh, sizeof sh, x->gbs_pct));
         else
             fputs("- | - | ", o);
         if (has_ttft(x))
-            fprintf(o, "%.2f (%.1f%%) |\n", x->gflops, x->gflops_pct);
+            fprintf(o, "%.2f (%s) |\n", x->gflops, share_cell(sh, sizeof sh, x->gflops_pct));
         else
             fputs("- |\n", o);
     }

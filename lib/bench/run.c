@@ -112,13 +112,13 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
     if (!s && t->n_gen && r->token_ms.mean > 0) {
         /* decode streams every weight once per token */
         r->gbs = (double)r->model_bytes / (r->token_ms.mean * 1e-3) * 1e-9;
-        r->gbs_pct = r->roof_gbs > 0 ? 100 * r->gbs / r->roof_gbs : 0;
+        r->gbs_pct = llm_bench_share(r->gbs, r->roof_gbs);
     }
     if (!s && t->n_prompt && r->ttft_ms.mean > 0) {
         /* a matrix-vector product per weight and token: 2 flops per parameter
          * (attention scores and the embedding lookup are not counted) */
         r->gflops = 2.0 * (double)r->n_params * t->n_prompt / (r->ttft_ms.mean * 1e-3) * 1e-9;
-        r->gflops_pct = r->roof_gflops > 0 ? 100 * r->gflops / r->roof_gflops : 0;
+        r->gflops_pct = llm_bench_share(r->gflops, r->roof_gflops);
     }
     if (s && s != LLM_E_NOMEM)
         llm_error_prefix(model);
@@ -250,14 +250,14 @@ llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, 
          * parameter, the head included: each token's logits are computed) */
         r->tg_gops = 2.0 * (double)r->n_params * r->s_tg * 1e-9;
         const double peak = r->int_weights && r->roof_dot > 0 ? r->roof_dot : r->roof_gflops;
-        r->tg_peak_pct = peak > 0 ? 100 * r->tg_gops / peak : 0;
+        r->tg_peak_pct = llm_bench_share(r->tg_gops, peak);
         if (t->n_gen && r->token_ms.mean > 0) {
             /* a step reads every weight once, for all B tokens */
             r->gbs = (double)r->model_bytes / (r->token_ms.mean * 1e-3) * 1e-9;
-            r->gbs_pct = r->roof_gbs > 0 ? 100 * r->gbs / r->roof_gbs : 0;
+            r->gbs_pct = llm_bench_share(r->gbs, r->roof_gbs);
         }
         r->gflops = r->pp_s.mean > 0 ? 2.0 * (double)r->n_params * (double)npp / r->pp_s.mean * 1e-9 : 0;
-        r->gflops_pct = r->roof_gflops > 0 ? 100 * r->gflops / r->roof_gflops : 0;
+        r->gflops_pct = llm_bench_share(r->gflops, r->roof_gflops);
     }
     if (s && s != LLM_E_NOMEM)
         llm_error_prefix(model);

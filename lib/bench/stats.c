@@ -42,3 +42,8 @@ llm_status llm_stats_compute(struct llm_stats *s, const double *x, size_t n)
     llm_free(v);
     return LLM_OK;
 }
+
+double llm_bench_share(double got, double roof)
+{
+    return roof > 0 && got <= roof ? 100 * got / roof : NAN;
+}
