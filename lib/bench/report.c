@@ -279,8 +279,9 @@ static void print_md_batch(FILE *o, const struct llm_bench_result *r, size_t n)
     }
 }
 
-static void print_md(FILE *o, const struct llm_bench_header *h, const struct llm_bench_result *r, size_t n)
+static void print_md(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
 {
+    const struct llm_bench_result *r = items;
     fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n", h->machine.cpu, h->machine.features,
             h->machine.n_cpus, h->machine.version, h->machine.commit, h->test_time);
     /* one roofline line per thread count, in order of first appearance */
@@ -354,18 +355,28 @@ static void print_json_all(FILE *f, enum llm_bench_format fmt, const struct llm_
         fputs(n ? "\n]\n" : "]\n", f);
 }
 
+/* One kind of result (items of `size` bytes) in any format: md by its own
+ * printer (run on the items), the others from its fields. */
+typedef void (*md_fn)(FILE *o, const struct llm_bench_header *h, const void *items, size_t n);
+static llm_status print_as(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                           fields_fn ff, md_fn md, const void *items, size_t size, size_t n,
+                           const void *empty)
+{
+    switch (fmt) {
+    case LLM_BENCH_MD: md(f, h, items, n); break;
+    case LLM_BENCH_CSV: print_csv(f, h, ff, items, size, n, empty); break;
+    case LLM_BENCH_JSON:
+    case LLM_BENCH_JSONL: print_json_all(f, fmt, h, ff, items, size, n); break;
+    default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
+    }
+    return llm_stream_status(f);
+}
+
 llm_status llm_bench_print(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
                            const struct llm_bench_result *r, size_t n)
 {
     static const struct llm_bench_result empty;
-    switch (fmt) {
-    case LLM_BENCH_MD: print_md(f, h, r, n); break;
-    case LLM_BENCH_CSV: print_csv(f, h, fields_of_run, r, sizeof *r, n, &empty); break;
-    case LLM_BENCH_JSON:
-    case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_run, r, sizeof *r, n); break;
-    default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
-    }
-    return llm_stream_status(f);
+    return print_as(f, fmt, h, fields_of_run, print_md, r, sizeof *r, n, &empty);
 }
 
 /* ---- kernel results ------------------------------------------------------------ */
@@ -404,8 +415,9 @@ static size_t fields_of_kernel(struct field *f, const struct llm_bench_header *h
     return n;
 }
 
-static void print_kmd(FILE *o, const struct llm_bench_header *h, const struct llm_bench_kresult *r, size_t n)
+static void print_kmd(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
 {
+    const struct llm_bench_kresult *r = items;
     fprintf(o, "cpu: %s (%s), %d cpus, kernels %s; llm-tools %s (%s); %s\n", h->machine.cpu, h->machine.features,
             h->machine.n_cpus, h->isa, h->machine.version, h->machine.commit, h->test_time);
     for (size_t i = 0; i < n; i++) {
@@ -433,14 +445,7 @@ llm_status llm_bench_kprint(FILE *f, enum llm_bench_format fmt, const struct llm
                             const struct llm_bench_kresult *r, size_t n)
 {
     static const struct llm_bench_kresult empty;
-    switch (fmt) {
-    case LLM_BENCH_MD: print_kmd(f, h, r, n); break;
-    case LLM_BENCH_CSV: print_csv(f, h, fields_of_kernel, r, sizeof *r, n, &empty); break;
-    case LLM_BENCH_JSON:
-    case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_kernel, r, sizeof *r, n); break;
-    default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
-    }
-    return llm_stream_status(f);
+    return print_as(f, fmt, h, fields_of_kernel, print_kmd, r, sizeof *r, n, &empty);
 }
 
 /* ---- serving results (--serve) ------------------------------------------------ */
@@ -486,8 +491,9 @@ static size_t fields_of_serve(struct field *f, const struct llm_bench_header *h,
     return n;
 }
 
-static void print_smd(FILE *o, const struct llm_bench_header *h, const struct llm_serve_result *r, size_t n)
+static void print_smd(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
 {
+    const struct llm_serve_result *r = items;
     fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n\n", h->machine.cpu,
             h->machine.features, h->machine.n_cpus, h->machine.version, h->machine.commit,
             h->test_time);
@@ -502,10 +508,14 @@ static void print_smd(FILE *o, const struct llm_bench_header *h, const struct ll
         md_cell(o, base ? base + 1 : x->model);
         fprintf(o, " | %d | ", x->n_threads);
         md_cell(o, x->test);
-        fprintf(o, " | %d | %.2f | %.1f | %.0f/%.0f/%.0f | %.1f/%.1f/%.1f | %.1f/%.1f/%.1f | ",
-                x->max_seqs, x->req_s, x->out_ts, x->ttft_ms.p50, x->ttft_ms.p90, x->ttft_ms.p99,
-                x->tpot_ms.p50, x->tpot_ms.p90, x->tpot_ms.p99, x->itl_ms.p50, x->itl_ms.p90,
-                x->itl_ms.p99);
+        fprintf(o, " | %d | %.2f | %.1f | ", x->max_seqs, x->req_s, x->out_ts);
+        const struct llm_stats *lat[3] = { &x->ttft_ms, &x->tpot_ms, &x->itl_ms };
+        for (int k = 0; k < 3; k++) /* TTFT in whole ms, the others to 0.1 */
+            if (lat[k]->n)
+                fprintf(o, k ? "%.1f/%.1f/%.1f | " : "%.0f/%.0f/%.0f | ", lat[k]->p50,
+                        lat[k]->p90, lat[k]->p99);
+            else
+                fputs("- | ", o);
         if (x->lookup_tokens)
             fprintf(o, "%.1f%% | ", 100.0 * (double)x->hit_tokens / (double)x->lookup_tokens);
         else
@@ -518,12 +528,5 @@ llm_status llm_bench_sprint(FILE *f, enum llm_bench_format fmt, const struct llm
                             const struct llm_serve_result *r, size_t n)
 {
     static const struct llm_serve_result empty;
-    switch (fmt) {
-    case LLM_BENCH_MD: print_smd(f, h, r, n); break;
-    case LLM_BENCH_CSV: print_csv(f, h, fields_of_serve, r, sizeof *r, n, &empty); break;
-    case LLM_BENCH_JSON:
-    case LLM_BENCH_JSONL: print_json_all(f, fmt, h, fields_of_serve, r, sizeof *r, n); break;
-    default: return llm_error_set(LLM_E_INVALID, "bad output format %d", (int)fmt);
-    }
-    return llm_stream_status(f);
+    return print_as(f, fmt, h, fields_of_serve, print_smd, r, sizeof *r, n, &empty);
 }

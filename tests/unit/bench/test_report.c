@@ -194,3 +194,53 @@ Test(report, format_names)
     cr_assert_eq(llm_bench_format_parse("sql", &f), LLM_E_INVALID);
     cr_assert(strstr(llm_error_detail(LLM_E_INVALID), "'sql'"));
 }
+
+/* The serving printer: every field by name in JSON, null where a figure
+ * does not apply (no rate, no prefix lookups), and the md row. */
+Test(report, serving)
+{
+    struct llm_bench_header h;
+    struct llm_bench_result unused[2];
+    fixture(&h, unused);
+    struct llm_serve_result r[2];
+    memset(r, 0, sizeof r);
+    snprintf(r[0].model, sizeof r[0].model, "/m/sm.llm");
+    snprintf(r[0].test, sizeof r[0].test, "serve 4 x p8-16 g2-4, all at once");
+    r[0].n_threads = 2, r[0].max_seqs = 4, r[0].prefix_cache = 0;
+    r[0].requests = 4, r[0].output_tokens = 12, r[0].prompt_tokens = 40, r[0].seconds = 2;
+    r[0].req_s = 2, r[0].out_ts = 6, r[0].total_ts = 26;
+    llm_stats_compute(&r[0].ttft_ms, (double[]){ 10, 20, 30, 40 }, 4);
+    llm_stats_compute(&r[0].itl_ms, (double[]){ 5, 5, 7 }, 3);
+    r[1] = r[0];
+    r[1].rate = 2.5, r[1].prefix_cache = 1, r[1].lookup_tokens = 40, r[1].hit_tokens = 10;
+    r[1].errors = 1, r[1].arrival_span_s = 1.5;
+    char *buf;
+    size_t len;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_eq(llm_bench_sprint(f, LLM_BENCH_JSON, &h, r, 2), LLM_OK);
+    fclose(f);
+    json_error_t je;
+    json_t *a = json_loads(buf, 0, &je);
+    cr_assert_not_null(a, "%s", je.text);
+    json_t *x = json_array_get(a, 0), *y = json_array_get(a, 1);
+    cr_assert_str_eq(json_string_value(json_object_get(x, "test")), "serve 4 x p8-16 g2-4, all at once");
+    cr_assert(json_is_null(json_object_get(x, "request_rate")));
+    cr_assert(json_is_null(json_object_get(x, "prefix_hit_rate")));
+    cr_assert(json_is_null(json_object_get(x, "tpot_p50_ms")), "no TPOT sample: null");
+    cr_assert_float_eq(json_number_value(json_object_get(x, "ttft_p50_ms")), 25, 1e-9);
+    cr_assert_float_eq(json_number_value(json_object_get(x, "itl_mean_ms")), 17.0 / 3, 1e-5);
+    cr_assert_float_eq(json_number_value(json_object_get(x, "avg_ts")), 6, 1e-9);
+    cr_assert_float_eq(json_number_value(json_object_get(y, "request_rate")), 2.5, 1e-9);
+    cr_assert_float_eq(json_number_value(json_object_get(y, "prefix_hit_rate")), 0.25, 1e-9);
+    cr_assert_eq(json_integer_value(json_object_get(y, "errors")), 1);
+    cr_assert_float_eq(json_number_value(json_object_get(y, "arrival_span_s")), 1.5, 1e-9);
+    json_decref(a);
+    free(buf);
+    f = open_memstream(&buf, &len);
+    cr_assert_eq(llm_bench_sprint(f, LLM_BENCH_MD, &h, r, 2), LLM_OK);
+    fclose(f);
+    cr_assert(strstr(buf, "| sm.llm | 2 | serve 4 x p8-16 g2-4, all at once | 4 | 2.00 | 6.0 | "
+                          "25/37/40 | - | 5.0/6.6/7.0 | off | 0 | 0 |\n"), "%s", buf);
+    cr_assert(strstr(buf, "| 25.0% | 0 | 1 |\n"), "%s", buf);
+    free(buf);
+}
