@@ -30,6 +30,12 @@ Test(machine, bandwidth_probe)
     cr_assert(g > 0.05 && g < 20000, "%g GB/s", g);
     cr_assert_eq(llm_probe_bandwidth(&g, 0, 1u << 20, 1), LLM_E_INVALID);
     cr_assert_eq(llm_probe_bandwidth(&g, 1, 100, 1), LLM_E_INVALID);
+    /* a buffer that does not divide evenly among the threads, nor into vectors */
+    cr_assert_eq(llm_probe_bandwidth(&g, 3, (1u << 20) + 8 * 13, 1), LLM_OK);
+    cr_assert(g > 0.05 && g < 20000, "%g GB/s", g);
+    /* the default buffer: past the caches, within bounds */
+    const size_t b = llm_probe_bandwidth_bytes();
+    cr_assert(b >= (64u << 20) && b <= ((size_t)2 << 30), "%zu bytes", b);
 }
 
 Test(machine, fma_probe)
