@@ -197,6 +197,7 @@ static void sleep_until(double t)
 static void describe(struct llm_serve_result *r, const struct llm_serve_params *p)
 {
     const char *base = p->requests ? strrchr(p->requests, '/') : NULL;
+    const char *name = p->requests && !strcmp(p->requests, "-") ? "<stdin>" : p->requests;
     char rate[32] = "all at once";
     if (p->rate > 0)
         snprintf(rate, sizeof rate, "%g/s", p->rate);
@@ -204,7 +205,7 @@ static void describe(struct llm_serve_result *r, const struct llm_serve_params *
     if (p->shared_prefix)
         snprintf(prefix, sizeof prefix, " prefix %d", p->shared_prefix);
     if (p->requests)
-        snprintf(r->test, sizeof r->test, "serve %s, %s", base ? base + 1 : p->requests, rate);
+        snprintf(r->test, sizeof r->test, "serve %s, %s", base ? base + 1 : name, rate);
     else
         snprintf(r->test, sizeof r->test, "serve %d x p%d-%d g%d-%d%s, %s", p->n_requests,
                  p->prompt_min, p->prompt_max, p->gen_min, p->gen_max, prefix, rate);

@@ -364,6 +364,10 @@ assert b["output_tokens"] == s["completion_tokens"], (b, s)
 assert b["prompt_tokens"] == s["prompt_tokens"], (b, s)
 assert b["test"].startswith("serve req.jsonl")
 PY
+    # from standard input
+    head -1 "$TMP/req.jsonl" >"$TMP/one.jsonl"
+    expect 0 sh -c "\"\$0\" -m \"\$1\" --serve - -t 1 <\"\$2\"" "$BENCH" "$B260" "$TMP/one.jsonl" &&
+    grep -q '^| stories260K.gguf | 1 | serve <stdin>, all at once | 16 | ' "$TMP/out"
 }
 t_bench_serve_text_too_short() {
     need "$B260" "$TSTORIES"
