@@ -337,6 +337,17 @@ static size_t batch_tests(const struct llm_bench_plan *p, struct llm_bench_test 
     return n;
 }
 
+/* One stderr line for a run that went past a roofline figure (its share is
+ * NaN): the run, the figure, and why it is wrong. */
+static void past_roof(const struct llm_bench_result *r, const char *verb, double got, double pct,
+                      double roof, const char *unit, const char *what, int given, const char *why)
+{
+    if (got > 0 && roof > 0 && isnan(pct))
+        fprintf(stderr, "%s: %s, %s: %s %.1f %s on %d thread%s, more than the %s %s of %.1f %s: "
+                "%s\n", cli.prog, r->model, r->test, verb, got, unit, r->n_threads,
+                r->n_threads == 1 ? "" : "s", given ? "given" : "probed", what, roof, unit, why);
+}
+
 static int do_bench(struct args *a)
 {
     struct llm_bench_plan *p = &a->plan;
@@ -398,17 +409,11 @@ static int do_bench(struct args *a)
     /* a run past its roofline: the figure is wrong, say so once per run */
     for (size_t i = 0; i < n && !s; i++) {
         const struct llm_bench_result *r = &res[i];
-        if (r->gbs > 0 && isnan(r->gbs_pct) && r->roof_gbs > 0)
-            fprintf(stderr, "%s: %s, %s: read %.1f GB/s on %d thread%s, more than the %s "
-                    "bandwidth of %.1f GB/s: the weights stay in cache, or %s\n", cli.prog,
-                    r->model, r->test, r->gbs, r->n_threads, r->n_threads == 1 ? "" : "s",
-                    a->bw ? "given" : "probed", r->roof_gbs,
-                    a->bw ? "--bandwidth is low" : "the probe is low (give --bandwidth)");
-        if (r->gflops > 0 && isnan(r->gflops_pct) && r->roof_gflops > 0)
-            fprintf(stderr, "%s: %s, %s: ran %.1f GFLOP/s on %d thread%s, more than the %s FMA "
-                    "peak of %.1f GFLOP/s: %s\n", cli.prog, r->model, r->test, r->gflops,
-                    r->n_threads, r->n_threads == 1 ? "" : "s", a->peak ? "given" : "probed",
-                    r->roof_gflops, a->peak ? "--peak is low" : "the probe is low (give --peak)");
+        past_roof(r, "read", r->gbs, r->gbs_pct, r->roof_gbs, "GB/s", "bandwidth", a->bw > 0,
+                  a->bw ? "the weights stay in cache, or --bandwidth is low"
+                        : "the weights stay in cache, or the probe is low (give --bandwidth)");
+        past_roof(r, "ran", r->gflops, r->gflops_pct, r->roof_gflops, "GFLOP/s", "FMA peak",
+                  a->peak > 0, a->peak ? "--peak is low" : "the probe is low (give --peak)");
     }
     if (!s)
         s = llm_bench_print(stdout, p->format, &h, res, n);

@@ -234,9 +234,6 @@ static void md_cell(FILE *o, const char *s)
         fputs(*s == '|' ? "\\|" : *s == '\n' ? " " : (char[2]){ *s, 0 }, o);
 }
 
-/* Batched results as llama-batched-bench prints them, with the decode's
- * share of the compute peak (int16 dot product or FMA) and the KV cache
- * in use. */
 /* "12.3%", or what a share that went past its roofline means */
 static const char *share_cell(char *buf, size_t n, double pct)
 {
@@ -247,6 +244,9 @@ static const char *share_cell(char *buf, size_t n, double pct)
     return buf;
 }
 
+/* Batched results as llama-batched-bench prints them, with the decode's
+ * share of the compute peak (int16 dot product or FMA) and the KV cache
+ * in use. */
 static void print_md_batch(FILE *o, const struct llm_bench_result *r, size_t n)
 {
     fputs("| model | threads | B | PP | TG | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s "

@@ -108,12 +108,7 @@ static llm_status from_file(struct llm_request **out, size_t *n, int64_t *errors
     llm_status s = LLM_OK;
     int64_t lineno = 0;
     *n = 0;
-    for (const char *line; !s && (line = llm_next_line(text, len, &at, &l));) {
-        lineno++;
-        while (l && line[l - 1] == '\r')
-            l--;
-        if (strspn(line, " \t\r") >= l)
-            continue;
+    for (const char *line; !s && (line = llm_batch_next_line(text, len, &at, &l, &lineno));) {
         void *v = q;
         if ((s = llm_grow(&v, &cap, *n + 1, sizeof *q)))
             break;
@@ -257,6 +252,7 @@ llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, cons
     struct tally t = { 0 };
     struct llm_engine_params ep = p->engine;
     ep.ignore_eos = p->engine.ignore_eos || !p->requests;
+    ep.record_itl = 1;
     struct llm_engine_callbacks cb = { on_done, &t };
     struct llm_engine *e = NULL;
     if (!s)

@@ -239,6 +239,19 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
 
 /* ---- the run ------------------------------------------------------------- */
 
+const char *llm_batch_next_line(const char *text, size_t len, size_t *at, size_t *l,
+                                int64_t *lineno)
+{
+    for (const char *line; (line = llm_next_line(text, len, at, l));) {
+        ++*lineno;
+        while (*l && line[*l - 1] == '\r')
+            --*l;
+        if (strspn(line, " \t\r") < *l) /* a blank line is not a request */
+            return line;
+    }
+    return NULL;
+}
+
 llm_status llm_batch_prepare(struct llm_request *q, struct llm_context *c, const char *tmpl,
                              int32_t max_seqs)
 {
@@ -336,12 +349,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
     /* the items: every non-blank line */
     size_t cap = 0, at = 0, l;
     int64_t lineno = 0;
-    for (const char *line; !s && (line = llm_next_line(text, len, &at, &l));) {
-        lineno++;
-        while (l && line[l - 1] == '\r')
-            l--;
-        if (strspn(line, " \t\r") >= l) /* blank: not a request */
-            continue;
+    for (const char *line; !s && (line = llm_batch_next_line(text, len, &at, &l, &lineno));) {
         void *q = r.it;
         if (!(s = llm_grow(&q, &cap, r.n_it + 1, sizeof *r.it))) {
             r.it = q;

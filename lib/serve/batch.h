@@ -47,6 +47,12 @@ struct llm_batch_summary {
     double ttft[3], tpot[3], e2e[3];   /* p50, p90, p99 */
 };
 
+/* The next request line of a batch file's text from *at (its length in *l,
+ * without the newline or a CR before it); blank lines are skipped, and
+ * *lineno counts every line. NULL at the end. */
+const char *llm_batch_next_line(const char *text, size_t len, size_t *at, size_t *l,
+                                int64_t *lineno);
+
 /* Make a parsed line ready for the engine: tokenize it for c (with the chat
  * template tmpl, NULL: the model's) and check that it fits: n within
  * max_seqs, the prompt within the context and the KV pool. A request that

@@ -347,8 +347,9 @@ static llm_status preempt(struct llm_engine *e, struct req *q)
     return wait_push(e, q);
 }
 
-/* The request is answered: the callback, then it is freed. */
-static llm_status answer(struct llm_engine *e, struct req *q)
+/* The request is answered at t (its step's clock): the callback, then it is
+ * freed. */
+static llm_status answer(struct llm_engine *e, struct req *q, double t)
 {
     struct llm_choice_out out[LLM_REQ_MAX_N];
     for (int32_t i = 0; i < q->r.n; i++) {
@@ -364,7 +365,6 @@ static llm_status answer(struct llm_engine *e, struct req *q)
     void *p = e->lat;
     LLM_TRY(llm_grow(&p, &e->cap_lat, (size_t)e->st.finished + 1, sizeof *e->lat));
     e->lat = p;
-    const double t = llm_now_s();
     int32_t most = 0;
     for (int32_t i = 0; i < q->r.n; i++)
         most = q->ch[i].n_gen > most ? q->ch[i].n_gen : most;
@@ -429,8 +429,8 @@ static llm_status take_token(struct llm_engine *e, struct req *q, struct choice 
 }
 
 /* Sample c's next token from its row of the step's logits (changed in
- * place by the sampler). */
-static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c)
+ * place by the sampler); t: when the step's tokens were drawn. */
+static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c, double t)
 {
     float *logits = e->blog + (size_t)c->row * e->n_vocab;
     c->row = -1;
@@ -438,10 +438,9 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c)
         finish(e, q, c, "length");
         return LLM_OK;
     }
-    const double t = llm_now_s();
     if (q->t_first <= 0)
         q->t_first = t;
-    if (c->t_last > 0) { /* inter-token latency, as a streaming client would see it */
+    if (e->p.record_itl && c->t_last > 0) { /* as a streaming client would see it */
         void *p = e->itl;
         LLM_TRY(llm_grow(&p, &e->cap_itl, e->n_itl + 1, sizeof *e->itl));
         e->itl = p;
@@ -714,13 +713,14 @@ llm_status llm_engine_step(struct llm_engine *e)
         }
     }
     /* every fresh choice draws; finished requests are answered */
+    const double t = llm_now_s(); /* one clock for the step's tokens */
     for (int32_t i = 0; i < e->n_run;) {
         struct req *q = e->run[i];
         for (int32_t j = 0; j < q->r.n; j++)
             if (q->ch[j].row >= 0 && !q->ch[j].finish)
-                LLM_TRY(sample(e, q, &q->ch[j]));
+                LLM_TRY(sample(e, q, &q->ch[j], t));
         if (q->n_live == 0) {
-            LLM_TRY(answer(e, q));
+            LLM_TRY(answer(e, q, t));
             continue;
         }
         /* a finished leader hands the prompt over: later forks come from

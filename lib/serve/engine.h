@@ -31,6 +31,8 @@ struct llm_engine_params {
     int32_t step_tokens;    /* tokens per step at most (the context's n_batch or less) */
     int prefix_cache;       /* keep full blocks for later prompts (default 1) */
     int ignore_eos;         /* keep going past end-of-generation tokens */
+    int record_itl;         /* keep every inter-token gap (llm_engine_itls; default 0:
+                               a long batch run would hold one double per token) */
 };
 void llm_engine_params_default(struct llm_engine_params *p);
 
@@ -93,9 +95,10 @@ struct llm_engine_latency {
 };
 const struct llm_engine_latency *llm_engine_latencies(const struct llm_engine *e, size_t *n);
 
-/* Every gap between two successive tokens of a choice (inter-token latency,
- * seconds), in the order they were drawn (n: how many). A preempted
- * choice's gap includes its recomputation. */
+/* With record_itl, every gap between two successive tokens of a choice
+ * (inter-token latency, seconds), in the order they were drawn (n: how
+ * many; 0 without record_itl). A preempted choice's gap includes its
+ * recomputation. */
 const double *llm_engine_itls(const struct llm_engine *e, size_t *n);
 
 #endif

@@ -229,6 +229,7 @@ Test(engine, every_schedule_gives_the_single_run_text, .timeout = 0)
     struct llm_engine_stats st;
     /* 8 at once, chunks of 64, the prefix index on */
     llm_engine_params_default(&ep);
+    ep.record_itl = 1;
     ep.max_seqs = 8, ep.step_tokens = 64;
     run_engine(m, &ep, 0, got, &st);
     same(ref, got, "8 sequences");
