@@ -15,7 +15,8 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_
        OPT_TEMPLATE, OPT_JSON, OPT_CTX, OPT_KVTYPE, OPT_TRUNCATE, OPT_TOKENIZE, OPT_DETOKENIZE,
        OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY, OPT_NSEQ, OPT_KVMEM, OPT_KVBLOCKS,
        OPT_BLOCKSIZE, OPT_BATCH, OPT_RESUME, OPT_CORDER, OPT_MAXSEQS, OPT_STEPTOK, OPT_NOPREFIX,
-       OPT_STATSJSON, OPT_KVTRACE };
+       OPT_STATSJSON, OPT_KVTRACE, OPT_DRAFT, OPT_LOOKUP, OPT_NGRAMMIN, OPT_NGRAMMAX, OPT_DRAFTN,
+       OPT_DRAFTMAX, OPT_SPECRULE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
@@ -59,6 +60,13 @@ static const struct llm_opt opts[] = {
     { OPT_NOPREFIX, "no-prefix-cache", LLM_ARG_NONE, NULL, "with --batch: do not keep computed prompt blocks for later requests", NULL },
     { OPT_STATSJSON, "stats-json", LLM_ARG_REQUIRED, "FILE", "with --batch: write the run's summary as JSON to FILE", "file" },
     { OPT_KVTRACE, "kv-trace", LLM_ARG_REQUIRED, "FILE", "with --batch: write one JSON line per scheduler step to FILE (llm-kvstat --trace reads it)", "file" },
+    { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding with FILE as the draft model (the target's vocabulary; a low-bit llm-quantize of the target is a good one)", "file" },
+    { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding by prompt lookup: draft the tokens that followed the last n-gram where it occurred before", NULL },
+    { OPT_NGRAMMIN, "ngram-min", LLM_ARG_REQUIRED, "N", "with --lookup: the shortest n-gram matched (default: 1)", NULL },
+    { OPT_NGRAMMAX, "ngram-max", LLM_ARG_REQUIRED, "N", "with --lookup: the longest n-gram matched, tried first (default: 3)", NULL },
+    { OPT_DRAFTN, "draft-n", LLM_ARG_REQUIRED, "N", "draft N tokens per target pass (default: adapted to the acceptance, 1 to --draft-max)", NULL },
+    { OPT_DRAFTMAX, "draft-max", LLM_ARG_REQUIRED, "N", "the most tokens the adaptive draft length reaches (default: 16)", NULL },
+    { OPT_SPECRULE, "spec-rule", LLM_ARG_REQUIRED, "RULE", "which drafts are kept when sampling: 'match' keeps a draft the target draws itself, the text of plain decoding for the seed; 'rejection' keeps x with probability min(1, p/q), the target's distribution with more drafts kept (default: match)", "match rejection" },
     { OPT_TRUNCATE, "truncate", LLM_ARG_NONE, NULL, "keep BOS and the last ctx/2 tokens of a prompt longer than the context", NULL },
     { OPT_TOKENIZE, "tokenize", LLM_ARG_NONE, NULL, "print the token ids of the text and exit", NULL },
     { OPT_DETOKENIZE, "detokenize", LLM_ARG_NONE, NULL, "read token ids and print their text", NULL },
@@ -96,6 +104,10 @@ struct args {
     int tokenize, detokenize, no_bos, special, no_verify;
     const char *batch, *output, *stats_json, *kv_trace;
     int resume, completion_order, no_prefix, have_gen;
+    const char *draft;          /* speculative decoding: the draft model */
+    int lookup, have_spec;      /* have_spec: an option that needs --draft or --lookup */
+    int have_ngram, have_dmax;
+    struct llm_spec_params spec;
     int32_t max_seqs, step_tokens;
     enum llm_type kv_type;
     const char *stop[32];
@@ -293,6 +305,30 @@ static void kv_usage_of(const struct llm_context *c, const struct args *a, struc
     u->block_size = a->block_size > 0 ? a->block_size : 16;
 }
 
+/* Speculative decoding's counters of one completion: drafted and kept
+ * tokens, the share kept, the tokens kept per round that drafted, and the
+ * target's passes per generated token (1 without speculation). */
+static void print_spec_json(const struct llm_gen_result *r)
+{
+    printf(",\"speculation\":{\"drafted\":%lld,\"accepted\":%lld,\"acceptance_rate\":%.4f,"
+           "\"draft_rounds\":%d,\"mean_accepted_length\":%.3f,\"target_passes\":%d,"
+           "\"passes_per_token\":%.4f}", (long long)r->n_drafted, (long long)r->n_accepted,
+           r->n_drafted ? (double)r->n_accepted / (double)r->n_drafted : 0.0, r->n_draft_rounds,
+           r->n_draft_rounds ? (double)r->n_accepted / r->n_draft_rounds : 0.0, r->n_passes,
+           r->n_gen ? (double)r->n_passes / r->n_gen : 0.0);
+}
+
+static void report_spec(const struct llm_gen_result *r)
+{
+    fprintf(stderr, "%s: speculation: %lld drafted, %lld accepted (%.1f%%), %.2f accepted per "
+            "round of %d, %d target passes for %d tokens (%.3f per token)\n", cli.prog,
+            (long long)r->n_drafted, (long long)r->n_accepted,
+            r->n_drafted ? 100.0 * (double)r->n_accepted / (double)r->n_drafted : 0.0,
+            r->n_draft_rounds ? (double)r->n_accepted / r->n_draft_rounds : 0.0,
+            r->n_draft_rounds, r->n_passes, r->n_gen,
+            r->n_gen ? (double)r->n_passes / r->n_gen : 0.0);
+}
+
 /* One JSON object: for one completion its text and counts at the top
  * level; for several, a "completions" array. */
 static void print_json(const struct out_state *o, const struct llm_gen_result *r, uint64_t seed,
@@ -332,6 +368,8 @@ static void print_json(const struct out_state *o, const struct llm_gen_result *r
            (unsigned long long)peak_rss(), (unsigned long long)u->bytes, u->block_size,
            (unsigned long long)u->block_bytes, u->blocks, u->peak,
            (unsigned long long)((uint64_t)u->peak * u->block_bytes));
+    if (o->n == 1 && (o->a->draft || o->a->lookup))
+        print_spec_json(r);
     if (o->n == 1 && o->a->top_logprobs > 0)
         print_tokens_json(o, &o->comp[0]);
     printf("}\n");
@@ -511,7 +549,7 @@ static llm_status print_completions(const struct out_state *o, const struct llm_
 
 /* Tokenize, fit into the context and generate a->n_seq completions (res
  * has room for them); with reply (the chat: one completion), its text. */
-static llm_status run_once(const struct args *a, struct llm_context *c, const char *text,
+static llm_status run_once(struct args *a, struct llm_context *c, const char *text,
                            size_t len, int special, int echo, struct llm_gen_result *res,
                            char **reply)
 {
@@ -556,6 +594,8 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
     gp.top_logprobs = a->top_logprobs;
     gp.n_seq = n_comp;
     gp.interrupt = &interrupted;
+    if (a->draft || a->lookup)
+        gp.spec = &a->spec;
     o.comp = llm_calloc((size_t)n_comp, sizeof *o.comp);
     struct llm_gen_callbacks cb = { on_text, on_token, &o };
     llm_status s = o.comp ? llm_generate(c, use, n, &gp, &cb, res) : LLM_E_NOMEM;
@@ -587,7 +627,7 @@ static llm_status render_chat(const struct args *a, struct llm_file *f, const st
 
 /* An interactive chat: each line is a user turn; the whole conversation is
  * rendered and run again every turn. */
-static int chat_loop(const struct args *a, struct llm_context *c)
+static int chat_loop(struct args *a, struct llm_context *c)
 {
     struct llm_file *f = llm_model_file(llm_context_model(c));
     struct llm_chat_msg msgs[256];
@@ -631,6 +671,8 @@ static int chat_loop(const struct args *a, struct llm_context *c)
             struct kv_usage ku;
             kv_usage_of(c, a, &ku);
             report(&r, 1, a->sp.seed, &ku);
+            if (a->draft || a->lookup)
+                report_spec(&r);
         }
         owned[n_owned++] = reply;
         msgs[n++] = (struct llm_chat_msg){ "assistant", reply };
@@ -746,15 +788,30 @@ static int do_batch(const struct args *a, struct llm_model *m)
     return sum.errors ? 3 : 0;
 }
 
-static int do_generate(const struct args *a, struct llm_model *m)
+/* The draft model's context: one sequence as long as the target's. */
+static llm_status open_draft(struct args *a, struct llm_model *dm, const struct llm_context *c)
+{
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = llm_context_n_ctx(c);
+    cp.kv_type = a->kv_type;
+    cp.n_threads = a->threads;
+    cp.block_size = a->block_size;
+    return llm_context_new(&a->spec.draft, dm, &cp);
+}
+
+static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm)
 {
     struct llm_context *c;
     llm_status s = open_context(a, m, &c);
+    if (!s && dm && (s = open_draft(a, dm, c)))
+        llm_context_free(c);
     if (s)
         return llm_cli_fail(&cli, s);
     catch_signals(0);
     if (a->chat && !a->prompt && !a->file && isatty(0)) {
         int rc = chat_loop(a, c);
+        llm_context_free(a->spec.draft);
         llm_context_free(c);
         return rc;
     }
@@ -784,11 +841,14 @@ static int do_generate(const struct args *a, struct llm_model *m)
         struct kv_usage u;
         kv_usage_of(c, a, &u);
         report(r, n_comp, a->sp.seed, &u);
+        if (a->draft || a->lookup)
+            report_spec(r);
     }
     if (!s)
         s = check_room(a, c, r, n_comp);
     llm_free(r);
     llm_free(text);
+    llm_context_free(a->spec.draft);
     llm_context_free(c);
     if (s)
         return llm_cli_fail(&cli, s);
@@ -824,6 +884,7 @@ int main(int argc, char **argv)
 {
     struct args a = { .n_predict = -1, .kv_type = LLM_TYPE_F16 };
     llm_sampler_params_default(&a.sp);
+    llm_spec_params_default(&a.spec);
     const char *arg;
     int r, rc = 0;
     int32_t v32;
@@ -908,6 +969,21 @@ int main(int argc, char **argv)
         case OPT_NOPREFIX: a.no_prefix = 1, a.have_gen = 1; break;
         case OPT_STATSJSON: a.stats_json = arg, a.have_gen = 1; break;
         case OPT_KVTRACE: a.kv_trace = arg, a.have_gen = 1; break;
+        case OPT_DRAFT: a.draft = arg; break;
+        case OPT_LOOKUP: a.lookup = a.spec.lookup = 1; break;
+        case OPT_NGRAMMIN: rc = parse_i(arg, 1, 64, "--ngram-min", &a.spec.ngram_min), a.have_ngram = 1; break;
+        case OPT_NGRAMMAX: rc = parse_i(arg, 1, 64, "--ngram-max", &a.spec.ngram_max), a.have_ngram = 1; break;
+        case OPT_DRAFTN: rc = parse_i(arg, 1, 64, "--draft-n", &a.spec.draft_n), a.have_spec = 1; break;
+        case OPT_DRAFTMAX: rc = parse_i(arg, 1, 64, "--draft-max", &a.spec.draft_max), a.have_spec = 1, a.have_dmax = 1; break;
+        case OPT_SPECRULE:
+            if (!strcmp(arg, "match"))
+                a.spec.rule = LLM_SPEC_MATCH;
+            else if (!strcmp(arg, "rejection"))
+                a.spec.rule = LLM_SPEC_REJECTION;
+            else
+                return llm_cli_usage(&cli, "--spec-rule: '%s' is not match or rejection", arg);
+            a.have_spec = 1;
+            break;
         }
         if (rc)
             return rc;
@@ -942,6 +1018,22 @@ int main(int argc, char **argv)
     if (!a.batch && a.have_gen)
         return llm_cli_usage(&cli, "-o, --resume, --completion-order, --max-seqs, --step-tokens, "
                              "--no-prefix-cache, --stats-json and --kv-trace go with --batch");
+    if (a.draft && a.lookup)
+        return llm_cli_usage(&cli, "--draft and --lookup are two ways to draft; use one");
+    if (a.have_ngram && !a.lookup)
+        return llm_cli_usage(&cli, "--ngram-min and --ngram-max go with --lookup");
+    if (a.have_spec && !a.draft && !a.lookup)
+        return llm_cli_usage(&cli, "--draft-n, --draft-max and --spec-rule go with --draft or --lookup");
+    if (a.spec.draft_n && a.have_dmax)
+        return llm_cli_usage(&cli, "--draft-n fixes the draft length, --draft-max bounds the adaptive "
+                             "one; use one");
+    if (a.spec.ngram_min > a.spec.ngram_max)
+        return llm_cli_usage(&cli, "--ngram-min %d is above --ngram-max %d", a.spec.ngram_min,
+                             a.spec.ngram_max);
+    if ((a.draft || a.lookup) && (tokmode || a.n_seq > 1 || a.batch))
+        return llm_cli_usage(&cli, "%s does not go with %s", a.draft ? "--draft" : "--lookup",
+                             tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
+                             : a.batch ? "--batch" : "--n-seq");
     if (a.batch) {
         const char *no = a.prompt ? "-p" : a.file ? "-f" : a.chat ? "--chat" : a.system ? "--system"
                          : a.echo ? "--echo" : a.json ? "--json" : a.n_seq ? "--n-seq"
@@ -977,9 +1069,10 @@ int main(int argc, char **argv)
     if (s)
         return llm_cli_fail(&cli, s);
     if (a.tokenizer && strcmp(f->format, "llama2c")) {
+        s = llm_error_set(LLM_E_INVALID, "%s: --tokenizer applies to llama2.c checkpoints, not to "
+                          "%s files", a.model, f->format);
         llm_file_free(f);
-        return llm_cli_fail(&cli, llm_error_set(LLM_E_INVALID, "%s: --tokenizer applies to llama2.c "
-                                                "checkpoints, not to %s files", a.model, f->format));
+        return llm_cli_fail(&cli, s);
     }
     if (tokmode) {
         struct llm_tokenizer *tok;
@@ -998,7 +1091,19 @@ int main(int argc, char **argv)
     mp.n_threads = a.threads;
     if ((s = llm_model_from_file(&m, f, &mp)))
         return llm_cli_fail(&cli, s);
-    rc = a.batch ? do_batch(&a, m) : do_generate(&a, m);
+    struct llm_model *dm = NULL;
+    if (a.draft) {
+        mp.tokenizer_path = a.tokenizer;
+        if (!(s = llm_model_open(&dm, a.draft, &mp)))
+            s = llm_spec_check_draft(m, dm);
+        if (s) {
+            llm_model_close(dm);
+            llm_model_close(m);
+            return llm_cli_fail(&cli, s);
+        }
+    }
+    rc = a.batch ? do_batch(&a, m) : do_generate(&a, m, dm);
+    llm_model_close(dm);
     llm_model_close(m);
     return llm_cli_exit(&cli, rc);
 }

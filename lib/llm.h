@@ -48,6 +48,7 @@
 #include "kv/prefix.h"      /* the prefix index over the KV blocks */
 #include "model/model.h"    /* llm_model_open, llm_context_new, llm_decode, llm_perplexity */
 #include "model/generate.h" /* llm_generate */
+#include "model/spec.h"     /* llm_spec_*: speculative decoding */
 #include "sample/sample.h"  /* llm_sampler_* */
 #include "serve/request.h"  /* OpenAI batch lines in and out */
 #include "serve/engine.h"   /* continuous batching: llm_engine_* */

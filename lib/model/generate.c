@@ -103,18 +103,13 @@ static llm_status finish(struct gen *g, int32_t i, const char *why)
     return s;
 }
 
-/* Draw completion i's next token from its logits and emit its text:
- * either it ends, or q->next is the token to decode. */
-static llm_status step_seq(struct gen *g, int32_t i)
+/* Completion i takes token id (drawn from its logits, whose copy before
+ * the sampler is g->raw with --top-logprobs) and emits its text: either it
+ * ends, or q->next is the token to decode. */
+static llm_status emit(struct gen *g, int32_t i, int32_t id)
 {
     const struct llm_gen_params *p = g->p;
     struct gseq *q = &g->s[i];
-    q->fresh = 0;
-    if (p->n_predict >= 0 && q->res->n_gen >= p->n_predict)
-        return finish(g, i, "length");
-    if (g->raw)
-        memcpy(g->raw, q->logits, (size_t)g->n_vocab * sizeof(float));
-    int32_t id = llm_sampler_sample(q->smp, q->logits);
     llm_sampler_accept(q->smp, id);
     void *gp = q->gen;
     LLM_TRY(llm_grow(&gp, &q->cap_gen, (size_t)q->res->n_gen + 1, sizeof(int32_t)));
@@ -158,6 +153,18 @@ static llm_status step_seq(struct gen *g, int32_t i)
         return finish(g, i, "context");
     q->next = id;
     return LLM_OK;
+}
+
+/* Draw completion i's next token from its logits and emit it. */
+static llm_status step_seq(struct gen *g, int32_t i)
+{
+    struct gseq *q = &g->s[i];
+    q->fresh = 0;
+    if (g->p->n_predict >= 0 && q->res->n_gen >= g->p->n_predict)
+        return finish(g, i, "length");
+    if (g->raw)
+        memcpy(g->raw, q->logits, (size_t)g->n_vocab * sizeof(float));
+    return emit(g, i, llm_sampler_sample(q->smp, q->logits));
 }
 
 /* Completion i, preempted, gets its blocks back: the prompt's shared ones,
@@ -219,12 +226,249 @@ static llm_status decode_step(struct gen *g)
             return s;
         for (int32_t j = 0; j < nb; j++) {
             struct gseq *q = &g->s[g->bs[j]];
+            q->res->n_passes++;
             memcpy(q->logits, g->blog + (size_t)j * g->n_vocab, (size_t)g->n_vocab * sizeof(float));
             q->next = -1;
             q->fresh = 1;
         }
         return LLM_OK;
     }
+}
+
+/* ---- speculative decoding (spec.h) --------------------------------------- */
+
+/* What the one speculating completion keeps beside its gseq. */
+struct spec_state {
+    const struct llm_spec_params *sp;
+    int32_t k, kmax;         /* tokens to draft next; the most */
+    int sampled;             /* the draft samples (rejection rule, temp > 0) */
+    int32_t *toks;           /* (n_ctx + 1) the prompt, then the tokens emitted */
+    int32_t n_toks;
+    int32_t *d;              /* (kmax) drafted tokens */
+    int32_t *q_ids;          /* (kmax, n_vocab) with sampled: the distributions they came */
+    float *q_probs;          /* (kmax, n_vocab)   from */
+    int32_t *q_n;            /* (kmax) */
+    float *dlog;             /* (n_vocab) the draft model's logits */
+    int32_t dlen;            /* positions the draft context holds */
+    struct llm_sampler *dsmp;
+    int32_t *bt;             /* (kmax + 1) a target pass's tokens */
+    float *rows;             /* (kmax + 1, n_vocab) and their logits */
+    struct llm_spec_scratch sc;
+};
+
+static void spec_free(struct spec_state *st)
+{
+    llm_free(st->toks);
+    llm_free(st->d);
+    llm_free(st->q_ids);
+    llm_free(st->q_probs);
+    llm_free(st->q_n);
+    llm_free(st->dlog);
+    llm_free(st->bt);
+    llm_free(st->rows);
+    llm_sampler_free(st->dsmp);
+    llm_spec_scratch_release(&st->sc);
+}
+
+static llm_status spec_init(struct gen *g, struct spec_state *st, const int32_t *prompt)
+{
+    const struct llm_spec_params *sp = g->p->spec;
+    const size_t V = (size_t)g->n_vocab;
+    st->sp = sp;
+    st->kmax = sp->draft_n > 0 ? sp->draft_n : sp->draft_max > 0 ? sp->draft_max : 16;
+    st->k = sp->draft_n > 0 ? sp->draft_n : st->kmax < 4 ? st->kmax : 4;
+    st->sampled = sp->draft && sp->rule == LLM_SPEC_REJECTION && g->p->sp.temp > 0;
+    const size_t K = (size_t)st->kmax;
+    st->toks = llm_malloc(((size_t)g->n_ctx + 1) * sizeof(int32_t));
+    st->d = llm_malloc(K * sizeof(int32_t));
+    st->bt = llm_malloc((K + 1) * sizeof(int32_t));
+    st->rows = llm_malloc((K + 1) * V * sizeof(float));
+    if (!st->toks || !st->d || !st->bt || !st->rows)
+        return LLM_E_NOMEM;
+    LLM_TRY(llm_spec_scratch_init(&st->sc, g->n_vocab));
+    memcpy(st->toks, prompt, (size_t)g->n_prompt * sizeof(int32_t));
+    st->n_toks = g->n_prompt;
+    if (!sp->draft)
+        return LLM_OK;
+    if (llm_context_n_ctx(sp->draft) < g->n_ctx)
+        return llm_error_set(LLM_E_INVALID, "the draft's context holds %d tokens, the target's %d",
+                             llm_context_n_ctx(sp->draft), g->n_ctx);
+    st->dlog = llm_malloc(V * sizeof(float));
+    if (!st->dlog)
+        return LLM_E_NOMEM;
+    llm_context_reset(sp->draft, 0);
+    if (st->sampled) {
+        st->q_ids = llm_malloc(K * V * sizeof(int32_t));
+        st->q_probs = llm_malloc(K * V * sizeof(float));
+        st->q_n = llm_calloc(K, sizeof(int32_t));
+        if (!st->q_ids || !st->q_probs || !st->q_n)
+            return LLM_E_NOMEM;
+        /* the draft draws from the target's chain without its penalties: any
+         * q keeps the rule exact, and this one needs no history */
+        struct llm_sampler_params dp = g->p->sp;
+        dp.repeat_penalty = 1;
+        dp.presence_penalty = dp.frequency_penalty = 0;
+        dp.seed ^= 0x9e3779b97f4a7c15ull;
+        LLM_TRY(llm_sampler_new(&st->dsmp, &dp, g->n_vocab));
+    }
+    return LLM_OK;
+}
+
+/* Up to `want` tokens after toks (n_toks) into st->d: *nd receives how many. */
+static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want, int32_t *nd)
+{
+    const struct llm_spec_params *sp = st->sp;
+    const size_t V = (size_t)g->n_vocab;
+    *nd = 0;
+    if (want <= 0)
+        return LLM_OK;
+    if (!sp->draft) {
+        *nd = llm_spec_lookup(st->toks, st->n_toks, sp->ngram_min, sp->ngram_max, want, st->d);
+        return LLM_OK;
+    }
+    /* the draft catches up with the tokens it has not seen */
+    for (int32_t off = st->dlen; off < st->n_toks; off += (int32_t)GEN_PREFILL_SLICE) {
+        int32_t m = st->n_toks - off;
+        if (m > (int32_t)GEN_PREFILL_SLICE)
+            m = (int32_t)GEN_PREFILL_SLICE;
+        LLM_TRY(llm_decode(sp->draft, 0, st->toks + off, m, off, st->dlog, 0));
+    }
+    st->dlen = st->n_toks;
+    for (int32_t j = 0; j < want; j++) {
+        int32_t x = 0;
+        if (st->sampled) {
+            int32_t *ids = st->q_ids + (size_t)j * V;
+            float *pr = st->q_probs + (size_t)j * V;
+            const int32_t qn = llm_sampler_dist(st->dsmp, st->dlog, ids, pr);
+            double r = llm_sampler_uniform(st->dsmp), acc = 0;
+            st->q_n[j] = qn;
+            x = ids[qn - 1];
+            for (int32_t i = 0; i < qn; i++)
+                if (r < (acc += pr[i])) {
+                    x = ids[i];
+                    break;
+                }
+        } else {
+            for (int32_t i = 1; i < g->n_vocab; i++)
+                if (st->dlog[i] > st->dlog[x])
+                    x = i;
+        }
+        st->d[j] = x;
+        if (j + 1 < want) {
+            LLM_TRY(llm_decode(sp->draft, 0, &x, 1, st->dlen, st->dlog, 0));
+            st->dlen++;
+        }
+    }
+    *nd = want;
+    return LLM_OK;
+}
+
+/* The target's token at drafted position `at` (of nd drafts; at == nd is
+ * the bonus position), from its logits. */
+static int32_t spec_pick(struct gen *g, struct spec_state *st, float *logits, int32_t nd,
+                         int32_t at, int *accepted)
+{
+    const size_t V = (size_t)g->n_vocab;
+    struct gseq *q = &g->s[0];
+    if (g->raw)
+        memcpy(g->raw, logits, V * sizeof(float));
+    const int has = at < nd;
+    const int32_t qn = has && st->sampled ? st->q_n[at] : 0;
+    return llm_spec_verify(q->smp, logits, has ? st->d[at] : -1,
+                           qn ? st->q_ids + (size_t)at * V : NULL,
+                           qn ? st->q_probs + (size_t)at * V : NULL, qn, st->sp->rule, &st->sc,
+                           accepted);
+}
+
+/* The end of a round that began with n_before tokens: counters, the
+ * emitted tokens appended, the draft's context cut to what still holds. */
+static void spec_round_end(struct gen *g, struct spec_state *st, int32_t n_before, int32_t nd,
+                           int32_t kept)
+{
+    struct gseq *q = &g->s[0];
+    q->res->n_drafted += nd;
+    q->res->n_accepted += kept;
+    q->res->n_draft_rounds += nd > 0;
+    const int32_t have = g->n_prompt + q->res->n_gen;
+    memcpy(st->toks + st->n_toks, q->gen + (st->n_toks - g->n_prompt),
+           (size_t)(have - st->n_toks) * sizeof(int32_t));
+    st->n_toks = have;
+    /* the draft holds the tokens before the round and its drafts but the
+     * last: those kept still hold */
+    if (st->sp->draft) {
+        int32_t valid = n_before + (kept < nd - 1 ? kept : nd - 1 > 0 ? nd - 1 : 0);
+        if (valid < st->dlen) {
+            st->dlen = valid;
+            llm_context_truncate(st->sp->draft, 0, valid);
+        }
+    }
+    if (st->sp->draft_n <= 0)
+        st->k = llm_spec_next_k(st->k, nd, kept, st->kmax);
+}
+
+/* Generation of the one completion by speculation: each round drafts,
+ * checks the drafts in one target pass (the pending token first), emits
+ * the kept ones and the target's token after them, and cuts the target's
+ * KV back to the tokens kept. */
+static llm_status spec_generate(struct gen *g, struct spec_state *st)
+{
+    const struct llm_gen_params *p = g->p;
+    const size_t V = (size_t)g->n_vocab;
+    struct gseq *q = &g->s[0];
+    while (q->state == S_RUN) {
+        if (p->interrupt && *p->interrupt)
+            return finish(g, 0, "interrupted");
+        /* the prompt and the tokens emitted; the last of them (q->next) is
+         * not yet decoded unless the prompt's logits are fresh */
+        const int32_t n = g->n_prompt + q->res->n_gen;
+        int64_t room = p->n_predict >= 0 ? (int64_t)p->n_predict - q->res->n_gen : INT32_MAX;
+        if (room <= 0)
+            return finish(g, 0, "length");
+        /* a round emits up to want + 1 tokens; drafts sit at positions
+         * n .. n + want - 1 (fresh) or n - 1 + 1 .. (pending first) */
+        int64_t want = st->k;
+        if (want > room - 1)
+            want = room - 1;
+        if (want > g->n_ctx - n)
+            want = g->n_ctx - n;
+        int32_t nd, j = 0, kept = 0;
+        int acc;
+        LLM_TRY(spec_draft(g, st, (int32_t)want, &nd));
+        if (q->fresh) {
+            /* the prompt's logits check the first draft */
+            q->fresh = 0;
+            int32_t x = spec_pick(g, st, q->logits, nd, 0, &acc);
+            LLM_TRY(emit(g, 0, x));
+            kept += acc;
+            if (q->state != S_RUN || !acc) {
+                spec_round_end(g, st, n, nd, kept);
+                continue;
+            }
+            j = 1;
+        }
+        /* one pass: the pending token, then the drafts from j */
+        int32_t nb = 0;
+        st->bt[nb++] = q->next;
+        for (int32_t t = j; t < nd; t++)
+            st->bt[nb++] = st->d[t];
+        const int32_t pos0 = g->n_prompt + q->res->n_gen - 1;
+        LLM_TRY(llm_decode(g->c, 0, st->bt, nb, pos0, st->rows, 1));
+        q->res->n_passes++;
+        int32_t kept_pass = 0;
+        for (int32_t r = 0; r < nb && q->state == S_RUN; r++) {
+            int32_t x = spec_pick(g, st, st->rows + (size_t)r * V, nd, j + r, &acc);
+            LLM_TRY(emit(g, 0, x));
+            kept_pass += acc;
+            if (!acc)
+                break;
+        }
+        kept += kept_pass;
+        /* rollback: the target keeps the pending token and the drafts kept */
+        if (q->state == S_RUN)
+            llm_context_truncate(g->c, 0, pos0 + 1 + kept_pass);
+        spec_round_end(g, st, n, nd, kept);
+    }
+    return LLM_OK;
 }
 
 static void gen_free(struct gen *g)
@@ -297,6 +541,10 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
                              g.n, g.n + 1, llm_context_n_seq(c));
     /* several completions: the prompt stays in its own slot, shared by
      * them, so that a preempted one can be recomputed */
+    const int spec = p->spec && (p->spec->draft || p->spec->lookup);
+    if (spec && g.n > 1)
+        return llm_error_set(LLM_E_INVALID, "speculative decoding makes one completion, not %d",
+                             g.n);
     g.keep = g.n > 1 ? g.n : 0;
     g.n_prompt = (int32_t)n_prompt;
     llm_status s = gen_init(&g, res);
@@ -333,6 +581,13 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
     double t1 = llm_now_s();
     for (int32_t i = 0; i < g.n; i++)
         res[i].t_prompt_s = t1 - t0;
+    struct spec_state st = { 0 };
+    if (!s && !done && spec) {
+        s = spec_init(&g, &st, prompt);
+        if (!s)
+            s = spec_generate(&g, &st);
+        done = 1;
+    }
     while (!s && !done) {
         int live = 0;
         for (int32_t i = 0; !s && i < g.n; i++) {
@@ -383,6 +638,7 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
         res[i].t_gen_s = t2 - t1;
     if (g.keep)
         llm_context_reset(c, g.keep);
+    spec_free(&st);
     gen_free(&g);
     return s;
 }

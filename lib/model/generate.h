@@ -21,6 +21,7 @@
 #include "../common/status.h"
 #include "../sample/sample.h"
 #include "model.h"
+#include "spec.h"
 
 struct llm_gen_params {
     int32_t n_predict;              /* new tokens per completion at most; < 0: until EOS or the
@@ -34,6 +35,8 @@ struct llm_gen_params {
                                        n_seq + 1 sequences when n_seq > 1 (one keeps the prompt) */
     volatile sig_atomic_t *interrupt; /* stop cleanly when it becomes non-zero (seen between
                                          prompt slices and between steps) */
+    const struct llm_spec_params *spec; /* speculative decoding (a draft context or lookup;
+                                           one completion), or NULL */
 };
 void llm_gen_params_default(struct llm_gen_params *p);
 
@@ -63,6 +66,9 @@ struct llm_gen_result {
     double t_prompt_s, t_gen_s;     /* prompt processing, then generation (all completions) */
     const char *stop_reason;        /* "eos", "stop", "length", "context", "interrupted" */
     int32_t n_preempted;            /* times its blocks were released and recomputed */
+    int32_t n_passes;               /* forward passes of the model that decoded its tokens */
+    int64_t n_drafted, n_accepted;  /* speculative decoding: tokens drafted, and kept */
+    int32_t n_draft_rounds;         /* target passes that checked at least one draft */
 };
 
 /* The earliest occurrence in s (len bytes) of any of the n_stop stop

@@ -205,18 +205,24 @@ static void partial_sort(struct cand *c, int32_t n, int32_t k)
     }
 }
 
-int32_t llm_sampler_sample(struct llm_sampler *s, float *logits)
+/* The arg-max (ties to the lowest id). */
+static int32_t argmax(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+/* After the penalties (temp > 0): the candidates that survive top-k, top-p
+ * and min-p at the front of s->cands, most likely first, each with its
+ * weight exp((logit - max) / temp) in .p; *sum receives their total.
+ * Returns how many. */
+static int32_t weigh(struct llm_sampler *s, const float *logits, double *sum_out)
 {
     const struct llm_sampler_params *p = &s->p;
     int32_t n = s->n_vocab;
-    apply_penalties(s, logits);
-    if (p->temp <= 0.0f) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; i++)
-            if (logits[i] > logits[best])
-                best = i;
-        return best;
-    }
     struct cand *c = s->cands;
     for (int32_t i = 0; i < n; i++)
         c[i] = (struct cand){ i, logits[i], 0 };
@@ -252,6 +258,18 @@ int32_t llm_sampler_sample(struct llm_sampler *s, float *logits)
         c[i].p = expf((c[i].logit - c[0].logit) / p->temp);
         sum += c[i].p;
     }
+    *sum_out = sum;
+    return n;
+}
+
+int32_t llm_sampler_sample(struct llm_sampler *s, float *logits)
+{
+    apply_penalties(s, logits);
+    if (s->p.temp <= 0.0f)
+        return argmax(logits, s->n_vocab);
+    double sum;
+    const int32_t n = weigh(s, logits, &sum);
+    const struct cand *c = s->cands;
     double r = llm_rng_uniform(&s->rng) * sum, acc = 0;
     for (int32_t i = 0; i < n; i++) {
         acc += c[i].p;
@@ -259,6 +277,33 @@ int32_t llm_sampler_sample(struct llm_sampler *s, float *logits)
             return c[i].id;
     }
     return c[n - 1].id;
+}
+
+int32_t llm_sampler_dist(struct llm_sampler *s, float *logits, int32_t *ids, float *probs)
+{
+    apply_penalties(s, logits);
+    if (s->p.temp <= 0.0f) {
+        ids[0] = argmax(logits, s->n_vocab);
+        probs[0] = 1;
+        return 1;
+    }
+    double sum;
+    const int32_t n = weigh(s, logits, &sum);
+    for (int32_t i = 0; i < n; i++) {
+        ids[i] = s->cands[i].id;
+        probs[i] = (float)(s->cands[i].p / sum);
+    }
+    return n;
+}
+
+double llm_sampler_uniform(struct llm_sampler *s)
+{
+    return llm_rng_uniform(&s->rng);
+}
+
+const struct llm_sampler_params *llm_sampler_params_of(const struct llm_sampler *s)
+{
+    return &s->p;
 }
 
 float llm_logprob(const float *logits, int32_t n_vocab, int32_t id)

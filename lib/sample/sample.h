@@ -36,6 +36,15 @@ void llm_sampler_accept(struct llm_sampler *s, int32_t token);
 void llm_sampler_reset(struct llm_sampler *s);
 /* Pick a token. logits (n_vocab) are modified (penalties applied). */
 int32_t llm_sampler_sample(struct llm_sampler *s, float *logits);
+/* The distribution llm_sampler_sample would draw from, without drawing:
+ * ids (n_vocab) and probs (n_vocab) receive the candidates, most likely
+ * first, with probabilities that sum to 1; returns how many. Greedy is
+ * one candidate of probability 1. logits are modified as by sample. */
+int32_t llm_sampler_dist(struct llm_sampler *s, float *logits, int32_t *ids, float *probs);
+/* A uniform draw in [0, 1) from the sampler's generator (speculative
+ * decoding's acceptance test draws from the target's). */
+double llm_sampler_uniform(struct llm_sampler *s);
+const struct llm_sampler_params *llm_sampler_params_of(const struct llm_sampler *s);
 
 /* The k most probable tokens of log_softmax(logits), best first: ids (k)
  * and their log-probabilities lp (k). Returns how many were written
