@@ -91,6 +91,7 @@ static struct llm_cli cli = {
               "  llm-run -m smollm2.llm --chat -p 'What is the capital of France?'\n"
               "  llm-run -m smollm2.llm -p 'Once upon a time' --n-seq 4 --seed 7 -n 64\n"
               "  llm-run -m smollm2.llm --batch requests.jsonl -o answers.jsonl --temp 0\n"
+              "  llm-run -m smollm2-f32.llm --draft smollm2-gptq4.llm -p 'Once upon a time' --temp 0 -v\n"
               "  echo 'Hello world' | llm-run -m smollm2.llm --tokenize --json\n"
               "  llm-run -m smollm2.llm --detokenize -p '19556 905'\n",
 };

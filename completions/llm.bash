@@ -541,9 +541,33 @@ _llm_run()
             _llm_files
             return
             ;;
+        --draft)
+            _llm_files
+            return
+            ;;
+        --ngram-min)
+            :
+            return
+            ;;
+        --ngram-max)
+            :
+            return
+            ;;
+        --draft-n)
+            :
+            return
+            ;;
+        --draft-max)
+            :
+            return
+            ;;
+        --spec-rule)
+            _llm_words 'match rejection'
+            return
+            ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --n-seq --parallel --kv-mem --kv-blocks --block-size --batch -o --output --resume --completion-order --max-seqs --step-tokens --no-prefix-cache --stats-json --kv-trace --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --n-seq --parallel --kv-mem --kv-blocks --block-size --batch -o --output --resume --completion-order --max-seqs --step-tokens --no-prefix-cache --stats-json --kv-trace --draft --lookup --ngram-min --ngram-max --draft-n --draft-max --spec-rule --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

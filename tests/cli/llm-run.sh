@@ -69,6 +69,59 @@ t_run_stories_checkpoint_directly() {
     need "$R_L2C" "$R_TOK" "$R_EXP"
     expect 0 "$RUN" -m "$R_L2C" --tokenizer "$R_TOK" -p '' -n 200 --temp 0 && cmp "$TMP/out" "$R_EXP"
 }
+# ---- speculative decoding (--draft, --lookup) --------------------------------
+# Greedy: llama2.c's expected text, through a draft model and through lookup.
+t_run_spec_greedy_matches_run_c() {
+    need "$R_G260" "$R_EXP"
+    expect 0 "$RUN" -m "$R_G260" -p '' -n 200 --temp 0 -t 1 --draft "$R_G260" -v &&
+        cmp "$TMP/out" "$R_EXP" && has "$TMP/err" "speculation: " &&
+        expect 0 "$RUN" -m "$R_G260" -p '' -n 200 --temp 0 -t 1 --lookup --draft-n 5 &&
+        cmp "$TMP/out" "$R_EXP"
+}
+# Sampled, under the default match rule: plain decoding's text for the seed,
+# with a draft that disagrees (SmolLM2 at 4 bits drafting for its q8_0).
+t_run_spec_sampled_smollm2_is_plain_text() {
+    r_smol || return 1
+    [ -e "$TMP/smol-q8.llm" ] || "$BIN/llm-convert" -q "$R_SMOL" -t q8_0 -o "$TMP/smol-q8.llm" || return 1
+    local p='Write a haiku about the sea.' o n
+    for o in "--temp 0" "--temp 0.9 --seed 4 --repeat-penalty 1.1"; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/smol-q8.llm" --chat -p "$p" -n 48 -t 2 $o && mv "$TMP/out" "$TMP/plain" || return 1
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/smol-q8.llm" --chat -p "$p" -n 48 -t 2 $o -v --draft "$TMP/smol.llm" &&
+            cmp "$TMP/plain" "$TMP/out" || return 1
+        # some drafts kept, some not, and fewer target passes than tokens
+        n=$(sed -nE 's/.*speculation: ([0-9]+) drafted, ([0-9]+) accepted .*, ([0-9]+) target passes for ([0-9]+) tokens.*/\1 \2 \3 \4/p' "$TMP/err")
+        # shellcheck disable=SC2086
+        set -- $n
+        [ $# = 4 ] && [ "$2" -gt 0 ] && [ "$2" -lt "$1" ] && [ "$3" -lt "$4" ] ||
+            { echo "speculation counters: '$n'"; return 1; }
+    done
+}
+# The draft is the target: every draft is kept, a round yields 4 drafts and
+# the bonus (5 tokens a target pass), 64 tokens take 13 passes.
+t_run_spec_json_counters() {
+    need "$R_G260"
+    expect 0 "$RUN" -m "$R_G260" -p 'Once upon a time' -n 64 --temp 0 -t 1 --draft "$R_G260" --draft-n 4 --json &&
+        has "$TMP/out" '"speculation":{"drafted":51,"accepted":51,"acceptance_rate":1.0000,"draft_rounds":13,"mean_accepted_length":3.923,"target_passes":13,'
+}
+t_run_spec_vocabulary_mismatch_exits_1() {
+    need "$R_G260" "$DATA/gguf/llama-2-tiny-random.gguf"
+    expect 1 "$RUN" -m "$R_G260" -p hi -n 4 --draft "$DATA/gguf/llama-2-tiny-random.gguf" &&
+        has "$TMP/err" "the draft's vocabulary has 32000 tokens, the target's" &&
+        has "$TMP/err" "512" && [ "$(wc -l <"$TMP/err")" = 1 ] && [ ! -s "$TMP/out" ]
+}
+t_run_spec_usage_errors_exit_2() {
+    expect 2 "$RUN" -m x --draft y --lookup && has "$TMP/err" "use one" &&
+    expect 2 "$RUN" -m x --ngram-max 3 && has "$TMP/err" "go with --lookup" &&
+    expect 2 "$RUN" -m x --draft-n 3 && has "$TMP/err" "go with --draft or --lookup" &&
+    expect 2 "$RUN" -m x --lookup --draft-n 3 --draft-max 8 &&
+    expect 2 "$RUN" -m x --lookup --ngram-min 4 --ngram-max 2 && has "$TMP/err" "above --ngram-max" &&
+    expect 2 "$RUN" -m x --lookup --spec-rule maybe && has "$TMP/err" "not match or rejection" &&
+    expect 2 "$RUN" -m x --lookup --n-seq 2 && has "$TMP/err" "--lookup does not go with --n-seq" &&
+    expect 2 "$RUN" -m x --draft y --tokenize && expect 2 "$RUN" -m x --lookup --draft-n 0
+}
+
 # ---- several completions (--n-seq) -------------------------------------------
 # The output that --n-seq N gives, built from N single runs with seeds S..S+N-1
 # (their text, and the token count and stop reason -v reports).
