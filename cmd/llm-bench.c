@@ -12,7 +12,8 @@
 enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE, OPT_KERNELS,
        OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL, OPT_SERVE, OPT_SERVE_TEXT, OPT_REQUESTS,
        OPT_PLEN, OPT_GLEN, OPT_SPREFIX, OPT_RATE, OPT_SEED, OPT_MAXSEQS, OPT_STEPTOK,
-       OPT_NOPREFIX };
+       OPT_NOPREFIX, OPT_DRAFT, OPT_LOOKUP, OPT_PROMPTS, OPT_CHAT, OPT_NGRAMMIN, OPT_NGRAMMAX,
+       OPT_DRAFTN, OPT_DRAFTMAX };
 
 #define MAX_BATCH 16
 
@@ -46,6 +47,14 @@ static const struct llm_opt opts[] = {
     { OPT_MAXSEQS, "max-seqs", LLM_ARG_REQUIRED, "N", "with --serve*: sequences running at once (default: 16)", NULL },
     { OPT_STEPTOK, "step-tokens", LLM_ARG_REQUIRED, "N", "with --serve*: tokens per forward pass at most (default: 512)", NULL },
     { OPT_NOPREFIX, "no-prefix-cache", LLM_ARG_NONE, NULL, "with --serve*: do not keep computed prompt blocks for later requests", NULL },
+    { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding: greedy text of --prompts with and without FILE as the draft model", "file" },
+    { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding: the same with prompt lookup as the draft", NULL },
+    { OPT_PROMPTS, "prompts", LLM_ARG_REQUIRED, "FILE", "with --draft or --lookup: the prompts, one per line ('\\n' a newline)", "file" },
+    { OPT_CHAT, "chat", LLM_ARG_NONE, NULL, "with --draft or --lookup: each prompt is a user message in the model's chat template", NULL },
+    { OPT_NGRAMMIN, "ngram-min", LLM_ARG_REQUIRED, "N", "with --lookup: the shortest n-gram matched (default: 1)", NULL },
+    { OPT_NGRAMMAX, "ngram-max", LLM_ARG_REQUIRED, "N", "with --lookup: the longest n-gram matched (default: 3)", NULL },
+    { OPT_DRAFTN, "draft-n", LLM_ARG_REQUIRED, "N", "with --draft or --lookup: tokens drafted per pass (default: adaptive)", NULL },
+    { OPT_DRAFTMAX, "draft-max", LLM_ARG_REQUIRED, "N", "with --draft or --lookup: the most the adaptive length drafts (default: 16)", NULL },
     { OPT_COMPARE, "compare", LLM_ARG_NONE, NULL, "compare two result files (json or jsonl): OLD NEW", NULL },
     { OPT_THRESHOLD, "threshold", LLM_ARG_REQUIRED, "PCT", "with --compare: a slowdown beyond PCT % fails (default: 5)", NULL },
     { OPT_SUITE, "suite", LLM_ARG_REQUIRED, "FILE", "run the tests of a YAML suite file", "file" },
@@ -59,6 +68,7 @@ static struct llm_cli cli = {
                 "--ppl FILE [--ctx N] [--chunks N] [--score-all] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [-m FILE]... [-t LIST] [-o FORMAT]\n"
+                "--draft FILE|--lookup --prompts FILE [--chat] [SPEC OPTIONS] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--compare [--threshold PCT] OLD NEW",
     .summary = "Measure prefill (pp) and decode (tg) speed, latency percentiles and the share of\n"
                "the machine's roofline; serving throughput and latency; perplexity; compare two runs.",
@@ -74,7 +84,8 @@ static struct llm_cli cli = {
               "  llm-bench -m q4.llm --base f16.llm --ppl wiki.test.raw\n"
               "  llm-bench --kernels --types q4_0,q8_0 -t 1,2\n"
               "  llm-bench -m model.llm -t 2 --serve requests.jsonl\n"
-              "  llm-bench -m model.llm -t 2 --serve-text stories.txt --shared-prefix 400 --rate 2\n",
+              "  llm-bench -m model.llm -t 2 --serve-text stories.txt --shared-prefix 400 --rate 2\n"
+              "  llm-bench -m f32.llm --draft gptq4.llm --prompts prompts.txt --chat -n 128 -t 2\n",
 };
 
 struct args {
@@ -90,6 +101,9 @@ struct args {
     double threshold;
     struct llm_serve_params serve;
     int serve_opts; /* an option of the serving workload was given */
+    struct llm_spec_bench_params spec;
+    const char *prompts;
+    int spec_opts;  /* an option of the speculative test was given (1; 2: of lookup) */
 };
 
 /* "N", "A-B" or "A:B" with min <= A <= B <= max. */
@@ -150,6 +164,57 @@ static int do_serve(struct args *a)
     if (s)
         return llm_cli_fail(&cli, s);
     return refused ? 3 : 0; /* measured, but some lines were refused (named on stderr) */
+}
+
+/* --draft / --lookup: every model with every thread count, on the prompts. */
+static int do_spec(struct args *a)
+{
+    struct llm_bench_plan *p = &a->plan;
+    struct llm_bench_header h = { .bw_measured = 1, .peak_measured = 1 };
+    llm_machine_detect(&h.machine);
+    time_t now = time(NULL);
+    strftime(h.test_time, sizeof h.test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (!p->n_threads)
+        p->threads[p->n_threads++] = h.machine.n_cpus;
+    char *text, **prompts = NULL;
+    size_t len;
+    int32_t n_prompts = 0;
+    llm_status s = llm_read_file(a->prompts, (size_t)1 << 28, &text, &len);
+    if (!s) {
+        s = llm_spec_prompts_parse(&prompts, &n_prompts, text, len,
+                                   strcmp(a->prompts, "-") ? a->prompts : "<stdin>");
+        llm_free(text);
+    }
+    if (s)
+        return llm_cli_fail(&cli, s);
+    const size_t total = p->n_models * p->n_threads;
+    struct llm_spec_result *res = llm_calloc(total, sizeof *res);
+    struct llm_model *dm = NULL;
+    if (!res)
+        s = LLM_E_NOMEM;
+    else if (a->spec.draft)
+        s = llm_model_open(&dm, a->spec.draft, NULL);
+    size_t n = 0;
+    for (size_t mi = 0; mi < p->n_models && !s; mi++) {
+        struct llm_model *m;
+        if ((s = llm_model_open(&m, p->models[mi], NULL)))
+            break;
+        for (size_t ti = 0; ti < p->n_threads && !s; ti++) {
+            if (cli.verbose > 0)
+                fprintf(stderr, "%s: %s: speculative decoding (%s), %d threads\n", cli.prog,
+                        p->models[mi], a->spec.draft ? a->spec.draft : "lookup", p->threads[ti]);
+            if (!(s = llm_bench_spec(&res[n], m, p->models[mi], dm, &a->spec, prompts, n_prompts,
+                                     p->threads[ti])))
+                n++;
+        }
+        llm_model_close(m);
+    }
+    if (!s)
+        s = llm_bench_spec_print(stdout, p->format, &h, res, n);
+    llm_model_close(dm);
+    llm_free(res);
+    llm_spec_prompts_free(prompts, n_prompts);
+    return s ? llm_cli_fail(&cli, s) : 0;
 }
 
 static int do_compare(const struct args *a, char **files)
@@ -446,6 +511,7 @@ int main(int argc, char **argv)
 {
     struct args a = { .ctx = 512, .threshold = 5 };
     llm_serve_params_default(&a.serve);
+    llm_spec_bench_params_default(&a.spec);
     const char *arg;
     int r, rc;
     int64_t v;
@@ -542,6 +608,26 @@ int main(int argc, char **argv)
             a.serve.engine.step_tokens = (int32_t)v, a.serve_opts |= 1;
             break;
         case OPT_NOPREFIX: a.serve.engine.prefix_cache = 0, a.serve_opts |= 1; break;
+        case OPT_DRAFT: a.spec.draft = arg; break;
+        case OPT_LOOKUP: a.spec.spec.lookup = 1; break;
+        case OPT_PROMPTS: a.prompts = arg; break;
+        case OPT_CHAT: a.spec.chat = 1, a.spec_opts |= 1; break;
+        case OPT_NGRAMMIN:
+            s = llm_parse_i64(arg, 1, 64, "--ngram-min", &v);
+            a.spec.spec.ngram_min = (int32_t)v, a.spec_opts |= 2;
+            break;
+        case OPT_NGRAMMAX:
+            s = llm_parse_i64(arg, 1, 64, "--ngram-max", &v);
+            a.spec.spec.ngram_max = (int32_t)v, a.spec_opts |= 2;
+            break;
+        case OPT_DRAFTN:
+            s = llm_parse_i64(arg, 1, 64, "--draft-n", &v);
+            a.spec.spec.draft_n = (int32_t)v, a.spec_opts |= 1;
+            break;
+        case OPT_DRAFTMAX:
+            s = llm_parse_i64(arg, 1, 64, "--draft-max", &v);
+            a.spec.spec.draft_max = (int32_t)v, a.spec_opts |= 4;
+            break;
         }
         if (s)
             return llm_cli_usage(&cli, "%s", llm_error_detail(s));
@@ -561,6 +647,39 @@ int main(int argc, char **argv)
     if ((a.serve_opts & 2) && !a.serve.text)
         return llm_cli_usage(&cli, "--requests, --prompt-len, --gen-len and --shared-prefix go "
                              "with --serve-text");
+    const int spec = a.spec.draft || a.spec.spec.lookup;
+    if ((a.spec_opts || a.prompts) && !spec)
+        return llm_cli_usage(&cli, "--prompts, --chat, --ngram-min, --ngram-max, --draft-n and "
+                             "--draft-max go with --draft or --lookup");
+    if (spec) {
+        if (a.spec.draft && a.spec.spec.lookup)
+            return llm_cli_usage(&cli, "--draft and --lookup are two ways to draft; use one");
+        if ((a.spec_opts & 2) && !a.spec.spec.lookup)
+            return llm_cli_usage(&cli, "--ngram-min and --ngram-max go with --lookup");
+        if (a.spec.spec.draft_n && (a.spec_opts & 4))
+            return llm_cli_usage(&cli, "--draft-n fixes the draft length, --draft-max bounds the "
+                                 "adaptive one; use one");
+        if (a.spec.spec.ngram_min > a.spec.spec.ngram_max)
+            return llm_cli_usage(&cli, "--ngram-min %d is above --ngram-max %d",
+                                 a.spec.spec.ngram_min, a.spec.spec.ngram_max);
+        if (!a.prompts)
+            return llm_cli_usage(&cli, "%s needs --prompts FILE", a.spec.draft ? "--draft" : "--lookup");
+        if (serving || a.n_batch || a.have_warmup || a.bw || a.peak || a.ppl || a.suite ||
+            a.kernels || a.compare || a.have_ctx || n_ops)
+            return llm_cli_usage(&cli, "--draft and --lookup go with -m, -n, -t, -r, -o and the "
+                                 "speculation options only");
+        if (a.have_tests) {
+            if (p->n_tests != 1 || p->tests[0].n_prompt || !p->tests[0].n_gen)
+                return llm_cli_usage(&cli, "with --draft or --lookup: one -n N (tokens per prompt) "
+                                     "and no -p or --pg");
+            a.spec.n_gen = p->tests[0].n_gen;
+        }
+        if (a.have_reps)
+            a.spec.reps = p->reps;
+        if (!p->n_models)
+            return llm_cli_usage(&cli, "no model (-m FILE)");
+        return llm_cli_exit(&cli, do_spec(&a));
+    }
     if (serving) {
         if (a.serve.requests && a.serve.text)
             return llm_cli_usage(&cli, "--serve and --serve-text: give one workload");

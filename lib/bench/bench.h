@@ -23,6 +23,7 @@
 
 #include "../common/num.h" /* llm_percentile_sorted */
 #include "../common/status.h"
+#include "../model/spec.h"
 #include "../quant/types.h"
 #include "../serve/engine.h"
 #include "../serve/request.h"
@@ -273,6 +274,43 @@ llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, cons
                            const struct llm_serve_params *p, int n_threads, int32_t n_ctx);
 llm_status llm_bench_sprint(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
                             const struct llm_serve_result *r, size_t n);
+
+/* ---- speculative decoding (--draft, --lookup) ----------------------------------- */
+
+struct llm_spec_bench_params {
+    const char *draft;          /* the draft model's path (for the result), or NULL */
+    struct llm_spec_params spec; /* lookup, n-gram sizes, draft length (draft: set by the run) */
+    int chat;                   /* each prompt is a user message in the chat template */
+    int32_t n_gen;              /* tokens per prompt at most (default 128; EOS ends sooner) */
+    int reps;                   /* passes over the prompt set (default 3) */
+};
+void llm_spec_bench_params_default(struct llm_spec_bench_params *p);
+
+/* The prompts of a file: one per non-empty line, "\n" a newline and "\\" a
+ * backslash within it. Errors are LLM_E_FORMAT naming "NAME:LINE". */
+llm_status llm_spec_prompts_parse(char ***out, int32_t *n, const char *text, size_t len,
+                                  const char *name);
+void llm_spec_prompts_free(char **v, int32_t n);
+
+struct llm_spec_result {
+    char model[512];
+    char draft[512];            /* the draft's path, or "lookup" */
+    int n_threads, reps;
+    int32_t n_prompts, n_gen;
+    int64_t tokens;             /* generated per pass over the prompts (the same both ways) */
+    struct llm_stats plain_ts, spec_ts; /* generated tokens/s of each pass */
+    double speedup;             /* median spec / median plain */
+    int64_t drafted, accepted, rounds, passes; /* of the last pass, speculating */
+};
+
+/* Greedy generation of every prompt, plain then speculating (a draft
+ * model dm, or p->spec.lookup), p->reps times; LLM_E_INVALID if the two
+ * texts ever differ. n_threads for both models. */
+llm_status llm_bench_spec(struct llm_spec_result *r, struct llm_model *m, const char *model,
+                          struct llm_model *dm, const struct llm_spec_bench_params *p,
+                          char *const *prompts, int32_t n_prompts, int n_threads);
+llm_status llm_bench_spec_print(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                                const struct llm_spec_result *r, size_t n);
 
 /* Perplexity of the text file `path` with windows of n_ctx tokens
  * (llm_perplexity's default protocol, or every prediction with score_all);

@@ -530,3 +530,62 @@ llm_status llm_bench_sprint(FILE *f, enum llm_bench_format fmt, const struct llm
     static const struct llm_serve_result empty;
     return print_as(f, fmt, h, fields_of_serve, print_smd, r, sizeof *r, n, &empty);
 }
+
+/* ---- speculative decoding (--draft, --lookup) --------------------------------- */
+
+static size_t fields_of_spec(struct field *f, const struct llm_bench_header *h, const void *item)
+{
+    const struct llm_spec_result *r = item;
+    size_t n = machine_fields(f, h);
+    f[n++] = STR("test_time", h->test_time);
+    f[n++] = STR("model_filename", r->model);
+    f[n++] = STR("draft", r->draft);
+    f[n++] = STR("test", "spec");
+    f[n++] = U64("n_threads", (uint64_t)r->n_threads);
+    f[n++] = U64("repetitions", (uint64_t)r->reps);
+    f[n++] = U64("prompts", (uint64_t)r->n_prompts);
+    f[n++] = U64("n_gen", (uint64_t)r->n_gen);
+    f[n++] = U64("tokens", (uint64_t)r->tokens);
+    f[n++] = NUM("plain_ts", r->plain_ts.median);
+    f[n++] = NUM("avg_ts", r->spec_ts.median); /* speculating: the figure --compare reads */
+    f[n++] = NUM("spec_ts_sd", r->spec_ts.sd);
+    f[n++] = NUM("speedup", r->speedup);
+    f[n++] = U64("drafted", (uint64_t)r->drafted);
+    f[n++] = U64("accepted", (uint64_t)r->accepted);
+    f[n++] = NUM("acceptance_rate", r->drafted ? (double)r->accepted / (double)r->drafted : NAN);
+    f[n++] = NUM("mean_accepted_length", r->rounds ? (double)r->accepted / (double)r->rounds : NAN);
+    f[n++] = NUM("passes_per_token", r->tokens ? (double)r->passes / (double)r->tokens : NAN);
+    return n;
+}
+
+static void print_spec_md(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
+{
+    const struct llm_spec_result *r = items;
+    fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n\n", h->machine.cpu,
+            h->machine.features, h->machine.n_cpus, h->machine.version, h->machine.commit,
+            h->test_time);
+    fputs("| model | draft | threads | prompts | tokens | plain t/s | spec t/s | speedup "
+          "| acceptance | accepted/round | passes/token |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", o);
+    for (size_t i = 0; i < n; i++) {
+        const struct llm_spec_result *x = &r[i];
+        const char *mb = strrchr(x->model, '/'), *db = strrchr(x->draft, '/');
+        fputs("| ", o);
+        md_cell(o, mb ? mb + 1 : x->model);
+        fputs(" | ", o);
+        md_cell(o, db ? db + 1 : x->draft);
+        fprintf(o, " | %d | %d | %lld | %.2f | %.2f ± %.2f | %.2fx | %.1f%% | %.2f | %.3f |\n",
+                x->n_threads, x->n_prompts, (long long)x->tokens, x->plain_ts.median,
+                x->spec_ts.median, x->spec_ts.sd, x->speedup,
+                x->drafted ? 100.0 * (double)x->accepted / (double)x->drafted : 0.0,
+                x->rounds ? (double)x->accepted / (double)x->rounds : 0.0,
+                x->tokens ? (double)x->passes / (double)x->tokens : 0.0);
+    }
+}
+
+llm_status llm_bench_spec_print(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
+                                const struct llm_spec_result *r, size_t n)
+{
+    static const struct llm_spec_result empty;
+    return print_as(f, fmt, h, fields_of_spec, print_spec_md, r, sizeof *r, n, &empty);
+}
