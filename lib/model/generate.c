@@ -254,6 +254,9 @@ struct spec_state {
     int32_t *bt;             /* (kmax + 1) a target pass's tokens */
     float *rows;             /* (kmax + 1, n_vocab) and their logits */
     struct llm_spec_scratch sc;
+    struct llm_spec_tuner tun;
+    int32_t calls;           /* draft model steps of the round (calls of 1 or 2 tokens) */
+    double calls_s;          /* and their seconds */
 };
 
 static void spec_free(struct spec_state *st)
@@ -276,7 +279,8 @@ static llm_status spec_init(struct gen *g, struct spec_state *st, const int32_t 
     const size_t V = (size_t)g->n_vocab;
     st->sp = sp;
     st->kmax = sp->draft_n > 0 ? sp->draft_n : sp->draft_max > 0 ? sp->draft_max : 16;
-    st->k = sp->draft_n > 0 ? sp->draft_n : st->kmax < 4 ? st->kmax : 4;
+    llm_spec_tuner_init(&st->tun);
+    st->k = sp->draft_n > 0 ? sp->draft_n : llm_spec_tuner_k(&st->tun, st->kmax);
     st->sampled = sp->draft && sp->rule == LLM_SPEC_REJECTION && g->p->sp.temp > 0;
     const size_t K = (size_t)st->kmax;
     st->toks = llm_malloc(((size_t)g->n_ctx + 1) * sizeof(int32_t));
@@ -320,6 +324,8 @@ static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want,
     const struct llm_spec_params *sp = st->sp;
     const size_t V = (size_t)g->n_vocab;
     *nd = 0;
+    st->calls = 0;
+    st->calls_s = 0;
     if (want <= 0)
         return LLM_OK;
     if (!sp->draft) {
@@ -331,7 +337,11 @@ static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want,
         int32_t m = st->n_toks - off;
         if (m > (int32_t)GEN_PREFILL_SLICE)
             m = (int32_t)GEN_PREFILL_SLICE;
+        const double t0 = llm_now_s();
         LLM_TRY(llm_decode(sp->draft, 0, st->toks + off, m, off, st->dlog, 0));
+        /* a step, for the tuner: not the catch-up after plain steps */
+        if (m <= 2)
+            st->calls++, st->calls_s += llm_now_s() - t0;
     }
     st->dlen = st->n_toks;
     for (int32_t j = 0; j < want; j++) {
@@ -355,8 +365,10 @@ static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want,
         }
         st->d[j] = x;
         if (j + 1 < want) {
+            const double t0 = llm_now_s();
             LLM_TRY(llm_decode(sp->draft, 0, &x, 1, st->dlen, st->dlog, 0));
             st->dlen++;
+            st->calls++, st->calls_s += llm_now_s() - t0;
         }
     }
     *nd = want;
@@ -383,7 +395,7 @@ static int32_t spec_pick(struct gen *g, struct spec_state *st, float *logits, in
 /* The end of a round that began with n_before tokens: counters, the
  * emitted tokens appended, the draft's context cut to what still holds. */
 static void spec_round_end(struct gen *g, struct spec_state *st, int32_t n_before, int32_t nd,
-                           int32_t kept)
+                           int32_t kept, int32_t rows, double pass_s)
 {
     struct gseq *q = &g->s[0];
     q->res->n_drafted += nd;
@@ -402,8 +414,9 @@ static void spec_round_end(struct gen *g, struct spec_state *st, int32_t n_befor
             llm_context_truncate(st->sp->draft, 0, valid);
         }
     }
+    llm_spec_tuner_round(&st->tun, nd, kept, st->calls, st->calls_s, rows, pass_s);
     if (st->sp->draft_n <= 0)
-        st->k = llm_spec_next_k(st->k, nd, kept, st->kmax);
+        st->k = llm_spec_tuner_k(&st->tun, st->kmax);
 }
 
 /* Generation of the one completion by speculation: each round drafts,
@@ -441,7 +454,7 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
             LLM_TRY(emit(g, 0, x));
             kept += acc;
             if (q->state != S_RUN || !acc) {
-                spec_round_end(g, st, n, nd, kept);
+                spec_round_end(g, st, n, nd, kept, 0, 0);
                 continue;
             }
             j = 1;
@@ -452,7 +465,9 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
         for (int32_t t = j; t < nd; t++)
             st->bt[nb++] = st->d[t];
         const int32_t pos0 = g->n_prompt + q->res->n_gen - 1;
+        const double t0 = llm_now_s();
         LLM_TRY(llm_decode(g->c, 0, st->bt, nb, pos0, st->rows, 1));
+        const double pass_s = llm_now_s() - t0;
         q->res->n_passes++;
         int32_t kept_pass = 0;
         for (int32_t r = 0; r < nb && q->state == S_RUN; r++) {
@@ -466,7 +481,7 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
         /* rollback: the target keeps the pending token and the drafts kept */
         if (q->state == S_RUN)
             llm_context_truncate(g->c, 0, pos0 + 1 + kept_pass);
-        spec_round_end(g, st, n, nd, kept);
+        spec_round_end(g, st, n, nd, kept, nb, pass_s);
     }
     return LLM_OK;
 }

@@ -150,10 +150,87 @@ int32_t llm_spec_verify(struct llm_sampler *target, float *logits, int32_t draft
     return last;
 }
 
-int32_t llm_spec_next_k(int32_t k, int32_t drafted, int32_t kept, int32_t kmax)
+/* Old rounds' weight in the tuner's estimates, per round. */
+#define TUNER_DECAY 0.9
+/* Plain steps before a draft looks again whether drafting pays: at first,
+ * and at most (doubling while it does not). */
+#define TUNER_PROBE_MIN 16
+#define TUNER_PROBE_MAX 256
+
+void llm_spec_tuner_init(struct llm_spec_tuner *t)
 {
-    if (drafted <= 0)
-        return k;
-    k = kept == drafted ? k + 2 : k - 1;
-    return k < 1 ? 1 : k > kmax ? kmax : k;
+    memset(t, 0, sizeof *t);
+    /* a prior worth a few rounds: alpha 0.75 */
+    t->kept = 3;
+    t->rejected = 1;
+    t->probe = TUNER_PROBE_MIN;
+}
+
+/* The best k (0: a plain step) by the estimates. */
+static int32_t tuner_best(const struct llm_spec_tuner *t, int32_t kmax)
+{
+    if (t->w <= 0) /* nothing timed yet */
+        return kmax < 4 ? kmax : 4;
+    const double alpha = t->kept / (t->kept + t->rejected);
+    const double step = t->steps > 0 ? t->step_s / t->steps : 0;
+    /* the pass: a + b n, by least squares where the counts vary enough */
+    const double mean_n = t->sn / t->w, mean_t = t->st / t->w;
+    const double var = t->snn / t->w - mean_n * mean_n;
+    double b = var > 0.25 ? (t->snt / t->w - mean_n * mean_t) / var : -1;
+    double a = mean_t - b * mean_n;
+    if (b < 0 || a <= 0) {
+        a = mean_t / (1 + mean_n / 16);
+        b = a / 16;
+    }
+    /* drafting must promise 10% more than a plain step: a round has costs
+     * the model leaves out (the draft's catch-up, the bookkeeping) */
+    int32_t best = 0;
+    double best_rate = 1.1 / (a + b), ak = alpha;
+    for (int32_t k = 1; k <= kmax; k++) {
+        ak *= alpha; /* alpha^(k+1) */
+        const double tokens = alpha < 1 ? (1 - ak) / (1 - alpha) : k + 1;
+        const double rate = tokens / (a + b * (k + 1) + k * step);
+        if (rate > best_rate * (1 + 1e-9))
+            best_rate = rate, best = k;
+    }
+    return best;
+}
+
+void llm_spec_tuner_round(struct llm_spec_tuner *t, int32_t nd, int32_t kept, int32_t calls,
+                          double draft_s, int32_t rows, double pass_s)
+{
+    if (nd > 0) {
+        t->kept = TUNER_DECAY * t->kept + kept;
+        t->rejected = TUNER_DECAY * t->rejected + (kept < nd);
+    }
+    if (calls > 0) {
+        t->step_s = TUNER_DECAY * t->step_s + draft_s;
+        t->steps = TUNER_DECAY * t->steps + calls;
+    }
+    if (rows > 0) {
+        t->w = TUNER_DECAY * t->w + 1;
+        t->sn = TUNER_DECAY * t->sn + rows;
+        t->snn = TUNER_DECAY * t->snn + (double)rows * rows;
+        t->st = TUNER_DECAY * t->st + pass_s;
+        t->snt = TUNER_DECAY * t->snt + rows * pass_s;
+    }
+    if (nd == 0) {
+        t->plain++;
+        return;
+    }
+    /* a draft that still does not pay waits twice as long for the next
+     * look (the draft catches up on every token it missed: not free) */
+    if (tuner_best(t, 64) == 0)
+        t->probe = t->plain >= t->probe && 2 * t->probe <= TUNER_PROBE_MAX ? 2 * t->probe : t->probe;
+    else
+        t->probe = TUNER_PROBE_MIN;
+    t->plain = 0;
+}
+
+int32_t llm_spec_tuner_k(const struct llm_spec_tuner *t, int32_t kmax)
+{
+    if (kmax < 1)
+        return 1;
+    const int32_t k = tuner_best(t, kmax);
+    return k || t->plain < t->probe ? k : 1;
 }

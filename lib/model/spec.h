@@ -72,9 +72,34 @@ int32_t llm_spec_verify(struct llm_sampler *target, float *logits, int32_t draft
                         const int32_t *q_ids, const float *q_probs, int32_t q_n,
                         enum llm_spec_rule rule, struct llm_spec_scratch *sc, int *accepted);
 
-/* The next number of drafted tokens under the adaptive schedule (the one
- * Hugging Face's assisted generation calls "heuristic"): two more when all
- * k were kept, one fewer otherwise, within 1 .. kmax. */
-int32_t llm_spec_next_k(int32_t k, int32_t drafted, int32_t kept, int32_t kmax);
+/* The adaptive draft length. It keeps estimates, forgetting old rounds
+ * (weight 0.9 a round), of
+ * - alpha, the chance that a draft is kept given the one before it was
+ *   (kept drafts over kept drafts plus rejections: the geometric model's
+ *   estimate);
+ * - the draft's time per step (one draft model call), and
+ * - the target pass's time as a + b x tokens (least squares over the
+ *   passes' token counts; b = a / 16 until two counts have been seen),
+ * and drafts the k in 1 .. kmax with the most expected tokens,
+ * (1 - alpha^(k+1)) / (1 - alpha), per expected second,
+ * a + b (k + 1) + k x draft step; or nothing (k = 0, a plain step) when
+ * no k beats a plain step's 1 / (a + b) by 10%, with one draft after 16 plain
+ * steps to see whether that has changed (after 32, 64 .. 256 while it
+ * has not). */
+struct llm_spec_tuner {
+    double kept, rejected;          /* decayed counts */
+    double step_s, steps;           /* decayed draft seconds and calls */
+    double w, sn, snn, st, snt;     /* decayed sums of the target passes: 1, n, n^2, t, n t */
+    int32_t plain;                  /* plain steps since the last draft */
+    int32_t probe;                  /* plain steps before the next look (16 .. 256) */
+};
+void llm_spec_tuner_init(struct llm_spec_tuner *t);
+/* A round: nd drafted, kept of them; the draft's steps (calls of one or
+ * two tokens) and their seconds; the target pass's tokens and seconds
+ * (rows 0: no pass). */
+void llm_spec_tuner_round(struct llm_spec_tuner *t, int32_t nd, int32_t kept, int32_t calls,
+                          double draft_s, int32_t rows, double pass_s);
+/* The k to draft next, 0 .. kmax. */
+int32_t llm_spec_tuner_k(const struct llm_spec_tuner *t, int32_t kmax);
 
 #endif

@@ -1470,10 +1470,12 @@ SIMD_INLINE void SIMD(x16_group8)(const uint8_t *gp, const struct llm_qx16 *xq, 
  * tokens. */
 #ifdef SIMD_AVX512
 #define XF_NT 12
+#define XF_NT2 8 /* tokens of the two-stream tile: 16 accumulators */
 #define XF_H 1
 typedef __m512 SIMD(xfv);
 #else
 #define XF_NT 4
+#define XF_NT2 2 /* tokens of the two-stream tile: 8 accumulators */
 #define XF_H 2
 typedef __m256 SIMD(xfv);
 #endif
@@ -1550,16 +1552,31 @@ static void SIMD(xf_products)(enum llm_type t, const uint8_t *P, const float *X,
     const uint64_t gb = 16 * (uint64_t)ne0 * (t == LLM_TYPE_F32 ? 4 : 2);
     const int ft = (int)t;
     int64_t g = r0 / 16;
-    if (nb == 1) {
-        /* decode: two groups at a time, two chains to hide the FMA's
-         * latency, from separate halves of the range so that the hardware
+    if (nb <= XF_NT2) {
+        /* decode, and the few tokens of a speculative check: two groups at
+         * a time from separate halves of the range, so that the hardware
          * prefetchers see two sequential streams (adjacent groups measured
-         * 1.5x slower from DRAM) */
+         * 1.5x slower from DRAM; for one token the two also make two
+         * chains to hide the FMA's latency). Each product is the same FMA
+         * chain over k whatever the grouping: the same bits. */
         const int64_t h = (r1 / 16 - g) / 2;
         for (int64_t i = 0; i < h; i++) {
             const uint8_t *gp[2] = { P + (uint64_t)(g + i) * gb, P + (uint64_t)(g + h + i) * gb };
             float *yp[2] = { Y + 16 * (g + i), Y + 16 * (g + h + i) };
-            SIMD(xf_tile)(gp, 2, ft, X, ne0, ne0, 1, yp, ldy);
+            /* constant counts, so that the loops unroll */
+            switch (nb) {
+#define XF_CASE2(n)                                              \
+    case n:                                                      \
+        SIMD(xf_tile)(gp, 2, ft, X, ne0, ne0, n, yp, ldy);       \
+        break;
+                XF_CASE2(1) XF_CASE2(2)
+#if XF_NT2 > 2
+                XF_CASE2(3) XF_CASE2(4) XF_CASE2(5) XF_CASE2(6) XF_CASE2(7) XF_CASE2(8)
+#endif
+#undef XF_CASE2
+            default:
+                break;
+            }
         }
         g += 2 * h;
     }

@@ -88,7 +88,7 @@ t_run_spec_sampled_smollm2_is_plain_text() {
         # shellcheck disable=SC2086
         expect 0 "$RUN" -m "$TMP/smol-q8.llm" --chat -p "$p" -n 48 -t 2 $o && mv "$TMP/out" "$TMP/plain" || return 1
         # shellcheck disable=SC2086
-        expect 0 "$RUN" -m "$TMP/smol-q8.llm" --chat -p "$p" -n 48 -t 2 $o -v --draft "$TMP/smol.llm" &&
+        expect 0 "$RUN" -m "$TMP/smol-q8.llm" --chat -p "$p" -n 48 -t 2 $o -v --draft "$TMP/smol.llm" --draft-n 3 &&
             cmp "$TMP/plain" "$TMP/out" || return 1
         # some drafts kept, some not, and fewer target passes than tokens
         n=$(sed -nE 's/.*speculation: ([0-9]+) drafted, ([0-9]+) accepted .*, ([0-9]+) target passes for ([0-9]+) tokens.*/\1 \2 \3 \4/p' "$TMP/err")

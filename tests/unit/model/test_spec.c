@@ -86,13 +86,41 @@ Test(spec, lookup_takes_the_latest_longest_match)
     cr_assert_eq(out[1], 3);
 }
 
-Test(spec, adaptive_length_grows_on_full_acceptance_and_shrinks_on_rejection)
+/* The tuner drafts long when drafts are cheap and kept, short when they
+ * are dear or rejected, and follows a change. */
+Test(spec, adaptive_length_follows_acceptance_and_costs)
 {
-    cr_assert_eq(llm_spec_next_k(4, 4, 4, 16), 6);
-    cr_assert_eq(llm_spec_next_k(15, 15, 15, 16), 16);
-    cr_assert_eq(llm_spec_next_k(4, 4, 1, 16), 3);
-    cr_assert_eq(llm_spec_next_k(1, 1, 0, 16), 1);
-    cr_assert_eq(llm_spec_next_k(5, 0, 0, 16), 5); /* nothing drafted: unchanged */
+    struct llm_spec_tuner t;
+    llm_spec_tuner_init(&t);
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 4); /* nothing timed: 4 */
+    cr_assert_eq(llm_spec_tuner_k(&t, 2), 2);
+    /* lookup-like: free drafts, 95% kept, passes of 20 ms + 1 ms a token */
+    for (int i = 0; i < 60; i++) {
+        int nd = 8, kept = i % 3 ? 8 : 5;
+        llm_spec_tuner_round(&t, nd, kept, 0, 0, nd + 1, 0.020 + 0.001 * (nd + 1) + 1e-4 * (i % 2));
+    }
+    int32_t k_cheap = llm_spec_tuner_k(&t, 16);
+    cr_assert_geq(k_cheap, 8, "k %d", k_cheap);
+    /* a draft half as slow as the target, half its drafts rejected at once */
+    for (int i = 0; i < 60; i++) {
+        int nd = 2 + i % 2, kept = i % 2;
+        llm_spec_tuner_round(&t, nd, kept, nd, 0.010 * nd, nd + 1, 0.020 + 0.001 * (nd + 1));
+    }
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 0); /* plain steps pay more */
+    for (int i = 0; i < 15; i++) {
+        llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
+        cr_assert_eq(llm_spec_tuner_k(&t, 16), 0);
+    }
+    llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 1); /* the 16th plain step: one draft to look again */
+    /* in between: alpha 0.75, a draft step a quarter of a pass */
+    llm_spec_tuner_init(&t);
+    for (int i = 0; i < 200; i++) {
+        int nd = 1 + i % 4, kept = (i % 4 == 3) ? nd : nd * 3 / 4;
+        llm_spec_tuner_round(&t, nd, kept, nd, 0.005 * nd, nd + 1, 0.018 + 0.0015 * (nd + 1));
+    }
+    int32_t k = llm_spec_tuner_k(&t, 16);
+    cr_assert(k >= 2 && k <= 4, "k %d", k);
 }
 
 /* The rejection rule on an 8-token vocabulary: whatever q the draft came
