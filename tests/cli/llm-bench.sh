@@ -379,3 +379,38 @@ t_bench_serve_text_too_short() {
     expect 1 "$BENCH" -m "$B260" --serve "$TMP/nonexistent.jsonl" -t 1 &&
     has "$TMP/err" "$TMP/nonexistent.jsonl"
 }
+
+# ---- speculative decoding (--draft, --lookup) --------------------------------
+# stories260K as its own draft keeps every draft: 100% in every format.
+t_bench_spec_draft_and_lookup() {
+    need "$B260"
+    printf 'Once upon a time\nLily and Tom went to the park.\\nThey\n' >"$TMP/p.txt"
+    expect 0 "$BENCH" -m "$B260" --draft "$B260" --draft-n 4 --prompts "$TMP/p.txt" -n 40 -t 1 -r 2 &&
+        has "$TMP/out" "| stories260K.gguf | stories260K.gguf | 1 | 2 | 80 |" &&
+        has "$TMP/out" "| 100.0% | 4.00 | 0.200 |" || return 1
+    expect 0 "$BENCH" -m "$B260" --lookup --prompts "$TMP/p.txt" -n 40 -t 1 -r 1 -o jsonl &&
+        has "$TMP/out" '"draft": "lookup", "test": "spec", "n_threads": 1, "repetitions": 1, "prompts": 2, "n_gen": 40, "tokens": 80,' &&
+        has "$TMP/out" '"speedup":' && [ "$(wc -l <"$TMP/out")" = 1 ]
+}
+t_bench_spec_bad_prompts_exit_1() {
+    need "$B260"
+    printf 'fine\nnot \\q fine\n' >"$TMP/p.txt"
+    expect 1 "$BENCH" -m "$B260" --lookup --prompts "$TMP/p.txt" -n 8 -t 1 &&
+        has "$TMP/err" "$TMP/p.txt:2: '\\q' is not an escape" && [ "$(wc -l <"$TMP/err")" = 1 ] || return 1
+    expect 1 "$BENCH" -m "$B260" --draft "$DATA/gguf/llama-2-tiny-random.gguf" --prompts "$TMP/p.txt" -n 8 -t 1 &&
+        has "$TMP/err" "p.txt:2" || return 1
+    printf 'fine\n' >"$TMP/p.txt"
+    need "$DATA/gguf/llama-2-tiny-random.gguf"
+    expect 1 "$BENCH" -m "$B260" --draft "$DATA/gguf/llama-2-tiny-random.gguf" --prompts "$TMP/p.txt" -n 8 -t 1 &&
+        has "$TMP/err" "the draft's vocabulary has 32000 tokens"
+}
+t_bench_spec_usage_errors_exit_2() {
+    expect 2 "$BENCH" -m x --lookup && has "$TMP/err" "--lookup needs --prompts FILE" &&
+    expect 2 "$BENCH" -m x --prompts p && has "$TMP/err" "go with --draft or --lookup" &&
+    expect 2 "$BENCH" -m x --draft d --lookup --prompts p && has "$TMP/err" "use one" &&
+    expect 2 "$BENCH" -m x --draft d --prompts p --ngram-max 3 && has "$TMP/err" "go with --lookup" &&
+    expect 2 "$BENCH" -m x --lookup --prompts p -p 64 && has "$TMP/err" "one -n N" &&
+    expect 2 "$BENCH" -m x --lookup --prompts p -n 8,16 && has "$TMP/err" "one -n N" &&
+    expect 2 "$BENCH" -m x --lookup --prompts p --serve r && has "$TMP/err" "speculation options only" &&
+    expect 2 "$BENCH" -m x --lookup --prompts p --draft-n 2 --draft-max 4 && has "$TMP/err" "use one"
+}

@@ -1,5 +1,6 @@
 /* fuzz_bench.c: the parsers of llm-bench (YAML suites, result files read
- * back by --compare). The first byte picks the parser. */
+ * back by --compare, the prompt files of --draft and --lookup). The first
+ * byte picks the parser. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         llm_bench_plan_init(&p);
         llm_bench_suite_parse(&p, text, len, "fuzz.yaml");
         llm_bench_plan_release(&p);
+        return 0;
+    }
+    if (data[0] & 2) {
+        char **v;
+        int32_t n;
+        if (llm_spec_prompts_parse(&v, &n, text, len, "fuzz.txt") != LLM_OK)
+            return 0;
+        for (int32_t i = 0; i < n; i++)
+            if (!v[i][0]) /* empty lines are skipped, never prompts */
+                __builtin_trap();
+        llm_spec_prompts_free(v, n);
         return 0;
     }
     struct llm_bench_row *rows;
