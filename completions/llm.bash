@@ -161,6 +161,30 @@ _llm_bench()
             :
             return
             ;;
+        --draft)
+            _llm_files
+            return
+            ;;
+        --prompts)
+            _llm_files
+            return
+            ;;
+        --ngram-min)
+            :
+            return
+            ;;
+        --ngram-max)
+            :
+            return
+            ;;
+        --draft-n)
+            :
+            return
+            ;;
+        --draft-max)
+            :
+            return
+            ;;
         --threshold)
             :
             return
@@ -171,7 +195,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --draft --lookup --prompts --chat --ngram-min --ngram-max --draft-n --draft-max --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

@@ -98,6 +98,23 @@ t_run_spec_sampled_smollm2_is_plain_text() {
             { echo "speculation counters: '$n'"; return 1; }
     done
 }
+# Every sampler option, a stop string and the per-token log-probabilities:
+# the same JSON with a draft (timings aside) as without.
+t_run_spec_every_sampler_option_same_json() {
+    need "$R_G260"
+    local o="-p Once --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1
+             --presence-penalty 0.2 --frequency-penalty 0.1 --repeat-last-n 16 -s 3
+             --top-logprobs 3 --stop dog -n 60 -t 1 --json"
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$R_G260" $o && sed 's/"timings.*"tokens"/"tokens"/' "$TMP/out" >"$TMP/plain" &&
+        has "$TMP/plain" '"top_logprobs":[{' || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$R_G260" $o --draft "$R_G260" --draft-n 3 &&
+        sed 's/"timings.*"tokens"/"tokens"/' "$TMP/out" | cmp - "$TMP/plain" || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$R_G260" $o --lookup &&
+        sed 's/"timings.*"tokens"/"tokens"/' "$TMP/out" | cmp - "$TMP/plain"
+}
 # The draft is the target: every draft is kept, a round yields 4 drafts and
 # the bonus (5 tokens a target pass), 64 tokens take 13 passes.
 t_run_spec_json_counters() {

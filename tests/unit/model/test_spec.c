@@ -113,6 +113,13 @@ Test(spec, adaptive_length_follows_acceptance_and_costs)
     }
     llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
     cr_assert_eq(llm_spec_tuner_k(&t, 16), 1); /* the 16th plain step: one draft to look again */
+    /* the look finds it still does not pay: the next one after 32 */
+    llm_spec_tuner_round(&t, 1, 0, 1, 0.012, 2, 0.022);
+    for (int i = 0; i < 31; i++) {
+        cr_assert_eq(llm_spec_tuner_k(&t, 16), 0, "plain step %d", i);
+        llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
+    }
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 1);
     /* in between: alpha 0.75, a draft step a quarter of a pass */
     llm_spec_tuner_init(&t);
     for (int i = 0; i < 200; i++) {
