@@ -115,7 +115,7 @@ Test(spec, adaptive_length_follows_acceptance_and_costs)
     cr_assert_eq(llm_spec_tuner_k(&t, 16), 1); /* the 16th plain step: one draft to look again */
     /* the look finds it still does not pay: the next one after 32 */
     llm_spec_tuner_round(&t, 1, 0, 1, 0.012, 2, 0.022);
-    for (int i = 0; i < 31; i++) {
+    for (int i = 0; i < 32; i++) {
         cr_assert_eq(llm_spec_tuner_k(&t, 16), 0, "plain step %d", i);
         llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
     }
