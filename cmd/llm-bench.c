@@ -126,16 +126,25 @@ static llm_status parse_range(const char *arg, const char *what, int32_t min, in
     return LLM_OK;
 }
 
+/* The header of a run without roofline probes (serving, speculation), and
+ * the default thread count: the CPUs. */
+static void sweep_header(struct llm_bench_plan *p, struct llm_bench_header *h)
+{
+    memset(h, 0, sizeof *h);
+    h->bw_measured = h->peak_measured = 1;
+    llm_machine_detect(&h->machine);
+    time_t now = time(NULL);
+    strftime(h->test_time, sizeof h->test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (!p->n_threads)
+        p->threads[p->n_threads++] = h->machine.n_cpus;
+}
+
 /* --serve / --serve-text: every model with every thread count. */
 static int do_serve(struct args *a)
 {
     struct llm_bench_plan *p = &a->plan;
-    struct llm_bench_header h = { .bw_measured = 1, .peak_measured = 1 };
-    llm_machine_detect(&h.machine);
-    time_t now = time(NULL);
-    strftime(h.test_time, sizeof h.test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    if (!p->n_threads)
-        p->threads[p->n_threads++] = h.machine.n_cpus;
+    struct llm_bench_header h;
+    sweep_header(p, &h);
     const size_t total = p->n_models * p->n_threads;
     struct llm_serve_result *res = llm_calloc(total, sizeof *res);
     if (!res)
@@ -170,12 +179,8 @@ static int do_serve(struct args *a)
 static int do_spec(struct args *a)
 {
     struct llm_bench_plan *p = &a->plan;
-    struct llm_bench_header h = { .bw_measured = 1, .peak_measured = 1 };
-    llm_machine_detect(&h.machine);
-    time_t now = time(NULL);
-    strftime(h.test_time, sizeof h.test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    if (!p->n_threads)
-        p->threads[p->n_threads++] = h.machine.n_cpus;
+    struct llm_bench_header h;
+    sweep_header(p, &h);
     char *text, **prompts = NULL;
     size_t len;
     int32_t n_prompts = 0;

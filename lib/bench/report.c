@@ -279,11 +279,17 @@ static void print_md_batch(FILE *o, const struct llm_bench_result *r, size_t n)
     }
 }
 
+/* The md tables' first line: the machine and the build. */
+static void md_machine(FILE *o, const struct llm_bench_header *h)
+{
+    fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n", h->machine.cpu, h->machine.features,
+            h->machine.n_cpus, h->machine.version, h->machine.commit, h->test_time);
+}
+
 static void print_md(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
 {
     const struct llm_bench_result *r = items;
-    fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n", h->machine.cpu, h->machine.features,
-            h->machine.n_cpus, h->machine.version, h->machine.commit, h->test_time);
+    md_machine(o, h);
     /* one roofline line per thread count, in order of first appearance */
     for (size_t i = 0; i < n; i++) {
         size_t j = 0;
@@ -494,9 +500,8 @@ static size_t fields_of_serve(struct field *f, const struct llm_bench_header *h,
 static void print_smd(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
 {
     const struct llm_serve_result *r = items;
-    fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n\n", h->machine.cpu,
-            h->machine.features, h->machine.n_cpus, h->machine.version, h->machine.commit,
-            h->test_time);
+    md_machine(o, h);
+    fputc('\n', o);
     fputs("| model | threads | workload | seqs | req/s | out t/s | TTFT ms p50/p90/p99 "
           "| TPOT ms p50/p90/p99 | ITL ms p50/p90/p99 | prefix hit | preempt | errors |\n"
           "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
@@ -561,9 +566,8 @@ static size_t fields_of_spec(struct field *f, const struct llm_bench_header *h, 
 static void print_spec_md(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
 {
     const struct llm_spec_result *r = items;
-    fprintf(o, "cpu: %s (%s), %d cpus; llm-tools %s (%s); %s\n\n", h->machine.cpu,
-            h->machine.features, h->machine.n_cpus, h->machine.version, h->machine.commit,
-            h->test_time);
+    md_machine(o, h);
+    fputc('\n', o);
     fputs("| model | draft | threads | prompts | tokens | plain t/s | spec t/s | speedup "
           "| acceptance | accepted/round | passes/token |\n"
           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", o);

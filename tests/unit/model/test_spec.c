@@ -63,6 +63,18 @@ static double chi2_check(const int64_t *obs, const double *p, int n, int64_t tot
     return stat;
 }
 
+/* Temperature 1 over the whole vocabulary: the model's own distribution. */
+static struct llm_sampler_params plain_sampling(void)
+{
+    struct llm_sampler_params sp;
+    llm_sampler_params_default(&sp);
+    sp.temp = 1;
+    sp.top_k = 0;
+    sp.top_p = 1;
+    sp.min_p = 0;
+    return sp;
+}
+
 Test(spec, lookup_takes_the_latest_longest_match)
 {
     const int32_t t[] = { 5, 1, 2, 9, 7, 1, 2, 3, 4, 8, 1, 2, 3 };
@@ -139,12 +151,7 @@ Test(spec, rejection_rule_keeps_the_target_distribution)
     const float logits[V] = { 2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, -3.0f };
     const int32_t q_ids[V] = { 7, 6, 5, 4, 3, 2, 1, 0 }; /* q favours what p does not */
     const float q_probs[V] = { 0.3f, 0.2f, 0.15f, 0.1f, 0.1f, 0.07f, 0.05f, 0.03f };
-    struct llm_sampler_params sp;
-    llm_sampler_params_default(&sp);
-    sp.temp = 1;
-    sp.top_k = 0;
-    sp.top_p = 1;
-    sp.min_p = 0;
+    struct llm_sampler_params sp = plain_sampling();
     struct llm_sampler *t, *d;
     cr_assert_eq(llm_sampler_new(&t, &sp, V), LLM_OK);
     sp.seed = 99;
@@ -428,12 +435,7 @@ Test(spec, rejection_rule_first_two_tokens_follow_the_target, .timeout = 300)
     struct llm_model *m = open_model("gguf/stories260K.gguf");
     if (!m)
         cr_skip_test("gguf/stories260K.gguf is absent");
-    struct llm_sampler_params sp;
-    llm_sampler_params_default(&sp);
-    sp.temp = 1;
-    sp.top_k = 0;
-    sp.top_p = 1;
-    sp.min_p = 0;
+    struct llm_sampler_params sp = plain_sampling();
     struct llm_spec_params spp;
     llm_spec_params_default(&spp);
     spp.draft_n = 2;
