@@ -153,9 +153,11 @@ int32_t llm_spec_verify(struct llm_sampler *target, float *logits, int32_t draft
 /* Old rounds' weight in the tuner's estimates, per round. */
 #define TUNER_DECAY 0.9
 /* Plain steps before a draft looks again whether drafting pays: at first,
- * and at most (doubling while it does not). */
-#define TUNER_PROBE_MIN 16
-#define TUNER_PROBE_MAX 256
+ * and at most (four times longer each time it still does not: a look
+ * costs the draft's catch-up on every token it missed, as much as a few
+ * plain steps). */
+#define TUNER_PROBE_MIN 32
+#define TUNER_PROBE_MAX 1024
 
 void llm_spec_tuner_init(struct llm_spec_tuner *t)
 {
@@ -218,10 +220,10 @@ void llm_spec_tuner_round(struct llm_spec_tuner *t, int32_t nd, int32_t kept, in
         t->plain++;
         return;
     }
-    /* a draft that still does not pay waits twice as long for the next
-     * look (the draft catches up on every token it missed: not free) */
+    /* a draft that still does not pay waits four times as long for the
+     * next look */
     if (tuner_best(t, 64) == 0)
-        t->probe = t->plain >= t->probe && 2 * t->probe <= TUNER_PROBE_MAX ? 2 * t->probe : t->probe;
+        t->probe = t->plain >= t->probe && 4 * t->probe <= TUNER_PROBE_MAX ? 4 * t->probe : t->probe;
     else
         t->probe = TUNER_PROBE_MIN;
     t->plain = 0;

@@ -83,15 +83,15 @@ int32_t llm_spec_verify(struct llm_sampler *target, float *logits, int32_t draft
  * and drafts the k in 1 .. kmax with the most expected tokens,
  * (1 - alpha^(k+1)) / (1 - alpha), per expected second,
  * a + b (k + 1) + k x draft step; or nothing (k = 0, a plain step) when
- * no k beats a plain step's 1 / (a + b) by 10%, with one draft after 16 plain
- * steps to see whether that has changed (after 32, 64 .. 256 while it
+ * no k beats a plain step's 1 / (a + b) by 10%, with one draft after 32 plain
+ * steps to see whether that has changed (after 128, 512, 1024 while it
  * has not). */
 struct llm_spec_tuner {
     double kept, rejected;          /* decayed counts */
     double step_s, steps;           /* decayed draft seconds and calls */
     double w, sn, snn, st, snt;     /* decayed sums of the target passes: 1, n, n^2, t, n t */
     int32_t plain;                  /* plain steps since the last draft */
-    int32_t probe;                  /* plain steps before the next look (16 .. 256) */
+    int32_t probe;                  /* plain steps before the next look (32 .. 1024) */
 };
 void llm_spec_tuner_init(struct llm_spec_tuner *t);
 /* A round: nd drafted, kept of them; the draft's steps (calls of one or

@@ -119,15 +119,15 @@ Test(spec, adaptive_length_follows_acceptance_and_costs)
         llm_spec_tuner_round(&t, nd, kept, nd, 0.010 * nd, nd + 1, 0.020 + 0.001 * (nd + 1));
     }
     cr_assert_eq(llm_spec_tuner_k(&t, 16), 0); /* plain steps pay more */
-    for (int i = 0; i < 15; i++) {
+    for (int i = 0; i < 31; i++) {
         llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
         cr_assert_eq(llm_spec_tuner_k(&t, 16), 0);
     }
     llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
-    cr_assert_eq(llm_spec_tuner_k(&t, 16), 1); /* the 16th plain step: one draft to look again */
-    /* the look finds it still does not pay: the next one after 32 */
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 1); /* the 32nd plain step: one draft to look again */
+    /* the look finds it still does not pay: the next one after 128 */
     llm_spec_tuner_round(&t, 1, 0, 1, 0.012, 2, 0.022);
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < 128; i++) {
         cr_assert_eq(llm_spec_tuner_k(&t, 16), 0, "plain step %d", i);
         llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.021);
     }
