@@ -12,8 +12,10 @@
 void llm_spec_params_default(struct llm_spec_params *p)
 {
     memset(p, 0, sizeof *p);
-    p->ngram_min = 1;
-    p->ngram_max = 3;
+    /* measured on rewrites of a given text (scripts/spec-prompts): single
+     * tokens recur too often by chance to be worth drafting from */
+    p->ngram_min = 2;
+    p->ngram_max = 4;
     p->draft_max = 16;
     p->rule = LLM_SPEC_MATCH;
 }

@@ -34,7 +34,7 @@ enum llm_spec_rule { LLM_SPEC_MATCH, LLM_SPEC_REJECTION };
 struct llm_spec_params {
     struct llm_context *draft;  /* the draft model's context (sequence 0 is used), or NULL */
     int lookup;                 /* draft from n-grams of the prompt and the text so far */
-    int32_t ngram_min, ngram_max; /* lookup: n-gram lengths tried, longest first (default 1, 3) */
+    int32_t ngram_min, ngram_max; /* lookup: n-gram lengths tried, longest first (default 2, 4) */
     int32_t draft_n;            /* tokens drafted per target pass; 0: adapted to the acceptance */
     int32_t draft_max;          /* adapted: at most this many (default 16) */
     enum llm_spec_rule rule;
