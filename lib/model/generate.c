@@ -437,8 +437,8 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
         int64_t room = p->n_predict >= 0 ? (int64_t)p->n_predict - q->res->n_gen : INT32_MAX;
         if (room <= 0)
             return finish(g, 0, "length");
-        /* a round emits up to want + 1 tokens; drafts sit at positions
-         * n .. n + want - 1 (fresh) or n - 1 + 1 .. (pending first) */
+        /* a round emits up to want + 1 tokens; the drafts take positions
+         * n .. n + want - 1 (after the pending token at n - 1, if any) */
         int64_t want = st->k;
         if (want > room - 1)
             want = room - 1;
