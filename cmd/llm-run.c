@@ -550,7 +550,7 @@ static llm_status print_completions(const struct out_state *o, const struct llm_
 
 /* Tokenize, fit into the context and generate a->n_seq completions (res
  * has room for them); with reply (the chat: one completion), its text. */
-static llm_status run_once(struct args *a, struct llm_context *c, const char *text,
+static llm_status run_once(const struct args *a, struct llm_context *c, const char *text,
                            size_t len, int special, int echo, struct llm_gen_result *res,
                            char **reply)
 {
@@ -628,7 +628,7 @@ static llm_status render_chat(const struct args *a, struct llm_file *f, const st
 
 /* An interactive chat: each line is a user turn; the whole conversation is
  * rendered and run again every turn. */
-static int chat_loop(struct args *a, struct llm_context *c)
+static int chat_loop(const struct args *a, struct llm_context *c)
 {
     struct llm_file *f = llm_model_file(llm_context_model(c));
     struct llm_chat_msg msgs[256];
