@@ -106,7 +106,7 @@ struct args {
     const char *batch, *output, *stats_json, *kv_trace;
     int resume, completion_order, no_prefix, have_gen;
     const char *draft;          /* speculative decoding: the draft model */
-    int lookup, have_spec;      /* have_spec: an option that needs --draft or --lookup */
+    int have_spec;              /* an option that needs --draft or --lookup */
     int have_ngram, have_dmax;
     struct llm_spec_params spec;
     int32_t max_seqs, step_tokens;
@@ -114,6 +114,12 @@ struct args {
     const char *stop[32];
     size_t n_stop;
 };
+
+/* --draft or --lookup: generation speculates. */
+static int speculating(const struct args *a)
+{
+    return a->draft || a->spec.lookup;
+}
 
 static volatile sig_atomic_t interrupted;
 
@@ -306,28 +312,38 @@ static void kv_usage_of(const struct llm_context *c, const struct args *a, struc
     u->block_size = a->block_size > 0 ? a->block_size : 16;
 }
 
-/* Speculative decoding's counters of one completion: drafted and kept
- * tokens, the share kept, the tokens kept per round that drafted, and the
- * target's passes per generated token (1 without speculation). */
+/* Speculative decoding's figures of one completion: the share of drafted
+ * tokens kept, the tokens kept per round that drafted, and the target's
+ * passes per generated token (1 without speculation). */
+struct spec_rates {
+    double kept, per_round, passes;
+};
+
+static struct spec_rates spec_rates_of(const struct llm_gen_result *r)
+{
+    return (struct spec_rates){
+        .kept = r->n_drafted ? (double)r->n_accepted / (double)r->n_drafted : 0.0,
+        .per_round = r->n_draft_rounds ? (double)r->n_accepted / r->n_draft_rounds : 0.0,
+        .passes = r->n_gen ? (double)r->n_passes / r->n_gen : 0.0,
+    };
+}
+
 static void print_spec_json(const struct llm_gen_result *r)
 {
+    const struct spec_rates x = spec_rates_of(r);
     printf(",\"speculation\":{\"drafted\":%lld,\"accepted\":%lld,\"acceptance_rate\":%.4f,"
            "\"draft_rounds\":%d,\"mean_accepted_length\":%.3f,\"target_passes\":%d,"
-           "\"passes_per_token\":%.4f}", (long long)r->n_drafted, (long long)r->n_accepted,
-           r->n_drafted ? (double)r->n_accepted / (double)r->n_drafted : 0.0, r->n_draft_rounds,
-           r->n_draft_rounds ? (double)r->n_accepted / r->n_draft_rounds : 0.0, r->n_passes,
-           r->n_gen ? (double)r->n_passes / r->n_gen : 0.0);
+           "\"passes_per_token\":%.4f}", (long long)r->n_drafted, (long long)r->n_accepted, x.kept,
+           r->n_draft_rounds, x.per_round, r->n_passes, x.passes);
 }
 
 static void report_spec(const struct llm_gen_result *r)
 {
+    const struct spec_rates x = spec_rates_of(r);
     fprintf(stderr, "%s: speculation: %lld drafted, %lld accepted (%.1f%%), %.2f accepted per "
             "round of %d, %d target passes for %d tokens (%.3f per token)\n", cli.prog,
-            (long long)r->n_drafted, (long long)r->n_accepted,
-            r->n_drafted ? 100.0 * (double)r->n_accepted / (double)r->n_drafted : 0.0,
-            r->n_draft_rounds ? (double)r->n_accepted / r->n_draft_rounds : 0.0,
-            r->n_draft_rounds, r->n_passes, r->n_gen,
-            r->n_gen ? (double)r->n_passes / r->n_gen : 0.0);
+            (long long)r->n_drafted, (long long)r->n_accepted, 100.0 * x.kept, x.per_round,
+            r->n_draft_rounds, r->n_passes, r->n_gen, x.passes);
 }
 
 /* One JSON object: for one completion its text and counts at the top
@@ -369,7 +385,7 @@ static void print_json(const struct out_state *o, const struct llm_gen_result *r
            (unsigned long long)peak_rss(), (unsigned long long)u->bytes, u->block_size,
            (unsigned long long)u->block_bytes, u->blocks, u->peak,
            (unsigned long long)((uint64_t)u->peak * u->block_bytes));
-    if (o->n == 1 && (o->a->draft || o->a->lookup))
+    if (o->n == 1 && speculating(o->a))
         print_spec_json(r);
     if (o->n == 1 && o->a->top_logprobs > 0)
         print_tokens_json(o, &o->comp[0]);
@@ -595,7 +611,7 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
     gp.top_logprobs = a->top_logprobs;
     gp.n_seq = n_comp;
     gp.interrupt = &interrupted;
-    if (a->draft || a->lookup)
+    if (speculating(a))
         gp.spec = &a->spec;
     o.comp = llm_calloc((size_t)n_comp, sizeof *o.comp);
     struct llm_gen_callbacks cb = { on_text, on_token, &o };
@@ -672,7 +688,7 @@ static int chat_loop(const struct args *a, struct llm_context *c)
             struct kv_usage ku;
             kv_usage_of(c, a, &ku);
             report(&r, 1, a->sp.seed, &ku);
-            if (a->draft || a->lookup)
+            if (speculating(a))
                 report_spec(&r);
         }
         owned[n_owned++] = reply;
@@ -842,7 +858,7 @@ static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm
         struct kv_usage u;
         kv_usage_of(c, a, &u);
         report(r, n_comp, a->sp.seed, &u);
-        if (a->draft || a->lookup)
+        if (speculating(a))
             report_spec(r);
     }
     if (!s)
@@ -971,7 +987,7 @@ int main(int argc, char **argv)
         case OPT_STATSJSON: a.stats_json = arg, a.have_gen = 1; break;
         case OPT_KVTRACE: a.kv_trace = arg, a.have_gen = 1; break;
         case OPT_DRAFT: a.draft = arg; break;
-        case OPT_LOOKUP: a.lookup = a.spec.lookup = 1; break;
+        case OPT_LOOKUP: a.spec.lookup = 1; break;
         case OPT_NGRAMMIN: rc = parse_i(arg, 1, 64, "--ngram-min", &a.spec.ngram_min), a.have_ngram = 1; break;
         case OPT_NGRAMMAX: rc = parse_i(arg, 1, 64, "--ngram-max", &a.spec.ngram_max), a.have_ngram = 1; break;
         case OPT_DRAFTN: rc = parse_i(arg, 1, 64, "--draft-n", &a.spec.draft_n), a.have_spec = 1; break;
@@ -1019,11 +1035,11 @@ int main(int argc, char **argv)
     if (!a.batch && a.have_gen)
         return llm_cli_usage(&cli, "-o, --resume, --completion-order, --max-seqs, --step-tokens, "
                              "--no-prefix-cache, --stats-json and --kv-trace go with --batch");
-    if (a.draft && a.lookup)
+    if (a.draft && a.spec.lookup)
         return llm_cli_usage(&cli, "--draft and --lookup are two ways to draft; use one");
-    if (a.have_ngram && !a.lookup)
+    if (a.have_ngram && !a.spec.lookup)
         return llm_cli_usage(&cli, "--ngram-min and --ngram-max go with --lookup");
-    if (a.have_spec && !a.draft && !a.lookup)
+    if (a.have_spec && !speculating(&a))
         return llm_cli_usage(&cli, "--draft-n, --draft-max and --spec-rule go with --draft or --lookup");
     if (a.spec.draft_n && a.have_dmax)
         return llm_cli_usage(&cli, "--draft-n fixes the draft length, --draft-max bounds the adaptive "
@@ -1031,7 +1047,7 @@ int main(int argc, char **argv)
     if (a.spec.ngram_min > a.spec.ngram_max)
         return llm_cli_usage(&cli, "--ngram-min %d is above --ngram-max %d", a.spec.ngram_min,
                              a.spec.ngram_max);
-    if ((a.draft || a.lookup) && (tokmode || a.n_seq > 1 || a.batch))
+    if (speculating(&a) && (tokmode || a.n_seq > 1 || a.batch))
         return llm_cli_usage(&cli, "%s does not go with %s", a.draft ? "--draft" : "--lookup",
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
                              : a.batch ? "--batch" : "--n-seq");

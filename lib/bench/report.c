@@ -234,6 +234,13 @@ static void md_cell(FILE *o, const char *s)
         fputs(*s == '|' ? "\\|" : *s == '\n' ? " " : (char[2]){ *s, 0 }, o);
 }
 
+/* A file's name without its folders, as a cell. */
+static void md_file(FILE *o, const char *path)
+{
+    const char *base = strrchr(path, '/');
+    md_cell(o, base ? base + 1 : path);
+}
+
 /* "12.3%", or what a share that went past its roofline means */
 static const char *share_cell(char *buf, size_t n, double pct)
 {
@@ -258,9 +265,8 @@ static void print_md_batch(FILE *o, const struct llm_bench_result *r, size_t n)
         const struct llm_bench_result *x = &r[i];
         if (!x->n_seq)
             continue;
-        const char *base = strrchr(x->model, '/');
         fputs("| ", o);
-        md_cell(o, base ? base + 1 : x->model);
+        md_file(o, x->model);
         fprintf(o, " | %d | %d | %d | %d | %lld | %.3f | %.2f | ", x->n_threads, x->n_seq,
                 x->n_prompt, x->n_gen, (long long)x->n_seq * (x->n_prompt + x->n_gen),
                 x->pp_s.mean, x->s_pp);
@@ -323,9 +329,8 @@ static void print_md(FILE *o, const struct llm_bench_header *h, const void *item
         char a[32], b[32], sh[32];
         if (x->n_seq)
             continue;
-        const char *base = strrchr(x->model, '/');
         fputs("| ", o);
-        md_cell(o, base ? base + 1 : x->model);
+        md_file(o, x->model);
         fprintf(o, " | %s | %s | %d | %s | %.2f ± %.2f | %.2f | ", human_bytes(a, sizeof a, (double)x->model_bytes),
                 human_count(b, sizeof b, (double)x->n_params), x->n_threads, x->test, x->ts.mean, x->ts.sd,
                 x->ts.median);
@@ -508,9 +513,8 @@ static void print_smd(FILE *o, const struct llm_bench_header *h, const void *ite
           o);
     for (size_t i = 0; i < n; i++) {
         const struct llm_serve_result *x = &r[i];
-        const char *base = strrchr(x->model, '/');
         fputs("| ", o);
-        md_cell(o, base ? base + 1 : x->model);
+        md_file(o, x->model);
         fprintf(o, " | %d | ", x->n_threads);
         md_cell(o, x->test);
         fprintf(o, " | %d | %.2f | %.1f | ", x->max_seqs, x->req_s, x->out_ts);
@@ -538,6 +542,21 @@ llm_status llm_bench_sprint(FILE *f, enum llm_bench_format fmt, const struct llm
 
 /* ---- speculative decoding (--draft, --lookup) --------------------------------- */
 
+/* The share of drafts kept, drafts kept per round that drafted, and target
+ * passes per token; NaN where nothing was counted. */
+struct spec_rates {
+    double kept, per_round, passes;
+};
+
+static struct spec_rates spec_rates_of(const struct llm_spec_result *r)
+{
+    return (struct spec_rates){
+        .kept = r->drafted ? (double)r->accepted / (double)r->drafted : NAN,
+        .per_round = r->rounds ? (double)r->accepted / (double)r->rounds : NAN,
+        .passes = r->tokens ? (double)r->passes / (double)r->tokens : NAN,
+    };
+}
+
 static size_t fields_of_spec(struct field *f, const struct llm_bench_header *h, const void *item)
 {
     const struct llm_spec_result *r = item;
@@ -557,9 +576,10 @@ static size_t fields_of_spec(struct field *f, const struct llm_bench_header *h, 
     f[n++] = NUM("speedup", r->speedup);
     f[n++] = U64("drafted", (uint64_t)r->drafted);
     f[n++] = U64("accepted", (uint64_t)r->accepted);
-    f[n++] = NUM("acceptance_rate", r->drafted ? (double)r->accepted / (double)r->drafted : NAN);
-    f[n++] = NUM("mean_accepted_length", r->rounds ? (double)r->accepted / (double)r->rounds : NAN);
-    f[n++] = NUM("passes_per_token", r->tokens ? (double)r->passes / (double)r->tokens : NAN);
+    const struct spec_rates k = spec_rates_of(r);
+    f[n++] = NUM("acceptance_rate", k.kept);
+    f[n++] = NUM("mean_accepted_length", k.per_round);
+    f[n++] = NUM("passes_per_token", k.passes);
     return n;
 }
 
@@ -573,17 +593,15 @@ static void print_spec_md(FILE *o, const struct llm_bench_header *h, const void 
           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", o);
     for (size_t i = 0; i < n; i++) {
         const struct llm_spec_result *x = &r[i];
-        const char *mb = strrchr(x->model, '/'), *db = strrchr(x->draft, '/');
+        const struct spec_rates k = spec_rates_of(x);
         fputs("| ", o);
-        md_cell(o, mb ? mb + 1 : x->model);
+        md_file(o, x->model);
         fputs(" | ", o);
-        md_cell(o, db ? db + 1 : x->draft);
+        md_file(o, x->draft);
         fprintf(o, " | %d | %d | %lld | %.2f | %.2f ± %.2f | %.2fx | %.1f%% | %.2f | %.3f |\n",
                 x->n_threads, x->n_prompts, (long long)x->tokens, x->plain_ts.median,
-                x->spec_ts.median, x->spec_ts.sd, x->speedup,
-                x->drafted ? 100.0 * (double)x->accepted / (double)x->drafted : 0.0,
-                x->rounds ? (double)x->accepted / (double)x->rounds : 0.0,
-                x->tokens ? (double)x->passes / (double)x->tokens : 0.0);
+                x->spec_ts.median, x->spec_ts.sd, x->speedup, isnan(k.kept) ? 0 : 100 * k.kept,
+                isnan(k.per_round) ? 0 : k.per_round, isnan(k.passes) ? 0 : k.passes);
     }
 }
 

@@ -22,55 +22,53 @@ void llm_spec_bench_params_default(struct llm_spec_bench_params *p)
     p->reps = 3;
 }
 
+/* One prompt line (n bytes, its '\r' before the newline dropped) with its
+ * escapes undone into out (n + 1 bytes); *m receives its length. */
+static llm_status unescape(const char *line, size_t n, char *out, size_t *m, const char *name,
+                           int32_t lineno)
+{
+    *m = 0;
+    if (n && line[n - 1] == '\r')
+        n--;
+    for (size_t i = 0; i < n; i++) {
+        if (!line[i])
+            return llm_error_set(LLM_E_FORMAT, "%s:%d: a NUL byte in the prompt", name, lineno);
+        if (line[i] != '\\' || i + 1 == n)
+            out[(*m)++] = line[i];
+        else if (line[++i] == 'n')
+            out[(*m)++] = '\n';
+        else if (line[i] == '\\')
+            out[(*m)++] = '\\';
+        else
+            return llm_error_set(LLM_E_FORMAT, "%s:%d: '\\%c' is not an escape (\\n or \\\\)",
+                                 name, lineno, line[i]);
+    }
+    out[*m] = 0;
+    return LLM_OK;
+}
+
 llm_status llm_spec_prompts_parse(char ***out, int32_t *n, const char *text, size_t len,
                                   const char *name)
 {
     char **v = NULL;
-    size_t cap = 0;
-    int32_t k = 0, line = 0;
+    size_t cap = 0, at = 0, l, m;
+    int32_t k = 0, lineno = 0;
     llm_status s = LLM_OK;
     *out = NULL;
     *n = 0;
-    for (size_t at = 0; at < len && !s;) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        const size_t e = nl ? (size_t)(nl - text) : len;
-        line++;
-        char *p = llm_malloc(e - at + 1);
-        size_t m = 0;
-        if (!p) {
-            s = LLM_E_NOMEM;
-            break;
-        }
-        for (size_t i = at; i < e && !s; i++) {
-            if (text[i] == '\r' && i + 1 == e)
-                break;
-            if (!text[i])
-                s = llm_error_set(LLM_E_FORMAT, "%s:%d: a NUL byte in the prompt", name, line);
-            else if (text[i] != '\\' || i + 1 == e)
-                p[m++] = text[i];
-            else if (text[i + 1] == 'n')
-                p[m++] = '\n', i++;
-            else if (text[i + 1] == '\\')
-                p[m++] = '\\', i++;
-            else
-                s = llm_error_set(LLM_E_FORMAT, "%s:%d: '\\%c' is not an escape (\\n or \\\\)",
-                                  name, line, text[i + 1]);
-        }
-        p[m] = 0;
-        at = e + 1;
-        if (s || !m || (size_t)k >= SPEC_MAX_PROMPTS) {
+    for (const char *line; !s && (line = llm_next_line(text, len, &at, &l));) {
+        char *p = llm_malloc(l + 1);
+        void *g = v;
+        if (!p || (s = unescape(line, l, p, &m, name, ++lineno)) || !m) {
             llm_free(p);
-            if (!s && m)
-                s = llm_error_set(LLM_E_FORMAT, "%s: more than %d prompts", name, SPEC_MAX_PROMPTS);
+            s = p ? s : LLM_E_NOMEM;
             continue;
         }
-        void *g = v;
-        if ((s = llm_grow(&g, &cap, (size_t)k + 1, sizeof *v))) {
-            llm_free(p);
-            break;
-        }
-        v = g;
-        v[k++] = p;
+        if (k >= SPEC_MAX_PROMPTS)
+            s = llm_error_set(LLM_E_FORMAT, "%s: more than %d prompts", name, SPEC_MAX_PROMPTS);
+        else if (!(s = llm_grow(&g, &cap, (size_t)k + 1, sizeof *v)))
+            v = g, v[k++] = p, p = NULL;
+        llm_free(p);
     }
     if (!s && !k)
         s = llm_error_set(LLM_E_FORMAT, "%s: no prompt (one per line)", name);

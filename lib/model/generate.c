@@ -240,7 +240,7 @@ static llm_status decode_step(struct gen *g)
 /* What the one speculating completion keeps beside its gseq. */
 struct spec_state {
     const struct llm_spec_params *sp;
-    int32_t k, kmax;         /* tokens to draft next; the most */
+    int32_t kmax;            /* the most tokens a round drafts */
     int sampled;             /* the draft samples (rejection rule, temp > 0) */
     int32_t *toks;           /* (n_ctx + 1) the prompt, then the tokens emitted */
     int32_t n_toks;
@@ -280,7 +280,6 @@ static llm_status spec_init(struct gen *g, struct spec_state *st, const int32_t 
     st->sp = sp;
     st->kmax = sp->draft_n > 0 ? sp->draft_n : sp->draft_max > 0 ? sp->draft_max : 16;
     llm_spec_tuner_init(&st->tun);
-    st->k = sp->draft_n > 0 ? sp->draft_n : llm_spec_tuner_k(&st->tun, st->kmax);
     st->sampled = sp->draft && sp->rule == LLM_SPEC_REJECTION && g->p->sp.temp > 0;
     const size_t K = (size_t)st->kmax;
     st->toks = llm_malloc(((size_t)g->n_ctx + 1) * sizeof(int32_t));
@@ -415,8 +414,6 @@ static void spec_round_end(struct gen *g, struct spec_state *st, int32_t n_befor
         }
     }
     llm_spec_tuner_round(&st->tun, nd, kept, st->calls, st->calls_s, rows, pass_s);
-    if (st->sp->draft_n <= 0)
-        st->k = llm_spec_tuner_k(&st->tun, st->kmax);
 }
 
 /* Generation of the one completion by speculation: each round drafts,
@@ -439,7 +436,7 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
             return finish(g, 0, "length");
         /* a round emits up to want + 1 tokens; the drafts take positions
          * n .. n + want - 1 (after the pending token at n - 1, if any) */
-        int64_t want = st->k;
+        int64_t want = st->sp->draft_n > 0 ? st->sp->draft_n : llm_spec_tuner_k(&st->tun, st->kmax);
         if (want > room - 1)
             want = room - 1;
         if (want > g->n_ctx - n)
