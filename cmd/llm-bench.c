@@ -126,6 +126,16 @@ static llm_status parse_range(const char *arg, const char *what, int32_t min, in
     return LLM_OK;
 }
 
+/* A speculation option's count: n-gram lengths and draft lengths, 1 to 64
+ * (llm-run's bounds). */
+static llm_status spec_count(const char *arg, const char *what, int32_t *out)
+{
+    int64_t v;
+    LLM_TRY(llm_parse_i64(arg, 1, 64, what, &v));
+    *out = (int32_t)v;
+    return LLM_OK;
+}
+
 /* The header of a run without roofline probes (serving, speculation), and
  * the default thread count: the CPUs. */
 static void sweep_header(struct llm_bench_plan *p, struct llm_bench_header *h)
@@ -617,22 +627,10 @@ int main(int argc, char **argv)
         case OPT_LOOKUP: a.spec.spec.lookup = 1; break;
         case OPT_PROMPTS: a.prompts = arg; break;
         case OPT_CHAT: a.spec.chat = 1, a.spec_opts |= 1; break;
-        case OPT_NGRAMMIN:
-            s = llm_parse_i64(arg, 1, 64, "--ngram-min", &v);
-            a.spec.spec.ngram_min = (int32_t)v, a.spec_opts |= 2;
-            break;
-        case OPT_NGRAMMAX:
-            s = llm_parse_i64(arg, 1, 64, "--ngram-max", &v);
-            a.spec.spec.ngram_max = (int32_t)v, a.spec_opts |= 2;
-            break;
-        case OPT_DRAFTN:
-            s = llm_parse_i64(arg, 1, 64, "--draft-n", &v);
-            a.spec.spec.draft_n = (int32_t)v, a.spec_opts |= 1;
-            break;
-        case OPT_DRAFTMAX:
-            s = llm_parse_i64(arg, 1, 64, "--draft-max", &v);
-            a.spec.spec.draft_max = (int32_t)v, a.spec_opts |= 4;
-            break;
+        case OPT_NGRAMMIN: s = spec_count(arg, "--ngram-min", &a.spec.spec.ngram_min), a.spec_opts |= 2; break;
+        case OPT_NGRAMMAX: s = spec_count(arg, "--ngram-max", &a.spec.spec.ngram_max), a.spec_opts |= 2; break;
+        case OPT_DRAFTN: s = spec_count(arg, "--draft-n", &a.spec.spec.draft_n), a.spec_opts |= 1; break;
+        case OPT_DRAFTMAX: s = spec_count(arg, "--draft-max", &a.spec.spec.draft_max), a.spec_opts |= 4; break;
         }
         if (s)
             return llm_cli_usage(&cli, "%s", llm_error_detail(s));

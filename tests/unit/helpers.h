@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "../../lib/llm.h"
+
 /* Path of a shared data file, or NULL when it is not there. */
 static inline const char *llm_test_data(const char *rel)
 {
@@ -38,6 +40,22 @@ static inline const char *llm_test_tmpdir(void)
     if (!mkdtemp(dir))
         cr_assert_fail("mkdtemp failed");
     return dir;
+}
+
+/* A shared data model opened with n_threads, or NULL when the file is
+ * absent (the caller skips); a file that is there must open. */
+static inline struct llm_model *llm_test_model(const char *rel, int n_threads)
+{
+    const char *p = llm_test_data(rel);
+    if (!p)
+        return NULL;
+    struct llm_model *m;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    mp.n_threads = n_threads;
+    llm_status s = llm_model_open(&m, p, &mp);
+    cr_assert_eq(s, LLM_OK, "%s: %s", rel, llm_error_detail(s));
+    return m;
 }
 
 #endif

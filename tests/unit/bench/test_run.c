@@ -11,19 +11,6 @@
 #include "../../../lib/model/model.h"
 #include "../helpers.h"
 
-static struct llm_model *open_stories(void)
-{
-    const char *path = llm_test_data("gguf/stories260K.gguf");
-    if (!path)
-        return NULL;
-    struct llm_model *m;
-    struct llm_model_params mp;
-    llm_model_params_default(&mp);
-    mp.n_threads = 1;
-    cr_assert_eq(llm_model_open(&m, path, &mp), LLM_OK, "%s", llm_error_detail(-1));
-    return m;
-}
-
 static void run(struct llm_bench_result *r, struct llm_model *m, int32_t pp, int32_t tg, int reps)
 {
     memset(r, 0, sizeof *r);
@@ -37,7 +24,7 @@ Test(run, pp_tg_pg)
 {
     TEST_DATA(path, "gguf/stories260K.gguf");
     (void)path;
-    struct llm_model *m = open_stories();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     struct llm_bench_result r;
 
     run(&r, m, 32, 0, 3);
@@ -118,7 +105,7 @@ Test(run, perplexity)
     TEST_DATA(wiki, "text/wiki.test.raw");
     TEST_DATA(path, "gguf/stories260K.gguf");
     (void)ts, (void)wiki, (void)path;
-    struct llm_model *m = open_stories();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     double ppl, se, ppl_wiki, se_wiki;
     size_t n;
     cr_assert_eq(llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 12000), 128, 1, 0, 0, &ppl, &se, &n),

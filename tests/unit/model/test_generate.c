@@ -8,20 +8,6 @@
 #include "../../../lib/llm.h"
 #include "../helpers.h"
 
-static struct llm_model *open_stories(void)
-{
-    const char *p = llm_test_data("gguf/stories260K.gguf");
-    if (!p)
-        return NULL;
-    struct llm_model *m;
-    struct llm_model_params mp;
-    llm_model_params_default(&mp);
-    mp.n_threads = 1;
-    llm_status s = llm_model_open(&m, p, &mp);
-    cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
-    return m;
-}
-
 #define TOPK 8
 struct capture {
     int32_t n, top_ids[TOPK];
@@ -58,7 +44,7 @@ static llm_status on_text(void *ctx, int32_t seq, const char *b, size_t n)
 Test(generate, prefill_in_slices_matches_one_call)
 {
     TEST_DATA(txt, "text/tinystories_val.txt");
-    struct llm_model *m = open_stories();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     if (!m)
         cr_skip_test("gguf/stories260K.gguf is absent");
     char *text;
@@ -104,7 +90,7 @@ Test(generate, prefill_in_slices_matches_one_call)
 
 Test(generate, interrupt_before_prefill_and_between_tokens)
 {
-    struct llm_model *m = open_stories();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     if (!m)
         cr_skip_test("gguf/stories260K.gguf is absent");
     struct llm_context *c;
@@ -138,7 +124,7 @@ Test(generate, interrupt_before_prefill_and_between_tokens)
 
 Test(generate, full_context_stops_with_reason_context)
 {
-    struct llm_model *m = open_stories();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     if (!m)
         cr_skip_test("gguf/stories260K.gguf is absent");
     struct llm_context *c;

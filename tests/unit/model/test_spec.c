@@ -10,20 +10,6 @@
 #include "../../../lib/llm.h"
 #include "../helpers.h"
 
-static struct llm_model *open_model(const char *rel)
-{
-    const char *p = llm_test_data(rel);
-    if (!p)
-        return NULL;
-    struct llm_model *m;
-    struct llm_model_params mp;
-    llm_model_params_default(&mp);
-    mp.n_threads = 1;
-    llm_status s = llm_model_open(&m, p, &mp);
-    cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
-    return m;
-}
-
 /* The chi-square statistic's critical value at false-alarm rate 1e-4 (z =
  * 3.719), by the Wilson-Hilferty approximation. */
 static double chi2_critical(int df)
@@ -268,10 +254,10 @@ static int32_t *tokenize(struct llm_model *m, const char *text, size_t *n)
  * decoding's tokens, for fixed and adaptive lengths. */
 Test(spec, greedy_and_match_rule_give_plain_decoding_tokens)
 {
-    struct llm_model *m = open_model("gguf/stories260K.gguf");
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     if (!m)
         cr_skip_test("gguf/stories260K.gguf is absent");
-    struct llm_model *dm = open_model("gguf/stories260K.gguf");
+    struct llm_model *dm = llm_test_model("gguf/stories260K.gguf", 1);
     struct llm_context *c, *dc;
     struct llm_context_params cp;
     llm_context_params_default(&cp);
@@ -332,8 +318,8 @@ Test(spec, greedy_and_match_rule_give_plain_decoding_tokens)
 
 Test(spec, a_draft_with_another_vocabulary_is_refused)
 {
-    struct llm_model *m = open_model("gguf/stories260K.gguf");
-    struct llm_model *o = open_model("gguf/llama-2-tiny-random.gguf");
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
+    struct llm_model *o = llm_test_model("gguf/llama-2-tiny-random.gguf", 1);
     if (!m || !o)
         cr_skip_test("stories260K.gguf or llama-2-tiny-random.gguf is absent");
     cr_assert_eq(llm_spec_check_draft(m, o), LLM_E_INVALID);
@@ -432,7 +418,7 @@ static void first_two_follow_the_target(struct llm_model *m, const char *text,
  *   before: a redraw that forgot to remove it would over-weight it). */
 Test(spec, rejection_rule_first_two_tokens_follow_the_target, .timeout = 300)
 {
-    struct llm_model *m = open_model("gguf/stories260K.gguf");
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     if (!m)
         cr_skip_test("gguf/stories260K.gguf is absent");
     struct llm_sampler_params sp = plain_sampling();

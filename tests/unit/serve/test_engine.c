@@ -11,20 +11,6 @@
 
 #define NREQ 24
 
-static struct llm_model *open_model(void)
-{
-    const char *p = llm_test_data("gguf/stories260K.gguf");
-    if (!p)
-        return NULL;
-    struct llm_model *m;
-    struct llm_model_params mp;
-    llm_model_params_default(&mp);
-    mp.n_threads = 2;
-    llm_status s = llm_model_open(&m, p, &mp);
-    cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
-    return m;
-}
-
 static struct llm_context *open_ctx(struct llm_model *m, int32_t n_seq, int32_t kv_blocks,
                                     int32_t n_batch)
 {
@@ -215,7 +201,7 @@ static struct result ref[NREQ], got[NREQ];
 
 Test(engine, every_schedule_gives_the_single_run_text, .timeout = 0)
 {
-    struct llm_model *m = open_model();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 2);
     if (!m) {
         cr_skip_test("stories260K.gguf is absent");
         return;
@@ -255,7 +241,7 @@ Test(engine, every_schedule_gives_the_single_run_text, .timeout = 0)
 
 Test(engine, priority_orders_the_queue)
 {
-    struct llm_model *m = open_model();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 2);
     if (!m) {
         cr_skip_test("stories260K.gguf is absent");
         return;
@@ -302,7 +288,7 @@ Test(engine, priority_orders_the_queue)
 
 Test(engine, refuses_what_it_cannot_run)
 {
-    struct llm_model *m = open_model();
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 2);
     if (!m) {
         cr_skip_test("stories260K.gguf is absent");
         return;
