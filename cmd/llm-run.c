@@ -16,7 +16,7 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_
        OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY, OPT_NSEQ, OPT_KVMEM, OPT_KVBLOCKS,
        OPT_BLOCKSIZE, OPT_BATCH, OPT_RESUME, OPT_CORDER, OPT_MAXSEQS, OPT_STEPTOK, OPT_NOPREFIX,
        OPT_STATSJSON, OPT_KVTRACE, OPT_DRAFT, OPT_LOOKUP, OPT_NGRAMMIN, OPT_NGRAMMAX, OPT_DRAFTN,
-       OPT_DRAFTMAX, OPT_SPECRULE };
+       OPT_DRAFTMAX, OPT_SPECRULE, OPT_GRAMMAR, OPT_JSONOBJ, OPT_REGEX };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
@@ -51,6 +51,8 @@ static const struct llm_opt opts[] = {
     { OPT_KVMEM, "kv-mem", LLM_ARG_REQUIRED, "SIZE", "KV cache budget, e.g. 64M or 2G (default: what --ctx tokens of every completion need)", NULL },
     { OPT_KVBLOCKS, "kv-blocks", LLM_ARG_REQUIRED, "N", "KV cache budget in blocks (default: as --kv-mem)", NULL },
     { OPT_BLOCKSIZE, "block-size", LLM_ARG_REQUIRED, "N", "tokens per KV block (default: 16)", NULL },
+    { OPT_GRAMMAR, "grammar", LLM_ARG_REQUIRED, "FILE", "constrain the text to the GBNF grammar in FILE (llama.cpp's grammar language; see llm-run(1))", "file" },
+    { OPT_JSONOBJ, "json-object", LLM_ARG_NONE, NULL, "constrain the text to one JSON value", NULL },
     { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "FILE", "answer the requests of an OpenAI batch JSONL file ('-' = stdin) by continuous batching; one output line per input line", "file" },
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "with --batch: write the output lines to FILE (default: stdout)", "file" },
     { OPT_RESUME, "resume", LLM_ARG_NONE, NULL, "with --batch -o FILE: skip the lines answered in FILE by an interrupted run, append the rest", NULL },
@@ -109,6 +111,11 @@ struct args {
     int have_spec;              /* an option that needs --draft or --lookup */
     int have_ngram, have_dmax;
     struct llm_spec_params spec;
+    const char *grammar;        /* constrained decoding: a GBNF file */
+    int json_object;
+    struct llm_grammar *gram;   /* the one given, compiled */
+    struct llm_gmask *gmask;
+    double t_grammar_s;         /* time to parse it and index the vocabulary */
     int32_t max_seqs, step_tokens;
     enum llm_type kv_type;
     const char *stop[32];
@@ -613,6 +620,7 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
     gp.interrupt = &interrupted;
     if (speculating(a))
         gp.spec = &a->spec;
+    gp.grammar = a->gmask;
     o.comp = llm_calloc((size_t)n_comp, sizeof *o.comp);
     struct llm_gen_callbacks cb = { on_text, on_token, &o };
     llm_status s = o.comp ? llm_generate(c, use, n, &gp, &cb, res) : LLM_E_NOMEM;
@@ -805,6 +813,59 @@ static int do_batch(const struct args *a, struct llm_model *m)
     return sum.errors ? 3 : 0;
 }
 
+/* The grammar of --grammar or --json-object, compiled and bound to the
+ * model's vocabulary (a->gmask; none when neither is given). */
+static llm_status open_grammar(struct args *a, struct llm_model *m)
+{
+    if (!a->grammar && !a->json_object)
+        return LLM_OK;
+    double t0 = llm_now_s();
+    char *text = NULL;
+    size_t len = 0;
+    const char *name = "--json-object";
+    llm_status s = LLM_OK;
+    if (a->grammar) {
+        name = a->grammar;
+        s = llm_read_file(a->grammar, (size_t)1 << 24, &text, &len);
+    } else {
+        len = strlen(llm_grammar_json);
+        s = (text = llm_strdup(llm_grammar_json)) ? LLM_OK : LLM_E_NOMEM;
+    }
+    if (!s)
+        s = llm_grammar_parse(&a->gram, text, len, name);
+    llm_free(text);
+    if (!s && !llm_model_tokenizer(m))
+        s = llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer to constrain",
+                          llm_model_file(m)->path);
+    if (!s)
+        s = llm_gmask_new(&a->gmask, a->gram, llm_model_tokenizer(m));
+    a->t_grammar_s = llm_now_s() - t0;
+    return s;
+}
+
+static void close_grammar(struct args *a)
+{
+    llm_gmask_free(a->gmask);
+    llm_grammar_free(a->gram);
+    a->gmask = NULL;
+    a->gram = NULL;
+}
+
+/* -v: what the grammar cost. */
+static void report_grammar(const struct args *a, const struct llm_gen_result *r, int32_t n)
+{
+    struct llm_gmask_stats st;
+    llm_gmask_stats(a->gmask, &st);
+    int32_t forced = 0;
+    for (int32_t i = 0; i < n; i++)
+        forced += r[i].n_forced;
+    fprintf(stderr, "%s: grammar: compiled in %.1f ms; %lld masks (%lld from the cache, %lld "
+            "positions classified), %.1f us median, %.1f us p99, %.1f us max, %.3f s in all; "
+            "%d tokens forced\n", cli.prog, a->t_grammar_s * 1e3, (long long)st.n_masks,
+            (long long)st.n_cached, (long long)st.n_positions, st.t_median_us, st.t_p99_us,
+            st.t_max_us, st.t_total_s, forced);
+}
+
 /* The draft model's context: one sequence as long as the target's. */
 static llm_status open_draft(struct args *a, struct llm_model *dm, const struct llm_context *c)
 {
@@ -860,6 +921,8 @@ static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm
         report(r, n_comp, a->sp.seed, &u);
         if (speculating(a))
             report_spec(r);
+        if (a->gmask)
+            report_grammar(a, r, n_comp);
     }
     if (!s)
         s = check_room(a, c, r, n_comp);
@@ -986,6 +1049,8 @@ int main(int argc, char **argv)
         case OPT_NOPREFIX: a.no_prefix = 1, a.have_gen = 1; break;
         case OPT_STATSJSON: a.stats_json = arg, a.have_gen = 1; break;
         case OPT_KVTRACE: a.kv_trace = arg, a.have_gen = 1; break;
+        case OPT_GRAMMAR: a.grammar = arg; break;
+        case OPT_JSONOBJ: a.json_object = 1; break;
         case OPT_DRAFT: a.draft = arg; break;
         case OPT_LOOKUP: a.spec.lookup = 1; break;
         case OPT_NGRAMMIN: rc = parse_i(arg, 1, 64, "--ngram-min", &a.spec.ngram_min), a.have_ngram = 1; break;
@@ -1047,6 +1112,13 @@ int main(int argc, char **argv)
     if (a.spec.ngram_min > a.spec.ngram_max)
         return llm_cli_usage(&cli, "--ngram-min %d is above --ngram-max %d", a.spec.ngram_min,
                              a.spec.ngram_max);
+    if (a.grammar && a.json_object)
+        return llm_cli_usage(&cli, "--grammar and --json-object are two grammars; use one");
+    if ((a.grammar || a.json_object) && (tokmode || a.batch || speculating(&a)))
+        return llm_cli_usage(&cli, "%s does not go with %s", a.grammar ? "--grammar" : "--json-object",
+                             tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
+                             : a.batch ? "--batch (use response_format in the requests)"
+                             : a.draft ? "--draft" : "--lookup");
     if (speculating(&a) && (tokmode || a.n_seq > 1 || a.batch))
         return llm_cli_usage(&cli, "%s does not go with %s", a.draft ? "--draft" : "--lookup",
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
@@ -1119,7 +1191,14 @@ int main(int argc, char **argv)
             return llm_cli_fail(&cli, s);
         }
     }
+    if ((s = open_grammar(&a, m))) {
+        close_grammar(&a);
+        llm_model_close(dm);
+        llm_model_close(m);
+        return llm_cli_fail(&cli, s);
+    }
     rc = a.batch ? do_batch(&a, m) : do_generate(&a, m, dm);
+    close_grammar(&a);
     llm_model_close(dm);
     llm_model_close(m);
     return llm_cli_exit(&cli, rc);

@@ -69,6 +69,8 @@ struct gseq {
     size_t cap_gen;
     int32_t prev;           /* the token before the next one (for its text) */
     int32_t next;           /* sampled, not yet decoded; -1: none */
+    int32_t n_todo;         /* tokens at the end of gen not yet decoded (next is the last) */
+    struct llm_gmatch *gm;  /* its place in the grammar, or NULL */
     int state, fresh;       /* fresh: logits hold its next distribution */
     float *logits;          /* (n_vocab) */
     struct llm_gen_result *res;
@@ -84,7 +86,8 @@ struct gen {
     float *raw;             /* (n_vocab) logits before the sampler, for --top-logprobs */
     int32_t *top_ids;
     float *top_lp;
-    int32_t *bt, *bp, *bs;  /* (n) a step's batch */
+    int32_t *bt, *bp, *bs;  /* (n * GEN_FORCED_MAX) a step's batch */
+    int8_t *bl;             /* (n * GEN_FORCED_MAX) which of its tokens give logits */
     float *blog;            /* (n, n_vocab) its logits */
 };
 
@@ -110,6 +113,8 @@ static llm_status emit(struct gen *g, int32_t i, int32_t id)
 {
     const struct llm_gen_params *p = g->p;
     struct gseq *q = &g->s[i];
+    if (q->gm)
+        LLM_TRY(llm_gmatch_accept(q->gm, id));
     llm_sampler_accept(q->smp, id);
     void *gp = q->gen;
     LLM_TRY(llm_grow(&gp, &q->cap_gen, (size_t)q->res->n_gen + 1, sizeof(int32_t)));
@@ -126,7 +131,8 @@ static llm_status emit(struct gen *g, int32_t i, int32_t id)
         }
         LLM_TRY(g->cb->token(g->cb->ctx, i, &gt));
     }
-    if (!p->ignore_eos && llm_tokenizer_is_eog(g->tok, id))
+    if ((!p->ignore_eos || (q->gm && llm_gmatch_must_end(q->gm))) &&
+        llm_tokenizer_is_eog(g->tok, id))
         return finish(g, i, "eos");
     const char *txt;
     size_t tl;
@@ -151,11 +157,24 @@ static llm_status emit(struct gen *g, int32_t i, int32_t id)
         return finish(g, i, "length");
     if (g->n_prompt + q->res->n_gen > g->n_ctx)
         return finish(g, i, "context");
+    q->n_todo = q->next < 0 ? 1 : q->n_todo + 1;
     q->next = id;
     return LLM_OK;
 }
 
-/* Draw completion i's next token from its logits and emit it. */
+/* The most tokens a grammar may force on one completion between passes. */
+#define GEN_FORCED_MAX 32
+
+static llm_status no_token(void)
+{
+    return llm_error_set(LLM_E_INVALID, "grammar: no token of the vocabulary can continue the "
+                         "text here");
+}
+
+/* Draw completion i's next token from its logits (masked by its grammar)
+ * and emit it. The tokens the grammar then forces, one after another, are
+ * emitted too and decoded with it (without --top-logprobs, which needs
+ * each one's logits). */
 static llm_status step_seq(struct gen *g, int32_t i)
 {
     struct gseq *q = &g->s[i];
@@ -164,16 +183,34 @@ static llm_status step_seq(struct gen *g, int32_t i)
         return finish(g, i, "length");
     if (g->raw)
         memcpy(g->raw, q->logits, (size_t)g->n_vocab * sizeof(float));
-    return emit(g, i, llm_sampler_sample(q->smp, q->logits));
+    if (!q->gm)
+        return emit(g, i, llm_sampler_sample(q->smp, q->logits));
+    int32_t na, only;
+    LLM_TRY(llm_gmatch_apply(q->gm, q->logits, &na, &only));
+    if (!na)
+        return no_token();
+    q->res->n_forced += only >= 0;
+    LLM_TRY(emit(g, i, only >= 0 ? only : llm_sampler_sample(q->smp, q->logits)));
+    while (!g->raw && q->state == S_RUN && q->next >= 0 && q->n_todo < GEN_FORCED_MAX) {
+        const uint64_t *bits;
+        LLM_TRY(llm_gmatch_allowed(q->gm, &bits, &na, &only));
+        if (!na)
+            return no_token();
+        if (only < 0)
+            break;
+        q->res->n_forced++;
+        LLM_TRY(emit(g, i, only));
+    }
+    return LLM_OK;
 }
 
 /* Completion i, preempted, gets its blocks back: the prompt's shared ones,
- * and its own tokens but the pending one computed again (the same bits as
+ * and its own tokens but the pending ones computed again (the same bits as
  * the first time, so the same text follows). LLM_E_KV_FULL: not yet. */
 static llm_status resume(struct gen *g, int32_t i)
 {
     struct gseq *q = &g->s[i];
-    const int32_t k = q->res->n_gen - 1; /* the last token is q->next, decoded next step */
+    const int32_t k = q->res->n_gen - q->n_todo; /* the rest are decoded next step */
     LLM_TRY(llm_context_fork(g->c, g->keep, i, g->n_prompt));
     if (k > 0) {
         int32_t *pos = llm_malloc(2 * (size_t)k * sizeof(int32_t));
@@ -198,20 +235,25 @@ static llm_status resume(struct gen *g, int32_t i)
 static llm_status decode_step(struct gen *g)
 {
     for (;;) {
-        int32_t nb = 0;
+        int32_t nb = 0, nout = 0;
         for (int32_t i = 0; i < g->n; i++) {
             struct gseq *q = &g->s[i];
             if (q->state != S_RUN || q->next < 0)
                 continue;
-            g->bt[nb] = q->next;
-            g->bp[nb] = g->n_prompt + q->res->n_gen - 1;
-            g->bs[nb++] = i;
+            for (int32_t j = q->res->n_gen - q->n_todo; j < q->res->n_gen; j++) {
+                g->bt[nb] = q->gen[j];
+                g->bp[nb] = g->n_prompt + j;
+                g->bl[nb] = j == q->res->n_gen - 1;
+                g->bs[nb++] = i;
+            }
+            nout++;
         }
         if (!nb)
             return LLM_OK;
-        struct llm_batch b = { .n = nb, .token = g->bt, .pos = g->bp, .seq = g->bs };
+        struct llm_batch b = { .n = nb, .token = g->bt, .pos = g->bp, .seq = g->bs,
+                               .logits = g->bl };
         llm_status s = llm_decode_batch(g->c, &b, g->blog);
-        if (s == LLM_E_KV_FULL && nb > 1 && g->keep != 0) {
+        if (s == LLM_E_KV_FULL && nout > 1 && g->keep != 0) {
             struct gseq *v = &g->s[g->bs[nb - 1]];
             llm_context_reset(g->c, g->bs[nb - 1]);
             v->state = S_WAIT;
@@ -224,11 +266,15 @@ static llm_status decode_step(struct gen *g)
                                  g->n_prompt + g->s[g->bs[0]].res->n_gen);
         if (s)
             return s;
-        for (int32_t j = 0; j < nb; j++) {
+        for (int32_t j = 0, o = 0; j < nb; j++) {
+            if (!g->bl[j])
+                continue;
             struct gseq *q = &g->s[g->bs[j]];
             q->res->n_passes++;
-            memcpy(q->logits, g->blog + (size_t)j * g->n_vocab, (size_t)g->n_vocab * sizeof(float));
+            memcpy(q->logits, g->blog + (size_t)o++ * g->n_vocab,
+                   (size_t)g->n_vocab * sizeof(float));
             q->next = -1;
+            q->n_todo = 0;
             q->fresh = 1;
         }
         return LLM_OK;
@@ -490,12 +536,14 @@ static void gen_free(struct gen *g)
         llm_free(g->s[i].pend.buf);
         llm_free(g->s[i].gen);
         llm_free(g->s[i].logits);
+        llm_gmatch_free(g->s[i].gm);
     }
     llm_free(g->s);
     llm_free(g->raw);
     llm_free(g->top_ids);
     llm_free(g->top_lp);
     llm_free(g->bt);
+    llm_free(g->bl);
     llm_free(g->blog);
 }
 
@@ -505,17 +553,20 @@ static llm_status gen_init(struct gen *g, struct llm_gen_result *res)
     const size_t V = (size_t)g->n_vocab;
     const int32_t ntop = g->p->top_logprobs > 0 ? g->p->top_logprobs : 0;
     g->s = llm_calloc((size_t)n, sizeof *g->s);
-    g->bt = llm_malloc(3 * (size_t)n * sizeof(int32_t));
+    const size_t nt = (size_t)n * GEN_FORCED_MAX;
+    g->bt = llm_malloc(3 * nt * sizeof(int32_t));
+    g->bl = llm_malloc(nt);
     g->blog = llm_malloc((size_t)n * V * sizeof(float));
     if (ntop) {
         g->raw = llm_malloc(V * sizeof(float));
         g->top_ids = llm_calloc((size_t)ntop, sizeof(int32_t));
         g->top_lp = llm_calloc((size_t)ntop, sizeof(float));
     }
-    if (!g->s || !g->bt || !g->blog || (ntop && (!g->raw || !g->top_ids || !g->top_lp)))
+    if (!g->s || !g->bt || !g->bl || !g->blog ||
+        (ntop && (!g->raw || !g->top_ids || !g->top_lp)))
         return LLM_E_NOMEM;
-    g->bp = g->bt + n;
-    g->bs = g->bp + n;
+    g->bp = g->bt + nt;
+    g->bs = g->bp + nt;
     for (int32_t i = 0; i < n; i++) {
         struct gseq *q = &g->s[i];
         struct llm_sampler_params sp = g->p->sp;
@@ -526,6 +577,8 @@ static llm_status gen_init(struct gen *g, struct llm_gen_result *res)
         if (!q->logits)
             return LLM_E_NOMEM;
         LLM_TRY(llm_sampler_new(&q->smp, &sp, g->n_vocab));
+        if (g->p->grammar)
+            LLM_TRY(llm_gmatch_new(&q->gm, g->p->grammar));
     }
     return LLM_OK;
 }
@@ -557,6 +610,9 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
     if (spec && g.n > 1)
         return llm_error_set(LLM_E_INVALID, "speculative decoding makes one completion, not %d",
                              g.n);
+    if (spec && p->grammar)
+        return llm_error_set(LLM_E_UNSUPPORTED, "speculative decoding under a grammar is not "
+                             "built yet");
     g.keep = g.n > 1 ? g.n : 0;
     g.n_prompt = (int32_t)n_prompt;
     llm_status s = gen_init(&g, res);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "../common/status.h"
+#include "../grammar/grammar.h"
 #include "../sample/sample.h"
 #include "model.h"
 #include "spec.h"
@@ -37,6 +38,11 @@ struct llm_gen_params {
                                          prompt slices and between steps) */
     const struct llm_spec_params *spec; /* speculative decoding (a draft context or lookup;
                                            one completion), or NULL */
+    struct llm_gmask *grammar;      /* constrained decoding (grammar/grammar.h), or NULL: each
+                                       completion draws only tokens the grammar allows; a token
+                                       that is the only one allowed is taken without a draw,
+                                       and those that follow it alone are decoded with it in
+                                       one pass (jump-forward) */
 };
 void llm_gen_params_default(struct llm_gen_params *p);
 
@@ -69,6 +75,7 @@ struct llm_gen_result {
     int32_t n_passes;               /* forward passes of the model that decoded its tokens */
     int64_t n_drafted, n_accepted;  /* speculative decoding: tokens drafted, and kept */
     int32_t n_draft_rounds;         /* target passes that checked at least one draft */
+    int32_t n_forced;               /* tokens the grammar forced (taken without a draw) */
 };
 
 /* The earliest occurrence in s (len bytes) of any of the n_stop stop

@@ -1,0 +1,70 @@
+/* gram_impl.h: the compiled grammar shared by gbnf.c (which builds it) and
+ * match.c (which runs it). Not a public header. */
+#ifndef LLM_GRAMMAR_GRAM_IMPL_H
+#define LLM_GRAMMAR_GRAM_IMPL_H
+
+#include <stdint.h>
+
+#include "grammar.h"
+
+enum { GE_END = 0, GE_SET = 1, GE_RULE = 2 };
+
+/* One element of an alternative: a character set to match, a rule to
+ * expand, or the end of the alternative. */
+struct gel {
+    uint8_t type;
+    int32_t arg;            /* GE_SET: charset index; GE_RULE: rule index */
+};
+
+/* A set of code points: sorted, disjoint, non-adjacent ranges (negated
+ * classes are complemented at compile time), and an ASCII bitmap. */
+struct gset {
+    uint32_t first, n;      /* ranges lo[first..first+n), hi[...] */
+    uint64_t ascii[2];
+};
+
+struct grule {
+    char *name;
+    uint32_t first_alt, n_alt; /* alternatives alt[first_alt..), each an index into el */
+};
+
+struct llm_grammar {
+    struct gel *el;         /* (n_el) every alternative's elements, each ended by GE_END */
+    uint32_t n_el;
+    uint32_t *alt;          /* (n_alt) start of each alternative in el */
+    uint32_t n_alt;
+    struct grule *rules;    /* (n_rules) */
+    uint32_t n_rules, root;
+    struct gset *sets;      /* (n_sets) */
+    uint32_t n_sets;
+    uint32_t *lo, *hi;      /* (n_ranges) */
+    uint32_t n_ranges;
+};
+
+static inline int gset_has(const struct llm_grammar *g, const struct gset *s, uint32_t c)
+{
+    if (c < 128)
+        return (int)((s->ascii[c >> 6] >> (c & 63)) & 1);
+    const uint32_t *lo = g->lo + s->first, *hi = g->hi + s->first;
+    uint32_t a = 0, b = s->n;
+    while (a < b) { /* first range with hi >= c */
+        uint32_t m = (a + b) / 2;
+        if (hi[m] < c)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a < s->n && lo[a] <= c;
+}
+
+/* Does the set hold any code point in [a, b]? */
+static inline int gset_meets(const struct llm_grammar *g, const struct gset *s, uint32_t a,
+                             uint32_t b)
+{
+    for (uint32_t i = 0; i < s->n; i++)
+        if (g->lo[s->first + i] <= b && g->hi[s->first + i] >= a)
+            return 1;
+    return 0;
+}
+
+#endif
