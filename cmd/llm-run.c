@@ -16,7 +16,7 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_
        OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY, OPT_NSEQ, OPT_KVMEM, OPT_KVBLOCKS,
        OPT_BLOCKSIZE, OPT_BATCH, OPT_RESUME, OPT_CORDER, OPT_MAXSEQS, OPT_STEPTOK, OPT_NOPREFIX,
        OPT_STATSJSON, OPT_KVTRACE, OPT_DRAFT, OPT_LOOKUP, OPT_NGRAMMIN, OPT_NGRAMMAX, OPT_DRAFTN,
-       OPT_DRAFTMAX, OPT_SPECRULE, OPT_GRAMMAR, OPT_JSONOBJ, OPT_REGEX };
+       OPT_DRAFTMAX, OPT_SPECRULE, OPT_GRAMMAR, OPT_JSONOBJ, OPT_REGEX, OPT_SCHEMA };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
@@ -52,7 +52,9 @@ static const struct llm_opt opts[] = {
     { OPT_KVBLOCKS, "kv-blocks", LLM_ARG_REQUIRED, "N", "KV cache budget in blocks (default: as --kv-mem)", NULL },
     { OPT_BLOCKSIZE, "block-size", LLM_ARG_REQUIRED, "N", "tokens per KV block (default: 16)", NULL },
     { OPT_GRAMMAR, "grammar", LLM_ARG_REQUIRED, "FILE", "constrain the text to the GBNF grammar in FILE (llama.cpp's grammar language; see llm-run(1))", "file" },
+    { OPT_SCHEMA, "json-schema", LLM_ARG_REQUIRED, "FILE", "constrain the text to JSON that validates against the JSON Schema in FILE", "file" },
     { OPT_JSONOBJ, "json-object", LLM_ARG_NONE, NULL, "constrain the text to one JSON value", NULL },
+    { OPT_REGEX, "regex", LLM_ARG_REQUIRED, "RE", "constrain the text to match the regular expression RE, whole", NULL },
     { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "FILE", "answer the requests of an OpenAI batch JSONL file ('-' = stdin) by continuous batching; one output line per input line", "file" },
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "with --batch: write the output lines to FILE (default: stdout)", "file" },
     { OPT_RESUME, "resume", LLM_ARG_NONE, NULL, "with --batch -o FILE: skip the lines answered in FILE by an interrupted run, append the rest", NULL },
@@ -111,8 +113,10 @@ struct args {
     int have_spec;              /* an option that needs --draft or --lookup */
     int have_ngram, have_dmax;
     struct llm_spec_params spec;
-    const char *grammar;        /* constrained decoding: a GBNF file */
-    int json_object;
+    const char *grammar;        /* constrained decoding: a GBNF file, */
+    const char *schema;         /* a JSON Schema file, */
+    const char *regex;          /* a regular expression, */
+    int json_object;            /* or any JSON value */
     struct llm_grammar *gram;   /* the one given, compiled */
     struct llm_gmask *gmask;
     double t_grammar_s;         /* time to parse it and index the vocabulary */
@@ -813,24 +817,37 @@ static int do_batch(const struct args *a, struct llm_model *m)
     return sum.errors ? 3 : 0;
 }
 
-/* The grammar of --grammar or --json-object, compiled and bound to the
- * model's vocabulary (a->gmask; none when neither is given). */
+/* Which option constrains the text, if one does. */
+static const char *grammar_option(const struct args *a)
+{
+    return a->grammar ? "--grammar" : a->schema ? "--json-schema" : a->regex ? "--regex"
+           : a->json_object ? "--json-object" : NULL;
+}
+
+/* The grammar of --grammar, --json-schema, --regex or --json-object,
+ * compiled and bound to the model's vocabulary (a->gmask). */
 static llm_status open_grammar(struct args *a, struct llm_model *m)
 {
-    if (!a->grammar && !a->json_object)
+    if (!grammar_option(a))
         return LLM_OK;
     double t0 = llm_now_s();
-    char *text = NULL;
+    char *text = NULL, *src = NULL;
     size_t len = 0;
-    const char *name = "--json-object";
+    const char *name = a->grammar ? a->grammar : a->schema ? a->schema : grammar_option(a);
     llm_status s = LLM_OK;
     if (a->grammar) {
-        name = a->grammar;
         s = llm_read_file(a->grammar, (size_t)1 << 24, &text, &len);
+    } else if (a->schema) {
+        if (!(s = llm_read_file(a->schema, (size_t)1 << 24, &src, &len)))
+            s = llm_schema_to_gbnf(src, len, a->schema, &text);
+    } else if (a->regex) {
+        s = llm_regex_to_gbnf(a->regex, strlen(a->regex), "--regex", &text);
     } else {
-        len = strlen(llm_grammar_json);
         s = (text = llm_strdup(llm_grammar_json)) ? LLM_OK : LLM_E_NOMEM;
     }
+    llm_free(src);
+    if (!s && !a->grammar)
+        len = strlen(text);
     if (!s)
         s = llm_grammar_parse(&a->gram, text, len, name);
     llm_free(text);
@@ -1051,6 +1068,8 @@ int main(int argc, char **argv)
         case OPT_KVTRACE: a.kv_trace = arg, a.have_gen = 1; break;
         case OPT_GRAMMAR: a.grammar = arg; break;
         case OPT_JSONOBJ: a.json_object = 1; break;
+        case OPT_SCHEMA: a.schema = arg; break;
+        case OPT_REGEX: a.regex = arg; break;
         case OPT_DRAFT: a.draft = arg; break;
         case OPT_LOOKUP: a.spec.lookup = 1; break;
         case OPT_NGRAMMIN: rc = parse_i(arg, 1, 64, "--ngram-min", &a.spec.ngram_min), a.have_ngram = 1; break;
@@ -1112,10 +1131,11 @@ int main(int argc, char **argv)
     if (a.spec.ngram_min > a.spec.ngram_max)
         return llm_cli_usage(&cli, "--ngram-min %d is above --ngram-max %d", a.spec.ngram_min,
                              a.spec.ngram_max);
-    if (a.grammar && a.json_object)
-        return llm_cli_usage(&cli, "--grammar and --json-object are two grammars; use one");
-    if ((a.grammar || a.json_object) && (tokmode || a.batch || speculating(&a)))
-        return llm_cli_usage(&cli, "%s does not go with %s", a.grammar ? "--grammar" : "--json-object",
+    if (!!a.grammar + !!a.schema + !!a.regex + a.json_object > 1)
+        return llm_cli_usage(&cli, "--grammar, --json-schema, --regex and --json-object each "
+                             "constrain the text; use one");
+    if (grammar_option(&a) && (tokmode || a.batch || speculating(&a)))
+        return llm_cli_usage(&cli, "%s does not go with %s", grammar_option(&a),
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
                              : a.batch ? "--batch (use response_format in the requests)"
                              : a.draft ? "--draft" : "--lookup");

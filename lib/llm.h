@@ -40,6 +40,7 @@
 #include "format/meta.h"
 #include "gpu/gpu.h"       /* llm_gpu_* (LLM_E_CUDA when built without CUDA) */
 #include "grammar/grammar.h" /* llm_grammar_*, llm_gmask_*, llm_gmatch_*: constrained decoding */
+#include "grammar/convert.h" /* llm_regex_to_gbnf, llm_schema_to_gbnf */
 #include "bench/bench.h"    /* llm_bench_*, llm_stats_*, llm_probe_*: llm-bench */
 #include "kv/kvstat.h"      /* llm_kvstat_*: KV-cache arithmetic (llm-kvstat) */
 #include "quant/blocks.h"

@@ -446,7 +446,7 @@ static llm_status parse_rule(struct parser *ps)
 }
 
 /* Sorted, merged ranges; a negated set complemented over U+0..U+10FFFF. */
-static size_t normalize(uint32_t *r, size_t n, int neg, uint32_t *out)
+size_t llm_gram_ranges(uint32_t *r, size_t n, int neg, uint32_t *out)
 {
     for (size_t i = 1; i < n; i++) /* insertion sort: classes are short */
         for (size_t j = i; j > 0 && r[2 * (j - 1)] > r[2 * j]; j--) {
@@ -575,7 +575,7 @@ static llm_status compile(struct parser *ps, struct llm_grammar *g)
     g->n_sets = (uint32_t)ps->n_sets;
     for (size_t i = 0; i < ps->n_sets; i++) {
         struct pset *s = &ps->sets[i];
-        size_t m = normalize(s->r, s->n, s->neg, tmp);
+        size_t m = llm_gram_ranges(s->r, s->n, s->neg, tmp);
         struct gset *gs = &g->sets[i];
         gs->first = g->n_ranges;
         gs->n = (uint32_t)m;
@@ -677,16 +677,5 @@ llm_status llm_grammar_parse(struct llm_grammar **out, const char *src, size_t l
     return LLM_OK;
 }
 
-/* Any JSON value (RFC 8259), with whitespace between tokens bounded so
- * that a model cannot loop on newlines forever. */
-const char llm_grammar_json[] =
-    "root    ::= \" \"? value ws\n"
-    "value   ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
-    "object  ::= \"{\" ws ( member ( \",\" ws member )* )? \"}\"\n"
-    "member  ::= string ws \":\" ws value ws\n"
-    "array   ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-    "string  ::= \"\\\"\" char* \"\\\"\"\n"
-    "char    ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" hex hex hex hex )\n"
-    "hex     ::= [0-9a-fA-F]\n"
-    "number  ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
-    "ws      ::= [ \\t\\n]{0,20}\n";
+/* Any JSON value (RFC 8259). */
+const char llm_grammar_json[] = "root ::= \" \"? value ws\n" GRAM_JSON_RULES;

@@ -3,6 +3,7 @@
 #ifndef LLM_GRAMMAR_GRAM_IMPL_H
 #define LLM_GRAMMAR_GRAM_IMPL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "grammar.h"
@@ -66,5 +67,43 @@ static inline int gset_meets(const struct llm_grammar *g, const struct gset *s, 
             return 1;
     return 0;
 }
+
+/* The rules of JSON values: value, object, member, array, string, char,
+ * hex, number, int and ws. Whitespace between tokens is bounded, so that a
+ * model cannot loop on newlines forever, and so are digits. */
+#define GRAM_JSON_RULES                                                                        \
+    "value   ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"          \
+    "object  ::= \"{\" ws ( member ( \",\" ws member )* )? \"}\"\n"                               \
+    "member  ::= string ws \":\" ws value ws\n"                                               \
+    "array   ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"                           \
+    "string  ::= \"\\\"\" char* \"\\\"\"\n"                                                      \
+    "char    ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" hex hex hex hex )\n" \
+    "hex     ::= [0-9a-fA-F]\n"                                                              \
+    "number  ::= int ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"                      \
+    "int     ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"                                        \
+    "ws      ::= [ \\t\\n]{0,20}\n"
+
+/* Ranges r (n lo, hi pairs; reordered) sorted and merged into out (room
+ * for n + 1 pairs), complemented over U+0..U+10FFFF when neg; returns the
+ * number of pairs. */
+size_t llm_gram_ranges(uint32_t *r, size_t n, int neg, uint32_t *out);
+
+/* Growable text, for the converters to GBNF. A failed allocation sets
+ * err and later calls do nothing. */
+struct gtext {
+    char *s;
+    size_t len, cap;
+    int err;
+};
+void llm_gtext_put(struct gtext *t, const char *s, size_t n);
+#define GT_LIT(t, lit) llm_gtext_put((t), (lit), sizeof(lit) - 1)
+void llm_gtext_printf(struct gtext *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One code point as GBNF writes it in a literal or a class. */
+void llm_gtext_cp(struct gtext *t, uint32_t c, int in_class);
+
+/* Append to out the GBNF expression (one parenthesised group) of regular
+ * expression re; json: as the inside of a JSON string (see regex.c). */
+llm_status llm_regex_gbnf_expr(struct gtext *out, const char *re, size_t len, const char *name,
+                               int json);
 
 #endif
