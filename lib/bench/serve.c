@@ -115,7 +115,7 @@ static llm_status from_file(struct llm_request **out, size_t *n, int64_t *errors
         q = v;
         struct llm_request *r = &q[*n];
         if ((s = llm_request_parse(r, line, l, lineno, &p->defaults)) ||
-            (s = llm_batch_prepare(r, c, p->defaults.chat_template, p->engine.max_seqs))) {
+            (s = llm_batch_prepare(r, c, p->defaults.chat_template, NULL, p->engine.max_seqs))) {
             llm_request_free(r);
             break;
         }

@@ -677,5 +677,6 @@ llm_status llm_grammar_parse(struct llm_grammar **out, const char *src, size_t l
     return LLM_OK;
 }
 
-/* Any JSON value (RFC 8259). */
-const char llm_grammar_json[] = "root ::= \" \"? value ws\n" GRAM_JSON_RULES;
+/* Any JSON value (RFC 8259); the text ends with it (no whitespace after
+ * it for a model to loop on). */
+const char llm_grammar_json[] = "root ::= \" \"? value\n" GRAM_JSON_RULES;

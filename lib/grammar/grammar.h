@@ -94,4 +94,13 @@ llm_status llm_gmatch_accept(struct llm_gmatch *s, int32_t id);
 int llm_gmatch_can_end(const struct llm_gmatch *s);
 int llm_gmatch_must_end(const struct llm_gmatch *s);
 
+/* The grammars of a batch run: each distinct text compiled and bound to
+ * the vocabulary once, and kept until the set is freed. */
+struct llm_grammar_set;
+llm_status llm_grammar_set_new(struct llm_grammar_set **out, const struct llm_tokenizer *tok);
+void llm_grammar_set_free(struct llm_grammar_set *gs);
+/* The compiled grammar of GBNF `text` (`name` heads parse errors). */
+llm_status llm_grammar_set_get(struct llm_grammar_set *gs, const char *text, const char *name,
+                               struct llm_gmask **out);
+
 #endif

@@ -43,7 +43,7 @@ struct gcache {
     uint64_t hash;
     struct gnode **key;         /* (n) */
     uint32_t n, cp;
-    uint8_t accept, need;
+    uint8_t accept, need, ulen;
     uint64_t *bits;
     struct gcache *chain;
 };
@@ -68,6 +68,7 @@ struct wdepth {
     int32_t st;                 /* its stacks (a struct wst) */
     uint32_t cp;                /* the unfinished code point so far */
     uint8_t need;               /* continuation bytes still to come */
+    uint8_t ulen;               /* of a sequence of ulen bytes */
     uint8_t ctx_seen;           /* the unknown rest was reached at or before here */
     uint8_t end_ok;             /* a token may end here */
 };
@@ -131,7 +132,7 @@ struct llm_gmatch {
     struct gnode **v;           /* (n) its terminal stacks, sorted by address */
     uint32_t n, cap;
     uint32_t cp;
-    uint8_t accept, need;
+    uint8_t accept, need, ulen;
     uint64_t ver;               /* changes with every token taken */
 };
 
@@ -412,8 +413,10 @@ static int step(struct llm_gmask *m, struct wdepth *D, uint32_t d, uint8_t b)
         }
         t->st = nx;
     } else {
+        /* the smallest code point of a sequence of 1-4 bytes (less is overlong) */
+        static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
         uint32_t cp;
-        uint8_t need;
+        uint8_t need, ulen = s->ulen;
         if (s->need == 0) {
             if (b >= 0xC2 && b < 0xE0)
                 cp = b & 0x1F, need = 1;
@@ -423,6 +426,7 @@ static int step(struct llm_gmask *m, struct wdepth *D, uint32_t d, uint8_t b)
                 cp = b & 0x07, need = 3;
             else
                 return 0; /* not UTF-8: the empty state */
+            ulen = (uint8_t)(need + 1);
         } else {
             if ((b & 0xC0) != 0x80)
                 return 0;
@@ -431,12 +435,18 @@ static int step(struct llm_gmask *m, struct wdepth *D, uint32_t d, uint8_t b)
         }
         t->cp = cp;
         t->need = need;
-        if (need) {
-            uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+        t->ulen = ulen;
+        uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+        if (lo < least[ulen])
+            lo = least[ulen];
+        if (hi > 0x10FFFF)
+            hi = 0x10FFFF;
+        if (lo > hi || (need == 0 && cp >= 0xD800 && cp <= 0xDFFF))
+            return 0; /* overlong, a surrogate or past U+10FFFF */
+        if (need)
             t->st = ws_filter(m, s->st, lo, hi);
-        } else {
+        else
             t->st = ws_advance(m, s->st, cp);
-        }
         if (t->st < 0)
             return -1;
     }
@@ -473,12 +483,13 @@ static int get_bit(const uint64_t *bits, int32_t t)
  * to m->unc_tmp (*n_unc). Tokens sharing a prefix share its steps, and a
  * dead prefix skips all of them at once. */
 static llm_status walk(struct llm_gmask *m, struct gnode *const *v, uint32_t n, uint32_t cp,
-                       uint8_t need, uint64_t *acc, size_t *n_unc)
+                       uint8_t need, uint8_t ulen, uint64_t *acc, size_t *n_unc)
 {
     struct wdepth *D = m->D;
     LLM_TRY(wtmp_room(m, n));
     memcpy(m->wtmp, v, n * sizeof *v);
-    D[0] = (struct wdepth){ .st = ws_intern(m, m->wtmp, n, 0, 0), .cp = cp, .need = need };
+    D[0] = (struct wdepth){ .st = ws_intern(m, m->wtmp, n, 0, 0), .cp = cp, .need = need,
+                            .ulen = ulen };
     if (D[0].st < 0)
         return LLM_E_NOMEM;
     uint32_t valid = 0;
@@ -522,13 +533,14 @@ static llm_status walk(struct llm_gmask *m, struct gnode *const *v, uint32_t n, 
 /* Follow token id's bytes from the stacks v (n); on success D[len] holds
  * the state after it. Returns 1 when the token fits, 0 when it does not. */
 static int follow(struct llm_gmask *m, struct gnode *const *v, uint32_t n, uint32_t cp,
-                  uint8_t need, int32_t id)
+                  uint8_t need, uint8_t ulen, int32_t id)
 {
     struct wdepth *D = m->D;
     if (wtmp_room(m, n))
         return -1;
     memcpy(m->wtmp, v, n * sizeof *v);
-    D[0] = (struct wdepth){ .st = ws_intern(m, m->wtmp, n, 0, 0), .cp = cp, .need = need };
+    D[0] = (struct wdepth){ .st = ws_intern(m, m->wtmp, n, 0, 0), .cp = cp, .need = need,
+                            .ulen = ulen };
     if (D[0].st < 0)
         return -1;
     uint32_t len = m->len[id];
@@ -555,7 +567,7 @@ static struct gpos *position(struct llm_gmask *m, uint32_t pos)
         return NULL;
     memset(acc, 0, (size_t)m->words * 8);
     size_t n_unc;
-    if (walk(m, &start, 1, 0, 0, acc, &n_unc))
+    if (walk(m, &start, 1, 0, 0, 0, acc, &n_unc))
         return NULL;
     struct gpos *p = arena(m, sizeof *p + n_unc * sizeof(int32_t));
     if (!p)
@@ -747,7 +759,7 @@ static int cmp_ptr(const void *a, const void *b)
 }
 
 static llm_status set_state(struct llm_gmatch *s, struct gnode *const *v, uint32_t n,
-                            uint8_t accept, uint32_t cp, uint8_t need)
+                            uint8_t accept, uint32_t cp, uint8_t need, uint8_t ulen)
 {
     void *p = s->v;
     size_t cap = s->cap;
@@ -760,6 +772,7 @@ static llm_status set_state(struct llm_gmatch *s, struct gnode *const *v, uint32
     s->accept = accept;
     s->cp = cp;
     s->need = need;
+    s->ulen = ulen;
     s->ver++;
     return LLM_OK;
 }
@@ -780,7 +793,7 @@ llm_status llm_gmatch_new(struct llm_gmatch **out, struct llm_gmask *m)
         st = n ? closure(m, n) : LLM_E_NOMEM;
     }
     if (!st)
-        st = set_state(s, m->scr, (uint32_t)m->n_scr, m->scr_accept, 0, 0);
+        st = set_state(s, m->scr, (uint32_t)m->n_scr, m->scr_accept, 0, 0, 0);
     if (st) {
         llm_gmatch_free(s);
         return st;
@@ -796,7 +809,8 @@ llm_status llm_gmatch_copy(struct llm_gmatch **out, const struct llm_gmatch *src
     if (!s)
         return LLM_E_NOMEM;
     s->m = src->m;
-    llm_status st = set_state(s, src->v, src->n, src->accept, src->cp, src->need);
+    llm_status st = set_state(s, src->v, src->n, src->accept, src->cp, src->need,
+                               src->ulen);
     if (st) {
         llm_gmatch_free(s);
         return st;
@@ -827,7 +841,8 @@ int llm_gmatch_must_end(const struct llm_gmatch *s)
 
 static uint64_t state_hash(const struct llm_gmatch *s)
 {
-    uint64_t h = 0x84222325cbf29ce4ull ^ ((uint64_t)s->accept << 40) ^ ((uint64_t)s->need << 32) ^ s->cp;
+    uint64_t h = 0x84222325cbf29ce4ull ^ ((uint64_t)s->accept << 40) ^ ((uint64_t)s->ulen << 36) ^
+                 ((uint64_t)s->need << 32) ^ s->cp;
     for (uint32_t i = 0; i < s->n; i++)
         h = (h ^ (uint64_t)(uintptr_t)s->v[i]) * 0x100000001b3ull;
     return h ^ (h >> 31);
@@ -836,7 +851,7 @@ static uint64_t state_hash(const struct llm_gmatch *s)
 static struct gcache *cache_find(struct llm_gmask *m, const struct llm_gmatch *s, uint64_t h)
 {
     for (struct gcache *c = m->cache[h & (m->n_cache_bucket - 1)]; c; c = c->chain)
-        if (c->hash == h && c->n == s->n && c->accept == s->accept && c->need == s->need &&
+        if (c->hash == h && c->n == s->n && c->accept == s->accept && c->need == s->need && c->ulen == s->ulen &&
             c->cp == s->cp && memcmp(c->key, s->v, s->n * sizeof *s->v) == 0)
             return c;
     return NULL;
@@ -856,6 +871,7 @@ static void cache_put(struct llm_gmask *m, const struct llm_gmatch *s, uint64_t 
     c->n = s->n;
     c->accept = s->accept;
     c->need = s->need;
+    c->ulen = s->ulen;
     c->cp = s->cp;
     memcpy(c->bits, bits, (size_t)m->words * 8);
     memcpy(c->key, s->v, s->n * sizeof *s->v);
@@ -872,7 +888,7 @@ static llm_status make_mask(struct llm_gmatch *s)
     memset(bits, 0, (size_t)m->words * 8);
     if (s->need) { /* inside a character: walk the vocabulary from here */
         size_t n_unc;
-        LLM_TRY(walk(m, s->v, s->n, s->cp, s->need, bits, &n_unc));
+        LLM_TRY(walk(m, s->v, s->n, s->cp, s->need, s->ulen, bits, &n_unc));
     } else {
         for (uint32_t i = 0; i < s->n; i++) {
             struct gpos *p = position(m, s->v[i]->pos);
@@ -887,7 +903,7 @@ static llm_status make_mask(struct llm_gmatch *s)
                 int32_t id = p->unc[k];
                 if (get_bit(bits, id))
                     continue;
-                int r = follow(m, &s->v[i], 1, 0, 0, id);
+                int r = follow(m, &s->v[i], 1, 0, 0, 0, id);
                 if (r < 0)
                     return LLM_E_NOMEM;
                 if (r)
@@ -973,17 +989,17 @@ llm_status llm_gmatch_accept(struct llm_gmatch *s, int32_t id)
         return llm_error_set(LLM_E_INVALID, "grammar: token %d out of range", id);
     if (m->eog[id] || !m->len[id]) {
         if (m->eog[id] && llm_gmatch_can_end(s))
-            return set_state(s, NULL, 0, 1, 0, 0);
+            return set_state(s, NULL, 0, 1, 0, 0, 0);
         return llm_error_set(LLM_E_INVALID, "grammar: token %d cannot come here", id);
     }
-    int r = follow(m, s->v, s->n, s->cp, s->need, id);
+    int r = follow(m, s->v, s->n, s->cp, s->need, s->ulen, id);
     if (r < 0)
         return LLM_E_NOMEM;
     if (!r)
         return llm_error_set(LLM_E_INVALID, "grammar: token %d cannot come here", id);
     const struct wdepth *e = &m->D[m->len[id]];
     const struct wst *w = &m->ws[e->st];
-    return set_state(s, w->v, w->n, w->accept, e->cp, e->need);
+    return set_state(s, w->v, w->n, w->accept, e->cp, e->need, e->ulen);
 }
 
 /* ---- whole strings ---- */
@@ -1002,7 +1018,7 @@ int llm_grammar_accepts(const struct llm_grammar *g, const char *str, size_t len
     m.bytes = bytes;
     m.len = lens;
     m.n_vocab = 1;
-    int r = len ? follow(&m, s->v, s->n, 0, 0, 0) : 1;
+    int r = len ? follow(&m, s->v, s->n, 0, 0, 0, 0) : 1;
     ok = r == 1 && (len ? m.ws[m.D[len].st].accept && !m.D[len].need : s->accept);
     m.bytes = NULL;
     m.len = NULL;

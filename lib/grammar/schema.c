@@ -745,7 +745,7 @@ llm_status llm_schema_to_gbnf(const char *json, size_t len, const char *name, ch
     char r[32];
     llm_status st = conv(&c, c.root, "#", r);
     if (!st) {
-        llm_gtext_printf(&c.out, "root ::= \" \"? %s ws\n", r);
+        llm_gtext_printf(&c.out, "root ::= \" \"? %s\n", r);
         llm_gtext_put(&c.out, GRAM_JSON_RULES, strlen(GRAM_JSON_RULES));
         if (c.out.err)
             st = LLM_E_NOMEM;

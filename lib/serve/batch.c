@@ -253,7 +253,7 @@ const char *llm_batch_next_line(const char *text, size_t len, size_t *at, size_t
 }
 
 llm_status llm_batch_prepare(struct llm_request *q, struct llm_context *c, const char *tmpl,
-                             int32_t max_seqs)
+                             struct llm_grammar_set *gs, int32_t max_seqs)
 {
     if (q->err_code)
         return LLM_OK;
@@ -272,6 +272,18 @@ llm_status llm_batch_prepare(struct llm_request *q, struct llm_context *c, const
         snprintf(msg, sizeof msg, "the prompt of %zu tokens needs %lld KV blocks, more than "
                  "the pool's %d (--kv-mem, --kv-blocks)", q->n_ids, (long long)need,
                  kv->p.n_blocks);
+    } else if (q->gbnf && !gs) {
+        q->err_code = "unsupported";
+        snprintf(msg, sizeof msg, "body.response_format: not available here");
+    } else if (q->gbnf) {
+        llm_status s = llm_grammar_set_get(gs, q->gbnf, "response_format", &q->gmask);
+        if (s == LLM_E_NOMEM)
+            return s;
+        if (!s)
+            return LLM_OK;
+        q->err_code = "invalid_request";
+        snprintf(msg, sizeof msg, "%s", llm_error_detail(s));
+        llm_error_clear();
     } else
         return LLM_OK;
     return (q->err_msg = llm_strdup(msg)) ? LLM_OK : LLM_E_NOMEM;
@@ -359,6 +371,9 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
     sum->lines = (int64_t)r.n_it;
     struct llm_engine *e = NULL;
     struct llm_engine_callbacks cb = { on_done, &r };
+    struct llm_grammar_set *gs = NULL; /* response_format grammars; outlives the engine */
+    if (!s)
+        s = llm_grammar_set_new(&gs, r.tok);
     if (!s)
         s = llm_engine_new(&e, c, &p->engine, &cb);
     if (!s) {
@@ -394,7 +409,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
             continue;
         }
         if (!s)
-            s = llm_batch_prepare(&q, c, p->defaults.chat_template, p->engine.max_seqs);
+            s = llm_batch_prepare(&q, c, p->defaults.chat_template, gs, p->engine.max_seqs);
         if (!s && q.err_code)
             s = record(&r, &q, NULL, 0, 0);
         else if (!s)
@@ -468,6 +483,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
         llm_free(r.it[i].out);
     llm_free(r.it);
     llm_engine_free(e);
+    llm_grammar_set_free(gs);
     if (r.out && !to_stdout && fclose(r.out) && !s)
         s = llm_error_set(LLM_E_IO, "%s: write error: %s", p->out_path, strerror(errno));
     sum->seconds = llm_now_s() - t0;

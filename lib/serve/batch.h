@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "../grammar/grammar.h"
 #include "engine.h"
 #include "request.h"
 
@@ -54,11 +55,13 @@ const char *llm_batch_next_line(const char *text, size_t len, size_t *at, size_t
                                 int64_t *lineno);
 
 /* Make a parsed line ready for the engine: tokenize it for c (with the chat
- * template tmpl, NULL: the model's) and check that it fits: n within
- * max_seqs, the prompt within the context and the KV pool. A request that
- * does not gets err_code and err_msg, and LLM_OK; LLM_E_NOMEM only. */
+ * template tmpl, NULL: the model's), check that it fits (n within
+ * max_seqs, the prompt within the context and the KV pool), and compile
+ * its response_format grammar in gs (NULL: a request with one is
+ * refused). A request that does not fit gets err_code and err_msg, and
+ * LLM_OK; LLM_E_NOMEM only. */
 llm_status llm_batch_prepare(struct llm_request *q, struct llm_context *c, const char *tmpl,
-                             int32_t max_seqs);
+                             struct llm_grammar_set *gs, int32_t max_seqs);
 
 /* Run the file. LLM_E_INTERRUPTED when *interrupt became non-zero (the
  * finished lines are written); other errors are fatal ones (input or output

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../grammar/grammar.h"
 #include "../common/num.h"
 #include "../kv/prefix.h"
 #include "../model/generate.h"
@@ -32,6 +33,7 @@ struct choice {
     int32_t row;                /* the row of the step's logits that holds its next
                                    distribution; -1: none yet */
     struct llm_sampler *smp;    /* made at the first admission, kept through preemption */
+    struct llm_gmatch *gm;      /* its place in the request's grammar (made with smp), or NULL */
     char *text;                 /* (len) its text so far */
     size_t len, cap;
     const char *finish;         /* NULL while it runs */
@@ -104,6 +106,7 @@ static void req_free(struct req *q)
         struct choice *c = &q->ch[i];
         llm_free(c->toks);
         llm_sampler_free(c->smp);
+        llm_gmatch_free(c->gm);
         llm_free(c->text);
         llm_free(c->lp);
         llm_free(c->top_ids);
@@ -396,7 +399,10 @@ static llm_status take_token(struct llm_engine *e, struct req *q, struct choice 
     const int32_t prev = c->toks[total_of(q, c) - 1];
     c->toks[total_of(q, c)] = id;
     c->n_gen++;
-    if (!e->p.ignore_eos && llm_tokenizer_is_eog(e->tok, id)) {
+    if (c->gm)
+        LLM_TRY(llm_gmatch_accept(c->gm, id));
+    if ((!e->p.ignore_eos || (c->gm && llm_gmatch_must_end(c->gm))) &&
+        llm_tokenizer_is_eog(e->tok, id)) {
         finish(e, q, c, "stop");
         return LLM_OK;
     }
@@ -449,7 +455,14 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c, 
     c->t_last = t;
     if (q->r.logprobs)
         memcpy(e->raw, logits, (size_t)e->n_vocab * sizeof(float));
-    int32_t id = llm_sampler_sample(c->smp, logits);
+    int32_t id, n_allowed = 1, only = -1;
+    if (c->gm) /* the grammar's mask; a token it alone allows is taken without a draw */
+        LLM_TRY(llm_gmatch_apply(c->gm, logits, &n_allowed, &only));
+    if (!n_allowed) { /* the vocabulary cannot continue the grammar's text */
+        finish(e, q, c, "stop");
+        return LLM_OK;
+    }
+    id = only >= 0 ? only : llm_sampler_sample(c->smp, logits);
     llm_sampler_accept(c->smp, id);
     if (q->r.logprobs) {
         const size_t k = (size_t)q->r.top_logprobs, n = (size_t)c->n_gen + 1;
@@ -504,6 +517,8 @@ static llm_status admit(struct llm_engine *e, struct req *q)
             LLM_TRY(llm_sampler_new(&c->smp, &sp, e->n_vocab));
             for (int32_t j = 0; j < q->n_prompt; j++)
                 llm_sampler_accept(c->smp, q->r.ids[j]);
+            if (q->r.gmask)
+                LLM_TRY(llm_gmatch_new(&c->gm, q->r.gmask));
         }
         c->slot = e->slots[--e->n_slots];
         llm_context_reset(e->c, c->slot);

@@ -6,10 +6,13 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/alloc.h"
 #include "../format/meta.h"
+#include "../grammar/convert.h"
+#include "../grammar/grammar.h"
 
 /* ---- reading ------------------------------------------------------------- */
 
@@ -35,7 +38,7 @@ static void fail(struct llm_request *r, const char *code, const char *fmt, ...)
 /* Fields of a body that change what is generated but that this engine
  * does not do: refused by name, never ignored. */
 static const char *const unsupported[] = {
-    "stream", "response_format", "tools", "tool_choice", "functions", "function_call",
+    "stream", "tools", "tool_choice", "functions", "function_call",
     "logit_bias", "suffix", "best_of", "echo", "guided_json", "guided_regex", "guided_grammar",
     "guided_choice", "prompt_logprobs", "min_tokens", "stop_token_ids", "audio", "modalities",
     "prediction", "parallel_tool_calls", "use_beam_search",
@@ -219,12 +222,49 @@ static void parse_stop(struct llm_request *r, json_t *s)
     }
 }
 
+/* response_format: text, json_object, or json_schema {name, schema,
+ * strict} (the schema is enforced whatever strict says). */
+static void parse_format(struct llm_request *r, json_t *rf)
+{
+    if (!rf || json_is_null(rf))
+        return;
+    json_t *type = json_object_get(rf, "type");
+    const char *t = json_is_string(type) ? json_string_value(type) : "";
+    if (!json_is_object(rf) || !json_is_string(type)) {
+        fail(r, "invalid_request", "body.response_format: expected an object with a \"type\"");
+    } else if (!strcmp(t, "json_object")) {
+        if (!(r->gbnf = llm_strdup(llm_grammar_json)))
+            fail(r, "server_error", "out of memory");
+    } else if (!strcmp(t, "json_schema")) {
+        json_t *js = json_object_get(rf, "json_schema");
+        json_t *schema = json_object_get(js, "schema");
+        if (!json_is_object(js) || (!json_is_object(schema) && !json_is_boolean(schema))) {
+            fail(r, "invalid_request", "body.response_format.json_schema: expected an object "
+                 "with a \"schema\"");
+            return;
+        }
+        char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+        llm_status s = text ? llm_schema_to_gbnf(text, strlen(text), "response_format schema",
+                                                 &r->gbnf)
+                            : LLM_E_NOMEM;
+        free(text); /* jansson's allocation */
+        if (s) {
+            fail(r, s == LLM_E_UNSUPPORTED ? "unsupported" : "invalid_request", "%s",
+                 llm_error_detail(s));
+            llm_error_clear();
+        }
+    } else if (strcmp(t, "text")) {
+        fail(r, "invalid_request", "body.response_format.type: \"%.40s\" is not text, "
+             "json_object or json_schema", t);
+    }
+}
+
 static void parse_body(struct llm_request *r, json_t *body, const struct llm_req_defaults *d)
 {
     static const char *const known[] = {
         "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p",
         "top_k", "min_p", "seed", "stop", "n", "logprobs", "top_logprobs", "presence_penalty",
-        "frequency_penalty", "repetition_penalty", "priority", "custom_id",
+        "frequency_penalty", "repetition_penalty", "priority", "custom_id", "response_format",
     };
     const char *key;
     json_t *val;
@@ -253,6 +293,7 @@ static void parse_body(struct llm_request *r, json_t *body, const struct llm_req
         parse_messages(r, msgs);
     else
         parse_prompt(r, prompt);
+    parse_format(r, json_object_get(body, "response_format"));
     if (r->err_code)
         return;
     /* the sampler's numbers: each left out keeps llm-run's value */
@@ -470,6 +511,7 @@ void llm_request_free(struct llm_request *r)
         llm_free((void *)r->msgs[i].content);
     llm_free(r->msgs);
     llm_free(r->ids);
+    llm_free(r->gbnf);
     for (size_t i = 0; i < r->n_stop; i++)
         llm_free(r->stop[i]);
     memset(r, 0, sizeof *r);

@@ -60,6 +60,8 @@ struct llm_request {
     int logprobs;                  /* report log-probabilities */
     int32_t top_logprobs;          /* alternatives per token (with logprobs) */
     int64_t priority;              /* lower runs first */
+    char *gbnf;                    /* response_format as a grammar, or NULL (any text) */
+    struct llm_gmask *gmask;       /* it compiled (llm_batch_prepare), borrowed from the run */
 };
 
 /* Read one line (len bytes, without its newline). Always fills r: on a bad

@@ -190,3 +190,59 @@ Test(grammar, utf8_and_rule_spanning_masks, .timeout = 120)
                 "name ::= [\xe4\xb8\x80-\xe9\xbe\xa5]+ | [A-Z] [a-z]*\n",
                 "Hello \xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97!");
 }
+
+/* Independent of the automaton: at the start of a grammar of CJK
+ * ideographs, every allowed token of the byte-level vocabulary must be
+ * whole characters of the range, then at most the first bytes of one
+ * (checked against the UTF-8 encodings of the range itself), and every
+ * such token must be allowed. */
+Test(grammar, utf8_prefixes_against_the_encodings)
+{
+    struct llm_file *f = vocab_file("vocab/ggml-vocab-gpt-2.gguf");
+    if (!f) {
+        cr_skip_test("test data vocab/ggml-vocab-gpt-2.gguf is absent");
+        return;
+    }
+    static uint8_t pre1[256], pre2[65536];
+    for (uint32_t c = 0x4E00; c <= 0x9FA5; c++) { /* three bytes each */
+        uint8_t b0 = (uint8_t)(0xE0 | c >> 12), b1 = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+        pre1[b0] = 1;
+        pre2[b0 << 8 | b1] = 1;
+    }
+    struct llm_tokenizer *t = NULL;
+    cr_assert_eq(llm_tokenizer_new(&t, f), LLM_OK);
+    struct llm_grammar *g = parse_ok("root ::= [\\u4E00-\\u9FA5]+\n");
+    struct llm_gmask *m = NULL;
+    struct llm_gmatch *s = NULL;
+    cr_assert_eq(llm_gmask_new(&m, g, t), LLM_OK);
+    cr_assert_eq(llm_gmatch_new(&s, m), LLM_OK);
+    const uint64_t *bits;
+    int32_t count, only, want = 0;
+    cr_assert_eq(llm_gmatch_allowed(s, &bits, &count, &only), LLM_OK);
+    for (int32_t id = 0; id < (int32_t)llm_tokenizer_n_tokens(t); id++) {
+        const char *b;
+        size_t l, i = 0;
+        cr_assert_eq(llm_token_piece(t, id, 0, &b, &l, NULL), LLM_OK);
+        const uint8_t *u = (const uint8_t *)b;
+        int ok = l > 0 && !llm_tokenizer_is_eog(t, id);
+        for (; ok && i + 3 <= l; i += 3) {
+            uint32_t c = (uint32_t)(u[i] & 0x0F) << 12 | (uint32_t)(u[i + 1] & 0x3F) << 6 |
+                         (u[i + 2] & 0x3F);
+            ok = (u[i] & 0xF0) == 0xE0 && (u[i + 1] & 0xC0) == 0x80 && (u[i + 2] & 0xC0) == 0x80 &&
+                 c >= 0x4E00 && c <= 0x9FA5;
+        }
+        if (ok && l - i == 1)
+            ok = pre1[u[i]];
+        else if (ok && l - i == 2)
+            ok = pre2[u[i] << 8 | u[i + 1]];
+        cr_assert_eq((int)((bits[id / 64] >> (id % 64)) & 1), ok, "token %d (%zu bytes)", id, l);
+        want += ok;
+    }
+    cr_assert_eq(count, want);
+    cr_assert_gt(want, 100);
+    llm_gmatch_free(s);
+    llm_gmask_free(m);
+    llm_grammar_free(g);
+    llm_tokenizer_free(t);
+    llm_file_free(f);
+}
