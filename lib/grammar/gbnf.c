@@ -617,6 +617,195 @@ void llm_grammar_free(struct llm_grammar *g)
     llm_free(g);
 }
 
+/* ---- inlining ----
+ * A small rule called from another is replaced by its alternatives:
+ * R ::= char R | (empty) with char ::= [a] | "\\" [b] becomes R ::= [a] R |
+ * "\\" [b] R | (empty). The language is the same; what changes is how
+ * far a token can be followed from a position without leaving its rule:
+ * the token classes of a position are exact only up to the end of its
+ * rule, so a one-character rule would leave every longer token to be
+ * checked at run time. */
+
+#define INLINE_MAX_EL 24      /* a rule this small (elements) is inlined */
+#define INLINE_MAX_ALT 4
+#define INLINE_MAX_OUT 16     /* alternatives a rule may grow to */
+
+/* Can rule s reach itself? (A search cut short says yes.) */
+static int recursive(const struct parser *ps, int32_t s, uint8_t *seen)
+{
+    enum { MAX_SEEN = 64 };
+    int32_t todo[MAX_SEEN + 1], visited[MAX_SEEN + 1];
+    int32_t n_todo = 0, n_seen = 0, hit = 0;
+    todo[n_todo++] = s;
+    while (n_todo && !hit) {
+        const struct prule *r = &ps->rules[todo[--n_todo]];
+        for (size_t i = 0; i < r->n && !hit; i++) {
+            int32_t t = r->body[i].arg;
+            if (r->body[i].type != PE_RULE || seen[t])
+                continue;
+            if (t == s || n_seen == MAX_SEEN) {
+                hit = 1;
+                break;
+            }
+            seen[t] = 1;
+            visited[n_seen++] = t;
+            todo[n_todo++] = t;
+        }
+    }
+    for (int32_t i = 0; i < n_seen; i++)
+        seen[visited[i]] = 0;
+    return hit;
+}
+
+static size_t n_alts(const struct prule *r)
+{
+    size_t k = 1;
+    for (size_t i = 0; i < r->n; i++)
+        k += r->body[i].type == PE_ALT;
+    return k;
+}
+
+/* The elements of alternative a of r: *n of them from the returned one. */
+static const struct gel *alt_of(const struct prule *r, size_t a, size_t *n)
+{
+    size_t i = 0;
+    for (size_t k = 0; k < a; i++)
+        k += r->body[i].type == PE_ALT;
+    size_t j = i;
+    while (j < r->n && r->body[j].type != PE_ALT)
+        j++;
+    *n = j - i;
+    return r->body + i;
+}
+
+/* Rule r with the small rules it calls inlined (r->body replaced). */
+static llm_status inline_into(struct parser *ps, int32_t r, const uint8_t *small, int *changed)
+{
+    struct prule *pr = &ps->rules[r];
+    struct gel *out = NULL, *tmp = NULL;
+    size_t n_out = 0, cap_out = 0, n_tmp = 0, cap_tmp = 0, alts_out = 0;
+    llm_status st = LLM_OK;
+    /* each alternative becomes the sequences of its expansion, kept in tmp
+     * separated by PE_ALT; then appended to out */
+    for (size_t a = 0, na = n_alts(pr); a < na && !st; a++) {
+        size_t len;
+        const struct gel *e = alt_of(pr, a, &len);
+        n_tmp = 0;
+        size_t seqs = 1;
+        void *v = tmp;
+        if ((st = llm_grow(&v, &cap_tmp, 1, sizeof *tmp)))
+            break;
+        tmp = v;
+        for (size_t i = 0; i < len && !st; i++) {
+            int32_t s = e[i].arg;
+            /* a call in last place keeps no frame (a tail call): nothing to win */
+            size_t k = e[i].type == PE_RULE && i + 1 < len && s != r && small[s]
+                       ? n_alts(&ps->rules[s]) : 0;
+            if (!k || seqs * k > INLINE_MAX_OUT) { /* append to every sequence */
+                struct gel *nt = NULL;
+                size_t n_nt = 0, cap_nt = 0;
+                for (size_t j = 0; j <= n_tmp && !st; j++) {
+                    if (j == n_tmp || tmp[j].type == PE_ALT) {
+                        v = nt;
+                        if (!(st = llm_grow(&v, &cap_nt, n_nt + 2, sizeof *nt))) {
+                            nt = v;
+                            nt[n_nt++] = e[i];
+                            if (j < n_tmp)
+                                nt[n_nt++] = tmp[j];
+                        }
+                    } else {
+                        v = nt;
+                        if (!(st = llm_grow(&v, &cap_nt, n_nt + 1, sizeof *nt))) {
+                            nt = v;
+                            nt[n_nt++] = tmp[j];
+                        }
+                    }
+                }
+                llm_free(tmp);
+                tmp = nt;
+                n_tmp = n_nt;
+                cap_tmp = cap_nt;
+                continue;
+            }
+            /* every sequence times every alternative of s */
+            struct gel *nt = NULL;
+            size_t n_nt = 0, cap_nt = 0, from = 0;
+            const struct prule *ps_s = &ps->rules[s];
+            for (size_t j = 0; j <= n_tmp && !st; j++) {
+                if (j < n_tmp && tmp[j].type != PE_ALT)
+                    continue;
+                for (size_t b = 0; b < k && !st; b++) {
+                    size_t lb;
+                    const struct gel *eb = alt_of(ps_s, b, &lb);
+                    v = nt;
+                    if ((st = llm_grow(&v, &cap_nt, n_nt + (j - from) + lb + 1, sizeof *nt)))
+                        break;
+                    nt = v;
+                    if (n_nt)
+                        nt[n_nt++] = (struct gel){ .type = PE_ALT };
+                    memcpy(nt + n_nt, tmp + from, (j - from) * sizeof *nt);
+                    n_nt += j - from;
+                    memcpy(nt + n_nt, eb, lb * sizeof *nt);
+                    n_nt += lb;
+                }
+                from = j + 1;
+            }
+            llm_free(tmp);
+            tmp = nt;
+            n_tmp = n_nt;
+            cap_tmp = cap_nt;
+            seqs *= k;
+        }
+        if (st)
+            break;
+        void *o = out;
+        if ((st = llm_grow(&o, &cap_out, n_out + n_tmp + 1, sizeof *out)))
+            break;
+        out = o;
+        if (a)
+            out[n_out++] = (struct gel){ .type = PE_ALT };
+        memcpy(out + n_out, tmp, n_tmp * sizeof *out);
+        n_out += n_tmp;
+        alts_out += seqs;
+    }
+    llm_free(tmp);
+    if (st || alts_out > INLINE_MAX_OUT || n_out == pr->n) { /* too big, or unchanged */
+        llm_free(out);
+        return st;
+    }
+    *changed = 1;
+    llm_free(pr->body);
+    pr->body = out;
+    pr->n = n_out;
+    pr->cap = cap_out;
+    return LLM_OK;
+}
+
+/* Inline small rules that cannot reach themselves, into the places where
+ * they are called not last; in passes, so that what a pass inlines may be
+ * inlined further in the next (hex into a group into char, say). */
+static llm_status inline_small(struct parser *ps, int32_t root)
+{
+    const size_t n = ps->n_rules;
+    uint8_t *small = llm_calloc(2 * n + 1, 1);
+    if (!small)
+        return LLM_E_NOMEM;
+    llm_status st = LLM_OK;
+    int changed = 1;
+    for (int pass = 0; pass < 4 && changed && !st; pass++) {
+        changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            const struct prule *r = &ps->rules[i];
+            small[i] = (int32_t)i != root && r->n <= INLINE_MAX_EL &&
+                       n_alts(r) <= INLINE_MAX_ALT && !recursive(ps, (int32_t)i, small + n);
+        }
+        for (size_t i = 0; i < n && !st; i++)
+            st = inline_into(ps, (int32_t)i, small, &changed);
+    }
+    llm_free(small);
+    return st;
+}
+
 static llm_status check(struct parser *ps, struct llm_grammar *g)
 {
     for (size_t i = 0; i < ps->n_rules; i++)
@@ -632,6 +821,7 @@ static llm_status check(struct parser *ps, struct llm_grammar *g)
     if (root < 0)
         return llm_error_set(LLM_E_FORMAT, "%s: no rule named 'root'", ps->name);
     g->root = (uint32_t)root;
+    LLM_TRY(inline_small(ps, root));
     LLM_TRY(compile(ps, g));
     uint8_t *nullable = llm_calloc(2 * (size_t)g->n_rules, 1);
     if (!nullable)

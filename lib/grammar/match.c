@@ -34,7 +34,7 @@ static struct gnode ctx_node;
  * uncertain (to check against the real stack). The rest is rejected. */
 struct gpos {
     uint64_t *acc;              /* (words) */
-    int32_t *unc;               /* (n_unc) */
+    int32_t *unc;               /* (n_unc) their places in the sorted vocabulary, in order */
     uint32_t n_unc;
 };
 
@@ -473,17 +473,26 @@ static void set_bit(uint64_t *bits, int32_t t)
     bits[t >> 6] |= 1ull << (t & 63);
 }
 
-static int get_bit(const uint64_t *bits, int32_t t)
+/* The common prefix of the tokens at sorted places a and b. */
+static uint32_t lcp_of(const struct llm_gmask *m, int32_t a, int32_t b)
 {
-    return (int)((bits[t >> 6] >> (t & 63)) & 1);
+    if (b == a + 1)
+        return m->lcp[b];
+    int32_t x = m->sorted[a], y = m->sorted[b];
+    uint32_t k = 0;
+    while (k < m->len[x] && k < m->len[y] && m->bytes[x][k] == m->bytes[y][k])
+        k++;
+    return k;
 }
 
-/* Walk the sorted vocabulary from the stacks v (n) with an unfinished
- * code point (cp, need): accepted tokens into acc, uncertain ones appended
- * to m->unc_tmp (*n_unc). Tokens sharing a prefix share its steps, and a
- * dead prefix skips all of them at once. */
+/* Walk the sorted vocabulary (or the subset of it at the sorted places
+ * sub, n_sub, in order) from the stacks v (n) with an unfinished code
+ * point (cp, need, ulen): accepted tokens into acc, the sorted places of
+ * uncertain ones appended to m->unc_tmp (*n_unc). Tokens sharing a prefix
+ * share its steps, and a dead prefix skips all of them at once. */
 static llm_status walk(struct llm_gmask *m, struct gnode *const *v, uint32_t n, uint32_t cp,
-                       uint8_t need, uint8_t ulen, uint64_t *acc, size_t *n_unc)
+                       uint8_t need, uint8_t ulen, const int32_t *sub, int32_t n_sub,
+                       uint64_t *acc, size_t *n_unc)
 {
     struct wdepth *D = m->D;
     LLM_TRY(wtmp_room(m, n));
@@ -494,10 +503,12 @@ static llm_status walk(struct llm_gmask *m, struct gnode *const *v, uint32_t n, 
         return LLM_E_NOMEM;
     uint32_t valid = 0;
     *n_unc = 0;
-    for (int32_t i = 0; i < m->n_sorted;) {
-        int32_t id = m->sorted[i];
+    const int32_t total = sub ? n_sub : m->n_sorted;
+    for (int32_t k = 0, prev = -1; k < total;) {
+        int32_t i = sub ? sub[k] : k, id = m->sorted[i];
         const uint8_t *b = (const uint8_t *)m->bytes[id];
-        uint32_t len = m->len[id], d = m->lcp[i] < valid ? m->lcp[i] : valid, dead = 0;
+        uint32_t len = m->len[id], lcp = prev < 0 ? 0 : lcp_of(m, prev, i);
+        uint32_t d = lcp < valid ? lcp : valid, dead = 0;
         while (d < len) {
             int r = step(m, D, d, b[d]);
             if (r < 0)
@@ -517,11 +528,15 @@ static llm_status walk(struct llm_gmask *m, struct gnode *const *v, uint32_t n, 
                 void *u = m->unc_tmp;
                 LLM_TRY(llm_grow(&u, &m->cap_unc, *n_unc + 1, sizeof *m->unc_tmp));
                 m->unc_tmp = u;
-                m->unc_tmp[(*n_unc)++] = id;
+                m->unc_tmp[(*n_unc)++] = i;
             }
-            i++;
+            prev = i;
+            k++;
             /* past a dead prefix, every token that shares it runs on past it */
-            if (!dead || i >= m->n_sorted || m->lcp[i] < dead)
+            if (!dead || k >= total)
+                break;
+            i = sub ? sub[k] : k;
+            if (lcp_of(m, prev, i) < dead)
                 break;
             id = m->sorted[i];
             c = classify(D, dead, 0);
@@ -567,7 +582,7 @@ static struct gpos *position(struct llm_gmask *m, uint32_t pos)
         return NULL;
     memset(acc, 0, (size_t)m->words * 8);
     size_t n_unc;
-    if (walk(m, &start, 1, 0, 0, 0, acc, &n_unc))
+    if (walk(m, &start, 1, 0, 0, 0, NULL, 0, acc, &n_unc))
         return NULL;
     struct gpos *p = arena(m, sizeof *p + n_unc * sizeof(int32_t));
     if (!p)
@@ -706,6 +721,32 @@ llm_status llm_gmask_new(struct llm_gmask **out, const struct llm_grammar *g,
     if (!m)
         return LLM_E_NOMEM;
     llm_status s = gmask_init(m, g, tok, 0);
+    /* the token classes of every position a text can reach, now, so that
+     * no step waits for them */
+    uint8_t *live = s ? NULL : llm_calloc(g->n_rules, 1);
+    uint32_t *todo = live ? llm_malloc(g->n_rules * sizeof *todo) : NULL;
+    uint32_t n_todo = 0;
+    if (!s && !todo)
+        s = LLM_E_NOMEM;
+    if (!s) {
+        live[g->root] = 1;
+        todo[n_todo++] = g->root;
+    }
+    while (!s && n_todo) {
+        const struct grule *r = &g->rules[todo[--n_todo]];
+        for (uint32_t a = 0; a < r->n_alt && !s; a++)
+            for (uint32_t i = g->alt[r->first_alt + a]; g->el[i].type != GE_END && !s; i++) {
+                const struct gel *e = &g->el[i];
+                if (e->type == GE_SET && !position(m, i))
+                    s = LLM_E_NOMEM;
+                else if (e->type == GE_RULE && !live[e->arg]) {
+                    live[e->arg] = 1;
+                    todo[n_todo++] = (uint32_t)e->arg;
+                }
+            }
+    }
+    llm_free(live);
+    llm_free(todo);
     if (s) {
         gmask_fini(m);
         llm_free(m);
@@ -888,7 +929,7 @@ static llm_status make_mask(struct llm_gmatch *s)
     memset(bits, 0, (size_t)m->words * 8);
     if (s->need) { /* inside a character: walk the vocabulary from here */
         size_t n_unc;
-        LLM_TRY(walk(m, s->v, s->n, s->cp, s->need, s->ulen, bits, &n_unc));
+        LLM_TRY(walk(m, s->v, s->n, s->cp, s->need, s->ulen, NULL, 0, bits, &n_unc));
     } else {
         for (uint32_t i = 0; i < s->n; i++) {
             struct gpos *p = position(m, s->v[i]->pos);
@@ -897,18 +938,12 @@ static llm_status make_mask(struct llm_gmatch *s)
             for (int32_t w = 0; w < m->words; w++)
                 bits[w] |= p->acc[w];
         }
+        /* the uncertain tokens of each stack, against the stack itself */
         for (uint32_t i = 0; i < s->n; i++) {
             struct gpos *p = m->pos[s->v[i]->pos];
-            for (uint32_t k = 0; k < p->n_unc; k++) {
-                int32_t id = p->unc[k];
-                if (get_bit(bits, id))
-                    continue;
-                int r = follow(m, &s->v[i], 1, 0, 0, 0, id);
-                if (r < 0)
-                    return LLM_E_NOMEM;
-                if (r)
-                    set_bit(bits, id);
-            }
+            size_t n_unc;
+            if (p->n_unc)
+                LLM_TRY(walk(m, &s->v[i], 1, 0, 0, 0, p->unc, (int32_t)p->n_unc, bits, &n_unc));
         }
     }
     if (llm_gmatch_can_end(s))
