@@ -69,8 +69,9 @@ static inline int gset_meets(const struct llm_grammar *g, const struct gset *s, 
 }
 
 /* The rules of JSON values: value, object, member, array, string, char,
- * hex, number, int and ws. Whitespace between tokens is bounded, so that a
- * model cannot loop on newlines forever, and so are digits. */
+ * hex, number, int and ws. Whitespace between tokens is one space or one
+ * newline and an indent, so that a model cannot loop on whitespace, and
+ * digits are bounded too. */
 #define GRAM_JSON_RULES                                                                        \
     "value   ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"          \
     "object  ::= \"{\" ws ( member ( \",\" ws member )* )? \"}\"\n"                               \
@@ -81,7 +82,7 @@ static inline int gset_meets(const struct llm_grammar *g, const struct gset *s, 
     "hex     ::= [0-9a-fA-F]\n"                                                              \
     "number  ::= int ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"                      \
     "int     ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"                                        \
-    "ws      ::= [ \\t\\n]{0,20}\n"
+    "ws      ::= ( \" \" | \"\\n\" [ \\t]{0,16} )?\n"
 
 /* Ranges r (n lo, hi pairs; reordered) sorted and merged into out (room
  * for n + 1 pairs), complemented over U+0..U+10FFFF when neg; returns the

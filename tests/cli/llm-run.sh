@@ -139,6 +139,125 @@ t_run_spec_usage_errors_exit_2() {
     expect 2 "$RUN" -m x --draft y --tokenize && expect 2 "$RUN" -m x --lookup --draft-n 0
 }
 
+# ---- constrained decoding (--grammar, --json-schema, --regex, --json-object) ---
+G_DIR=$ROOT/tests/cli/grammar
+t_run_grammar_errors_one_line() {
+    r_stories
+    printf 'root ::= "a" b\nb ::= [x-' >"$TMP/bad.gbnf"
+    expect 1 "$RUN" -m "$TMP/s.llm" -p hi -n 4 --grammar "$TMP/bad.gbnf" && one_line &&
+        has "$TMP/err" "$TMP/bad.gbnf:2:7: expected ']' to end the class" && [ ! -s "$TMP/out" ] || return 1
+    printf 'root ::= x\n' >"$TMP/bad.gbnf"
+    expect 1 "$RUN" -m "$TMP/s.llm" -p hi --grammar "$TMP/bad.gbnf" && one_line &&
+        has "$TMP/err" "bad.gbnf:1:10: undefined rule 'x'" || return 1
+    echo '{"type": "object", "properties": {"a": {"not": {"type": "null"}}}}' >"$TMP/s.json"
+    expect 1 "$RUN" -m "$TMP/s.llm" -p hi --json-schema "$TMP/s.json" && one_line &&
+        has "$TMP/err" "s.json: #/properties/a: 'not' cannot be enforced" || return 1
+    expect 1 "$RUN" -m "$TMP/s.llm" -p hi --regex '(a)\1' && one_line &&
+        has "$TMP/err" "--regex: at offset 3 of the expression: back-references cannot be enforced" || return 1
+    expect 1 "$RUN" -m "$TMP/s.llm" -p hi --grammar "$TMP/absent.gbnf" && one_line &&
+        has "$TMP/err" "absent.gbnf" || return 1
+    expect 2 "$RUN" -m "$TMP/s.llm" -p hi --grammar "$TMP/bad.gbnf" --json-object && has "$TMP/err" "use one" &&
+        expect 2 "$RUN" -m "$TMP/s.llm" -p hi --json-object --lookup && has "$TMP/err" "--json-object does not go with --lookup" &&
+        expect 2 "$RUN" -m "$TMP/s.llm" --batch x --regex a && has "$TMP/err" "response_format"
+}
+# A grammar that takes any text changes nothing: the same bits, greedy or
+# sampled, on SentencePiece and byte-level vocabularies.
+t_run_grammar_accept_all_is_plain() {
+    r_stories
+    printf 'root ::= .*\n' >"$TMP/all.gbnf"
+    local o
+    for o in "--temp 0" "--temp 1 -s 7 --top-k 0 --top-p 1 --min-p 0"; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/s.llm" -p 'Once upon a time' -n 120 -t 1 $o && mv "$TMP/out" "$TMP/plain" &&
+            expect 0 "$RUN" -m "$TMP/s.llm" -p 'Once upon a time' -n 120 -t 1 $o --grammar "$TMP/all.gbnf" &&
+            cmp "$TMP/plain" "$TMP/out" || return 1
+    done
+    r_smol || return 0
+    expect 0 "$RUN" -m "$TMP/smol.llm" --chat -p 'Name three rivers.' -n 40 -t 2 --temp 0.8 -s 3 && mv "$TMP/out" "$TMP/plain" &&
+        expect 0 "$RUN" -m "$TMP/smol.llm" --chat -p 'Name three rivers.' -n 40 -t 2 --temp 0.8 -s 3 --grammar "$TMP/all.gbnf" &&
+        cmp "$TMP/plain" "$TMP/out"
+}
+# 100 sampled generations under a nested schema, each ended by the model,
+# all valid (checked by a validator that shares no code with llm-run).
+t_run_grammar_schema_100_samples_validate() {
+    r_stories
+    command -v python3 >/dev/null || skip "no python3"
+    local s
+    for s in $(seq 1 100); do
+        "$RUN" -m "$TMP/s.llm" -p 'Once upon a time' --json-schema "$G_DIR/pet.schema.json" --temp 1 -s "$s" \
+            -n 500 -t 1 --json >"$TMP/o.json" || return 1
+        python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); assert o["stop_reason"] == "eos", o; print(json.dumps(o["text"]))' \
+            "$TMP/o.json" >>"$TMP/texts" || return 1
+    done
+    python3 "$G_DIR/validate.py" "$G_DIR/pet.schema.json" "$TMP/texts" >"$TMP/v" && has "$TMP/v" "100 valid"
+}
+# JSON that parses, text that matches the expression, and the shipped
+# grammars, on SmolLM2.
+t_run_grammar_smollm2_json_regex_shipped() {
+    r_smol
+    command -v python3 >/dev/null || skip "no python3"
+    local s
+    for s in 1 2 3; do
+        expect 0 "$RUN" -m "$TMP/smol.llm" --chat -p 'Describe a city as JSON.' --json-object --temp 0.9 -s $s \
+            -n 300 -t 2 -v && has "$TMP/err" "stop: eos" && has "$TMP/err" "grammar: compiled" &&
+            python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$TMP/out" || return 1
+    done
+    local re='(Yes|No), [a-z]+( [a-z]+){1,6}\.'
+    expect 0 "$RUN" -m "$TMP/smol.llm" --chat -p 'Is the sea salty? Answer in a sentence.' --regex "$re" -n 40 \
+        --temp 0.7 -s 2 -t 2 && grep -qxE "$re" "$TMP/out" || { cat "$TMP/out"; return 1; }
+    expect 0 "$RUN" -m "$TMP/smol.llm" --chat -p 'List three fruits.' --grammar "$ROOT/grammars/list.gbnf" -n 60 \
+        --temp 0 -t 2 && [ "$(grep -c '^- ' "$TMP/out")" -ge 1 ] && ! grep -qv '^- ' "$TMP/out" || return 1
+    expect 0 "$RUN" -m "$TMP/smol.llm" --chat -p 'Write SQL for the names of users older than 30.' \
+        --grammar "$ROOT/grammars/sql-select.gbnf" -n 60 --temp 0 -t 2 && grep -qE '^SELECT .+ FROM [a-z_]+' "$TMP/out" || return 1
+    local g
+    for g in "$ROOT"/grammars/*.gbnf; do
+        expect 0 "$RUN" -m "$TMP/smol.llm" -p 'x' --grammar "$g" -n 8 -t 2 || return 1
+    done
+}
+# Each request of a batch under its own response_format, and the bad ones
+# answered with an error record.
+t_run_grammar_batch_per_request() {
+    r_stories
+    command -v python3 >/dev/null || skip "no python3"
+    local schema
+    schema=$(tr -d '\n' <"$G_DIR/pet.schema.json")
+    {
+        echo '{"custom_id":"j","body":{"prompt":"Once upon a time","max_tokens":400,"temperature":1,"seed":3,"response_format":{"type":"json_object"}}}'
+        echo '{"custom_id":"s","body":{"prompt":"Lily saw","max_tokens":500,"temperature":1,"seed":4,"n":2,"response_format":{"type":"json_schema","json_schema":{"name":"pet","strict":true,"schema":'"$schema"'}}}}'
+        echo '{"custom_id":"p","body":{"prompt":"Once upon a time","max_tokens":30,"temperature":0}}'
+        echo '{"custom_id":"bad","body":{"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","format":"email"}}}}}'
+        echo '{"custom_id":"t","body":{"prompt":"x","response_format":{"type":"yaml"}}}'
+    } >"$TMP/req.jsonl"
+    expect 3 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/b.jsonl" --max-seqs 4 &&
+        has "$TMP/err" "5 requests: 3 answered, 2 errors" || return 1
+    python3 - "$TMP/b.jsonl" "$G_DIR/pet.schema.json" "$TMP/schema-texts" <<'PY' || return 1
+import json, sys
+out = {}
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    out[o["custom_id"]] = o
+with open(sys.argv[3], "w") as f:
+    for c in out["s"]["response"]["body"]["choices"]:
+        assert c["finish_reason"] == "stop", c
+        f.write(json.dumps(c["text"]) + "\n")
+j = out["j"]["response"]["body"]["choices"][0]
+assert j["finish_reason"] == "stop", j
+json.loads(j["text"])
+assert out["bad"]["error"]["code"] == "unsupported", out["bad"]
+assert "format 'email' cannot be enforced" in out["bad"]["error"]["message"], out["bad"]
+assert out["t"]["error"]["code"] == "invalid_request", out["t"]
+PY
+    python3 "$G_DIR/validate.py" "$G_DIR/pet.schema.json" "$TMP/schema-texts" >"$TMP/v" && has "$TMP/v" "2 valid" || return 1
+    # a choice under a grammar is the text of a single run with its seed
+    "$RUN" -m "$TMP/s.llm" -p 'Lily saw' -n 500 --temp 1 -s 5 --json-schema "$G_DIR/pet.schema.json" -t 1 --json |
+        python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))' >"$TMP/single-s" &&
+        sed -n 2p "$TMP/schema-texts" | cmp - "$TMP/single-s" || return 1
+    # the plain request's text is the single run's
+    "$RUN" -m "$TMP/s.llm" -p 'Once upon a time' -n 30 --temp 0 >"$TMP/single" &&
+        python3 -c 'import json,sys; [print(json.loads(l)["response"]["body"]["choices"][0]["text"], end="") for l in open(sys.argv[1]) if json.loads(l)["custom_id"] == "p"]' "$TMP/b.jsonl" |
+        cmp - "$TMP/single"
+}
+
 # ---- several completions (--n-seq) -------------------------------------------
 # The output that --n-seq N gives, built from N single runs with seeds S..S+N-1
 # (their text, and the token count and stop reason -v reports).
