@@ -163,6 +163,8 @@ install: all
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 644 man/*.7 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -d $(DESTDIR)$(PREFIX)/share/llm-tools/grammars
+	install -m 644 grammars/*.gbnf $(DESTDIR)$(PREFIX)/share/llm-tools/grammars
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 	    $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 	for b in $(notdir $(BINS)); do \
