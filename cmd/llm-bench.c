@@ -13,7 +13,7 @@ enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE
        OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL, OPT_SERVE, OPT_SERVE_TEXT, OPT_REQUESTS,
        OPT_PLEN, OPT_GLEN, OPT_SPREFIX, OPT_RATE, OPT_SEED, OPT_MAXSEQS, OPT_STEPTOK,
        OPT_NOPREFIX, OPT_DRAFT, OPT_LOOKUP, OPT_PROMPTS, OPT_CHAT, OPT_NGRAMMIN, OPT_NGRAMMAX,
-       OPT_DRAFTN, OPT_DRAFTMAX };
+       OPT_DRAFTN, OPT_DRAFTMAX, OPT_GRAMMAR, OPT_SCHEMA, OPT_REGEX, OPT_JSONOBJ };
 
 #define MAX_BATCH 16
 
@@ -49,8 +49,12 @@ static const struct llm_opt opts[] = {
     { OPT_NOPREFIX, "no-prefix-cache", LLM_ARG_NONE, NULL, "with --serve*: do not keep computed prompt blocks for later requests", NULL },
     { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding: greedy text of --prompts with and without FILE as the draft model", "file" },
     { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding: the same with prompt lookup as the draft", NULL },
-    { OPT_PROMPTS, "prompts", LLM_ARG_REQUIRED, "FILE", "with --draft or --lookup: the prompts, one per line ('\\n' a newline)", "file" },
-    { OPT_CHAT, "chat", LLM_ARG_NONE, NULL, "with --draft or --lookup: each prompt is a user message in the model's chat template", NULL },
+    { OPT_GRAMMAR, "grammar", LLM_ARG_REQUIRED, "FILE", "constrained decoding: the cost per token of the GBNF grammar in FILE on --prompts", "file" },
+    { OPT_SCHEMA, "json-schema", LLM_ARG_REQUIRED, "FILE", "constrained decoding: the same with the JSON Schema in FILE", "file" },
+    { OPT_REGEX, "regex", LLM_ARG_REQUIRED, "RE", "constrained decoding: the same with a regular expression", NULL },
+    { OPT_JSONOBJ, "json-object", LLM_ARG_NONE, NULL, "constrained decoding: the same with any JSON value", NULL },
+    { OPT_PROMPTS, "prompts", LLM_ARG_REQUIRED, "FILE", "with --draft, --lookup or a grammar: the prompts, one per line ('\\n' a newline)", "file" },
+    { OPT_CHAT, "chat", LLM_ARG_NONE, NULL, "with --draft, --lookup or a grammar: each prompt is a user message in the model's chat template", NULL },
     { OPT_NGRAMMIN, "ngram-min", LLM_ARG_REQUIRED, "N", "with --lookup: the shortest n-gram matched (default: 2)", NULL },
     { OPT_NGRAMMAX, "ngram-max", LLM_ARG_REQUIRED, "N", "with --lookup: the longest n-gram matched (default: 4)", NULL },
     { OPT_DRAFTN, "draft-n", LLM_ARG_REQUIRED, "N", "with --draft or --lookup: tokens drafted per pass (default: chosen as the run goes)", NULL },
@@ -69,6 +73,7 @@ static struct llm_cli cli = {
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [-m FILE]... [-t LIST] [-o FORMAT]\n"
                 "--draft FILE|--lookup --prompts FILE [--chat] [SPEC OPTIONS] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
+                "--grammar FILE|--json-schema FILE|--regex RE|--json-object --prompts FILE [--chat] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--compare [--threshold PCT] OLD NEW",
     .summary = "Measure prefill (pp) and decode (tg) speed, latency percentiles and the share of\n"
                "the machine's roofline; serving throughput and latency; perplexity; compare two runs.",
@@ -85,7 +90,8 @@ static struct llm_cli cli = {
               "  llm-bench --kernels --types q4_0,q8_0 -t 1,2\n"
               "  llm-bench -m model.llm -t 2 --serve requests.jsonl\n"
               "  llm-bench -m model.llm -t 2 --serve-text stories.txt --shared-prefix 400 --rate 2\n"
-              "  llm-bench -m f32.llm --draft gptq4.llm --prompts prompts.txt --chat -n 128 -t 2\n",
+              "  llm-bench -m f32.llm --draft gptq4.llm --prompts prompts.txt --chat -n 128 -t 2\n"
+              "  llm-bench -m model.llm --json-schema person.json --prompts prompts.txt --chat -t 2\n",
 };
 
 struct args {
@@ -102,6 +108,8 @@ struct args {
     struct llm_serve_params serve;
     int serve_opts; /* an option of the serving workload was given */
     struct llm_spec_bench_params spec;
+    struct llm_grammar_bench_params gram;
+    int n_grammars;     /* grammar options given (one may be) */
     const char *prompts;
     int spec_opts;  /* an option of the speculative test was given (1; 2: of lookup) */
 };
@@ -185,21 +193,65 @@ static int do_serve(struct args *a)
     return refused ? 3 : 0; /* measured, but some lines were refused (named on stderr) */
 }
 
+/* The prompts of --prompts. */
+static llm_status read_prompts(const struct args *a, char ***prompts, int32_t *n)
+{
+    char *text;
+    size_t len;
+    LLM_TRY(llm_read_file(a->prompts, (size_t)1 << 28, &text, &len));
+    llm_status s = llm_spec_prompts_parse(prompts, n, text, len,
+                                          strcmp(a->prompts, "-") ? a->prompts : "<stdin>");
+    llm_free(text);
+    return s;
+}
+
+/* --grammar, --json-schema, --regex, --json-object: every model with every
+ * thread count, on the prompts. */
+static int do_grammar(struct args *a)
+{
+    struct llm_bench_plan *p = &a->plan;
+    struct llm_bench_header h;
+    sweep_header(p, &h);
+    char **prompts = NULL;
+    int32_t n_prompts = 0;
+    llm_status s = read_prompts(a, &prompts, &n_prompts);
+    if (s)
+        return llm_cli_fail(&cli, s);
+    const size_t total = p->n_models * p->n_threads;
+    struct llm_grammar_result *res = llm_calloc(total, sizeof *res);
+    if (!res)
+        s = LLM_E_NOMEM;
+    size_t n = 0;
+    for (size_t mi = 0; mi < p->n_models && !s; mi++) {
+        struct llm_model *m;
+        if ((s = llm_model_open(&m, p->models[mi], NULL)))
+            break;
+        for (size_t ti = 0; ti < p->n_threads && !s; ti++) {
+            if (cli.verbose > 0)
+                fprintf(stderr, "%s: %s: constrained decoding, %d threads\n", cli.prog,
+                        p->models[mi], p->threads[ti]);
+            if (!(s = llm_bench_grammar(&res[n], m, p->models[mi], &a->gram, prompts, n_prompts,
+                                        p->threads[ti])))
+                n++;
+        }
+        llm_model_close(m);
+    }
+    if (!s)
+        s = llm_bench_grammar_print(stdout, p->format, &h, res, n);
+    llm_free(res);
+    llm_spec_prompts_free(prompts, n_prompts);
+    return s ? llm_cli_fail(&cli, s) : 0;
+}
+
 /* --draft / --lookup: every model with every thread count, on the prompts. */
 static int do_spec(struct args *a)
 {
     struct llm_bench_plan *p = &a->plan;
     struct llm_bench_header h;
     sweep_header(p, &h);
-    char *text, **prompts = NULL;
-    size_t len;
+    char **prompts = NULL;
     int32_t n_prompts = 0;
-    llm_status s = llm_read_file(a->prompts, (size_t)1 << 28, &text, &len);
-    if (!s) {
-        s = llm_spec_prompts_parse(&prompts, &n_prompts, text, len,
-                                   strcmp(a->prompts, "-") ? a->prompts : "<stdin>");
-        llm_free(text);
-    }
+    llm_status s = read_prompts(a, &prompts, &n_prompts);
     if (s)
         return llm_cli_fail(&cli, s);
     const size_t total = p->n_models * p->n_threads;
@@ -626,7 +678,11 @@ int main(int argc, char **argv)
         case OPT_DRAFT: a.spec.draft = arg; break;
         case OPT_LOOKUP: a.spec.spec.lookup = 1; break;
         case OPT_PROMPTS: a.prompts = arg; break;
-        case OPT_CHAT: a.spec.chat = 1, a.spec_opts |= 1; break;
+        case OPT_GRAMMAR: a.gram.kind = LLM_GRAMMAR_GBNF, a.gram.arg = arg, a.n_grammars++; break;
+        case OPT_SCHEMA: a.gram.kind = LLM_GRAMMAR_SCHEMA, a.gram.arg = arg, a.n_grammars++; break;
+        case OPT_REGEX: a.gram.kind = LLM_GRAMMAR_REGEX, a.gram.arg = arg, a.n_grammars++; break;
+        case OPT_JSONOBJ: a.gram.kind = LLM_GRAMMAR_JSON, a.gram.arg = NULL, a.n_grammars++; break;
+        case OPT_CHAT: a.spec.chat = 1; break;
         case OPT_NGRAMMIN: s = spec_count(arg, "--ngram-min", &a.spec.spec.ngram_min), a.spec_opts |= 2; break;
         case OPT_NGRAMMAX: s = spec_count(arg, "--ngram-max", &a.spec.spec.ngram_max), a.spec_opts |= 2; break;
         case OPT_DRAFTN: s = spec_count(arg, "--draft-n", &a.spec.spec.draft_n), a.spec_opts |= 1; break;
@@ -651,9 +707,35 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--requests, --prompt-len, --gen-len and --shared-prefix go "
                              "with --serve-text");
     const int spec = a.spec.draft || a.spec.spec.lookup;
-    if ((a.spec_opts || a.prompts) && !spec)
+    if (a.n_grammars) {
+        if (a.n_grammars > 1)
+            return llm_cli_usage(&cli, "--grammar, --json-schema, --regex and --json-object: "
+                                 "give one");
+        if (spec || a.spec_opts)
+            return llm_cli_usage(&cli, "a grammar does not go with --draft, --lookup or their "
+                                 "options");
+        if (!a.prompts)
+            return llm_cli_usage(&cli, "a grammar needs --prompts FILE");
+        if (serving || a.n_batch || a.have_warmup || a.bw || a.peak || a.ppl || a.suite ||
+            a.kernels || a.compare || a.have_ctx || n_ops)
+            return llm_cli_usage(&cli, "a grammar goes with --prompts, --chat, -m, -n, -t, -r "
+                                 "and -o only");
+        if (a.have_tests) {
+            if (p->n_tests != 1 || p->tests[0].n_prompt || !p->tests[0].n_gen)
+                return llm_cli_usage(&cli, "with a grammar: one -n N (tokens per prompt) and no "
+                                     "-p or --pg");
+            a.gram.n_gen = p->tests[0].n_gen;
+        }
+        if (a.have_reps)
+            a.gram.reps = p->reps;
+        if (!p->n_models)
+            return llm_cli_usage(&cli, "no model (-m FILE)");
+        a.gram.chat = a.spec.chat;
+        return llm_cli_exit(&cli, do_grammar(&a));
+    }
+    if ((a.spec_opts || a.prompts || a.spec.chat) && !spec)
         return llm_cli_usage(&cli, "--prompts, --chat, --ngram-min, --ngram-max, --draft-n and "
-                             "--draft-max go with --draft or --lookup");
+                             "--draft-max go with --draft, --lookup or a grammar");
     if (spec) {
         if (a.spec.draft && a.spec.spec.lookup)
             return llm_cli_usage(&cli, "--draft and --lookup are two ways to draft; use one");

@@ -831,26 +831,10 @@ static llm_status open_grammar(struct args *a, struct llm_model *m)
     if (!grammar_option(a))
         return LLM_OK;
     double t0 = llm_now_s();
-    char *text = NULL, *src = NULL;
-    size_t len = 0;
-    const char *name = a->grammar ? a->grammar : a->schema ? a->schema : grammar_option(a);
-    llm_status s = LLM_OK;
-    if (a->grammar) {
-        s = llm_read_file(a->grammar, (size_t)1 << 24, &text, &len);
-    } else if (a->schema) {
-        if (!(s = llm_read_file(a->schema, (size_t)1 << 24, &src, &len)))
-            s = llm_schema_to_gbnf(src, len, a->schema, &text);
-    } else if (a->regex) {
-        s = llm_regex_to_gbnf(a->regex, strlen(a->regex), "--regex", &text);
-    } else {
-        s = (text = llm_strdup(llm_grammar_json)) ? LLM_OK : LLM_E_NOMEM;
-    }
-    llm_free(src);
-    if (!s && !a->grammar)
-        len = strlen(text);
-    if (!s)
-        s = llm_grammar_parse(&a->gram, text, len, name);
-    llm_free(text);
+    llm_status s = llm_grammar_load(&a->gram, a->grammar ? LLM_GRAMMAR_GBNF : a->schema
+                                    ? LLM_GRAMMAR_SCHEMA : a->regex ? LLM_GRAMMAR_REGEX
+                                    : LLM_GRAMMAR_JSON, a->grammar ? a->grammar : a->schema
+                                    ? a->schema : a->regex);
     if (!s && !llm_model_tokenizer(m))
         s = llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer to constrain",
                           llm_model_file(m)->path);

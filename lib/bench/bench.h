@@ -23,6 +23,7 @@
 
 #include "../common/num.h" /* llm_percentile_sorted */
 #include "../common/status.h"
+#include "../grammar/grammar.h"
 #include "../model/spec.h"
 #include "../quant/types.h"
 #include "../serve/engine.h"
@@ -291,6 +292,10 @@ void llm_spec_bench_params_default(struct llm_spec_bench_params *p);
 llm_status llm_spec_prompts_parse(char ***out, int32_t *n, const char *text, size_t len,
                                   const char *name);
 void llm_spec_prompts_free(char **v, int32_t n);
+/* The token ids of prompt `text` (with BOS where the model wants it), in
+ * the model's chat template with chat. *ids malloc'd. */
+llm_status llm_bench_prompt_ids(struct llm_model *m, const char *text, int chat, int32_t **ids,
+                                size_t *n);
 
 struct llm_spec_result {
     char model[512];
@@ -311,6 +316,42 @@ llm_status llm_bench_spec(struct llm_spec_result *r, struct llm_model *m, const 
                           char *const *prompts, int32_t n_prompts, int n_threads);
 llm_status llm_bench_spec_print(FILE *f, enum llm_bench_format fmt, const struct llm_bench_header *h,
                                 const struct llm_spec_result *r, size_t n);
+
+/* ---- constrained decoding (--grammar, --json-schema, --regex, --json-object) ---- */
+
+struct llm_grammar_bench_params {
+    enum llm_grammar_kind kind; /* where the grammar comes from (grammar/grammar.h) */
+    const char *arg;            /* its file or expression */
+    int chat;                   /* each prompt is a user message in the chat template */
+    int32_t n_gen;              /* tokens per prompt at most (default 128) */
+    int reps;                   /* passes over the prompt set (default 3) */
+};
+void llm_grammar_bench_params_default(struct llm_grammar_bench_params *p);
+
+struct llm_grammar_result {
+    char model[512];
+    char grammar[512];          /* the file, or the option */
+    int n_threads, reps;
+    int32_t n_prompts, n_gen;
+    int64_t plain_tokens, constrained_tokens; /* generated in the last pass */
+    struct llm_stats plain_ms, constrained_ms; /* milliseconds per generated token, each pass */
+    double overhead;            /* median constrained / median plain - 1 */
+    double compile_ms;          /* to parse the grammar and bind it to the vocabulary */
+    double mask_median_us, mask_p99_us, mask_max_us;
+    double mask_ms_per_token;   /* all mask time over all constrained tokens */
+    int64_t masks, cached, forced;
+    int32_t ended;              /* prompts of the last pass whose text the model ended (EOS) */
+};
+
+/* Greedy generation of every prompt, plain then under the grammar,
+ * p->reps times, alternated prompt by prompt so that both see the same
+ * machine. */
+llm_status llm_bench_grammar(struct llm_grammar_result *r, struct llm_model *m, const char *model,
+                             const struct llm_grammar_bench_params *p, char *const *prompts,
+                             int32_t n_prompts, int n_threads);
+llm_status llm_bench_grammar_print(FILE *f, enum llm_bench_format fmt,
+                                   const struct llm_bench_header *h,
+                                   const struct llm_grammar_result *r, size_t n);
 
 /* Perplexity of the text file `path` with windows of n_ctx tokens
  * (llm_perplexity's default protocol, or every prediction with score_all);

@@ -611,3 +611,63 @@ llm_status llm_bench_spec_print(FILE *f, enum llm_bench_format fmt, const struct
     static const struct llm_spec_result empty;
     return print_as(f, fmt, h, fields_of_spec, print_spec_md, r, sizeof *r, n, &empty);
 }
+
+static size_t fields_of_grammar(struct field *f, const struct llm_bench_header *h, const void *item)
+{
+    const struct llm_grammar_result *r = item;
+    size_t n = machine_fields(f, h);
+    f[n++] = STR("test_time", h->test_time);
+    f[n++] = STR("model_filename", r->model);
+    f[n++] = STR("grammar", r->grammar);
+    f[n++] = STR("test", "grammar");
+    f[n++] = U64("n_threads", (uint64_t)r->n_threads);
+    f[n++] = U64("repetitions", (uint64_t)r->reps);
+    f[n++] = U64("prompts", (uint64_t)r->n_prompts);
+    f[n++] = U64("n_gen", (uint64_t)r->n_gen);
+    f[n++] = U64("plain_tokens", (uint64_t)r->plain_tokens);
+    f[n++] = U64("constrained_tokens", (uint64_t)r->constrained_tokens);
+    f[n++] = NUM("plain_ms_per_token", r->plain_ms.median);
+    f[n++] = NUM("constrained_ms_per_token", r->constrained_ms.median);
+    f[n++] = NUM("constrained_ms_sd", r->constrained_ms.sd);
+    f[n++] = NUM("avg_ts", r->constrained_ms.median > 0 ? 1e3 / r->constrained_ms.median : 0);
+    f[n++] = NUM("overhead", r->overhead);
+    f[n++] = NUM("compile_ms", r->compile_ms);
+    f[n++] = NUM("mask_median_us", r->mask_median_us);
+    f[n++] = NUM("mask_p99_us", r->mask_p99_us);
+    f[n++] = NUM("mask_max_us", r->mask_max_us);
+    f[n++] = NUM("mask_ms_per_token", r->mask_ms_per_token);
+    f[n++] = U64("masks", (uint64_t)r->masks);
+    f[n++] = U64("masks_cached", (uint64_t)r->cached);
+    f[n++] = U64("forced", (uint64_t)r->forced);
+    f[n++] = U64("ended", (uint64_t)r->ended);
+    return n;
+}
+
+static void print_grammar_md(FILE *o, const struct llm_bench_header *h, const void *items, size_t n)
+{
+    const struct llm_grammar_result *r = items;
+    md_machine(o, h);
+    fputc('\n', o);
+    fputs("| model | grammar | threads | prompts | ended | plain ms/token | constrained ms/token "
+          "| overhead | mask median us | mask p99 us | mask ms/token | compile ms |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", o);
+    for (size_t i = 0; i < n; i++) {
+        const struct llm_grammar_result *x = &r[i];
+        fputs("| ", o);
+        md_file(o, x->model);
+        fputs(" | ", o);
+        md_file(o, x->grammar);
+        fprintf(o, " | %d | %d | %d | %.3f | %.3f ± %.3f | %+.1f%% | %.1f | %.1f | %.4f | %.1f |\n",
+                x->n_threads, x->n_prompts, x->ended, x->plain_ms.median, x->constrained_ms.median,
+                x->constrained_ms.sd, 100 * x->overhead, x->mask_median_us, x->mask_p99_us,
+                x->mask_ms_per_token, x->compile_ms);
+    }
+}
+
+llm_status llm_bench_grammar_print(FILE *f, enum llm_bench_format fmt,
+                                   const struct llm_bench_header *h,
+                                   const struct llm_grammar_result *r, size_t n)
+{
+    static const struct llm_grammar_result empty;
+    return print_as(f, fmt, h, fields_of_grammar, print_grammar_md, r, sizeof *r, n, &empty);
+}

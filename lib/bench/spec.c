@@ -88,9 +88,8 @@ void llm_spec_prompts_free(char **v, int32_t n)
     llm_free(v);
 }
 
-/* The token ids of prompt `text`, in the chat template with chat. */
-static llm_status prompt_ids(struct llm_model *m, const char *text, int chat, int32_t **ids,
-                             size_t *n)
+llm_status llm_bench_prompt_ids(struct llm_model *m, const char *text, int chat, int32_t **ids,
+                                size_t *n)
 {
     char *r = NULL;
     if (chat) {
@@ -165,7 +164,7 @@ llm_status llm_bench_spec(struct llm_spec_result *r, struct llm_model *m, const 
             size_t n;
             llm_free(ids);
             ids = NULL;
-            if ((s = prompt_ids(m, prompts[i], p->chat, &ids, &n)))
+            if ((s = llm_bench_prompt_ids(m, prompts[i], p->chat, &ids, &n)))
                 break;
             struct llm_gen_result ra, rb;
             a.n = b.n = 0;

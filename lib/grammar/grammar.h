@@ -94,6 +94,17 @@ llm_status llm_gmatch_accept(struct llm_gmatch *s, int32_t id);
 int llm_gmatch_can_end(const struct llm_gmatch *s);
 int llm_gmatch_must_end(const struct llm_gmatch *s);
 
+/* Where a grammar comes from (the four options of llm-run and llm-bench). */
+enum llm_grammar_kind {
+    LLM_GRAMMAR_GBNF,       /* arg: a GBNF file ('-': stdin) */
+    LLM_GRAMMAR_SCHEMA,     /* arg: a JSON Schema file */
+    LLM_GRAMMAR_REGEX,      /* arg: a regular expression, the whole text to match */
+    LLM_GRAMMAR_JSON,       /* any JSON value (arg unused) */
+};
+/* Read, convert and parse it; errors name the file (or the option). */
+llm_status llm_grammar_load(struct llm_grammar **out, enum llm_grammar_kind kind,
+                            const char *arg);
+
 /* The grammars of a batch run: each distinct text compiled and bound to
  * the vocabulary once, and kept until the set is freed. */
 struct llm_grammar_set;
