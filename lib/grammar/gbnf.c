@@ -500,26 +500,42 @@ static void find_nullable(const struct llm_grammar *g, uint8_t *nullable)
 }
 
 /* Depth-first search for a rule that reaches itself through a nullable
- * prefix. state: 0 new, 1 on the path, 2 done. */
+ * prefix (with a stack of its own: grammars may chain many rules).
+ * state: 0 new, 1 on the path, 2 done; path: room for n_rules frames.
+ * Returns the rule found on a cycle, or -1. */
+struct lframe {
+    uint32_t rule, alt;
+    const struct gel *e;    /* the next element to look at in alternative alt */
+};
+
 static int32_t left_cycle(const struct llm_grammar *g, const uint8_t *nullable, uint8_t *state,
-                          uint32_t r)
+                          struct lframe *path, uint32_t r)
 {
+    uint32_t depth = 0;
     state[r] = 1;
-    for (uint32_t a = 0; a < g->rules[r].n_alt; a++)
-        for (const struct gel *e = g->el + g->alt[g->rules[r].first_alt + a]; e->type == GE_RULE;
-             e++) {
-            uint32_t s = (uint32_t)e->arg;
-            if (state[s] == 1)
-                return (int32_t)s;
-            if (state[s] == 0) {
-                int32_t c = left_cycle(g, nullable, state, s);
-                if (c >= 0)
-                    return c;
+    path[depth++] = (struct lframe){ r, 0, g->el + g->alt[g->rules[r].first_alt] };
+    while (depth) {
+        struct lframe *f = &path[depth - 1];
+        const struct grule *rule = &g->rules[f->rule];
+        if (f->e->type != GE_RULE) { /* this alternative reads a character first: the next */
+            if (++f->alt >= rule->n_alt) {
+                state[f->rule] = 2;
+                depth--;
+                continue;
             }
-            if (!nullable[s])
-                break;
+            f->e = g->el + g->alt[rule->first_alt + f->alt];
+            continue;
         }
-    state[r] = 2;
+        uint32_t s = (uint32_t)f->e->arg;
+        /* past this element only if it can be empty */
+        f->e = nullable[s] ? f->e + 1 : g->el + g->n_el - 1; /* the last element is a GE_END */
+        if (state[s] == 1)
+            return (int32_t)s;
+        if (state[s] == 0) {
+            state[s] = 1;
+            path[depth++] = (struct lframe){ s, 0, g->el + g->alt[g->rules[s].first_alt] };
+        }
+    }
     return -1;
 }
 
@@ -824,14 +840,18 @@ static llm_status check(struct parser *ps, struct llm_grammar *g)
     LLM_TRY(inline_small(ps, root));
     LLM_TRY(compile(ps, g));
     uint8_t *nullable = llm_calloc(2 * (size_t)g->n_rules, 1);
-    if (!nullable)
+    struct lframe *path = llm_malloc((size_t)g->n_rules * sizeof *path);
+    if (!nullable || !path) {
+        llm_free(nullable);
+        llm_free(path);
         return LLM_E_NOMEM;
+    }
     find_nullable(g, nullable);
     llm_status st = LLM_OK;
     for (uint32_t r = 0; r < g->n_rules && !st; r++) {
         if (nullable[g->n_rules + r])
             continue;
-        int32_t c = left_cycle(g, nullable, nullable + g->n_rules, r);
+        int32_t c = left_cycle(g, nullable, nullable + g->n_rules, path, r);
         if (c >= 0) {
             char buf[256];
             st = llm_error_set(LLM_E_FORMAT, "%s: rule '%s' is left-recursive", ps->name,
@@ -839,6 +859,7 @@ static llm_status check(struct parser *ps, struct llm_grammar *g)
         }
     }
     llm_free(nullable);
+    llm_free(path);
     return st;
 }
 

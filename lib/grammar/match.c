@@ -202,8 +202,13 @@ static struct gnode *intern(struct llm_gmask *m, uint32_t pos, struct gnode *par
 /* Add to the scratch every terminal stack that node n leads to without
  * consuming a character. Nodes already visited in this closure are
  * skipped, so a grammar with many optional items stays linear. */
-static llm_status closure(struct llm_gmask *m, struct gnode *n)
+#define CLOSURE_MAX_DEPTH 20000 /* rules entered or left without reading a character */
+
+static llm_status closure(struct llm_gmask *m, struct gnode *n, int depth)
 {
+    if (depth > CLOSURE_MAX_DEPTH)
+        return llm_error_set(LLM_E_UNSUPPORTED, "grammar: more than %d rules entered or left "
+                             "without reading a character", CLOSURE_MAX_DEPTH);
     if (!n) {
         m->scr_accept = 1;
         return LLM_OK;
@@ -225,7 +230,7 @@ static llm_status closure(struct llm_gmask *m, struct gnode *n)
         return LLM_OK;
     }
     if (e->type == GE_END)
-        return closure(m, n->parent);
+        return closure(m, n->parent, depth + 1);
     /* a rule: its alternatives, returning to the element after it (or,
      * when it is the last element, straight to our caller's frame) */
     struct gnode *ret = n->parent;
@@ -236,7 +241,7 @@ static llm_status closure(struct llm_gmask *m, struct gnode *n)
         struct gnode *s = intern(m, g->alt[r->first_alt + a], ret);
         if (!s)
             return LLM_E_NOMEM;
-        LLM_TRY(closure(m, s));
+        LLM_TRY(closure(m, s, depth + 1));
     }
     return LLM_OK;
 }
@@ -260,7 +265,7 @@ static struct gsucc *succ(struct llm_gmask *m, struct gnode *n)
         return n->succ;
     closure_begin(m);
     struct gnode *next = intern(m, n->pos + 1, n->parent);
-    if (!next || closure(m, next))
+    if (!next || closure(m, next, 0))
         return NULL;
     struct gsucc *s = arena(m, sizeof *s + m->n_scr * sizeof(struct gnode *));
     if (!s)
@@ -831,7 +836,7 @@ llm_status llm_gmatch_new(struct llm_gmatch **out, struct llm_gmask *m)
     llm_status st = LLM_OK;
     for (uint32_t a = 0; a < r->n_alt && !st; a++) {
         struct gnode *n = intern(m, g->alt[r->first_alt + a], NULL);
-        st = n ? closure(m, n) : LLM_E_NOMEM;
+        st = n ? closure(m, n, 0) : LLM_E_NOMEM;
     }
     if (!st)
         st = set_state(s, m->scr, (uint32_t)m->n_scr, m->scr_accept, 0, 0, 0);
