@@ -465,7 +465,8 @@ size_t llm_gram_ranges(uint32_t *r, size_t n, int neg, uint32_t *out)
         }
     }
     if (!neg) {
-        memcpy(out, r, 2 * m * sizeof *r);
+        if (m)
+            memcpy(out, r, 2 * m * sizeof *r);
         return m;
     }
     size_t k = 0;
@@ -499,44 +500,111 @@ static void find_nullable(const struct llm_grammar *g, uint8_t *nullable)
     }
 }
 
-/* Depth-first search for a rule that reaches itself through a nullable
- * prefix (with a stack of its own: grammars may chain many rules).
- * state: 0 new, 1 on the path, 2 done; path: room for n_rules frames.
- * Returns the rule found on a cycle, or -1. */
-struct lframe {
-    uint32_t rule, alt;
-    const struct gel *e;    /* the next element to look at in alternative alt */
+/* Left recursion: a rule that calls itself again, through rules that can
+ * match the empty string, before reading a character. Where every call on
+ * the way is a tail call (the last element of its alternative, as in
+ * R ::= x R with x able to be empty), nothing is pushed and the matcher's
+ * closure ends by itself; where one call is not, each round pushes a frame
+ * and it never ends. So: the graph of calls made before the first
+ * character, its strongly connected components (Tarjan's, with a stack of
+ * its own: grammars may chain many rules), and a non-tail call inside one
+ * component is the error. */
+struct ledge {
+    uint32_t to;
+    uint8_t tail;
 };
 
-static int32_t left_cycle(const struct llm_grammar *g, const uint8_t *nullable, uint8_t *state,
-                          struct lframe *path, uint32_t r)
+struct tframe {
+    uint32_t v, next;       /* the rule and its next edge to follow */
+};
+
+/* Returns a rule of a left-recursive cycle, or -1; LLM_E_NOMEM as -2. */
+static int32_t left_recursive(const struct llm_grammar *g, const uint8_t *nullable)
 {
-    uint32_t depth = 0;
-    state[r] = 1;
-    path[depth++] = (struct lframe){ r, 0, g->el + g->alt[g->rules[r].first_alt] };
-    while (depth) {
-        struct lframe *f = &path[depth - 1];
-        const struct grule *rule = &g->rules[f->rule];
-        if (f->e->type != GE_RULE) { /* this alternative reads a character first: the next */
-            if (++f->alt >= rule->n_alt) {
-                state[f->rule] = 2;
-                depth--;
+    const uint32_t n = g->n_rules;
+    uint32_t *first = llm_calloc((size_t)n + 1, sizeof *first);
+    struct ledge *e = NULL;
+    size_t n_e = 0, cap_e = 0;
+    int32_t found = first ? -1 : -2;
+    for (uint32_t r = 0; r < n && found == -1; r++) {
+        first[r] = (uint32_t)n_e;
+        for (uint32_t a = 0; a < g->rules[r].n_alt && found == -1; a++)
+            for (const struct gel *x = g->el + g->alt[g->rules[r].first_alt + a];
+                 x->type == GE_RULE; x++) {
+                void *p = e;
+                if (llm_grow(&p, &cap_e, n_e + 1, sizeof *e)) {
+                    found = -2;
+                    break;
+                }
+                e = p;
+                e[n_e++] = (struct ledge){ (uint32_t)x->arg, x[1].type == GE_END };
+                if (!nullable[x->arg])
+                    break;
+            }
+    }
+    if (found == -1)
+        first[n] = (uint32_t)n_e;
+    uint32_t *idx = llm_malloc((size_t)n * sizeof *idx), *low = llm_malloc((size_t)n * sizeof *low);
+    uint32_t *comp = llm_malloc((size_t)n * sizeof *comp), *stk = llm_malloc((size_t)n * sizeof *stk);
+    struct tframe *call = llm_malloc((size_t)n * sizeof *call);
+    uint8_t *on = llm_calloc((size_t)n + 1, 1);
+    if (!idx || !low || !comp || !stk || !call || !on)
+        found = -2;
+    const uint32_t NONE = UINT32_MAX;
+    uint32_t counter = 0, n_stk = 0, n_comp = 0;
+    for (uint32_t v = 0; found == -1 && v < n; v++)
+        idx[v] = NONE;
+    for (uint32_t root = 0; found == -1 && root < n; root++) {
+        if (idx[root] != NONE)
+            continue;
+        uint32_t depth = 0;
+        call[depth++] = (struct tframe){ root, first[root] };
+        idx[root] = low[root] = counter++;
+        stk[n_stk++] = root;
+        on[root] = 1;
+        while (depth) {
+            struct tframe *f = &call[depth - 1];
+            if (f->next < first[f->v + 1]) {
+                uint32_t w = e[f->next++].to;
+                if (idx[w] == NONE) {
+                    idx[w] = low[w] = counter++;
+                    stk[n_stk++] = w;
+                    on[w] = 1;
+                    call[depth++] = (struct tframe){ w, first[w] };
+                } else if (on[w] && idx[w] < low[f->v]) {
+                    low[f->v] = idx[w];
+                }
                 continue;
             }
-            f->e = g->el + g->alt[rule->first_alt + f->alt];
-            continue;
-        }
-        uint32_t s = (uint32_t)f->e->arg;
-        /* past this element only if it can be empty */
-        f->e = nullable[s] ? f->e + 1 : g->el + g->n_el - 1; /* the last element is a GE_END */
-        if (state[s] == 1)
-            return (int32_t)s;
-        if (state[s] == 0) {
-            state[s] = 1;
-            path[depth++] = (struct lframe){ s, 0, g->el + g->alt[g->rules[s].first_alt] };
+            uint32_t v = f->v;
+            if (low[v] == idx[v]) { /* v heads a component: pop it */
+                uint32_t w;
+                do {
+                    w = stk[--n_stk];
+                    on[w] = 0;
+                    comp[w] = n_comp;
+                } while (w != v);
+                n_comp++;
+            }
+            if (--depth && low[v] < low[call[depth - 1].v])
+                low[call[depth - 1].v] = low[v];
         }
     }
-    return -1;
+    for (uint32_t r = 0; found == -1 && r < n; r++)
+        for (uint32_t k = first[r]; k < first[r + 1]; k++)
+            if (!e[k].tail && comp[e[k].to] == comp[r]) {
+                found = (int32_t)e[k].to;
+                break;
+            }
+    llm_free(first);
+    llm_free(e);
+    llm_free(idx);
+    llm_free(low);
+    llm_free(comp);
+    llm_free(stk);
+    llm_free(call);
+    llm_free(on);
+    return found;
 }
 
 /* The source's name of a rule (a group's rule "x/12" is part of x). */
@@ -691,7 +759,7 @@ static const struct gel *alt_of(const struct prule *r, size_t a, size_t *n)
     while (j < r->n && r->body[j].type != PE_ALT)
         j++;
     *n = j - i;
-    return r->body + i;
+    return *n ? r->body + i : NULL; /* an empty rule has no body at all */
 }
 
 /* Rule r with the small rules it calls inlined (r->body replaced). */
@@ -759,9 +827,11 @@ static llm_status inline_into(struct parser *ps, int32_t r, const uint8_t *small
                     nt = v;
                     if (n_nt)
                         nt[n_nt++] = (struct gel){ .type = PE_ALT };
-                    memcpy(nt + n_nt, tmp + from, (j - from) * sizeof *nt);
+                    if (j > from)
+                        memcpy(nt + n_nt, tmp + from, (j - from) * sizeof *nt);
                     n_nt += j - from;
-                    memcpy(nt + n_nt, eb, lb * sizeof *nt);
+                    if (lb)
+                        memcpy(nt + n_nt, eb, lb * sizeof *nt);
                     n_nt += lb;
                 }
                 from = j + 1;
@@ -780,7 +850,8 @@ static llm_status inline_into(struct parser *ps, int32_t r, const uint8_t *small
         out = o;
         if (a)
             out[n_out++] = (struct gel){ .type = PE_ALT };
-        memcpy(out + n_out, tmp, n_tmp * sizeof *out);
+        if (n_tmp)
+            memcpy(out + n_out, tmp, n_tmp * sizeof *out);
         n_out += n_tmp;
         alts_out += seqs;
     }
@@ -839,28 +910,20 @@ static llm_status check(struct parser *ps, struct llm_grammar *g)
     g->root = (uint32_t)root;
     LLM_TRY(inline_small(ps, root));
     LLM_TRY(compile(ps, g));
-    uint8_t *nullable = llm_calloc(2 * (size_t)g->n_rules, 1);
-    struct lframe *path = llm_malloc((size_t)g->n_rules * sizeof *path);
-    if (!nullable || !path) {
-        llm_free(nullable);
-        llm_free(path);
+    uint8_t *nullable = llm_calloc((size_t)g->n_rules + 1, 1);
+    if (!nullable)
         return LLM_E_NOMEM;
-    }
     find_nullable(g, nullable);
-    llm_status st = LLM_OK;
-    for (uint32_t r = 0; r < g->n_rules && !st; r++) {
-        if (nullable[g->n_rules + r])
-            continue;
-        int32_t c = left_cycle(g, nullable, nullable + g->n_rules, path, r);
-        if (c >= 0) {
-            char buf[256];
-            st = llm_error_set(LLM_E_FORMAT, "%s: rule '%s' is left-recursive", ps->name,
-                               user_name(g, (uint32_t)c, buf, sizeof buf));
-        }
-    }
+    int32_t c = left_recursive(g, nullable);
     llm_free(nullable);
-    llm_free(path);
-    return st;
+    if (c == -2)
+        return LLM_E_NOMEM;
+    if (c >= 0) {
+        char buf[256];
+        return llm_error_set(LLM_E_FORMAT, "%s: rule '%s' is left-recursive", ps->name,
+                             user_name(g, (uint32_t)c, buf, sizeof buf));
+    }
+    return LLM_OK;
 }
 
 llm_status llm_grammar_parse(struct llm_grammar **out, const char *src, size_t len,

@@ -273,7 +273,8 @@ static struct gsucc *succ(struct llm_gmask *m, struct gnode *n)
     s->n = (uint32_t)m->n_scr;
     s->accept = m->scr_accept;
     s->ctx = m->scr_ctx;
-    memcpy(s->v, m->scr, m->n_scr * sizeof *m->scr);
+    if (m->n_scr)
+        memcpy(s->v, m->scr, m->n_scr * sizeof *m->scr);
     return n->succ = s;
 }
 
@@ -311,7 +312,7 @@ static int32_t ws_intern(struct llm_gmask *m, struct gnode **v, uint32_t n, uint
     for (int32_t id = m->ws_bucket[h & (m->n_ws_bucket - 1)]; id >= 0; id = m->ws[id].chain) {
         const struct wst *w = &m->ws[id];
         if (w->hash == h && w->n == n && w->accept == accept && w->ctx == ctx &&
-            !memcmp(w->v, v, n * sizeof *v))
+            (!n || !memcmp(w->v, v, n * sizeof *v)))
             return id;
     }
     void *p = m->ws;
@@ -322,7 +323,8 @@ static int32_t ws_intern(struct llm_gmask *m, struct gnode **v, uint32_t n, uint
     w->v = arena(m, (n ? n : 1) * sizeof *v);
     if (!w->v)
         return -1;
-    memcpy(w->v, v, n * sizeof *v);
+    if (n) /* v may be NULL when n is 0 */
+        memcpy(w->v, v, n * sizeof *v);
     w->n = n;
     w->accept = accept;
     w->ctx = ctx;
@@ -501,7 +503,8 @@ static llm_status walk(struct llm_gmask *m, struct gnode *const *v, uint32_t n, 
 {
     struct wdepth *D = m->D;
     LLM_TRY(wtmp_room(m, n));
-    memcpy(m->wtmp, v, n * sizeof *v);
+    if (n)
+        memcpy(m->wtmp, v, n * sizeof *v);
     D[0] = (struct wdepth){ .st = ws_intern(m, m->wtmp, n, 0, 0), .cp = cp, .need = need,
                             .ulen = ulen };
     if (D[0].st < 0)
@@ -558,7 +561,8 @@ static int follow(struct llm_gmask *m, struct gnode *const *v, uint32_t n, uint3
     struct wdepth *D = m->D;
     if (wtmp_room(m, n))
         return -1;
-    memcpy(m->wtmp, v, n * sizeof *v);
+    if (n)
+        memcpy(m->wtmp, v, n * sizeof *v);
     D[0] = (struct wdepth){ .st = ws_intern(m, m->wtmp, n, 0, 0), .cp = cp, .need = need,
                             .ulen = ulen };
     if (D[0].st < 0)
@@ -812,7 +816,8 @@ static llm_status set_state(struct llm_gmatch *s, struct gnode *const *v, uint32
     LLM_TRY(llm_grow(&p, &cap, n ? n : 1, sizeof *s->v));
     s->v = p;
     s->cap = (uint32_t)cap;
-    memmove(s->v, v, n * sizeof *v);
+    if (n) /* v may be NULL when n is 0 */
+        memmove(s->v, v, n * sizeof *v);
     qsort(s->v, n, sizeof *s->v, cmp_ptr);
     s->n = n;
     s->accept = accept;
