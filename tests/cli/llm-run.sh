@@ -214,6 +214,23 @@ t_run_grammar_smollm2_json_regex_shipped() {
         expect 0 "$RUN" -m "$TMP/smol.llm" -p 'x' --grammar "$g" -n 8 -t 2 || return 1
     done
 }
+# Completions of one prompt under a grammar, in a KV pool so small that they
+# are preempted and recomputed (forced tokens decoded together included):
+# each is the text of a single run with its seed.
+t_run_grammar_nseq_preempted_same_as_alone() {
+    r_stories
+    command -v python3 >/dev/null || skip "no python3"
+    local o="-p Once --json-schema $G_DIR/pet.schema.json --temp 1 -n 300 -t 1 --json" i
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$TMP/s.llm" $o -s 10 --n-seq 4 --kv-blocks 20 --ctx 320 -v &&
+        has "$TMP/err" "tokens forced" || return 1
+    python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); assert sum(c["preemptions"] for c in o["completions"]) > 0, "no preemption"; [print(json.dumps(c["text"])) for c in o["completions"]]' \
+        "$TMP/out" >"$TMP/n4" || return 1
+    for i in 0 1 2 3; do
+        # shellcheck disable=SC2086
+        "$RUN" -m "$TMP/s.llm" $o -s $((10 + i)) | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))'
+    done >"$TMP/n1" && cmp "$TMP/n4" "$TMP/n1"
+}
 # Each request of a batch under its own response_format, and the bad ones
 # answered with an error record.
 t_run_grammar_batch_per_request() {
