@@ -579,6 +579,7 @@ int main(int argc, char **argv)
     struct args a = { .ctx = 512, .threshold = 5 };
     llm_serve_params_default(&a.serve);
     llm_spec_bench_params_default(&a.spec);
+    llm_grammar_bench_params_default(&a.gram);
     const char *arg;
     int r, rc;
     int64_t v;

@@ -165,6 +165,18 @@ _llm_bench()
             _llm_files
             return
             ;;
+        --grammar)
+            _llm_files
+            return
+            ;;
+        --json-schema)
+            _llm_files
+            return
+            ;;
+        --regex)
+            :
+            return
+            ;;
         --prompts)
             _llm_files
             return
@@ -195,7 +207,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --draft --lookup --prompts --chat --ngram-min --ngram-max --draft-n --draft-max --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --draft --lookup --grammar --json-schema --regex --json-object --prompts --chat --ngram-min --ngram-max --draft-n --draft-max --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

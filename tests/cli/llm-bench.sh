@@ -406,11 +406,35 @@ t_bench_spec_bad_prompts_exit_1() {
 }
 t_bench_spec_usage_errors_exit_2() {
     expect 2 "$BENCH" -m x --lookup && has "$TMP/err" "--lookup needs --prompts FILE" &&
-    expect 2 "$BENCH" -m x --prompts p && has "$TMP/err" "go with --draft or --lookup" &&
+    expect 2 "$BENCH" -m x --prompts p && has "$TMP/err" "go with --draft, --lookup or a grammar" &&
     expect 2 "$BENCH" -m x --draft d --lookup --prompts p && has "$TMP/err" "use one" &&
     expect 2 "$BENCH" -m x --draft d --prompts p --ngram-max 3 && has "$TMP/err" "go with --lookup" &&
     expect 2 "$BENCH" -m x --lookup --prompts p -p 64 && has "$TMP/err" "one -n N" &&
     expect 2 "$BENCH" -m x --lookup --prompts p -n 8,16 && has "$TMP/err" "one -n N" &&
     expect 2 "$BENCH" -m x --lookup --prompts p --serve r && has "$TMP/err" "speculation options only" &&
     expect 2 "$BENCH" -m x --lookup --prompts p --draft-n 2 --draft-max 4 && has "$TMP/err" "use one"
+}
+# ---- constrained decoding (--grammar, --json-schema, --regex, --json-object) ---
+t_bench_grammar_table_and_fields() {
+    need "$B260"
+    printf 'Once upon a time\nLily and Tom\n' >"$TMP/p.txt"
+    expect 0 "$BENCH" -m "$B260" --json-object --prompts "$TMP/p.txt" -n 64 -t 1 -r 2 &&
+        has "$TMP/out" "| model | grammar | threads | prompts | ended | plain ms/token | constrained ms/token | overhead |" &&
+        has "$TMP/out" "| stories260K.gguf | --json-object | 1 | 2 |" || return 1
+    printf 'root ::= "Once" [a-z ]{1,40} "."\n' >"$TMP/g.gbnf"
+    expect 0 "$BENCH" -m "$B260" --grammar "$TMP/g.gbnf" --prompts "$TMP/p.txt" -n 64 -t 1 -r 1 -o jsonl &&
+        has "$TMP/out" '"grammar": "'"$TMP"'/g.gbnf", "test": "grammar", "n_threads": 1, "repetitions": 1, "prompts": 2, "n_gen": 64,' &&
+        has "$TMP/out" '"overhead":' && has "$TMP/out" '"mask_p99_us":' && has "$TMP/out" '"ended": 2' &&
+        [ "$(wc -l <"$TMP/out")" = 1 ]
+}
+t_bench_grammar_errors() {
+    need "$B260"
+    printf 'x\n' >"$TMP/p.txt"
+    printf 'root ::= "a" (\n' >"$TMP/g.gbnf"
+    expect 1 "$BENCH" -m "$B260" --grammar "$TMP/g.gbnf" --prompts "$TMP/p.txt" -n 8 -t 1 &&
+        has "$TMP/err" "g.gbnf:" && [ "$(wc -l <"$TMP/err")" = 1 ] || return 1
+    expect 2 "$BENCH" -m x --json-object && has "$TMP/err" "a grammar needs --prompts FILE" &&
+        expect 2 "$BENCH" -m x --json-object --regex a --prompts p && has "$TMP/err" "give one" &&
+        expect 2 "$BENCH" -m x --json-object --lookup --prompts p && has "$TMP/err" "does not go with --draft" &&
+        expect 2 "$BENCH" -m x --json-object --prompts p -b 4 && has "$TMP/err" "goes with --prompts"
 }
