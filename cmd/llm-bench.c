@@ -205,6 +205,25 @@ static llm_status read_prompts(const struct args *a, char ***prompts, int32_t *n
     return s;
 }
 
+/* The options of a test over --prompts (speculation or a grammar, named
+ * by what): one -n N, -r N, a model. Returns the usage error's exit
+ * status, or -1 when they are fine. */
+static int prompt_test(struct args *a, const char *what, int32_t *n_gen, int *reps)
+{
+    struct llm_bench_plan *p = &a->plan;
+    if (a->have_tests) {
+        if (p->n_tests != 1 || p->tests[0].n_prompt || !p->tests[0].n_gen)
+            return llm_cli_usage(&cli, "with %s: one -n N (tokens per prompt) and no -p or --pg",
+                                 what);
+        *n_gen = p->tests[0].n_gen;
+    }
+    if (a->have_reps)
+        *reps = p->reps;
+    if (!p->n_models)
+        return llm_cli_usage(&cli, "no model (-m FILE)");
+    return -1;
+}
+
 /* --grammar, --json-schema, --regex, --json-object: every model with every
  * thread count, on the prompts. */
 static int do_grammar(struct args *a)
@@ -721,16 +740,8 @@ int main(int argc, char **argv)
             a.kernels || a.compare || a.have_ctx || n_ops)
             return llm_cli_usage(&cli, "a grammar goes with --prompts, --chat, -m, -n, -t, -r "
                                  "and -o only");
-        if (a.have_tests) {
-            if (p->n_tests != 1 || p->tests[0].n_prompt || !p->tests[0].n_gen)
-                return llm_cli_usage(&cli, "with a grammar: one -n N (tokens per prompt) and no "
-                                     "-p or --pg");
-            a.gram.n_gen = p->tests[0].n_gen;
-        }
-        if (a.have_reps)
-            a.gram.reps = p->reps;
-        if (!p->n_models)
-            return llm_cli_usage(&cli, "no model (-m FILE)");
+        if ((rc = prompt_test(&a, "a grammar", &a.gram.n_gen, &a.gram.reps)) >= 0)
+            return rc;
         a.gram.chat = a.spec.chat;
         return llm_cli_exit(&cli, do_grammar(&a));
     }
@@ -754,16 +765,8 @@ int main(int argc, char **argv)
             a.kernels || a.compare || a.have_ctx || n_ops)
             return llm_cli_usage(&cli, "--draft and --lookup go with -m, -n, -t, -r, -o and the "
                                  "speculation options only");
-        if (a.have_tests) {
-            if (p->n_tests != 1 || p->tests[0].n_prompt || !p->tests[0].n_gen)
-                return llm_cli_usage(&cli, "with --draft or --lookup: one -n N (tokens per prompt) "
-                                     "and no -p or --pg");
-            a.spec.n_gen = p->tests[0].n_gen;
-        }
-        if (a.have_reps)
-            a.spec.reps = p->reps;
-        if (!p->n_models)
-            return llm_cli_usage(&cli, "no model (-m FILE)");
+        if ((rc = prompt_test(&a, "--draft or --lookup", &a.spec.n_gen, &a.spec.reps)) >= 0)
+            return rc;
         return llm_cli_exit(&cli, do_spec(&a));
     }
     if (serving) {

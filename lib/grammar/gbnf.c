@@ -84,11 +84,9 @@ static void skip_space(struct parser *ps, int newlines)
     }
 }
 
-static int32_t rule_id(struct parser *ps, const char *name, size_t len, llm_status *st)
+/* A new rule named name (len bytes); -1 and *st on failure. */
+static int32_t add_rule(struct parser *ps, const char *name, size_t len, llm_status *st)
 {
-    for (size_t i = 0; i < ps->n_rules; i++)
-        if (strlen(ps->rules[i].name) == len && memcmp(ps->rules[i].name, name, len) == 0)
-            return (int32_t)i;
     void *r = ps->rules;
     if ((*st = llm_grow(&r, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules)))
         return -1;
@@ -103,26 +101,27 @@ static int32_t rule_id(struct parser *ps, const char *name, size_t len, llm_stat
     return (int32_t)ps->n_rules++;
 }
 
+/* The rule of a source's name, made at its first reference. */
+static int32_t rule_id(struct parser *ps, const char *name, size_t len, llm_status *st)
+{
+    for (size_t i = 0; i < ps->n_rules; i++)
+        if (strlen(ps->rules[i].name) == len && memcmp(ps->rules[i].name, name, len) == 0)
+            return (int32_t)i;
+    return add_rule(ps, name, len, st);
+}
+
 /* A new rule for a group or a repetition: "NAME/N", NAME its source
  * rule's ('/' cannot occur in a source's names, so none collides). */
 static int32_t new_rule(struct parser *ps, int32_t parent, llm_status *st)
 {
     char name[256];
     const char *pn = ps->rules[parent].name;
-    snprintf(name, sizeof name, "%.*s/%zu", (int)(strcspn(pn, "/") < 200 ? strcspn(pn, "/") : 200),
-             pn, ps->n_rules);
-    void *r = ps->rules;
-    if ((*st = llm_grow(&r, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules)))
-        return -1;
-    ps->rules = r;
-    struct prule *nr = &ps->rules[ps->n_rules];
-    memset(nr, 0, sizeof *nr);
-    nr->defined = 1;
-    if (!(nr->name = llm_strdup(name))) {
-        *st = LLM_E_NOMEM;
-        return -1;
-    }
-    return (int32_t)ps->n_rules++;
+    int n = snprintf(name, sizeof name, "%.*s/%zu",
+                     (int)(strcspn(pn, "/") < 200 ? strcspn(pn, "/") : 200), pn, ps->n_rules);
+    int32_t id = add_rule(ps, name, (size_t)n, st);
+    if (id >= 0)
+        ps->rules[id].defined = 1;
+    return id;
 }
 
 static llm_status push(struct parser *ps, int32_t rule, uint8_t type, int32_t arg)
@@ -160,17 +159,6 @@ static llm_status set_add(struct parser *ps, int32_t id, uint32_t lo, uint32_t h
     return LLM_OK;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* One character of a literal or class: an escape or a UTF-8 sequence. */
 static llm_status parse_char(struct parser *ps, int in_class, uint32_t *cp)
 {
@@ -186,7 +174,7 @@ static llm_status parse_char(struct parser *ps, int in_class, uint32_t *cp)
         if (nhex) {
             uint32_t v = 0;
             for (int i = 0; i < nhex; i++) {
-                int h = ps->p < ps->end ? hexval(*ps->p) : -1;
+                int h = ps->p < ps->end ? gram_hex(*ps->p) : -1;
                 if (h < 0)
                     return perr(ps, ps->p, "expected a hexadecimal digit in the escape");
                 v = v << 4 | (uint32_t)h;
@@ -212,21 +200,7 @@ static llm_status parse_char(struct parser *ps, int in_class, uint32_t *cp)
         }
         return perr(ps, at, "unknown escape (expected one of \\x \\u \\U \\t \\n \\r \\\\ \\\" \\[ \\])");
     }
-    if (c < 0x80) {
-        *cp = c;
-        return LLM_OK;
-    }
-    int n = c >= 0xF0 && c < 0xF5 ? 3 : c >= 0xE0 && c < 0xF0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : -1;
-    if (n < 0)
-        return perr(ps, at, "invalid UTF-8");
-    uint32_t v = c & (0x3Fu >> n);
-    for (int i = 0; i < n; i++) {
-        if (ps->p >= ps->end || ((unsigned char)*ps->p & 0xC0) != 0x80)
-            return perr(ps, at, "invalid UTF-8");
-        v = v << 6 | ((unsigned char)*ps->p++ & 0x3F);
-    }
-    *cp = v;
-    return LLM_OK;
+    return gram_utf8(c, &ps->p, ps->end, cp) ? perr(ps, at, "invalid UTF-8") : LLM_OK;
 }
 
 static llm_status parse_int(struct parser *ps, int *v)

@@ -89,6 +89,34 @@ static inline int gset_meets(const struct llm_grammar *g, const struct gset *s, 
  * number of pairs. */
 size_t llm_gram_ranges(uint32_t *r, size_t n, int neg, uint32_t *out);
 
+/* The value of a hexadecimal digit, or -1. */
+static inline int gram_hex(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The code point whose UTF-8 begins with lead byte c, its continuation
+ * bytes read from *p (before end; *p advanced). 0, or -1 for bad UTF-8. */
+static inline int gram_utf8(unsigned char c, const char **p, const char *end, uint32_t *cp)
+{
+    if (c < 0x80) {
+        *cp = c;
+        return 0;
+    }
+    int n = c >= 0xF0 && c < 0xF5 ? 3 : c >= 0xE0 && c < 0xF0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : -1;
+    if (n < 0)
+        return -1;
+    uint32_t v = c & (0x3Fu >> n);
+    for (int i = 0; i < n; i++) {
+        if (*p >= end || ((unsigned char)**p & 0xC0) != 0x80)
+            return -1;
+        v = v << 6 | ((unsigned char)*(*p)++ & 0x3F);
+    }
+    *cp = v;
+    return 0;
+}
+
 /* Growable text, for the converters to GBNF. A failed allocation sets
  * err and later calls do nothing. */
 struct gtext {

@@ -164,12 +164,6 @@ static void cls_emit(struct rx *x, struct rclass *k)
     GT_LIT(x->out, "]");
 }
 
-static int hexd(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* A code point of the expression: UTF-8 or an escape that stands for one
  * character. *cls receives d w s D W S for a named class instead. */
 static llm_status rx_cp(struct rx *x, uint32_t *cp, char *cls)
@@ -185,7 +179,7 @@ static llm_status rx_cp(struct rx *x, uint32_t *cp, char *cls)
         if (nhex) {
             uint32_t v = 0;
             for (int i = 0; i < nhex; i++) {
-                int h = x->p < x->end ? hexd(*x->p) : -1;
+                int h = x->p < x->end ? gram_hex(*x->p) : -1;
                 if (h < 0)
                     return rx_err(x, at, "expected hexadecimal digits after \\x or \\u");
                 v = v << 4 | (uint32_t)h;
@@ -213,21 +207,7 @@ static llm_status rx_cp(struct rx *x, uint32_t *cp, char *cls)
         *cp = (unsigned char)e;
         return LLM_OK;
     }
-    if (c < 0x80) {
-        *cp = c;
-        return LLM_OK;
-    }
-    int n = c >= 0xF0 && c < 0xF5 ? 3 : c >= 0xE0 && c < 0xF0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : -1;
-    if (n < 0)
-        return rx_err(x, at, "invalid UTF-8");
-    uint32_t v = c & (0x3Fu >> n);
-    for (int i = 0; i < n; i++) {
-        if (x->p >= x->end || ((unsigned char)*x->p & 0xC0) != 0x80)
-            return rx_err(x, at, "invalid UTF-8");
-        v = v << 6 | ((unsigned char)*x->p++ & 0x3F);
-    }
-    *cp = v;
-    return LLM_OK;
+    return gram_utf8(c, &x->p, x->end, cp) ? rx_err(x, at, "invalid UTF-8") : LLM_OK;
 }
 
 static llm_status rx_class(struct rx *x)

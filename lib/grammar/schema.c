@@ -72,14 +72,12 @@ static llm_status literal(struct sc *c, struct gtext *t, json_t *v, const char *
     if (!s)
         return bad(c, path, "a value that cannot be written as JSON");
     GT_LIT(t, "\"");
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        uint32_t cp = *p++;
-        int k = cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
-        if (k)
-            cp &= 0x3Fu >> k;
-        for (int i = 0; i < k && *p; i++)
-            cp = cp << 6 | (*p++ & 0x3F);
+    const char *p = s, *end = s + strlen(s);
+    while (p < end) {
+        uint32_t cp;
+        unsigned char lead = (unsigned char)*p++;
+        if (gram_utf8(lead, &p, end, &cp)) /* jansson writes UTF-8: not expected */
+            cp = 0xFFFD;
         llm_gtext_cp(t, cp, 0);
     }
     GT_LIT(t, "\"");
