@@ -1118,11 +1118,10 @@ int main(int argc, char **argv)
     if (!!a.grammar + !!a.schema + !!a.regex + a.json_object > 1)
         return llm_cli_usage(&cli, "--grammar, --json-schema, --regex and --json-object each "
                              "constrain the text; use one");
-    if (grammar_option(&a) && (tokmode || a.batch || speculating(&a)))
+    if (grammar_option(&a) && (tokmode || a.batch))
         return llm_cli_usage(&cli, "%s does not go with %s", grammar_option(&a),
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
-                             : a.batch ? "--batch (use response_format in the requests)"
-                             : a.draft ? "--draft" : "--lookup");
+                             : "--batch (use response_format in the requests)");
     if (speculating(&a) && (tokmode || a.n_seq > 1 || a.batch))
         return llm_cli_usage(&cli, "%s does not go with %s", a.draft ? "--draft" : "--lookup",
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")

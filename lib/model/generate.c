@@ -364,19 +364,42 @@ static llm_status spec_init(struct gen *g, struct spec_state *st, const int32_t 
 }
 
 /* Up to `want` tokens after toks (n_toks) into st->d: *nd receives how many. */
+static llm_status spec_draft_model(struct gen *g, struct spec_state *st, int32_t want, int32_t *nd,
+                                   struct llm_gmatch *gm);
+
 static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want, int32_t *nd)
 {
     const struct llm_spec_params *sp = st->sp;
-    const size_t V = (size_t)g->n_vocab;
     *nd = 0;
     st->calls = 0;
     st->calls_s = 0;
     if (want <= 0)
         return LLM_OK;
+    /* under a grammar, drafts follow it too: a copy of the matcher walks them */
+    struct llm_gmatch *gm = NULL;
+    if (g->s[0].gm)
+        LLM_TRY(llm_gmatch_copy(&gm, g->s[0].gm));
     if (!sp->draft) {
         *nd = llm_spec_lookup(st->toks, st->n_toks, sp->ngram_min, sp->ngram_max, want, st->d);
+        for (int32_t j = 0; gm && j < *nd; j++) /* cut at the first the grammar refuses */
+            if (llm_gmatch_accept(gm, st->d[j])) {
+                llm_error_clear();
+                *nd = j;
+            }
+        llm_gmatch_free(gm);
         return LLM_OK;
     }
+    llm_status s = spec_draft_model(g, st, want, nd, gm);
+    llm_gmatch_free(gm);
+    return s;
+}
+
+/* spec_draft by the draft model, its logits masked by gm (NULL: none). */
+static llm_status spec_draft_model(struct gen *g, struct spec_state *st, int32_t want, int32_t *nd,
+                                   struct llm_gmatch *gm)
+{
+    const struct llm_spec_params *sp = st->sp;
+    const size_t V = (size_t)g->n_vocab;
     /* the draft catches up with the tokens it has not seen */
     for (int32_t off = st->dlen; off < st->n_toks; off += (int32_t)GEN_PREFILL_SLICE) {
         int32_t m = st->n_toks - off;
@@ -390,7 +413,12 @@ static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want,
     }
     st->dlen = st->n_toks;
     for (int32_t j = 0; j < want; j++) {
-        int32_t x = 0;
+        int32_t x = 0, n_allowed, only;
+        if (gm) {
+            LLM_TRY(llm_gmatch_apply(gm, st->dlog, &n_allowed, &only));
+            if (!n_allowed) /* nothing can follow: the drafts so far */
+                break;
+        }
         if (st->sampled) {
             int32_t *ids = st->q_ids + (size_t)j * V;
             float *pr = st->q_probs + (size_t)j * V;
@@ -409,6 +437,14 @@ static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want,
                     x = i;
         }
         st->d[j] = x;
+        *nd = j + 1;
+        if (gm && llm_gmatch_accept(gm, x)) { /* not expected: x was allowed */
+            llm_error_clear();
+            *nd = j;
+            break;
+        }
+        if (gm && llm_gmatch_must_end(gm)) /* the grammar has ended: nothing to draft */
+            break;
         if (j + 1 < want) {
             const double t0 = llm_now_s();
             LLM_TRY(llm_decode(sp->draft, 0, &x, 1, st->dlen, st->dlog, 0));
@@ -416,25 +452,40 @@ static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want,
             st->calls++, st->calls_s += llm_now_s() - t0;
         }
     }
-    *nd = want;
     return LLM_OK;
 }
 
-/* The target's token at drafted position `at` (of nd drafts; at == nd is
- * the bonus position), from its logits. */
-static int32_t spec_pick(struct gen *g, struct spec_state *st, float *logits, int32_t nd,
-                         int32_t at, int *accepted)
+/* The target's token *x at drafted position `at` (of nd drafts; at == nd
+ * is the bonus position), from its logits. Under a grammar the logits are
+ * masked first (the completion's matcher is at this position: the tokens
+ * before it are emitted), and a token the grammar alone allows is taken
+ * without a draw, as plain decoding does. */
+static llm_status spec_pick(struct gen *g, struct spec_state *st, float *logits, int32_t nd,
+                            int32_t at, int32_t *x, int *accepted)
 {
     const size_t V = (size_t)g->n_vocab;
     struct gseq *q = &g->s[0];
     if (g->raw)
         memcpy(g->raw, logits, V * sizeof(float));
     const int has = at < nd;
+    if (q->gm) {
+        int32_t na, only;
+        LLM_TRY(llm_gmatch_apply(q->gm, logits, &na, &only));
+        if (!na)
+            return no_token();
+        if (only >= 0) {
+            q->res->n_forced++;
+            *x = only;
+            *accepted = has && st->d[at] == only;
+            return LLM_OK;
+        }
+    }
     const int32_t qn = has && st->sampled ? st->q_n[at] : 0;
-    return llm_spec_verify(q->smp, logits, has ? st->d[at] : -1,
-                           qn ? st->q_ids + (size_t)at * V : NULL,
-                           qn ? st->q_probs + (size_t)at * V : NULL, qn, st->sp->rule, &st->sc,
-                           accepted);
+    *x = llm_spec_verify(q->smp, logits, has ? st->d[at] : -1,
+                         qn ? st->q_ids + (size_t)at * V : NULL,
+                         qn ? st->q_probs + (size_t)at * V : NULL, qn, st->sp->rule, &st->sc,
+                         accepted);
+    return LLM_OK;
 }
 
 /* The end of a round that began with n_before tokens: counters, the
@@ -493,7 +544,8 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
         if (q->fresh) {
             /* the prompt's logits check the first draft */
             q->fresh = 0;
-            int32_t x = spec_pick(g, st, q->logits, nd, 0, &acc);
+            int32_t x;
+            LLM_TRY(spec_pick(g, st, q->logits, nd, 0, &x, &acc));
             LLM_TRY(emit(g, 0, x));
             kept += acc;
             if (q->state != S_RUN || !acc) {
@@ -514,7 +566,8 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
         q->res->n_passes++;
         int32_t kept_pass = 0;
         for (int32_t r = 0; r < nb && q->state == S_RUN; r++) {
-            int32_t x = spec_pick(g, st, st->rows + (size_t)r * V, nd, j + r, &acc);
+            int32_t x;
+            LLM_TRY(spec_pick(g, st, st->rows + (size_t)r * V, nd, j + r, &x, &acc));
             LLM_TRY(emit(g, 0, x));
             kept_pass += acc;
             if (!acc)
@@ -610,9 +663,6 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
     if (spec && g.n > 1)
         return llm_error_set(LLM_E_INVALID, "speculative decoding makes one completion, not %d",
                              g.n);
-    if (spec && p->grammar)
-        return llm_error_set(LLM_E_UNSUPPORTED, "speculative decoding under a grammar is not "
-                             "built yet");
     g.keep = g.n > 1 ? g.n : 0;
     g.n_prompt = (int32_t)n_prompt;
     llm_status s = gen_init(&g, res);

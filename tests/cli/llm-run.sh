@@ -157,7 +157,6 @@ t_run_grammar_errors_one_line() {
     expect 1 "$RUN" -m "$TMP/s.llm" -p hi --grammar "$TMP/absent.gbnf" && one_line &&
         has "$TMP/err" "absent.gbnf" || return 1
     expect 2 "$RUN" -m "$TMP/s.llm" -p hi --grammar "$TMP/bad.gbnf" --json-object && has "$TMP/err" "use one" &&
-        expect 2 "$RUN" -m "$TMP/s.llm" -p hi --json-object --lookup && has "$TMP/err" "--json-object does not go with --lookup" &&
         expect 2 "$RUN" -m "$TMP/s.llm" --batch x --regex a && has "$TMP/err" "response_format"
 }
 # A grammar that takes any text changes nothing: the same bits, greedy or
@@ -230,6 +229,31 @@ t_run_grammar_nseq_preempted_same_as_alone() {
         # shellcheck disable=SC2086
         "$RUN" -m "$TMP/s.llm" $o -s $((10 + i)) | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))'
     done >"$TMP/n1" && cmp "$TMP/n4" "$TMP/n1"
+}
+# Speculation under a grammar: the drafts follow the grammar, the model's
+# picks are masked, and the text is plain decoding's (match rule), greedy
+# and sampled, with a draft model and with lookup; the rejection rule's
+# texts validate.
+t_run_grammar_speculation_is_plain() {
+    r_stories
+    command -v python3 >/dev/null || skip "no python3"
+    local o sp base="-p Once --json-schema $G_DIR/pet.schema.json -n 500 -t 1"
+    for o in "--temp 0" "--temp 1 -s 5" "--temp 0.8 -s 9 --top-k 20"; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/s.llm" $base $o && mv "$TMP/out" "$TMP/plain" || return 1
+        for sp in "--draft $TMP/s.llm --draft-n 3" "--lookup"; do
+            # shellcheck disable=SC2086
+            expect 0 "$RUN" -m "$TMP/s.llm" $base $o $sp -v && has "$TMP/err" "speculation: " &&
+                cmp "$TMP/plain" "$TMP/out" || return 1
+        done
+    done
+    local s
+    for s in 1 2 3 4; do
+        # shellcheck disable=SC2086
+        "$RUN" -m "$TMP/s.llm" $base --temp 1 -s $s --draft "$TMP/s.llm" --spec-rule rejection --json |
+            python3 -c 'import json,sys; o=json.load(sys.stdin); assert o["stop_reason"] == "eos", o; print(json.dumps(o["text"]))' || return 1
+    done >"$TMP/texts" && python3 "$G_DIR/validate.py" "$G_DIR/pet.schema.json" "$TMP/texts" >"$TMP/v" &&
+        has "$TMP/v" "4 valid"
 }
 # Each request of a batch under its own response_format, and the bad ones
 # answered with an error record.
