@@ -599,7 +599,8 @@ static struct gpos *position(struct llm_gmask *m, uint32_t pos)
     p->acc = acc;
     p->unc = (int32_t *)(p + 1);
     p->n_unc = (uint32_t)n_unc;
-    memcpy(p->unc, m->unc_tmp, n_unc * sizeof(int32_t));
+    if (n_unc) /* unc_tmp may never have been needed */
+        memcpy(p->unc, m->unc_tmp, n_unc * sizeof(int32_t));
     m->n_positions++;
     return m->pos[pos] = p;
 }
