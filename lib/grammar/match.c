@@ -3,9 +3,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../common/alloc.h"
+#include "../common/num.h"
 #include "../tokenizer/tokenizer.h"
 #include "gram_impl.h"
 
@@ -75,7 +75,6 @@ struct wdepth {
 
 #define ARENA_CHUNK ((size_t)1 << 20)
 #define MASK_CACHE_MAX 4096
-#define POS_NONE ((uint32_t)-1)
 
 struct llm_gmask {
     const struct llm_grammar *g;
@@ -246,14 +245,22 @@ static llm_status closure(struct llm_gmask *m, struct gnode *n, int depth)
     return LLM_OK;
 }
 
+/* The next value of a stamp counter (m->epoch for closures, m->uepoch for
+ * unions); when it wraps, every node's stamp of that kind is cleared. */
+static void stamp_next(struct llm_gmask *m, uint32_t *epoch)
+{
+    if (++*epoch)
+        return;
+    const int of_union = epoch == &m->uepoch;
+    for (size_t i = 0; i < m->n_bucket; i++)
+        for (struct gnode *n = m->bucket[i]; n; n = n->chain)
+            *(of_union ? &n->umark : &n->mark) = 0;
+    *epoch = 1;
+}
+
 static void closure_begin(struct llm_gmask *m)
 {
-    if (++m->epoch == 0) { /* wrapped: clear every stamp */
-        for (size_t i = 0; i < m->n_bucket; i++)
-            for (struct gnode *n = m->bucket[i]; n; n = n->chain)
-                n->mark = 0;
-        m->epoch = 1;
-    }
+    stamp_next(m, &m->epoch);
     m->n_scr = 0;
     m->scr_accept = m->scr_ctx = 0;
 }
@@ -279,16 +286,6 @@ static struct gsucc *succ(struct llm_gmask *m, struct gnode *n)
 }
 
 /* ---- the walk over a token's bytes ---- */
-
-static void union_begin(struct llm_gmask *m)
-{
-    if (++m->uepoch == 0) {
-        for (size_t i = 0; i < m->n_bucket; i++)
-            for (struct gnode *n = m->bucket[i]; n; n = n->chain)
-                n->umark = 0;
-        m->uepoch = 1;
-    }
-}
 
 static uint64_t ws_hash(struct gnode *const *v, uint32_t n, uint8_t accept, uint8_t ctx)
 {
@@ -368,7 +365,7 @@ static int32_t ws_advance(struct llm_gmask *m, int32_t from, uint32_t cp)
     const struct llm_grammar *g = m->g;
     uint32_t n = 0;
     uint8_t accept = 0, ctx = 0;
-    union_begin(m);
+    stamp_next(m, &m->uepoch);
     for (uint32_t i = 0; i < m->ws[from].n; i++) {
         struct gnode *x = m->ws[from].v[i];
         if (!gset_has(g, &g->sets[g->el[x->pos].arg], cp))
@@ -774,12 +771,6 @@ void llm_gmask_free(struct llm_gmask *m)
     llm_free(m);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 void llm_gmask_stats(const struct llm_gmask *m, struct llm_gmask_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -792,11 +783,11 @@ void llm_gmask_stats(const struct llm_gmask *m, struct llm_gmask_stats *st)
     if (!t)
         return;
     memcpy(t, m->times, m->n_times * sizeof *t);
-    qsort(t, m->n_times, sizeof *t, cmp_double);
+    qsort(t, m->n_times, sizeof *t, llm_cmp_double);
     for (size_t i = 0; i < m->n_times; i++)
         st->t_total_s += t[i];
-    st->t_median_us = t[m->n_times / 2] * 1e6;
-    st->t_p99_us = t[(m->n_times * 99) / 100] * 1e6;
+    st->t_median_us = llm_percentile_sorted(t, m->n_times, 50) * 1e6;
+    st->t_p99_us = llm_percentile_sorted(t, m->n_times, 99) * 1e6;
     st->t_max_us = t[m->n_times - 1] * 1e6;
     llm_free(t);
 }
@@ -964,12 +955,6 @@ static llm_status make_mask(struct llm_gmatch *s)
     return LLM_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 llm_status llm_gmatch_allowed(struct llm_gmatch *s, const uint64_t **bits, int32_t *n_allowed,
                               int32_t *only)
@@ -979,7 +964,7 @@ llm_status llm_gmatch_allowed(struct llm_gmatch *s, const uint64_t **bits, int32
         return llm_error_set(LLM_E_INVALID, "grammar: no vocabulary to make masks from");
     if (m->out_of == s && m->out_ver == s->ver) /* asked again, nothing taken since */
         goto count;
-    double t0 = now_s();
+    double t0 = llm_now_s();
     uint64_t h = state_hash(s);
     struct gcache *c = cache_find(m, s, h);
     if (c) {
@@ -994,7 +979,7 @@ llm_status llm_gmatch_allowed(struct llm_gmatch *s, const uint64_t **bits, int32
     void *tp = m->times;
     if (!llm_grow(&tp, &m->cap_times, m->n_times + 1, sizeof *m->times)) {
         m->times = tp;
-        m->times[m->n_times++] = now_s() - t0;
+        m->times[m->n_times++] = llm_now_s() - t0;
     }
 count:;
     int32_t count = 0, one = -1;

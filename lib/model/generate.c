@@ -171,6 +171,18 @@ static llm_status no_token(void)
                          "text here");
 }
 
+/* Completion q's logits masked by its grammar; *only: the token the grammar
+ * alone allows (counted as forced: it is taken without a draw), else -1. */
+static llm_status mask_logits(struct gseq *q, float *logits, int32_t *only)
+{
+    int32_t na;
+    LLM_TRY(llm_gmatch_apply(q->gm, logits, &na, only));
+    if (!na)
+        return no_token();
+    q->res->n_forced += *only >= 0;
+    return LLM_OK;
+}
+
 /* Draw completion i's next token from its logits (masked by its grammar)
  * and emit it. The tokens the grammar then forces, one after another, are
  * emitted too and decoded with it (without --top-logprobs, which needs
@@ -186,10 +198,7 @@ static llm_status step_seq(struct gen *g, int32_t i)
     if (!q->gm)
         return emit(g, i, llm_sampler_sample(q->smp, q->logits));
     int32_t na, only;
-    LLM_TRY(llm_gmatch_apply(q->gm, q->logits, &na, &only));
-    if (!na)
-        return no_token();
-    q->res->n_forced += only >= 0;
+    LLM_TRY(mask_logits(q, q->logits, &only));
     LLM_TRY(emit(g, i, only >= 0 ? only : llm_sampler_sample(q->smp, q->logits)));
     while (!g->raw && q->state == S_RUN && q->next >= 0 && q->n_todo < GEN_FORCED_MAX) {
         const uint64_t *bits;
@@ -469,12 +478,9 @@ static llm_status spec_pick(struct gen *g, struct spec_state *st, float *logits,
         memcpy(g->raw, logits, V * sizeof(float));
     const int has = at < nd;
     if (q->gm) {
-        int32_t na, only;
-        LLM_TRY(llm_gmatch_apply(q->gm, logits, &na, &only));
-        if (!na)
-            return no_token();
+        int32_t only;
+        LLM_TRY(mask_logits(q, logits, &only));
         if (only >= 0) {
-            q->res->n_forced++;
             *x = only;
             *accepted = has && st->d[at] == only;
             return LLM_OK;
