@@ -16,7 +16,8 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_
        OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY, OPT_NSEQ, OPT_KVMEM, OPT_KVBLOCKS,
        OPT_BLOCKSIZE, OPT_BATCH, OPT_RESUME, OPT_CORDER, OPT_MAXSEQS, OPT_STEPTOK, OPT_NOPREFIX,
        OPT_STATSJSON, OPT_KVTRACE, OPT_DRAFT, OPT_LOOKUP, OPT_NGRAMMIN, OPT_NGRAMMAX, OPT_DRAFTN,
-       OPT_DRAFTMAX, OPT_SPECRULE, OPT_GRAMMAR, OPT_JSONOBJ, OPT_REGEX, OPT_SCHEMA };
+       OPT_DRAFTMAX, OPT_SPECRULE, OPT_GRAMMAR, OPT_JSONOBJ, OPT_REGEX, OPT_SCHEMA, OPT_KVIN,
+       OPT_KVOUT, OPT_PREFILLONLY, OPT_KVCOMPRESS, OPT_PROMPTCACHE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
@@ -51,6 +52,11 @@ static const struct llm_opt opts[] = {
     { OPT_KVMEM, "kv-mem", LLM_ARG_REQUIRED, "SIZE", "KV cache budget, e.g. 64M or 2G (default: what --ctx tokens of every completion need)", NULL },
     { OPT_KVBLOCKS, "kv-blocks", LLM_ARG_REQUIRED, "N", "KV cache budget in blocks (default: as --kv-mem)", NULL },
     { OPT_BLOCKSIZE, "block-size", LLM_ARG_REQUIRED, "N", "tokens per KV block (default: 16)", NULL },
+    { OPT_PREFILLONLY, "prefill-only", LLM_ARG_NONE, NULL, "compute the prompt and write its state (--kv-out); generate nothing", NULL },
+    { OPT_KVOUT, "kv-out", LLM_ARG_REQUIRED, "FILE", "write the state after the prompt (KV, tokens, sampler, logits) to FILE ('-' = stdout, with --prefill-only)", "file" },
+    { OPT_KVIN, "kv-in", LLM_ARG_REQUIRED, "FILE", "continue from a state that --kv-out wrote ('-' = stdin): the same text as one uninterrupted run", "file" },
+    { OPT_KVCOMPRESS, "kv-compress", LLM_ARG_NONE, NULL, "with --kv-out or --prompt-cache: compress the state with zstd", NULL },
+    { OPT_PROMPTCACHE, "prompt-cache", LLM_ARG_REQUIRED, "FILE", "reuse the state in FILE for the part of the prompt it holds, and save the prompt's state there when it held less", "file" },
     { OPT_GRAMMAR, "grammar", LLM_ARG_REQUIRED, "FILE", "constrain the text to the GBNF grammar in FILE (llama.cpp's grammar language; see llm-run(1))", "file" },
     { OPT_SCHEMA, "json-schema", LLM_ARG_REQUIRED, "FILE", "constrain the text to JSON that validates against the JSON Schema in FILE", "file" },
     { OPT_JSONOBJ, "json-object", LLM_ARG_NONE, NULL, "constrain the text to one JSON value", NULL },
@@ -83,6 +89,8 @@ static struct llm_cli cli = {
     .synopsis = "-m MODEL [-p TEXT | -f FILE] [OPTIONS]\n"
                 "-m MODEL --chat [--system TEXT] [-p TEXT | -f FILE] [OPTIONS]\n"
                 "-m MODEL --batch FILE [-o FILE [--resume]] [OPTIONS]\n"
+                "-m MODEL [-p TEXT | -f FILE] --prefill-only --kv-out FILE [OPTIONS]\n"
+                "-m MODEL --kv-in FILE [OPTIONS]\n"
                 "-m MODEL --tokenize [--no-bos] [--parse-special] [--json] [-p TEXT | -f FILE]\n"
                 "-m MODEL --detokenize [--parse-special] [-p IDS | -f FILE]",
     .summary = "Generate text with a language model; tokenize and detokenize.",
@@ -96,6 +104,7 @@ static struct llm_cli cli = {
               "  llm-run -m smollm2.llm -p 'Once upon a time' --n-seq 4 --seed 7 -n 64\n"
               "  llm-run -m smollm2.llm --batch requests.jsonl -o answers.jsonl --temp 0\n"
               "  llm-run -m smollm2-f32.llm --draft smollm2-gptq4.llm -p 'Once upon a time' --temp 0 -v\n"
+              "  llm-run -m smollm2.llm -f long.txt --prefill-only --kv-out - | llm-run -m smollm2.llm --kv-in - -n 64\n"
               "  echo 'Hello world' | llm-run -m smollm2.llm --tokenize --json\n"
               "  llm-run -m smollm2.llm --detokenize -p '19556 905'\n",
 };
@@ -122,9 +131,18 @@ struct args {
     double t_grammar_s;         /* time to parse it and index the vocabulary */
     int32_t max_seqs, step_tokens;
     enum llm_type kv_type;
+    int have_kvtype;            /* --kv-type was given */
+    const char *kv_in, *kv_out, *prompt_cache; /* KV state files (kv/state.h) */
+    int prefill_only, kv_compress;
+    unsigned sp_given;          /* SP_* bits: sampler options given (--kv-in keeps the rest) */
     const char *stop[32];
     size_t n_stop;
 };
+
+/* Sampler options given on the command line: with --kv-in, the others
+ * come from the state. */
+enum { SP_TEMP = 1, SP_TOPK = 2, SP_TOPP = 4, SP_MINP = 8, SP_REPEAT = 16, SP_LASTN = 32,
+       SP_PRESENCE = 64, SP_FREQUENCY = 128 };
 
 /* --draft or --lookup: generation speculates. */
 static int speculating(const struct args *a)
@@ -387,9 +405,11 @@ static void print_json(const struct out_state *o, const struct llm_gen_result *r
         }
         printf("]");
     }
+    printf(",\"cached_tokens\":%d", r->n_cached);
     printf(",\"timings\":{\"prompt_s\":%.6f,\"generation_s\":%.6f,\"prompt_tokens_per_s\":%.2f,"
            "\"generation_tokens_per_s\":%.2f}",
-           r->t_prompt_s, r->t_gen_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
+           r->t_prompt_s, r->t_gen_s,
+           r->t_prompt_s > 0 ? (r->n_prompt - r->n_cached) / r->t_prompt_s : 0.0,
            r->t_gen_s > 0 ? total / r->t_gen_s : 0.0);
     printf(",\"memory\":{\"peak_rss_bytes\":%llu,\"kv_cache_bytes\":%llu,\"kv_block_tokens\":%d,"
            "\"kv_block_bytes\":%llu,\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"kv_peak_bytes\":%llu}",
@@ -507,15 +527,19 @@ static void report(const struct llm_gen_result *r, int32_t n, uint64_t seed,
                    const struct kv_usage *u)
 {
     int32_t total = 0;
-    char what[64] = "";
+    char what[64] = "", cached[64] = "";
     for (int32_t i = 0; i < n; i++)
         total += r[i].n_gen;
     if (n > 1)
         snprintf(what, sizeof what, " in %d completions", n);
-    fprintf(stderr, "%s: seed %llu; prompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d "
-            "tokens%s in %.3f s (%.1f tokens/s)", cli.prog, (unsigned long long)seed,
-            r->n_prompt, r->t_prompt_s, r->t_prompt_s > 0 ? r->n_prompt / r->t_prompt_s : 0.0,
-            total, what, r->t_gen_s, r->t_gen_s > 0 ? total / r->t_gen_s : 0.0);
+    if (r->n_cached)
+        snprintf(cached, sizeof cached, " (%d from the KV state)", r->n_cached);
+    const int32_t computed = r->n_prompt - r->n_cached;
+    fprintf(stderr, "%s: seed %llu; prompt: %d tokens%s in %.3f s (%.1f tokens/s); generation: "
+            "%d tokens%s in %.3f s (%.1f tokens/s)", cli.prog, (unsigned long long)seed,
+            r->n_prompt, cached, r->t_prompt_s,
+            r->t_prompt_s > 0 ? computed / r->t_prompt_s : 0.0, total, what, r->t_gen_s,
+            r->t_gen_s > 0 ? total / r->t_gen_s : 0.0);
     if (n == 1)
         fprintf(stderr, "; stop: %s", r->stop_reason);
     fprintf(stderr, "; peak RSS %.1f MB (KV cache %.1f MB); KV blocks: %d of %d used at most\n",
@@ -575,18 +599,113 @@ static llm_status print_completions(const struct out_state *o, const struct llm_
     return LLM_OK;
 }
 
+/* ---- KV state files ------------------------------------------------------ */
+
+/* A prompt whose KV is in the prompt's slot already (--kv-in). */
+struct preloaded {
+    const int32_t *ids;
+    int32_t n;
+    const float *logits;        /* (n_vocab) after the last token */
+};
+
+/* Where the prompt's state goes once it is computed. */
+struct save_state {
+    const struct args *a;
+    const int32_t *ids;
+    int32_t n;
+    int to_cache;               /* --prompt-cache held less than the prompt */
+};
+
+static llm_status on_prefilled(void *ctx, struct llm_context *c, int32_t slot, const float *logits)
+{
+    const struct save_state *st = ctx;
+    const struct args *a = st->a;
+    if (a->kv_out)
+        LLM_TRY(llm_kvstate_save(c, slot, st->ids, st->n, logits, &a->sp, a->kv_compress,
+                                 a->kv_out));
+    if (st->to_cache)
+        LLM_TRY(llm_kvstate_save(c, slot, st->ids, st->n, logits, &a->sp, a->kv_compress,
+                                 a->prompt_cache));
+    return LLM_OK;
+}
+
+/* Open a state for c: its header checked against c's model and cache, its
+ * tokens (*toks) and logits (*logits) read; the rows are next. */
+static llm_status state_begin(struct llm_state_reader *r, const struct llm_state_info *in,
+                              struct llm_context *c, const char *path, int32_t **toks,
+                              float **logits)
+{
+    struct llm_state_info want;
+    LLM_TRY(llm_kvstate_info(c, &want));
+    LLM_TRY(llm_state_expect(in, &want, path));
+    *toks = llm_malloc((size_t)in->n_tokens * sizeof(int32_t));
+    *logits = llm_malloc((size_t)in->n_vocab * sizeof(float));
+    if (!*toks || !*logits)
+        return LLM_E_NOMEM;
+    return llm_state_read_tokens(r, *toks, *logits);
+}
+
+/* --prompt-cache: the prompt's slot receives the KV of the longest prefix of
+ * ids (n) that the cache holds, but the last token unless it holds exactly
+ * the prompt (then logits receives the logits after it): *n_cached
+ * positions. *save: the cache held less than the prompt. A missing file is
+ * an empty cache; a damaged one, or another model's, is refused. */
+static llm_status cache_load(const struct args *a, struct llm_context *c, int32_t slot,
+                             const int32_t *ids, int32_t n, int32_t *n_cached, float *logits,
+                             int *save)
+{
+    *n_cached = 0;
+    *save = 1;
+    struct llm_state_reader *r;
+    struct llm_state_info in;
+    llm_status s = llm_state_open(&r, a->prompt_cache, &in);
+    if (s == LLM_E_NOTFOUND) {
+        llm_error_clear();
+        return LLM_OK;
+    }
+    LLM_TRY(s);
+    int32_t *toks = NULL;
+    float *lg = NULL;
+    s = state_begin(r, &in, c, a->prompt_cache, &toks, &lg);
+    int32_t k = 0;
+    while (!s && k < n && k < in.n_tokens && toks[k] == ids[k])
+        k++;
+    const int whole = k == n && k == in.n_tokens;
+    const int32_t use = whole || k < n ? k : n - 1;
+    if (!s)
+        s = llm_kvstate_load(r, &in, c, slot, use);
+    if (!s) {
+        if (whole)
+            memcpy(logits, lg, (size_t)in.n_vocab * sizeof(float));
+        *n_cached = use;
+        *save = k < n; /* as llama.cpp: a cache that covers the prompt stays */
+    }
+    llm_free(toks);
+    llm_free(lg);
+    llm_state_close(r);
+    return s;
+}
+
 /* Tokenize, fit into the context and generate a->n_seq completions (res
- * has room for them); with reply (the chat: one completion), its text. */
+ * has room for them); with reply (the chat: one completion), its text.
+ * With pre (--kv-in), the prompt is pre's, already in the KV cache. */
 static llm_status run_once(const struct args *a, struct llm_context *c, const char *text,
-                           size_t len, int special, int echo, struct llm_gen_result *res,
-                           char **reply)
+                           size_t len, int special, int echo, const struct preloaded *pre,
+                           struct llm_gen_result *res, char **reply)
 {
     struct llm_tokenizer *tok = llm_model_tokenizer(llm_context_model(c));
     int32_t *ids;
     size_t n;
     int32_t n_ctx = llm_context_n_ctx(c);
-    LLM_TRY(llm_tokenize(tok, text, len, LLM_TOK_ADD_BOS | (special ? LLM_TOK_PARSE_SPECIAL : 0),
-                         &ids, &n));
+    if (pre) {
+        if (!(ids = llm_malloc((size_t)pre->n * sizeof(int32_t))))
+            return LLM_E_NOMEM;
+        memcpy(ids, pre->ids, (size_t)pre->n * sizeof(int32_t));
+        n = (size_t)pre->n;
+    } else {
+        LLM_TRY(llm_tokenize(tok, text, len, LLM_TOK_ADD_BOS |
+                             (special ? LLM_TOK_PARSE_SPECIAL : 0), &ids, &n));
+    }
     if (n == 0) { /* no BOS and no text: nothing to start from */
         llm_free(ids);
         return llm_error_set(LLM_E_INVALID, "%s: the prompt is empty (no tokens to start from)",
@@ -612,8 +731,32 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
         llm_free(ids);
         return llm_error_set(LLM_E_IO, "<stdout>: write error: %s", strerror(errno));
     }
+    const int32_t slot = llm_gen_prompt_slot(n_comp);
+    float *cache_logits = NULL;
+    struct save_state save = { .a = a, .ids = use, .n = (int32_t)n };
     struct llm_gen_params gp;
     llm_gen_params_default(&gp);
+    if (pre) {
+        gp.n_cached = pre->n;
+        gp.cached_logits = pre->logits;
+    } else if (a->prompt_cache) {
+        const int32_t nv = llm_model_config(llm_context_model(c))->n_vocab;
+        llm_status cs = (cache_logits = llm_malloc((size_t)nv * sizeof(float)))
+                            ? cache_load(a, c, slot, use, (int32_t)n, &gp.n_cached, cache_logits,
+                                         &save.to_cache)
+                            : LLM_E_NOMEM;
+        if (cs) {
+            llm_free(cache_logits);
+            llm_free(ids);
+            return cs;
+        }
+        gp.cached_logits = cache_logits;
+    }
+    if (a->kv_out || save.to_cache) {
+        gp.prefilled = on_prefilled;
+        gp.prefilled_ctx = &save;
+    }
+    gp.prefill_only = a->prefill_only;
     gp.n_predict = a->n_predict;
     gp.sp = a->sp;
     gp.stop = a->stop;
@@ -629,6 +772,7 @@ static llm_status run_once(const struct args *a, struct llm_context *c, const ch
     struct llm_gen_callbacks cb = { on_text, on_token, &o };
     llm_status s = o.comp ? llm_generate(c, use, n, &gp, &cb, res) : LLM_E_NOMEM;
     llm_free(ids);
+    llm_free(cache_logits);
     for (int32_t i = 0; !s && echo && !streaming(&o) && i < n_comp; i++)
         s = prepend(&o.comp[i], text, len);
     if (!s && a->json) {
@@ -688,7 +832,7 @@ static int chat_loop(const struct args *a, struct llm_context *c)
             break;
         struct llm_gen_result r;
         char *reply = NULL;
-        s = run_once(a, c, prompt, strlen(prompt), 1, 0, &r, &reply);
+        s = run_once(a, c, prompt, strlen(prompt), 1, 0, NULL, &r, &reply);
         llm_free(prompt);
         putchar('\n');
         fflush(stdout);
@@ -879,14 +1023,76 @@ static llm_status open_draft(struct args *a, struct llm_model *dm, const struct 
     return llm_context_new(&a->spec.draft, dm, &cp);
 }
 
+/* --kv-in: the sampler options not given here are the state's. */
+static void sampler_from_state(struct args *a, const struct llm_sampler_params *st)
+{
+    struct llm_sampler_params *sp = &a->sp;
+    const unsigned g = a->sp_given;
+    sp->temp = g & SP_TEMP ? sp->temp : st->temp;
+    sp->top_k = g & SP_TOPK ? sp->top_k : st->top_k;
+    sp->top_p = g & SP_TOPP ? sp->top_p : st->top_p;
+    sp->min_p = g & SP_MINP ? sp->min_p : st->min_p;
+    sp->repeat_penalty = g & SP_REPEAT ? sp->repeat_penalty : st->repeat_penalty;
+    sp->penalty_last_n = g & SP_LASTN ? sp->penalty_last_n : st->penalty_last_n;
+    sp->presence_penalty = g & SP_PRESENCE ? sp->presence_penalty : st->presence_penalty;
+    sp->frequency_penalty = g & SP_FREQUENCY ? sp->frequency_penalty : st->frequency_penalty;
+    sp->seed = a->have_seed ? sp->seed : st->seed;
+}
+
+/* --kv-in, after the header (in): the prompt's slot of c receives the
+ * state's KV, pre its tokens and logits (freed with llm_free). */
+static llm_status kv_in_load(const struct args *a, struct llm_context *c,
+                             struct llm_state_reader *r, const struct llm_state_info *in,
+                             struct preloaded *pre)
+{
+    int32_t *toks = NULL;
+    float *lg = NULL;
+    llm_status s = state_begin(r, in, c, a->kv_in, &toks, &lg);
+    if (!s && in->n_tokens > llm_context_n_ctx(c))
+        s = llm_error_set(LLM_E_INVALID, "%s: the state holds %d tokens, more than the context of "
+                          "%d (use --ctx)", a->kv_in, in->n_tokens, llm_context_n_ctx(c));
+    if (!s)
+        s = llm_kvstate_load(r, in, c, llm_gen_prompt_slot(a->n_seq > 1 ? a->n_seq : 1),
+                             in->n_tokens);
+    if (s) {
+        llm_free(toks);
+        llm_free(lg);
+        return s;
+    }
+    *pre = (struct preloaded){ toks, in->n_tokens, lg };
+    return LLM_OK;
+}
+
 static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm)
 {
     struct llm_context *c;
+    struct llm_state_reader *rd = NULL;
+    struct llm_state_info in;
+    struct preloaded pre = { 0 };
+    if (a->kv_in) {
+        llm_status s = llm_state_open(&rd, a->kv_in, &in);
+        if (s)
+            return llm_cli_fail(&cli, s);
+        if (!a->have_kvtype)
+            a->kv_type = in.kv_type;
+        sampler_from_state(a, &in.sp);
+    }
     llm_status s = open_context(a, m, &c);
+    if (!s && rd) {
+        s = kv_in_load(a, c, rd, &in, &pre);
+        llm_state_close(rd);
+        if (s)
+            llm_context_free(c);
+    } else {
+        llm_state_close(rd);
+    }
     if (!s && dm && (s = open_draft(a, dm, c)))
         llm_context_free(c);
-    if (s)
+    if (s) {
+        llm_free((void *)pre.ids);
+        llm_free((void *)pre.logits);
         return llm_cli_fail(&cli, s);
+    }
     catch_signals(0);
     if (a->chat && !a->prompt && !a->file && isatty(0)) {
         int rc = chat_loop(a, c);
@@ -896,7 +1102,8 @@ static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm
     }
     char *text = NULL, *prompt = NULL;
     size_t len = 0;
-    s = read_input(a, &text, &len);
+    if (!a->kv_in)
+        s = read_input(a, &text, &len);
     if (!s && a->chat) {
         struct llm_chat_msg msgs[2];
         size_t n = 0;
@@ -915,7 +1122,8 @@ static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm
     if (!s && !r)
         s = LLM_E_NOMEM;
     if (!s)
-        s = run_once(a, c, text, len, a->chat || a->special, a->echo, r, NULL);
+        s = run_once(a, c, text, len, a->chat || a->special, a->echo, a->kv_in ? &pre : NULL, r,
+                     NULL);
     if (!s && cli.verbose > 0) {
         struct kv_usage u;
         kv_usage_of(c, a, &u);
@@ -929,6 +1137,8 @@ static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm
         s = check_room(a, c, r, n_comp);
     llm_free(r);
     llm_free(text);
+    llm_free((void *)pre.ids);
+    llm_free((void *)pre.logits);
     llm_context_free(a->spec.draft);
     llm_context_free(c);
     if (s)
@@ -980,21 +1190,25 @@ int main(int argc, char **argv)
         case 'p': a.prompt = arg; break;
         case 'f': a.file = arg; break;
         case 'n': rc = parse_i(arg, -1, INT32_MAX, "-n", &a.n_predict); break;
-        case OPT_TEMP: rc = parse_f(arg, 0, 100, "--temp", &a.sp.temp), a.have_sampling = 1; break;
-        case OPT_TOPK: rc = parse_i(arg, 0, INT32_MAX, "--top-k", &a.sp.top_k), a.have_sampling = 1; break;
-        case OPT_TOPP: rc = parse_f(arg, 1e-6, 1, "--top-p", &a.sp.top_p), a.have_sampling = 1; break;
-        case OPT_MINP: rc = parse_f(arg, 0, 1, "--min-p", &a.sp.min_p), a.have_sampling = 1; break;
+        case OPT_TEMP: rc = parse_f(arg, 0, 100, "--temp", &a.sp.temp), a.have_sampling = 1, a.sp_given |= SP_TEMP; break;
+        case OPT_TOPK: rc = parse_i(arg, 0, INT32_MAX, "--top-k", &a.sp.top_k), a.have_sampling = 1, a.sp_given |= SP_TOPK; break;
+        case OPT_TOPP: rc = parse_f(arg, 1e-6, 1, "--top-p", &a.sp.top_p), a.have_sampling = 1, a.sp_given |= SP_TOPP; break;
+        case OPT_MINP: rc = parse_f(arg, 0, 1, "--min-p", &a.sp.min_p), a.have_sampling = 1, a.sp_given |= SP_MINP; break;
         case OPT_REPEAT:
-            rc = parse_f(arg, 1e-3, 100, "--repeat-penalty", &a.sp.repeat_penalty), a.have_sampling = 1;
+            rc = parse_f(arg, 1e-3, 100, "--repeat-penalty", &a.sp.repeat_penalty), a.have_sampling = 1,
+            a.sp_given |= SP_REPEAT;
             break;
         case OPT_LASTN:
-            rc = parse_i(arg, -1, 1 << 20, "--repeat-last-n", &a.sp.penalty_last_n), a.have_sampling = 1;
+            rc = parse_i(arg, -1, 1 << 20, "--repeat-last-n", &a.sp.penalty_last_n), a.have_sampling = 1,
+            a.sp_given |= SP_LASTN;
             break;
         case OPT_PRESENCE:
-            rc = parse_f(arg, -100, 100, "--presence-penalty", &a.sp.presence_penalty), a.have_sampling = 1;
+            rc = parse_f(arg, -100, 100, "--presence-penalty", &a.sp.presence_penalty), a.have_sampling = 1,
+            a.sp_given |= SP_PRESENCE;
             break;
         case OPT_FREQUENCY:
-            rc = parse_f(arg, -100, 100, "--frequency-penalty", &a.sp.frequency_penalty), a.have_sampling = 1;
+            rc = parse_f(arg, -100, 100, "--frequency-penalty", &a.sp.frequency_penalty), a.have_sampling = 1,
+            a.sp_given |= SP_FREQUENCY;
             break;
         case 's':
             if (llm_parse_i64(arg, 0, INT64_MAX, "--seed", &v))
@@ -1020,6 +1234,7 @@ int main(int argc, char **argv)
         case 't': rc = parse_i(arg, 1, 256, "--threads", &v32), a.threads = v32; break;
         case OPT_CTX: rc = parse_i(arg, 1, 1 << 24, "--ctx", &a.n_ctx); break;
         case OPT_KVTYPE:
+            a.have_kvtype = 1;
             if (!strcmp(arg, "f32"))
                 a.kv_type = LLM_TYPE_F32;
             else if (!strcmp(arg, "f16"))
@@ -1051,6 +1266,11 @@ int main(int argc, char **argv)
         case OPT_STATSJSON: a.stats_json = arg, a.have_gen = 1; break;
         case OPT_KVTRACE: a.kv_trace = arg, a.have_gen = 1; break;
         case OPT_GRAMMAR: a.grammar = arg; break;
+        case OPT_KVIN: a.kv_in = arg; break;
+        case OPT_KVOUT: a.kv_out = arg; break;
+        case OPT_PREFILLONLY: a.prefill_only = 1; break;
+        case OPT_KVCOMPRESS: a.kv_compress = 1; break;
+        case OPT_PROMPTCACHE: a.prompt_cache = arg; break;
         case OPT_JSONOBJ: a.json_object = 1; break;
         case OPT_SCHEMA: a.schema = arg; break;
         case OPT_REGEX: a.regex = arg; break;
@@ -1126,6 +1346,35 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "%s does not go with %s", a.draft ? "--draft" : "--lookup",
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
                              : a.batch ? "--batch" : "--n-seq");
+    if (a.prefill_only && !a.kv_out)
+        return llm_cli_usage(&cli, "--prefill-only needs --kv-out FILE (where the state goes)");
+    if (a.kv_compress && !a.kv_out && !a.prompt_cache)
+        return llm_cli_usage(&cli, "--kv-compress goes with --kv-out or --prompt-cache");
+    if (a.kv_out && !strcmp(a.kv_out, "-") && !a.prefill_only)
+        return llm_cli_usage(&cli, "--kv-out - needs --prefill-only (stdout carries the text)");
+    if (a.kv_in && a.prefill_only)
+        return llm_cli_usage(&cli, "--kv-in continues a state; --prefill-only makes one");
+    if (a.kv_in && a.prompt_cache)
+        return llm_cli_usage(&cli, "--kv-in and --prompt-cache both give the prompt's state; use "
+                             "one");
+    if (a.kv_in && (a.prompt || a.file || a.chat || a.echo || a.truncate))
+        return llm_cli_usage(&cli, "%s does not go with --kv-in (the prompt is in the state)",
+                             a.prompt ? "-p" : a.file ? "-f" : a.chat ? "--chat"
+                             : a.echo ? "--echo" : "--truncate");
+    if (a.kv_in && a.kv_out && !strcmp(a.kv_in, a.kv_out) && strcmp(a.kv_in, "-"))
+        return llm_cli_usage(&cli, "--kv-in and --kv-out name the same file");
+    if ((a.kv_in || a.kv_out || a.prompt_cache) && (tokmode || a.batch))
+        return llm_cli_usage(&cli, "%s does not go with %s", a.kv_in ? "--kv-in" : a.kv_out
+                             ? "--kv-out" : "--prompt-cache", tokmode ? (a.tokenize ?
+                             "--tokenize" : "--detokenize") : "--batch");
+    if (a.prefill_only && (a.n_predict != -1 || a.json || a.top_logprobs || speculating(&a) ||
+                           grammar_option(&a) || a.echo))
+        return llm_cli_usage(&cli, "--prefill-only generates nothing: %s does not go with it",
+                             a.n_predict != -1 ? "-n" : a.json ? "--json" : a.top_logprobs
+                             ? "--top-logprobs" : speculating(&a) ? (a.draft ? "--draft"
+                             : "--lookup") : a.echo ? "--echo" : grammar_option(&a));
+    if (a.prefill_only && a.chat && !a.prompt && !a.file && isatty(0))
+        return llm_cli_usage(&cli, "--prefill-only does not go with an interactive chat");
     if (a.batch) {
         const char *no = a.prompt ? "-p" : a.file ? "-f" : a.chat ? "--chat" : a.system ? "--system"
                          : a.echo ? "--echo" : a.json ? "--json" : a.n_seq ? "--n-seq"

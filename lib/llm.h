@@ -48,9 +48,11 @@
 #include "quant/types.h"
 #include "kv/kv.h"          /* the paged KV cache */
 #include "kv/prefix.h"      /* the prefix index over the KV blocks */
+#include "kv/state.h"       /* KV state files: a sequence's state between processes */
 #include "model/model.h"    /* llm_model_open, llm_context_new, llm_decode, llm_perplexity */
 #include "model/generate.h" /* llm_generate */
 #include "model/spec.h"     /* llm_spec_*: speculative decoding */
+#include "model/kvstate.h"  /* llm_kvstate_*: a context's sequence to and from a state file */
 #include "sample/sample.h"  /* llm_sampler_* */
 #include "serve/request.h"  /* OpenAI batch lines in and out */
 #include "serve/engine.h"   /* continuous batching: llm_engine_* */

@@ -76,6 +76,7 @@ struct llm_backend_ops {
     llm_status (*alloc)(struct llm_backend *b, size_t bytes, void **out);
     void (*release)(struct llm_backend *b, void *p);
     llm_status (*download)(struct llm_backend *b, void *dst, const void *src, size_t bytes);
+    llm_status (*upload)(struct llm_backend *b, void *dst, const void *src, size_t bytes);
     /* Prepare a weight once, at load: upload, or repack (w->dev, w->x16).
      * Memory the backend allocates here is its own, freed by destroy. When
      * it keeps a copy, it calls done (if not NULL) on each stretch of

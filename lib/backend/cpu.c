@@ -551,6 +551,7 @@ static const struct llm_backend_ops cpu_ops = {
     .alloc = cpu_alloc,
     .release = cpu_release,
     .download = cpu_download,
+    .upload = cpu_download, /* host memory both ways: a copy */
     .bind = cpu_bind,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,

@@ -113,6 +113,11 @@ static inline int gram_utf8(unsigned char c, const char **p, const char *end, ui
             return -1;
         v = v << 6 | ((unsigned char)*(*p)++ & 0x3F);
     }
+    /* the shortest form only, no surrogates, nothing past U+10FFFF: a
+     * converter must never pass on a code point GBNF's escapes refuse */
+    static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
+    if (v < min[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return -1;
     *cp = v;
     return 0;
 }

@@ -669,19 +669,28 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
     if (spec && g.n > 1)
         return llm_error_set(LLM_E_INVALID, "speculative decoding makes one completion, not %d",
                              g.n);
-    g.keep = g.n > 1 ? g.n : 0;
+    g.keep = llm_gen_prompt_slot(g.n);
+    const size_t cached = p->n_cached > 0 ? (size_t)p->n_cached : 0;
+    if (cached > n_prompt || llm_context_seq_len(c, g.keep) < (int32_t)cached ||
+        (cached == n_prompt && !p->cached_logits))
+        return llm_error_set(LLM_E_INVALID, "%zu cached prompt tokens, of %zu, are not in "
+                             "sequence %d with their logits", cached, n_prompt, g.keep);
     g.n_prompt = (int32_t)n_prompt;
     llm_status s = gen_init(&g, res);
     for (int32_t i = 0; i < g.n; i++) {
         res[i].n_prompt = g.n_prompt;
+        res[i].n_cached = (int32_t)cached;
         res[i].stop_reason = "length";
     }
     double t0 = llm_now_s();
     for (int32_t i = 0; i < g.n; i++)
-        llm_context_reset(c, i);
-    llm_context_reset(c, g.keep);
+        if (i != g.keep)
+            llm_context_reset(c, i);
+    llm_context_truncate(c, g.keep, (int32_t)cached);
+    if (!s && cached == n_prompt)
+        memcpy(g.s[0].logits, p->cached_logits, (size_t)g.n_vocab * sizeof(float));
     int done = 0;
-    for (size_t off = 0; !s && off < n_prompt; off += GEN_PREFILL_SLICE) {
+    for (size_t off = cached; !s && off < n_prompt; off += GEN_PREFILL_SLICE) {
         if (p->interrupt && *p->interrupt) {
             for (int32_t i = 0; i < g.n; i++)
                 res[i].stop_reason = "interrupted", res[i].n_prompt = (int32_t)off;
@@ -701,6 +710,13 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
             memcpy(q->logits, g.s[0].logits, (size_t)g.n_vocab * sizeof(float));
         q->prev = prompt[n_prompt - 1];
         q->fresh = 1;
+    }
+    if (!s && !done && p->prefilled)
+        s = p->prefilled(p->prefilled_ctx, c, g.keep, g.s[0].logits);
+    if (!s && !done && p->prefill_only) {
+        for (int32_t i = 0; i < g.n; i++)
+            res[i].stop_reason = "prefill";
+        done = 1;
     }
     double t1 = llm_now_s();
     for (int32_t i = 0; i < g.n; i++)

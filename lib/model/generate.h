@@ -43,8 +43,26 @@ struct llm_gen_params {
                                        that is the only one allowed is taken without a draw,
                                        and those that follow it alone are decoded with it in
                                        one pass (jump-forward) */
+    /* A prompt whose KV is known (kv/state.h: --kv-in, --prompt-cache): */
+    int32_t n_cached;               /* its first n_cached tokens are already stored in the
+                                       prompt's slot (llm_gen_prompt_slot), computed by this
+                                       model: only the rest is computed */
+    const float *cached_logits;     /* (n_vocab) the logits after the whole prompt: needed
+                                       when n_cached is the whole prompt */
+    /* Called once the whole prompt is in the slot, with its last logits,
+       before any token is drawn (--kv-out, --prompt-cache); may be NULL. */
+    llm_status (*prefilled)(void *ctx, struct llm_context *c, int32_t slot,
+                            const float *logits);
+    void *prefilled_ctx;
+    int prefill_only;               /* stop after the prompt: no token is drawn (results say
+                                       "prefill") */
 };
 void llm_gen_params_default(struct llm_gen_params *p);
+/* The sequence that holds the prompt of n_seq completions. */
+static inline int32_t llm_gen_prompt_slot(int32_t n_seq)
+{
+    return n_seq > 1 ? n_seq : 0;
+}
 
 /* One generated token (for --top-logprobs and --json). */
 struct llm_gen_token {
@@ -68,9 +86,11 @@ struct llm_gen_callbacks {
 struct llm_gen_result {
     int32_t n_prompt;               /* prompt tokens processed: fewer than given when
                                        interrupted during the prefill */
+    int32_t n_cached;               /* of them, found in the KV already (n_cached) */
     int32_t n_gen;
     double t_prompt_s, t_gen_s;     /* prompt processing, then generation (all completions) */
-    const char *stop_reason;        /* "eos", "stop", "length", "context", "interrupted" */
+    const char *stop_reason;        /* "eos", "stop", "length", "context", "interrupted",
+                                       "prefill" (prefill_only) */
     int32_t n_preempted;            /* times its blocks were released and recomputed */
     int32_t n_passes;               /* forward passes of the model that decoded its tokens */
     int64_t n_drafted, n_accepted;  /* speculative decoding: tokens drafted, and kept */

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "../common/alloc.h"
 #include "../format/import.h"
 #include "../ops/matmul.h"
@@ -900,4 +902,131 @@ llm_status llm_decode(struct llm_context *c, int32_t seq, const int32_t *tokens,
     llm_free(ps);
     llm_free(want);
     return s;
+}
+
+/* ---- identity and KV rows, for state files (kv/state.h) ------------------- */
+
+/* Hash a config scalar by value (no struct padding is hashed). */
+#define ID_ADD(st, v)                                                                   \
+    do {                                                                                \
+        __typeof__(v) v_ = (v);                                                         \
+        XXH3_64bits_update((st), &v_, sizeof v_);                                       \
+    } while (0)
+
+llm_status llm_model_id(struct llm_model *m, uint64_t *id)
+{
+    if (m->id) {
+        *id = m->id;
+        return LLM_OK;
+    }
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return LLM_E_NOMEM;
+    XXH3_64bits_reset(st);
+    const struct llm_config *c = &m->c;
+    XXH3_64bits_update(st, c->arch, strnlen(c->arch, sizeof c->arch));
+    ID_ADD(st, c->n_heads);
+    ID_ADD(st, c->n_kv_heads);
+    ID_ADD(st, c->head_dim);
+    ID_ADD(st, c->rope_dim);
+    ID_ADD(st, c->rope_theta);
+    ID_ADD(st, c->rope_neox);
+    XXH3_64bits_update(st, c->rope_scaling, strnlen(c->rope_scaling, sizeof c->rope_scaling));
+    ID_ADD(st, c->rope_factor);
+    ID_ADD(st, c->rope_orig_ctx);
+    ID_ADD(st, c->rms_eps);
+    void *buf = NULL;
+    size_t cap = 0;
+    llm_status s = LLM_OK;
+    for (size_t i = 0; !s && i < m->f->n_tensors; i++) {
+        struct llm_tensor *t = &m->f->tensors[i];
+        /* a .llm file stores each tensor's XXH3-64; elsewhere it is
+         * computed, so that a model has one identity in every format that
+         * holds the same bytes */
+        uint64_t sum = t->checksum;
+        if (strcmp(m->f->format, "llm") || t->fill) {
+            const void *p;
+            s = llm_tensor_peek(m->f, t, &p);
+            if (!s && !p) {
+                if (t->nbytes > cap) {
+                    llm_free(buf);
+                    cap = 0;
+                    if (!(buf = llm_malloc((size_t)t->nbytes))) {
+                        s = LLM_E_NOMEM;
+                        break;
+                    }
+                    cap = (size_t)t->nbytes;
+                }
+                s = llm_tensor_read(m->f, t, buf);
+                p = buf;
+            }
+            if (!s)
+                sum = XXH3_64bits(p, (size_t)t->nbytes);
+        }
+        XXH3_64bits_update(st, t->name, strlen(t->name));
+        ID_ADD(st, (uint32_t)t->type);
+        XXH3_64bits_update(st, t->ne, sizeof t->ne);
+        ID_ADD(st, sum);
+    }
+    llm_free(buf);
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    if (s)
+        return s;
+    m->id = h ? h : 1;
+    *id = m->id;
+    return LLM_OK;
+}
+
+/* Copy the K and V rows of positions pos .. pos+n-1 of seq between the
+ * cache and rows (n_layers, 2, n, kv_dim), a block's run at a time. */
+static llm_status kv_rows_copy(struct llm_context *c, int32_t seq, int32_t pos, int32_t n,
+                               uint8_t *rows, int store)
+{
+    const struct llm_kv *kv = c->kv;
+    const int32_t bs = kv->p.block_size;
+    for (int32_t l = 0; l < kv->p.n_layers; l++)
+        for (int which = 0; which < 2; which++) {
+            uint8_t *base = which ? kv->v : kv->k;
+            for (int32_t p = pos; p < pos + n;) {
+                int32_t run = bs - p % bs;
+                if (run > pos + n - p)
+                    run = pos + n - p;
+                uint8_t *at = base + (size_t)llm_kv_row_index(kv, l, seq, p) * kv->elt;
+                size_t nb = (size_t)run * kv->row_bytes;
+                LLM_TRY(store ? c->be->ops->upload(c->be, at, rows, nb)
+                              : c->be->ops->download(c->be, rows, at, nb));
+                rows += nb;
+                p += run;
+            }
+        }
+    return LLM_OK;
+}
+
+llm_status llm_context_kv_save(struct llm_context *c, int32_t seq, int32_t pos, int32_t n,
+                               void *rows)
+{
+    if (seq < 0 || seq >= c->kv->p.n_seq || pos < 0 || n < 0 || pos + n > llm_kv_len(c->kv, seq))
+        return llm_error_set(LLM_E_INVALID, "KV rows %d..%d of sequence %d are not stored", pos,
+                             pos + n - 1, seq);
+    return kv_rows_copy(c, seq, pos, n, rows, 0);
+}
+
+llm_status llm_context_kv_load(struct llm_context *c, int32_t seq, int32_t pos, int32_t n,
+                               const void *rows)
+{
+    if (seq < 0 || seq >= c->kv->p.n_seq || pos < 0 || n < 0 || pos != llm_kv_len(c->kv, seq))
+        return llm_error_set(LLM_E_INVALID, "KV rows %d..%d cannot follow sequence %d's %d", pos,
+                             pos + n - 1, seq, seq >= 0 && seq < c->kv->p.n_seq
+                             ? llm_kv_len(c->kv, seq) : 0);
+    llm_status s = llm_kv_prepare(c->kv, seq, pos, n);
+    if (s == LLM_E_KV_FULL)
+        return llm_error_set(s, "KV cache full: the pool's blocks cannot hold %d positions (use a "
+                             "larger KV budget)", pos + n);
+    LLM_TRY(s);
+    if (c->kv->n_copies)
+        LLM_TRY(c->be->ops->kv_copy(c->be, c->kv));
+    LLM_TRY(kv_rows_copy(c, seq, pos, n, (uint8_t *)(uintptr_t)rows, 1));
+    llm_kv_set_len(c->kv, seq, pos + n);
+    return LLM_OK;
 }

@@ -145,6 +145,20 @@ struct llm_kv *llm_context_kv(struct llm_context *c);
 void llm_context_kv_stats(const struct llm_context *c, struct llm_kv_stats *st,
                           uint64_t *block_bytes);
 
+/* The model's identity, for KV state files (kv/state.h): XXH3-64 over its
+ * tensors' names, types, shapes and checksums (a .llm file's stored ones,
+ * else computed from the bytes, so that the same weights have the same
+ * identity in every format) and the hyper-parameters that shape the KV
+ * rows (RoPE, heads, norm epsilon). Computed once, then remembered. */
+llm_status llm_model_id(struct llm_model *m, uint64_t *id);
+/* The K and V rows of positions pos .. pos+n-1 of `seq`, as (n_layers, 2,
+ * n, kv_dim) elements of the cache's type: save copies them out (they must
+ * be stored), load appends them to the sequence (pos = its length), taking
+ * blocks (LLM_E_KV_FULL when there are too few, changing nothing). */
+llm_status llm_context_kv_save(struct llm_context *c, int32_t seq, int32_t pos, int32_t n,
+                               void *rows);
+llm_status llm_context_kv_load(struct llm_context *c, int32_t seq, int32_t pos, int32_t n,
+                               const void *rows);
 /* Perplexity of a token stream (tokenized with LLM_TOK_ADD_BOS as the model
  * wants). Non-overlapping windows of n_ctx tokens; the default protocol is
  * llama.cpp's llama-perplexity: the first token of each window is replaced

@@ -23,6 +23,7 @@ struct llm_model {
     uint64_t weight_bytes, n_params;
     int n_threads;
     int borrowed;               /* f is the caller's */
+    uint64_t id;                /* llm_model_id, once computed (0: not yet) */
 };
 
 struct llm_context {

@@ -838,3 +838,107 @@ t_run_batch_small_pool() {
     expect 0 timeout 60 "$RUN" -m "$TMP/s.llm" --batch "$TMP/small.jsonl" --kv-blocks 5 --block-size 8 &&
     has "$TMP/out" '"finish_reason":"length"' && has "$TMP/out" '"status_code":200'
 }
+
+# ---- KV state files (--prefill-only --kv-out, --kv-in, --prompt-cache) -------
+# A state written after the prompt and continued in another process gives
+# the text of one uninterrupted run: sampled, with the sampler options of
+# the run that wrote it, f16 and f32, zstd or not, several completions, a
+# pipe. Options given to the continuation win over the state's.
+t_run_kv_state_continues_as_one_run() {
+    r_stories
+    local p="Once upon a time" o
+    for o in "" "--kv-type f32 --kv-compress" "--temp 1.2 --top-k 20 --repeat-penalty 1.3 --kv-compress"; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/s.llm" -p "$p" -s 7 -n 90 ${o/--kv-compress/} && mv "$TMP/out" "$TMP/one" || return 1
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/s.llm" -p "$p" -s 7 $o --prefill-only --kv-out "$TMP/st.kv" -v &&
+            has "$TMP/err" "stop: prefill" && [ ! -s "$TMP/out" ] || return 1
+        expect 0 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/st.kv" -n 90 -v && cmp "$TMP/one" "$TMP/out" &&
+            has "$TMP/err" "prompt: 5 tokens (5 from the KV state)" || return 1
+    done
+    # a pipe, several completions, and a continuation that overrides the
+    # temperature and the seed (its text is that of a run with them)
+    expect 0 "$RUN" -m "$TMP/s.llm" -p "$p" -s 3 --temp 0.9 -n 40 --n-seq 3 && mv "$TMP/out" "$TMP/one" || return 1
+    "$RUN" -m "$TMP/s.llm" -p "$p" -s 11 --temp 0.9 --prefill-only --kv-out - |
+        "$RUN" -m "$TMP/s.llm" --kv-in - -s 3 -n 40 --n-seq 3 >"$TMP/out" && cmp "$TMP/one" "$TMP/out" || return 1
+    "$RUN" -m "$TMP/s.llm" -p "$p" -s 3 -n 40 --temp 0 >"$TMP/one" &&
+        "$RUN" -m "$TMP/s.llm" -p "$p" -s 11 --temp 0.9 --prefill-only --kv-out - --kv-compress |
+        "$RUN" -m "$TMP/s.llm" --kv-in - -n 40 --temp 0 >"$TMP/out" && cmp "$TMP/one" "$TMP/out"
+}
+# The same with SmolLM2, a chat prompt of several KV blocks, in f16 across a
+# pipe; and a state written while generating (--kv-out FILE without
+# --prefill-only) continues the same way.
+t_run_kv_state_smollm2_chat_pipe() {
+    r_smol || return 1
+    local p="Write three sentences about the history of Rome and its emperors."
+    expect 0 "$RUN" -m "$TMP/smol.llm" --chat -p "$p" -s 4 -n 40 -t 2 --kv-out "$TMP/st.kv" &&
+        mv "$TMP/out" "$TMP/one" && [ -s "$TMP/st.kv" ] || return 1
+    "$RUN" -m "$TMP/smol.llm" --chat -p "$p" -s 4 -t 2 --prefill-only --kv-out - |
+        "$RUN" -m "$TMP/smol.llm" --kv-in - -n 40 -t 2 >"$TMP/out" && cmp "$TMP/one" "$TMP/out" || return 1
+    expect 0 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/st.kv" -n 40 -t 2 && cmp "$TMP/one" "$TMP/out"
+}
+# A state from another model, another KV type, or a damaged file is refused
+# in one line naming the file and the reason, before any text.
+t_run_kv_state_refusals() {
+    r_stories
+    "$BIN/llm-convert" -q "$TMP/s.llm" -t q8_0 -o "$TMP/s8.llm" &&
+        "$RUN" -m "$TMP/s.llm" -p Once -s 1 --prefill-only --kv-out "$TMP/st.kv" || return 1
+    local n
+    n=$(wc -c <"$TMP/st.kv")
+    expect 1 "$RUN" -m "$TMP/s8.llm" --kv-in "$TMP/st.kv" -n 5 && one_line &&
+        has "$TMP/err" "st.kv: the state was computed by another model" && [ ! -s "$TMP/out" ] || return 1
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/st.kv" -n 5 --kv-type f32 && one_line &&
+        has "$TMP/err" "st.kv: the state holds f16 KV rows, this run's cache is f32 (--kv-type f16)" || return 1
+    head -c $((n - 20)) "$TMP/st.kv" >"$TMP/cut.kv"
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/cut.kv" -n 5 && one_line &&
+        has "$TMP/err" "cut.kv: the state ends early, in the KV rows of positions 0-1 (a cut file)" || return 1
+    head -c 40 "$TMP/st.kv" >"$TMP/cut.kv"
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/cut.kv" -n 5 && has "$TMP/err" "ends early, in the header" || return 1
+    cp "$TMP/st.kv" "$TMP/flip.kv"
+    printf '\x55' | dd of="$TMP/flip.kv" bs=1 seek=$((n - 100)) conv=notrunc status=none
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/flip.kv" -n 5 && one_line &&
+        has "$TMP/err" "flip.kv: the KV rows of positions 0-1: the checksum does not match (a damaged file)" || return 1
+    cp "$TMP/st.kv" "$TMP/flip.kv"
+    printf '\x01' | dd of="$TMP/flip.kv" bs=1 seek=41 conv=notrunc status=none
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/flip.kv" -n 5 && has "$TMP/err" "header checksum does not match" || return 1
+    { cat "$TMP/st.kv"; echo; } >"$TMP/long.kv"
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/long.kv" -n 5 && has "$TMP/err" "bytes follow the state's end mark" || return 1
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/s.llm" -n 5 && has "$TMP/err" "not a KV state file" || return 1
+    expect 1 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/st.kv" -n 5 --ctx 1 && has "$TMP/err" "more than the context of 1" || return 1
+    # usage
+    expect 2 "$RUN" -m "$TMP/s.llm" -p Once --prefill-only && has "$TMP/err" "needs --kv-out" &&
+        expect 2 "$RUN" -m "$TMP/s.llm" --kv-in "$TMP/st.kv" -p Once && has "$TMP/err" "-p does not go with --kv-in" &&
+        expect 2 "$RUN" -m "$TMP/s.llm" -p Once --kv-out - && has "$TMP/err" "--kv-out - needs --prefill-only" &&
+        expect 2 "$RUN" -m "$TMP/s.llm" -p Once --prefill-only --kv-out x -n 3 && has "$TMP/err" "-n does not go with it" &&
+        expect 2 "$RUN" -m "$TMP/s.llm" --batch x --kv-out y && has "$TMP/err" "--kv-out does not go with --batch"
+}
+# --prompt-cache: a missing file is made; a longer prompt that starts with
+# the cached one computes only the rest, and the same prompt nothing, with
+# the text of a run without the cache; a shorter prompt leaves the cache as
+# it was (as llama.cpp); a damaged cache is refused.
+t_run_prompt_cache_reuse() {
+    r_smol || return 1
+    local p="The history of the Roman Empire spans many centuries" c="$TMP/pc.kv" o="-s 5 -n 24 -t 2"
+    rm -f "$c"
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "$p" $o --prompt-cache "$c" -v && [ -s "$c" ] &&
+        has "$TMP/err" "prompt: 9 tokens in" || return 1
+    # shellcheck disable=SC2086
+    "$RUN" -m "$TMP/smol.llm" -p "$p, and its influence" $o >"$TMP/one" || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "$p, and its influence" $o --prompt-cache "$c" -v &&
+        has "$TMP/err" "prompt: 13 tokens (9 from the KV state)" && cmp "$TMP/one" "$TMP/out" || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "$p, and its influence" $o --prompt-cache "$c" -v &&
+        has "$TMP/err" "prompt: 13 tokens (13 from the KV state)" && cmp "$TMP/one" "$TMP/out" || return 1
+    cp "$c" "$TMP/before.kv"
+    # shellcheck disable=SC2086
+    "$RUN" -m "$TMP/smol.llm" -p "The history" $o >"$TMP/one" &&
+        expect 0 "$RUN" -m "$TMP/smol.llm" -p "The history" $o --prompt-cache "$c" -v &&
+        has "$TMP/err" "prompt: 2 tokens (1 from the KV state)" && cmp "$TMP/one" "$TMP/out" &&
+        cmp "$c" "$TMP/before.kv" || return 1
+    printf '\x55' | dd of="$c" bs=1 seek=$(($(wc -c <"$c") - 100)) conv=notrunc status=none
+    # shellcheck disable=SC2086
+    expect 1 "$RUN" -m "$TMP/smol.llm" -p "$p" $o --prompt-cache "$c" && one_line &&
+        has "$TMP/err" "pc.kv: the KV rows of positions 0-12: the checksum does not match" && [ ! -s "$TMP/out" ]
+}

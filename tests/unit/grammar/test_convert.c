@@ -85,6 +85,11 @@ Test(convert, regex_refusals)
     regex_refused("(ab", "re: at offset 0 of the expression: expected ')'");
     regex_refused("a{3,2}", "re: at offset 1 of the expression: {m,n} with n below m");
     regex_refused("[\\D]", "re: at offset 0 of the expression: \\D, \\W and \\S inside a class cannot be enforced");
+    /* UTF-8 that decodes past U+10FFFF, overlong or a surrogate (a fuzzer's
+     * find: it once became an escape the GBNF parser refused) */
+    regex_refused("t\xf4\x91\x8d\x82", "re: at offset 1 of the expression: invalid UTF-8");
+    regex_refused("\xe0\x80\xaf", "re: at offset 0 of the expression: invalid UTF-8");
+    regex_refused("\xed\xa0\x80", "re: at offset 0 of the expression: invalid UTF-8");
 }
 
 /* Integer bounds become digit patterns: checked against the arithmetic. */

@@ -1,0 +1,73 @@
+/* kvstate.c: a context's sequence to and from a KV state file. */
+#include "kvstate.h"
+
+#include <string.h>
+
+llm_status llm_kvstate_info(struct llm_context *c, struct llm_state_info *in)
+{
+    struct llm_model *m = llm_context_model(c);
+    const struct llm_config *cf = llm_model_config(m);
+    const struct llm_kv *kv = llm_context_kv(c);
+    memset(in, 0, sizeof *in);
+    LLM_TRY(llm_model_id(m, &in->model_id));
+    in->kv_type = kv->p.type;
+    in->n_layers = cf->n_layers;
+    in->kv_dim = (int32_t)kv->kv_dim;
+    in->n_vocab = cf->n_vocab;
+    in->chunk = kv->p.block_size < LLM_STATE_MAX_CHUNK ? kv->p.block_size : LLM_STATE_MAX_CHUNK;
+    return LLM_OK;
+}
+
+struct rows_ctx {
+    struct llm_context *c;
+    int32_t slot, n;            /* load: positions below n go into the slot */
+};
+
+static llm_status rows_out(void *ctx, int32_t pos, int32_t n, void *rows)
+{
+    struct rows_ctx *r = ctx;
+    return llm_context_kv_save(r->c, r->slot, pos, n, rows);
+}
+
+llm_status llm_kvstate_save(struct llm_context *c, int32_t slot, const int32_t *tokens, int32_t n,
+                            const float *logits, const struct llm_sampler_params *sp,
+                            int compress, const char *path)
+{
+    struct llm_state_info in;
+    LLM_TRY(llm_kvstate_info(c, &in));
+    in.n_tokens = n;
+    in.sp = *sp;
+    in.compress = compress;
+    struct rows_ctx r = { c, slot, n };
+    return llm_state_write(path, &in, tokens, logits, rows_out, &r);
+}
+
+/* The rows of a chunk: those below r->n are appended to the slot. */
+static llm_status rows_in(void *ctx, int32_t pos, int32_t n, void *rows)
+{
+    struct rows_ctx *r = ctx;
+    if (pos >= r->n)
+        return LLM_OK;
+    if (pos + n <= r->n)
+        return llm_context_kv_load(r->c, r->slot, pos, n, rows);
+    /* part of the chunk: its rows are (n_layers, 2, n, kv_dim); each run
+     * of the first r->n - pos rows moves up to make (n_layers, 2, keep, kv_dim) */
+    const struct llm_kv *kv = llm_context_kv(r->c);
+    const int32_t keep = r->n - pos;
+    const size_t rb = kv->row_bytes;
+    uint8_t *b = rows;
+    for (int32_t j = 1; j < kv->p.n_layers * 2; j++)
+        memmove(b + (size_t)j * keep * rb, b + (size_t)j * n * rb, (size_t)keep * rb);
+    return llm_context_kv_load(r->c, r->slot, pos, keep, rows);
+}
+
+llm_status llm_kvstate_load(struct llm_state_reader *rd, const struct llm_state_info *in,
+                            struct llm_context *c, int32_t slot, int32_t n)
+{
+    struct rows_ctx r = { c, slot, n < in->n_tokens ? n : in->n_tokens };
+    llm_context_reset(c, slot);
+    llm_status s = llm_state_read_rows(rd, rows_in, &r);
+    if (s)
+        llm_context_reset(c, slot);
+    return s;
+}
