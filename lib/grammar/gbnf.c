@@ -736,55 +736,87 @@ static const struct gel *alt_of(const struct prule *r, size_t a, size_t *n)
     return *n ? r->body + i : NULL; /* an empty rule has no body at all */
 }
 
-/* Rule r with the small rules it calls inlined (r->body replaced). */
+/* Append n elements to each sequence of *seq (n_seq elements: sequences
+ * separated by PE_ALT), into a new buffer; one sequence grows in place. */
+static llm_status append_each(struct gel **seq, size_t *n_seq, size_t *cap, size_t seqs,
+                              const struct gel *el, size_t n)
+{
+    if (!n)
+        return LLM_OK;
+    void *v = *seq;
+    if (seqs == 1) {
+        LLM_TRY(llm_grow(&v, cap, *n_seq + n, sizeof **seq));
+        *seq = v;
+        memcpy(*seq + *n_seq, el, n * sizeof **seq);
+        *n_seq += n;
+        return LLM_OK;
+    }
+    struct gel *nt = NULL;
+    size_t n_nt = 0, cap_nt = 0, from = 0;
+    v = NULL;
+    LLM_TRY(llm_grow(&v, &cap_nt, *n_seq + seqs * n, sizeof *nt));
+    nt = v;
+    for (size_t j = 0; j <= *n_seq; j++) {
+        if (j < *n_seq && (*seq)[j].type != PE_ALT)
+            continue;
+        memcpy(nt + n_nt, *seq + from, (j - from) * sizeof *nt);
+        n_nt += j - from;
+        memcpy(nt + n_nt, el, n * sizeof *nt);
+        n_nt += n;
+        if (j < *n_seq)
+            nt[n_nt++] = (*seq)[j];
+        from = j + 1;
+    }
+    llm_free(*seq);
+    *seq = nt;
+    *n_seq = n_nt;
+    *cap = cap_nt;
+    return LLM_OK;
+}
+
+/* Rule r with the small rules it calls inlined (r->body replaced). An
+ * alternative's elements collect in a run that is appended to all its
+ * sequences at once, when a call of several alternatives multiplies them
+ * (at most log2(INLINE_MAX_OUT) times) and at its end: linear in its
+ * length, however long a literal it spells. */
 static llm_status inline_into(struct parser *ps, int32_t r, const uint8_t *small, int *changed)
 {
     struct prule *pr = &ps->rules[r];
-    struct gel *out = NULL, *tmp = NULL;
-    size_t n_out = 0, cap_out = 0, n_tmp = 0, cap_tmp = 0, alts_out = 0;
+    struct gel *out = NULL, *tmp = NULL, *run = NULL;
+    size_t n_out = 0, cap_out = 0, n_tmp = 0, cap_tmp = 0, n_run = 0, cap_run = 0, alts_out = 0;
     llm_status st = LLM_OK;
+    int inlined = 0;
+    void *v;
     /* each alternative becomes the sequences of its expansion, kept in tmp
      * separated by PE_ALT; then appended to out */
     for (size_t a = 0, na = n_alts(pr); a < na && !st; a++) {
         size_t len;
         const struct gel *e = alt_of(pr, a, &len);
-        n_tmp = 0;
+        n_tmp = n_run = 0;
         size_t seqs = 1;
-        void *v = tmp;
-        if ((st = llm_grow(&v, &cap_tmp, 1, sizeof *tmp)))
-            break;
-        tmp = v;
         for (size_t i = 0; i < len && !st; i++) {
             int32_t s = e[i].arg;
             /* a call in last place keeps no frame (a tail call): nothing to win */
             size_t k = e[i].type == PE_RULE && i + 1 < len && s != r && small[s]
                        ? n_alts(&ps->rules[s]) : 0;
-            if (!k || seqs * k > INLINE_MAX_OUT) { /* append to every sequence */
-                struct gel *nt = NULL;
-                size_t n_nt = 0, cap_nt = 0;
-                for (size_t j = 0; j <= n_tmp && !st; j++) {
-                    if (j == n_tmp || tmp[j].type == PE_ALT) {
-                        v = nt;
-                        if (!(st = llm_grow(&v, &cap_nt, n_nt + 2, sizeof *nt))) {
-                            nt = v;
-                            nt[n_nt++] = e[i];
-                            if (j < n_tmp)
-                                nt[n_nt++] = tmp[j];
-                        }
-                    } else {
-                        v = nt;
-                        if (!(st = llm_grow(&v, &cap_nt, n_nt + 1, sizeof *nt))) {
-                            nt = v;
-                            nt[n_nt++] = tmp[j];
-                        }
-                    }
-                }
-                llm_free(tmp);
-                tmp = nt;
-                n_tmp = n_nt;
-                cap_tmp = cap_nt;
+            const struct gel *add = e + i;
+            size_t n_add = 1;
+            if (k == 1) {
+                add = alt_of(&ps->rules[s], 0, &n_add);
+                inlined = 1;
+            }
+            if (k <= 1 || seqs * k > INLINE_MAX_OUT) {
+                v = run;
+                if (!n_add || (st = llm_grow(&v, &cap_run, n_run + n_add, sizeof *run)))
+                    continue;
+                run = v;
+                memcpy(run + n_run, add, n_add * sizeof *run);
+                n_run += n_add;
                 continue;
             }
+            if ((st = append_each(&tmp, &n_tmp, &cap_tmp, seqs, run, n_run)))
+                break;
+            n_run = 0;
             /* every sequence times every alternative of s */
             struct gel *nt = NULL;
             size_t n_nt = 0, cap_nt = 0, from = 0;
@@ -815,7 +847,10 @@ static llm_status inline_into(struct parser *ps, int32_t r, const uint8_t *small
             n_tmp = n_nt;
             cap_tmp = cap_nt;
             seqs *= k;
+            inlined = 1;
         }
+        if (!st)
+            st = append_each(&tmp, &n_tmp, &cap_tmp, seqs, run, n_run);
         if (st)
             break;
         void *o = out;
@@ -830,7 +865,8 @@ static llm_status inline_into(struct parser *ps, int32_t r, const uint8_t *small
         alts_out += seqs;
     }
     llm_free(tmp);
-    if (st || alts_out > INLINE_MAX_OUT || n_out == pr->n) { /* too big, or unchanged */
+    llm_free(run);
+    if (st || alts_out > INLINE_MAX_OUT || !inlined) { /* too big, or unchanged */
         llm_free(out);
         return st;
     }
