@@ -10,7 +10,7 @@
 #include "../lib/llm.h"
 
 enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE, OPT_KERNELS,
-       OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL, OPT_SERVE, OPT_SERVE_TEXT, OPT_REQUESTS,
+       OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL, OPT_KVTYPE, OPT_SERVE, OPT_SERVE_TEXT, OPT_REQUESTS,
        OPT_PLEN, OPT_GLEN, OPT_SPREFIX, OPT_RATE, OPT_SEED, OPT_MAXSEQS, OPT_STEPTOK,
        OPT_NOPREFIX, OPT_DRAFT, OPT_LOOKUP, OPT_PROMPTS, OPT_CHAT, OPT_NGRAMMIN, OPT_NGRAMMAX,
        OPT_DRAFTN, OPT_DRAFTMAX, OPT_GRAMMAR, OPT_SCHEMA, OPT_REGEX, OPT_JSONOBJ };
@@ -32,6 +32,7 @@ static const struct llm_opt opts[] = {
     { OPT_PPL, "ppl", LLM_ARG_REQUIRED, "FILE", "measure the perplexity of the model on a text file", "file" },
     { OPT_BASE, "base", LLM_ARG_REQUIRED, "FILE", "with --ppl: KL divergence of -m's predictions from this model's", "file" },
     { OPT_CHUNKS, "chunks", LLM_ARG_REQUIRED, "N", "with --ppl: score only the first N windows (llama-perplexity --chunks)", NULL },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "with --ppl: KV cache element type: f32, f16 or bf16 (default: f32)", "f32 f16 bf16" },
     { OPT_SCORE_ALL, "score-all", LLM_ARG_NONE, NULL, "with --ppl: score every token of each window (the GPTQ/AWQ papers' protocol)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens (default: 512); with --kernels: KV tokens of attn (default: 512); with --serve*: each sequence's context", NULL },
     { OPT_KERNELS, "kernels", LLM_ARG_NONE, NULL, "microbenchmark the matrix kernels and attention (shapes of -m, or stories110m)", NULL },
@@ -69,7 +70,7 @@ static struct llm_cli cli = {
     .synopsis = "[-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
                 "-b LIST [-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
                 "--suite FILE [-o FORMAT]\n"
-                "--ppl FILE [--ctx N] [--chunks N] [--score-all] [-t N] [--base FILE] -m FILE\n"
+                "--ppl FILE [--ctx N] [--chunks N] [--score-all] [--kv-type TYPE] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [-m FILE]... [-t LIST] [-o FORMAT]\n"
                 "--draft FILE|--lookup --prompts FILE [--chat] [SPEC OPTIONS] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
@@ -104,6 +105,8 @@ struct args {
     int kernels;
     int64_t ctx, chunks;
     int have_ctx, compare, have_threshold, score_all;
+    int have_kvtype;
+    enum llm_type kv_type;      /* --ppl's KV cache (default f32) */
     double threshold;
     struct llm_serve_params serve;
     int serve_opts; /* an option of the serving workload was given */
@@ -374,15 +377,15 @@ static int do_ppl(const struct args *a)
     double ppl = 0, se = 0;
     size_t n_tok = 0;
     uint64_t t0 = llm_time_ns();
-    s = llm_bench_perplexity(m, a->ppl, (int32_t)a->ctx, mp.n_threads, a->chunks, a->score_all, &ppl,
-                             &se, &n_tok);
+    s = llm_bench_perplexity(m, a->ppl, (int32_t)a->ctx, mp.n_threads, a->chunks, a->score_all,
+                             a->kv_type, &ppl, &se, &n_tok);
     double sec = (double)(llm_time_ns() - t0) * 1e-9;
     llm_model_close(m);
     if (s)
         return llm_cli_fail(&cli, s);
     printf("model: %s\ntext: %s, %zu tokens, %zu windows of %lld tokens, %.2f s\n", a->plan.models[0], a->ppl,
            n_tok, n_tok / (size_t)a->ctx, (long long)a->ctx, sec);
-    printf("PPL = %.4f +/- %.5f\n", ppl, se);
+    printf("KV cache: %s\nPPL = %.4f +/- %.5f\n", llm_type_name(a->kv_type), ppl, se);
     return 0;
 }
 
@@ -660,6 +663,17 @@ int main(int argc, char **argv)
         case OPT_BASE: a.base = arg; break;
         case OPT_CHUNKS: s = llm_parse_i64(arg, 1, INT64_MAX, "--chunks", &a.chunks); break;
         case OPT_SCORE_ALL: a.score_all = 1; break;
+        case OPT_KVTYPE:
+            a.have_kvtype = 1;
+            if (!strcmp(arg, "f32"))
+                a.kv_type = LLM_TYPE_F32;
+            else if (!strcmp(arg, "f16"))
+                a.kv_type = LLM_TYPE_F16;
+            else if (!strcmp(arg, "bf16"))
+                a.kv_type = LLM_TYPE_BF16;
+            else
+                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32, f16 or bf16", arg);
+            break;
         case OPT_SERVE: a.serve.requests = arg; break;
         case OPT_SERVE_TEXT: a.serve.text = arg; break;
         case OPT_REQUESTS:
@@ -796,6 +810,8 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--base goes with --ppl");
     if ((a.chunks || a.score_all) && !a.ppl)
         return llm_cli_usage(&cli, "--chunks and --score-all go with --ppl");
+    if (a.have_kvtype && (!a.ppl || a.base))
+        return llm_cli_usage(&cli, "--kv-type goes with --ppl (without --base)");
     if (a.score_all && a.base)
         return llm_cli_usage(&cli, "--score-all does not go with --base (the KL divergence uses "
                              "llama-perplexity's protocol)");

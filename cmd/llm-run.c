@@ -46,7 +46,7 @@ static const struct llm_opt opts[] = {
     { OPT_JSON, "json", LLM_ARG_NONE, NULL, "print one JSON object (text, token counts, timings) instead of streaming", NULL },
     { 't', "threads", LLM_ARG_REQUIRED, "N", "threads (default: the number of cores)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "context size in tokens (default: the model's, at most 4096)", NULL },
-    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache element type: f32 or f16 (default: f16)", "f32 f16" },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache element type: f32, f16 or bf16 (default: f16; with --kv-in, the state's)", "f32 f16 bf16" },
     { OPT_NSEQ, "n-seq", LLM_ARG_REQUIRED, "N", "N completions of the prompt, sharing its KV blocks, decoded as one batch (default: 1)", NULL },
     { OPT_NSEQ, "parallel", LLM_ARG_REQUIRED, "N", "the same as --n-seq", NULL },
     { OPT_KVMEM, "kv-mem", LLM_ARG_REQUIRED, "SIZE", "KV cache budget, e.g. 64M or 2G (default: what --ctx tokens of every completion need)", NULL },
@@ -1239,8 +1239,10 @@ int main(int argc, char **argv)
                 a.kv_type = LLM_TYPE_F32;
             else if (!strcmp(arg, "f16"))
                 a.kv_type = LLM_TYPE_F16;
+            else if (!strcmp(arg, "bf16"))
+                a.kv_type = LLM_TYPE_BF16;
             else
-                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32 or f16", arg);
+                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32, f16 or bf16", arg);
             break;
         case OPT_NSEQ: rc = parse_i(arg, 1, 1024, "--n-seq", &a.n_seq); break;
         case OPT_KVBLOCKS: rc = parse_i(arg, 1, INT32_MAX, "--kv-blocks", &a.kv_blocks); break;

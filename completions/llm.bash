@@ -113,6 +113,10 @@ _llm_bench()
             :
             return
             ;;
+        --kv-type)
+            _llm_words 'f32 f16 bf16'
+            return
+            ;;
         --ctx)
             :
             return
@@ -207,7 +211,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --draft --lookup --grammar --json-schema --regex --json-object --prompts --chat --ngram-min --ngram-max --draft-n --draft-max --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --kv-type --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --draft --lookup --grammar --json-schema --regex --json-object --prompts --chat --ngram-min --ngram-max --draft-n --draft-max --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi
@@ -530,7 +534,7 @@ _llm_run()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16'
+            _llm_words 'f32 f16 bf16'
             return
             ;;
         --n-seq)

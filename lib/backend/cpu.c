@@ -359,7 +359,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
     const int64_t kvd = kv->kv_dim, plane = (int64_t)layer * kv->p.n_blocks;
-    const int f16 = kv->p.type == LLM_TYPE_F16;
+    const enum llm_type t = kv->p.type;
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
         int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
         for (int32_t i = 0; i < nt; i++) {
@@ -367,8 +367,10 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             if (m <= 0)
                 continue;
             float *si = sc + i * cap + p0;
-            if (f16)
+            if (t == LLM_TYPE_F16)
                 llm_vec_dots_f16(q + i * qs, (const uint16_t *)kv->k + off, kvd, m, hd, si);
+            else if (t == LLM_TYPE_BF16)
+                llm_vec_dots_bf16(q + i * qs, (const uint16_t *)kv->k + off, kvd, m, hd, si);
             else
                 llm_vec_dots_f32(q + i * qs, (const float *)kv->k + off, kvd, m, hd, si);
         }
@@ -400,8 +402,10 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             if (m <= 0)
                 continue;
             const float *wi = sc + i * cap + p0;
-            if (f16)
+            if (t == LLM_TYPE_F16)
                 llm_vec_axpys_f16(o + i * qs, wi, (const uint16_t *)kv->v + off, kvd, m, hd);
+            else if (t == LLM_TYPE_BF16)
+                llm_vec_axpys_bf16(o + i * qs, wi, (const uint16_t *)kv->v + off, kvd, m, hd);
             else
                 llm_vec_axpys_f32(o + i * qs, wi, (const float *)kv->v + off, kvd, m, hd);
         }

@@ -356,10 +356,11 @@ llm_status llm_bench_grammar_print(FILE *f, enum llm_bench_format fmt,
 /* Perplexity of the text file `path` with windows of n_ctx tokens
  * (llm_perplexity's default protocol, or every prediction with score_all);
  * max_chunks > 0 keeps only the first max_chunks windows (llama-perplexity
- * --chunks). *n_tokens receives the token count used. */
+ * --chunks); the KV cache holds kv_type. *n_tokens receives the token
+ * count used. */
 llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
-                                int64_t max_chunks, int score_all, double *ppl, double *stderr_,
-                                size_t *n_tokens);
+                                int64_t max_chunks, int score_all, enum llm_type kv_type,
+                                double *ppl, double *stderr_, size_t *n_tokens);
 
 /* ---- kernel microbenchmarks (--kernels) -------------------------------------- */
 

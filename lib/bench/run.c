@@ -274,8 +274,8 @@ llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, 
 }
 
 llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
-                                int64_t max_chunks, int score_all, double *ppl, double *stderr_,
-                                size_t *n_tokens)
+                                int64_t max_chunks, int score_all, enum llm_type kv_type,
+                                double *ppl, double *stderr_, size_t *n_tokens)
 {
     struct llm_tokenizer *tk = llm_model_tokenizer(m);
     LLM_CHECK(tk, LLM_E_INVALID, "the model has no tokenizer: perplexity needs one");
@@ -293,6 +293,7 @@ llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n
         cp.n_ctx = n_ctx;
         cp.n_seq = 1;
         cp.n_threads = n_threads;
+        cp.kv_type = kv_type;
         s = llm_context_new(&c, m, &cp);
     }
     if (!s && (s = llm_perplexity(c, ids, *n_tokens, n_ctx, score_all, ppl, stderr_)))

@@ -32,7 +32,12 @@ static int params_ok(const struct llm_kv_params *p)
 {
     return p->n_layers > 0 && p->n_kv_heads > 0 && p->head_dim > 0 && p->block_size > 0 &&
            p->n_seq > 0 && p->max_tokens > 0 && p->n_blocks >= 0 &&
-           (p->type == LLM_TYPE_F32 || p->type == LLM_TYPE_F16) && total_blocks(p) > 0;
+           llm_kv_type_bytes(p->type) && total_blocks(p) > 0;
+}
+
+size_t llm_kv_type_bytes(enum llm_type t)
+{
+    return t == LLM_TYPE_F32 ? 4 : t == LLM_TYPE_F16 || t == LLM_TYPE_BF16 ? 2 : 0;
 }
 
 uint64_t llm_kv_block_bytes(const struct llm_kv_params *p)
@@ -40,7 +45,7 @@ uint64_t llm_kv_block_bytes(const struct llm_kv_params *p)
     uint64_t n;
     if (!params_ok(p))
         return 0;
-    uint64_t elt = p->type == LLM_TYPE_F16 ? 2 : 4;
+    uint64_t elt = llm_kv_type_bytes(p->type);
     if (!llm_mul_ok((uint64_t)p->n_layers, (uint64_t)p->block_size, &n) ||
         !llm_mul_ok(n, (uint64_t)p->n_kv_heads * (uint64_t)p->head_dim, &n) ||
         !llm_mul_ok(n, elt * 2, &n))
@@ -70,7 +75,7 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
     kv->p = *p;
     kv->p.n_blocks = total_blocks(p);
     kv->kv_dim = (int64_t)p->n_kv_heads * p->head_dim;
-    kv->elt = p->type == LLM_TYPE_F16 ? 2 : 4;
+    kv->elt = llm_kv_type_bytes(p->type);
     kv->row_bytes = (size_t)kv->kv_dim * kv->elt;
     kv->max_blocks = blocks_per_seq(p);
     kv->ref = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
@@ -384,6 +389,12 @@ void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t po
             for (int64_t j = 0; j < kv->kv_dim; j++) {
                 kd[j] = llm_fp32_to_fp16(ki[j]);
                 vd[j] = llm_fp32_to_fp16(vi[j]);
+            }
+        } else if (kv->p.type == LLM_TYPE_BF16) {
+            uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
+            for (int64_t j = 0; j < kv->kv_dim; j++) {
+                kd[j] = llm_fp32_to_bf16(ki[j]);
+                vd[j] = llm_fp32_to_bf16(vi[j]);
             }
         } else {
             memcpy((float *)kv->k + off, ki, kv->row_bytes);

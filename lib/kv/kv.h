@@ -20,7 +20,7 @@
  * try again); nothing is changed by a call that fails.
  *
  * Storage is (n_layers, n_blocks, block_size, kv_dim) for K and for V, in
- * F32 or F16, with kv_dim = n_kv_heads * head_dim. The storage pointers may
+ * F32, F16 or BF16, with kv_dim = n_kv_heads * head_dim. The storage pointers may
  * be device memory when a backend allocates them (llm_kv_new_with); the
  * tables are always host memory. Free blocks are handed out lowest id first
  * and freed ones reused first, so that the pages of zero-filled storage
@@ -44,8 +44,12 @@ struct llm_kv_params {
     int32_t n_seq;          /* sequence slots */
     int32_t max_tokens;     /* the longest one sequence may grow, in tokens */
     int32_t n_blocks;       /* blocks in the pool; 0: n_seq * ceil(max_tokens / block_size) */
-    enum llm_type type;     /* LLM_TYPE_F32 or LLM_TYPE_F16 */
+    enum llm_type type;     /* LLM_TYPE_F32, LLM_TYPE_F16 or LLM_TYPE_BF16 */
 };
+
+/* Bytes of an element of a KV type the cache stores (f32, f16, bf16), or
+ * 0 for any other type. */
+size_t llm_kv_type_bytes(enum llm_type t);
 
 /* A copy-on-write copy: every layer's K and V rows of block src to dst. */
 struct llm_kv_copy {

@@ -38,7 +38,7 @@ static int sum_ok(uint64_t got, uint64_t want)
 
 size_t llm_state_elt(enum llm_type t)
 {
-    return t == LLM_TYPE_F32 ? 4 : t == LLM_TYPE_F16 ? 2 : 0;
+    return llm_kv_type_bytes(t);
 }
 
 /* Bytes of the KV record of n rows. */
@@ -91,7 +91,7 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     memset(in, 0, sizeof *in);
     in->kv_type = (enum llm_type)type;
     const char *bad = flags > 1 ? "unknown flags"
-                      : !llm_state_elt(in->kv_type) ? "a KV type other than f32 and f16"
+                      : !llm_state_elt(in->kv_type) ? "a KV type other than f32, f16 and bf16"
                       : !layers || layers > LLM_STATE_MAX_LAYERS ? "a bad layer count"
                       : !kvd || kvd > LLM_STATE_MAX_KVDIM ? "a bad KV row width"
                       : !vocab || vocab > LLM_STATE_MAX_VOCAB ? "a bad vocabulary size"

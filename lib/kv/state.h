@@ -30,6 +30,7 @@
 
 #include "../common/status.h"
 #include "../quant/types.h"
+#include "kv.h"
 #include "../sample/sample.h"
 
 #define LLM_STATE_VERSION 1u
@@ -51,7 +52,8 @@ struct llm_state_info {
     struct llm_sampler_params sp;
 };
 
-/* Bytes of one element of a KV type the state files hold (f32, f16), or 0. */
+/* Bytes of one element of a KV type the state files hold (f32, f16, bf16),
+ * or 0. */
 size_t llm_state_elt(enum llm_type t);
 
 /* The K and V rows of positions pos .. pos+n-1 as (n_layers, 2, n, kv_dim)

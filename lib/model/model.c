@@ -606,8 +606,8 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         p.block_size = 16;
     if (p.n_batch <= 0)
         p.n_batch = 512;
-    if (p.kv_type != LLM_TYPE_F32 && p.kv_type != LLM_TYPE_F16)
-        return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16)",
+    if (!llm_kv_type_bytes(p.kv_type))
+        return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16, bf16)",
                              llm_type_name(p.kv_type));
     if (p.kv_blocks < 0)
         return llm_error_set(LLM_E_INVALID, "KV pool of %d blocks", p.kv_blocks);

@@ -30,6 +30,14 @@ static float dot_f16_ref(const float *a, const uint16_t *b, int64_t n)
     return (float)s;
 }
 
+static float dot_bf16_ref(const float *a, const uint16_t *b, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)a[i] * llm_bf16_to_fp32(b[i]);
+    return (float)s;
+}
+
 static void axpy_f32_ref(float *y, float a, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -40,6 +48,12 @@ static void axpy_f16_ref(float *y, float a, const uint16_t *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * llm_fp16_to_fp32(x[i]);
+}
+
+static void axpy_bf16_ref(float *y, float a, const uint16_t *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * llm_bf16_to_fp32(x[i]);
 }
 
 void llm_vec_dots_f32_ref(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n,
@@ -56,6 +70,13 @@ void llm_vec_dots_f16_ref(const float *q, const uint16_t *K, int64_t ldk, int64_
         s[r] = dot_f16_ref(q, K + r * ldk, n);
 }
 
+void llm_vec_dots_bf16_ref(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                           float *s)
+{
+    for (int64_t r = 0; r < m; r++)
+        s[r] = dot_bf16_ref(q, K + r * ldk, n);
+}
+
 void llm_vec_axpys_f32_ref(float *y, const float *w, const float *V, int64_t ldv, int64_t m,
                            int64_t n)
 {
@@ -70,6 +91,13 @@ void llm_vec_axpys_f16_ref(float *y, const float *w, const uint16_t *V, int64_t 
         axpy_f16_ref(y, w[r], V + r * ldv, n);
 }
 
+void llm_vec_axpys_bf16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                            int64_t n)
+{
+    for (int64_t r = 0; r < m; r++)
+        axpy_bf16_ref(y, w[r], V + r * ldv, n);
+}
+
 #ifdef VEC_X86
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -82,9 +110,20 @@ void llm_vec_axpys_f16_ref(float *y, const float *w, const uint16_t *V, int64_t 
 #define LD16_F16(b, i) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((b) + (i))))
 #define MLD16_F32(m, b, i) _mm512_maskz_loadu_ps((m), (b) + (i))
 #define MLD16_F16(m, b, i) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((m), (b) + (i)))
+/* bfloat16 is the high half of a float: widen and shift (exact) */
+#define LD8_BF16(b, i)                                                                   \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                               \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((b) + (i)))), 16))
+#define LD16_BF16(b, i)                                                                  \
+    _mm512_castsi512_ps(_mm512_slli_epi32(                                               \
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((b) + (i)))), 16))
+#define MLD16_BF16(m, b, i)                                                              \
+    _mm512_castsi512_ps(_mm512_slli_epi32(                                               \
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((m), (b) + (i))), 16))
 
 #define CVT_F32(v) (v)
 #define CVT_F16(v) llm_fp16_to_fp32(v)
+#define CVT_BF16(v) llm_bf16_to_fp32(v)
 
 
 /* The multi-row kernels. dots: a group of rows (16 with AVX-512, 8 with
@@ -268,6 +307,10 @@ DOTS_AVX2(dots_f32_avx2, float, LD8_F32, CVT_F32)
 DOTS_AVX2(dots_f16_avx2, uint16_t, LD8_F16, CVT_F16)
 AXPYS_AVX2(axpys_f32_avx2, float, LD8_F32, CVT_F32)
 AXPYS_AVX2(axpys_f16_avx2, uint16_t, LD8_F16, CVT_F16)
+DOTS_AVX512(dots_bf16_avx512, uint16_t, LD16_BF16, MLD16_BF16)
+AXPYS_AVX512(axpys_bf16_avx512, uint16_t, MLD16_BF16)
+DOTS_AVX2(dots_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
+AXPYS_AVX2(axpys_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
 
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
     switch (llm_matmul_isa()) {              \
@@ -306,4 +349,16 @@ void llm_vec_axpys_f16(float *y, const float *w, const uint16_t *V, int64_t ldv,
                        int64_t n)
 {
     VEC_DISPATCH(axpys_f16_avx512, axpys_f16_avx2, llm_vec_axpys_f16_ref, y, w, V, ldv, m, n)
+}
+
+void llm_vec_dots_bf16(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                       float *s)
+{
+    VEC_DISPATCH(dots_bf16_avx512, dots_bf16_avx2, llm_vec_dots_bf16_ref, q, K, ldk, m, n, s)
+}
+
+void llm_vec_axpys_bf16(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                        int64_t n)
+{
+    VEC_DISPATCH(axpys_bf16_avx512, axpys_bf16_avx2, llm_vec_axpys_bf16_ref, y, w, V, ldv, m, n)
 }

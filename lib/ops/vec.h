@@ -1,7 +1,7 @@
 /* vec.h: the vector kernels of attention over a KV cache, on the rows of
  * one KV block at a time: the dot products of a query with m key rows, and
- * y += sum_r w_r v_r over m value rows; float or fp16 (IEEE binary16)
- * rows, SIMD (AVX-512 / AVX2, as llm_matmul picks) with plain C references
+ * y += sum_r w_r v_r over m value rows; float, fp16 (IEEE binary16) or
+ * bf16 (bfloat16) rows, SIMD (AVX-512 / AVX2, as llm_matmul picks) with plain C references
  * (double sums, row by row).
  *
  * Tolerances (tests/unit/ops/test_vec.c), S = sum |q_i k_i| for a dot:
@@ -33,5 +33,13 @@ void llm_vec_axpys_f32_ref(float *y, const float *w, const float *V, int64_t ldv
                            int64_t n);
 void llm_vec_axpys_f16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
                            int64_t n);
+void llm_vec_dots_bf16(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                       float *s);
+void llm_vec_dots_bf16_ref(const float *q, const uint16_t *K, int64_t ldk, int64_t m, int64_t n,
+                           float *s);
+void llm_vec_axpys_bf16(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                        int64_t n);
+void llm_vec_axpys_bf16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
+                            int64_t n);
 
 #endif

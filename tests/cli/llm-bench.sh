@@ -438,3 +438,19 @@ t_bench_grammar_errors() {
         expect 2 "$BENCH" -m x --json-object --lookup --prompts p && has "$TMP/err" "does not go with --draft" &&
         expect 2 "$BENCH" -m x --json-object --prompts p -b 4 && has "$TMP/err" "goes with --prompts"
 }
+# --ppl with each KV type: each says which, and f16 and bf16 stay within
+# 0.5% of f32 on stories260K; --kv-type without --ppl is a usage error.
+t_bench_ppl_kv_types() {
+    need "$B260" "$DATA/text/tinystories_val.txt"
+    head -c 60000 "$DATA/text/tinystories_val.txt" >"$TMP/t3.txt"
+    local t p f32=
+    for t in f32 f16 bf16; do
+        expect 0 "$BENCH" -m "$B260" --ppl "$TMP/t3.txt" --ctx 128 --chunks 10 --kv-type $t -t 1 &&
+            has "$TMP/out" "KV cache: $t" || return 1
+        p=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$TMP/out")
+        [ -n "$f32" ] || f32=$p
+        awk -v a="$p" -v b="$f32" 'BEGIN { d = a / b - 1; exit !(d < 0.005 && d > -0.005) }' ||
+            { echo "$t: $p against f32 $f32"; return 1; }
+    done
+    expect 2 "$BENCH" -m "$B260" -p 16 --kv-type bf16 && has "$TMP/err" "--kv-type goes with --ppl"
+}

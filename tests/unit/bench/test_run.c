@@ -108,19 +108,19 @@ Test(run, perplexity)
     struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     double ppl, se, ppl_wiki, se_wiki;
     size_t n;
-    cr_assert_eq(llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 12000), 128, 1, 0, 0, &ppl, &se, &n),
+    cr_assert_eq(llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 12000), 128, 1, 0, 0, LLM_TYPE_F32, &ppl, &se, &n),
                  LLM_OK, "%s", llm_error_detail(-1));
     cr_assert(n > 2000 && n < 12000, "%zu tokens", n);
     cr_assert(ppl > 1.5 && ppl < 12, "in-domain PPL %g", ppl);
     cr_assert(se > 0 && se < ppl / 5, "+/- %g", se);
-    cr_assert_eq(llm_bench_perplexity(m, head_of("text/wiki.test.raw", 12000), 128, 1, 0, 0, &ppl_wiki, &se_wiki, &n),
+    cr_assert_eq(llm_bench_perplexity(m, head_of("text/wiki.test.raw", 12000), 128, 1, 0, 0, LLM_TYPE_F32, &ppl_wiki, &se_wiki, &n),
                  LLM_OK);
     cr_assert(ppl_wiki > 2 * ppl, "wiki PPL %g vs stories %g", ppl_wiki, ppl);
     /* too short for two windows */
-    llm_status s = llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 200), 128, 1, 0, 0, &ppl, &se, &n);
+    llm_status s = llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 200), 128, 1, 0, 0, LLM_TYPE_F32, &ppl, &se, &n);
     cr_assert_eq(s, LLM_E_INVALID);
     cr_assert(strstr(llm_error_detail(s), "head.txt"), "%s", llm_error_detail(s));
-    cr_assert_eq(llm_bench_perplexity(m, "/nonexistent/t.txt", 128, 1, 0, 0, &ppl, &se, &n), LLM_E_IO);
+    cr_assert_eq(llm_bench_perplexity(m, "/nonexistent/t.txt", 128, 1, 0, 0, LLM_TYPE_F32, &ppl, &se, &n), LLM_E_IO);
     llm_model_close(m);
 }
 

@@ -256,3 +256,57 @@ Test(vec, axpys_within_rounding_and_in_bounds, .fini = restore)
             }
     }
 }
+
+/* bfloat16 rows: the same bounds over the values they hold, poison (1e30,
+ * which bfloat16 keeps) in the gaps, every row count and length. */
+Test(vec, bf16_dots_and_axpys_within_bounds, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    static uint16_t B[33 * LD_MAX];
+    static float Bf[33 * LD_MAX];
+    float q[257], s[34], y0[258], y[258], w[33];
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        for (size_t li = 0; li < N_LENS; li++)
+            for (size_t mi = 0; mi < N_ROWS; mi++) {
+                const int64_t n = lens[li], m = row_counts[mi], ld = n + 3;
+                for (int64_t r = 0; r < m; r++)
+                    for (int64_t i = 0; i < ld; i++) {
+                        B[r * ld + i] = llm_fp32_to_bf16(i < n ? rnd() : 1e30f);
+                        Bf[r * ld + i] = llm_bf16_to_fp32(B[r * ld + i]);
+                    }
+                for (int64_t i = 0; i < n; i++)
+                    q[i] = rnd(), y0[i] = rnd();
+                for (int64_t r = 0; r < m; r++)
+                    w[r] = rnd() * 2.0f;
+                s[m] = 12345.0f;
+                llm_vec_dots_bf16(q, B, ld, m, n, s);
+                for (int64_t r = 0; r < m; r++) {
+                    double exact = 0, S = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        exact += (double)q[i] * Bf[r * ld + i];
+                        S += fabs((double)q[i] * Bf[r * ld + i]);
+                    }
+                    cr_assert(fabs(s[r] - exact) <= (double)(n + 2) * ldexp(1.0, -24) * S,
+                              "isa %d n=%lld m=%lld row %lld: %.9g vs %.9g", is[ii],
+                              (long long)n, (long long)m, (long long)r, s[r], exact);
+                }
+                cr_assert_eq(s[m], 12345.0f, "isa %d: wrote past m", is[ii]);
+                memcpy(y, y0, sizeof(float) * (size_t)n);
+                y[n] = 12345.0f;
+                llm_vec_axpys_bf16(y, w, B, ld, m, n);
+                for (int64_t i = 0; i < n; i++) {
+                    double want = y0[i], S = fabs(y0[i]);
+                    for (int64_t r = 0; r < m; r++) {
+                        want += (double)w[r] * Bf[r * ld + i];
+                        S += fabs((double)w[r] * Bf[r * ld + i]);
+                    }
+                    cr_assert(fabs(y[i] - want) <= (double)(m + 2) * ldexp(1.0, -24) * S,
+                              "isa %d n=%lld m=%lld i=%lld: %.9g vs %.9g", is[ii], (long long)n,
+                              (long long)m, (long long)i, y[i], want);
+                }
+                cr_assert_eq(y[n], 12345.0f, "isa %d: wrote past n", is[ii]);
+            }
+    }
+}
