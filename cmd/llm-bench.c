@@ -32,7 +32,7 @@ static const struct llm_opt opts[] = {
     { OPT_PPL, "ppl", LLM_ARG_REQUIRED, "FILE", "measure the perplexity of the model on a text file", "file" },
     { OPT_BASE, "base", LLM_ARG_REQUIRED, "FILE", "with --ppl: KL divergence of -m's predictions from this model's", "file" },
     { OPT_CHUNKS, "chunks", LLM_ARG_REQUIRED, "N", "with --ppl: score only the first N windows (llama-perplexity --chunks)", NULL },
-    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "with --ppl: KV cache element type: f32, f16 or bf16 (default: f32)", "f32 f16 bf16" },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "with --ppl: KV cache type: f32, f16, bf16 or q8 (default: f32)", "f32 f16 bf16 q8" },
     { OPT_SCORE_ALL, "score-all", LLM_ARG_NONE, NULL, "with --ppl: score every token of each window (the GPTQ/AWQ papers' protocol)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens (default: 512); with --kernels: KV tokens of attn (default: 512); with --serve*: each sequence's context", NULL },
     { OPT_KERNELS, "kernels", LLM_ARG_NONE, NULL, "microbenchmark the matrix kernels and attention (shapes of -m, or stories110m)", NULL },
@@ -671,8 +671,10 @@ int main(int argc, char **argv)
                 a.kv_type = LLM_TYPE_F16;
             else if (!strcmp(arg, "bf16"))
                 a.kv_type = LLM_TYPE_BF16;
+            else if (!strcmp(arg, "q8") || !strcmp(arg, "q8_0"))
+                a.kv_type = LLM_TYPE_Q8_0;
             else
-                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32, f16 or bf16", arg);
+                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32, f16, bf16 or q8", arg);
             break;
         case OPT_SERVE: a.serve.requests = arg; break;
         case OPT_SERVE_TEXT: a.serve.text = arg; break;

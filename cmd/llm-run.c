@@ -46,7 +46,7 @@ static const struct llm_opt opts[] = {
     { OPT_JSON, "json", LLM_ARG_NONE, NULL, "print one JSON object (text, token counts, timings) instead of streaming", NULL },
     { 't', "threads", LLM_ARG_REQUIRED, "N", "threads (default: the number of cores)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "context size in tokens (default: the model's, at most 4096)", NULL },
-    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache element type: f32, f16 or bf16 (default: f16; with --kv-in, the state's)", "f32 f16 bf16" },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type: f32, f16, bf16 or q8 (int8 in blocks of 32 with their scale) (default: f16; with --kv-in, the state's)", "f32 f16 bf16 q8" },
     { OPT_NSEQ, "n-seq", LLM_ARG_REQUIRED, "N", "N completions of the prompt, sharing its KV blocks, decoded as one batch (default: 1)", NULL },
     { OPT_NSEQ, "parallel", LLM_ARG_REQUIRED, "N", "the same as --n-seq", NULL },
     { OPT_KVMEM, "kv-mem", LLM_ARG_REQUIRED, "SIZE", "KV cache budget, e.g. 64M or 2G (default: what --ctx tokens of every completion need)", NULL },
@@ -888,8 +888,8 @@ static llm_status open_context(const struct args *a, struct llm_model *m, struct
         /* name the problem: almost always the KV cache of a large --ctx */
         const struct llm_config *cf = llm_model_config(m);
         int32_t n_ctx = cp.n_ctx > 0 ? cp.n_ctx : (cf->n_ctx_train < 4096 ? cf->n_ctx_train : 4096);
-        double kvb = 2.0 * cf->n_layers * cf->n_kv_heads * cf->head_dim * (double)n_ctx *
-                     (a->kv_type == LLM_TYPE_F32 ? 4 : 2);
+        double kvb = 2.0 * cf->n_layers * (double)n_ctx *
+                     (double)llm_kv_row_bytes(a->kv_type, (int64_t)cf->n_kv_heads * cf->head_dim);
         s = llm_error_set(LLM_E_NOMEM, "no memory for the KV cache of %d tokens (%.2f GB of %s) "
                           "and the buffers: use a smaller --ctx", n_ctx, kvb / 1e9,
                           llm_type_name(a->kv_type));
@@ -1241,8 +1241,10 @@ int main(int argc, char **argv)
                 a.kv_type = LLM_TYPE_F16;
             else if (!strcmp(arg, "bf16"))
                 a.kv_type = LLM_TYPE_BF16;
+            else if (!strcmp(arg, "q8") || !strcmp(arg, "q8_0"))
+                a.kv_type = LLM_TYPE_Q8_0;
             else
-                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32, f16 or bf16", arg);
+                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32, f16, bf16 or q8", arg);
             break;
         case OPT_NSEQ: rc = parse_i(arg, 1, 1024, "--n-seq", &a.n_seq); break;
         case OPT_KVBLOCKS: rc = parse_i(arg, 1, INT32_MAX, "--kv-blocks", &a.kv_blocks); break;

@@ -114,7 +114,7 @@ _llm_bench()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16'
+            _llm_words 'f32 f16 bf16 q8'
             return
             ;;
         --ctx)
@@ -534,7 +534,7 @@ _llm_run()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16'
+            _llm_words 'f32 f16 bf16 q8'
             return
             ;;
         --n-seq)

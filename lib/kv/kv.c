@@ -6,6 +6,7 @@
 
 #include "../common/alloc.h"
 #include "../common/fp16.h"
+#include "../quant/quant.h"
 
 void llm_kv_params_default(struct llm_kv_params *p)
 {
@@ -32,7 +33,7 @@ static int params_ok(const struct llm_kv_params *p)
 {
     return p->n_layers > 0 && p->n_kv_heads > 0 && p->head_dim > 0 && p->block_size > 0 &&
            p->n_seq > 0 && p->max_tokens > 0 && p->n_blocks >= 0 &&
-           llm_kv_type_bytes(p->type) && total_blocks(p) > 0;
+           llm_kv_type_ok(p->type, p->head_dim) && total_blocks(p) > 0;
 }
 
 size_t llm_kv_type_bytes(enum llm_type t)
@@ -40,15 +41,25 @@ size_t llm_kv_type_bytes(enum llm_type t)
     return t == LLM_TYPE_F32 ? 4 : t == LLM_TYPE_F16 || t == LLM_TYPE_BF16 ? 2 : 0;
 }
 
+int llm_kv_type_ok(enum llm_type t, int32_t head_dim)
+{
+    return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q8_0 && head_dim > 0 && head_dim % 32 == 0);
+}
+
+size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim)
+{
+    return t == LLM_TYPE_Q8_0 ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q8_0)
+                              : (size_t)kv_dim * llm_kv_type_bytes(t);
+}
+
 uint64_t llm_kv_block_bytes(const struct llm_kv_params *p)
 {
     uint64_t n;
     if (!params_ok(p))
         return 0;
-    uint64_t elt = llm_kv_type_bytes(p->type);
+    const uint64_t row = llm_kv_row_bytes(p->type, (int64_t)p->n_kv_heads * p->head_dim);
     if (!llm_mul_ok((uint64_t)p->n_layers, (uint64_t)p->block_size, &n) ||
-        !llm_mul_ok(n, (uint64_t)p->n_kv_heads * (uint64_t)p->head_dim, &n) ||
-        !llm_mul_ok(n, elt * 2, &n))
+        !llm_mul_ok(n, row * 2, &n))
         return 0;
     return n;
 }
@@ -76,7 +87,7 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
     kv->p.n_blocks = total_blocks(p);
     kv->kv_dim = (int64_t)p->n_kv_heads * p->head_dim;
     kv->elt = llm_kv_type_bytes(p->type);
-    kv->row_bytes = (size_t)kv->kv_dim * kv->elt;
+    kv->row_bytes = llm_kv_row_bytes(p->type, kv->kv_dim);
     kv->max_blocks = blocks_per_seq(p);
     kv->ref = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
     kv->free_ids = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
@@ -384,7 +395,13 @@ void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t po
     for (int32_t i = 0; i < n; i++) {
         int64_t off = llm_kv_row_index(kv, layer, seq, pos + i);
         const float *ki = k + (int64_t)i * kv->kv_dim, *vi = v + (int64_t)i * kv->kv_dim;
-        if (kv->p.type == LLM_TYPE_F16) {
+        if (kv->p.type == LLM_TYPE_Q8_0) {
+            /* blocks of 32 with their scale: a row (and so a paged block)
+             * carries its own scales */
+            const size_t at = (size_t)llm_kv_row_number(kv, layer, seq, pos + i) * kv->row_bytes;
+            llm_quantize_row(LLM_TYPE_Q8_0, ki, (uint8_t *)kv->k + at, kv->kv_dim);
+            llm_quantize_row(LLM_TYPE_Q8_0, vi, (uint8_t *)kv->v + at, kv->kv_dim);
+        } else if (kv->p.type == LLM_TYPE_F16) {
             uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
             for (int64_t j = 0; j < kv->kv_dim; j++) {
                 kd[j] = llm_fp32_to_fp16(ki[j]);

@@ -44,12 +44,18 @@ struct llm_kv_params {
     int32_t n_seq;          /* sequence slots */
     int32_t max_tokens;     /* the longest one sequence may grow, in tokens */
     int32_t n_blocks;       /* blocks in the pool; 0: n_seq * ceil(max_tokens / block_size) */
-    enum llm_type type;     /* LLM_TYPE_F32, LLM_TYPE_F16 or LLM_TYPE_BF16 */
+    enum llm_type type;     /* LLM_TYPE_F32, F16, BF16 or Q8_0 (llm_kv_type_ok) */
 };
 
-/* Bytes of an element of a KV type the cache stores (f32, f16, bf16), or
- * 0 for any other type. */
+/* Bytes of an element of a KV type stored element by element (f32, f16,
+ * bf16), or 0 for any other type. */
 size_t llm_kv_type_bytes(enum llm_type t);
+/* Can the cache store type t with heads of head_dim? f32, f16, bf16, and
+ * q8_0 (blocks of 32 int8 and their fp16 scale, each row carrying its own
+ * blocks: head_dim a multiple of 32). */
+int llm_kv_type_ok(enum llm_type t, int32_t head_dim);
+/* Bytes of a K or V row of kv_dim elements in type t. */
+size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim);
 
 /* A copy-on-write copy: every layer's K and V rows of block src to dst. */
 struct llm_kv_copy {
@@ -59,7 +65,7 @@ struct llm_kv_copy {
 struct llm_kv {
     struct llm_kv_params p;
     int64_t kv_dim;
-    size_t elt;             /* bytes per element */
+    size_t elt;             /* bytes per element (0 for q8_0: rows of blocks) */
     size_t row_bytes;       /* kv_dim * elt */
     int32_t max_blocks;     /* table entries per sequence */
     void *k, *v;            /* (n_layers, n_blocks, block_size, kv_dim) */
@@ -145,14 +151,19 @@ int32_t llm_kv_refs(const struct llm_kv *kv, int32_t block);
 /* `seq` (emptied first) holds the nb full blocks `blocks` (all in use) as
  * its first nb * block_size positions, shared by reference. */
 llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, int32_t nb);
-/* Offset in elements of the row of (layer, seq, pos) in the K or V storage;
- * the position must be held. */
+/* The row of (layer, seq, pos) in the K or V storage, counted in rows (at
+ * row_number * row_bytes bytes); the position must be held. */
+static inline int64_t llm_kv_row_number(const struct llm_kv *kv, int32_t layer, int32_t seq,
+                                        int32_t pos)
+{
+    int32_t blk = kv->tables[(int64_t)seq * kv->max_blocks + pos / kv->p.block_size];
+    return ((int64_t)layer * kv->p.n_blocks + blk) * kv->p.block_size + pos % kv->p.block_size;
+}
+/* Its offset in elements, for the types stored element by element. */
 static inline int64_t llm_kv_row_index(const struct llm_kv *kv, int32_t layer, int32_t seq,
                                        int32_t pos)
 {
-    int32_t blk = kv->tables[(int64_t)seq * kv->max_blocks + pos / kv->p.block_size];
-    return (((int64_t)layer * kv->p.n_blocks + blk) * kv->p.block_size + pos % kv->p.block_size) *
-           kv->kv_dim;
+    return llm_kv_row_number(kv, layer, seq, pos) * kv->kv_dim;
 }
 
 /* Store n rows of keys and values (n, kv_dim) float32 at positions

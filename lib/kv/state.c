@@ -36,16 +36,15 @@ static int sum_ok(uint64_t got, uint64_t want)
 #endif
 }
 
-size_t llm_state_elt(enum llm_type t)
+int llm_state_type_ok(enum llm_type t, int32_t kv_dim)
 {
-    return llm_kv_type_bytes(t);
+    return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q8_0 && kv_dim % 32 == 0);
 }
 
 /* Bytes of the KV record of n rows. */
 static uint64_t rows_bytes(const struct llm_state_info *in, int32_t n)
 {
-    return (uint64_t)in->n_layers * 2 * (uint64_t)n * (uint64_t)in->kv_dim *
-           llm_state_elt(in->kv_type);
+    return (uint64_t)in->n_layers * 2 * (uint64_t)n * llm_kv_row_bytes(in->kv_type, in->kv_dim);
 }
 
 static void header_encode(uint8_t *h, const struct llm_state_info *in)
@@ -91,7 +90,8 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     memset(in, 0, sizeof *in);
     in->kv_type = (enum llm_type)type;
     const char *bad = flags > 1 ? "unknown flags"
-                      : !llm_state_elt(in->kv_type) ? "a KV type other than f32, f16 and bf16"
+                      : !kvd || !llm_state_type_ok(in->kv_type, (int32_t)kvd)
+                      ? "a KV type other than f32, f16, bf16 and q8_0, or a row it cannot fill"
                       : !layers || layers > LLM_STATE_MAX_LAYERS ? "a bad layer count"
                       : !kvd || kvd > LLM_STATE_MAX_KVDIM ? "a bad KV row width"
                       : !vocab || vocab > LLM_STATE_MAX_VOCAB ? "a bad vocabulary size"
@@ -180,7 +180,7 @@ llm_status llm_state_write(const char *path, const struct llm_state_info *in,
                            const int32_t *tokens, const float *logits, llm_state_rows_fn rows,
                            void *ctx)
 {
-    if (!llm_state_elt(in->kv_type) || in->n_tokens < 1 || in->chunk < 1 ||
+    if (!llm_state_type_ok(in->kv_type, in->kv_dim) || in->n_tokens < 1 || in->chunk < 1 ||
         in->chunk > LLM_STATE_MAX_CHUNK || in->n_tokens > LLM_STATE_MAX_TOKENS ||
         rows_bytes(in, in->chunk) > RECORD_MAX)
         return llm_error_set(LLM_E_INVALID, "%s: a KV state of these sizes cannot be written",

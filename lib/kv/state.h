@@ -14,7 +14,8 @@
  *   header   "LLMSTATE", version, sizes, sampler parameters, XXH3-64 of it
  *   record   the tokens            (n_tokens) int32
  *   record   the logits            (n_vocab) f32
- *   record   KV rows of chunk i    (n_layers, 2, rows, kv_dim) in kv_type,
+ *   record   KV rows of chunk i    (n_layers, 2, rows, kv_dim) in kv_type (q8_0:
+ *                                  each row its blocks of 32 and their scales),
  *            for positions i*chunk .. i*chunk+rows-1, one per chunk
  *   end      "LLMSTEND"
  *
@@ -52,9 +53,9 @@ struct llm_state_info {
     struct llm_sampler_params sp;
 };
 
-/* Bytes of one element of a KV type the state files hold (f32, f16, bf16),
- * or 0. */
-size_t llm_state_elt(enum llm_type t);
+/* Can a state hold rows of kv_dim elements of type t (f32, f16, bf16, and
+ * q8_0 for a multiple of 32)? */
+int llm_state_type_ok(enum llm_type t, int32_t kv_dim);
 
 /* The K and V rows of positions pos .. pos+n-1 as (n_layers, 2, n, kv_dim)
  * elements of kv_type: filled by the writer's source, taken by the reader's

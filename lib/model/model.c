@@ -606,9 +606,10 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         p.block_size = 16;
     if (p.n_batch <= 0)
         p.n_batch = 512;
-    if (!llm_kv_type_bytes(p.kv_type))
-        return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16, bf16)",
-                             llm_type_name(p.kv_type));
+    if (!llm_kv_type_ok(p.kv_type, cf->head_dim))
+        return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16, bf16, "
+                             "and q8_0 for heads of a multiple of 32: these are %d)",
+                             llm_type_name(p.kv_type), cf->head_dim);
     if (p.kv_blocks < 0)
         return llm_error_set(LLM_E_INVALID, "KV pool of %d blocks", p.kv_blocks);
     struct llm_kv_params kp;
@@ -992,7 +993,7 @@ static llm_status kv_rows_copy(struct llm_context *c, int32_t seq, int32_t pos, 
                 int32_t run = bs - p % bs;
                 if (run > pos + n - p)
                     run = pos + n - p;
-                uint8_t *at = base + (size_t)llm_kv_row_index(kv, l, seq, p) * kv->elt;
+                uint8_t *at = base + (size_t)llm_kv_row_number(kv, l, seq, p) * kv->row_bytes;
                 size_t nb = (size_t)run * kv->row_bytes;
                 LLM_TRY(store ? c->be->ops->upload(c->be, at, rows, nb)
                               : c->be->ops->download(c->be, rows, at, nb));

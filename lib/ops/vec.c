@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../common/fp16.h"
+#include "../quant/blocks.h"
 #include "matmul_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -96,6 +97,40 @@ void llm_vec_axpys_bf16_ref(float *y, const float *w, const uint16_t *V, int64_t
 {
     for (int64_t r = 0; r < m; r++)
         axpy_bf16_ref(y, w[r], V + r * ldv, n);
+}
+
+/* q8_0 rows: blocks of 32 int8 and their fp16 scale d; n a multiple of 32,
+ * ldk (ldv) in bytes. */
+static float dot_q8_0_ref(const float *a, const struct llm_block_q8_0 *b, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t k = 0; k < n / 32; k++) {
+        double t = 0.0;
+        for (int i = 0; i < 32; i++)
+            t += (double)a[32 * k + i] * b[k].qs[i];
+        s += t * llm_fp16_to_fp32(b[k].d);
+    }
+    return (float)s;
+}
+
+void llm_vec_dots_q8_0_ref(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                           float *s)
+{
+    for (int64_t r = 0; r < m; r++)
+        s[r] = dot_q8_0_ref(q, (const struct llm_block_q8_0 *)(K + r * ldk), n);
+}
+
+void llm_vec_axpys_q8_0_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                            int64_t n)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(V + r * ldv);
+        for (int64_t k = 0; k < n / 32; k++) {
+            const float c = w[r] * llm_fp16_to_fp32(b[k].d);
+            for (int i = 0; i < 32; i++)
+                y[32 * k + i] += c * (float)b[k].qs[i];
+        }
+    }
 }
 
 #ifdef VEC_X86
@@ -312,6 +347,86 @@ AXPYS_AVX512(axpys_bf16_avx512, uint16_t, MLD16_BF16)
 DOTS_AVX2(dots_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
 AXPYS_AVX2(axpys_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
 
+/* q8_0 rows, a row at a time: each block's 32 products summed in vectors,
+ * scaled by its d into the row's accumulator, one horizontal sum a row. */
+static T_AVX512 void dots_q8_0_avx512(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
+                                      int64_t n, float *s)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(K + r * ldk);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t k = 0; k < n / 32; k++) {
+            const __m128i *x = (const __m128i *)b[k].qs;
+            const __m512 x0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x)));
+            const __m512 x1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x + 1)));
+            const __m512 t = _mm512_fmadd_ps(x1, _mm512_loadu_ps(q + 32 * k + 16),
+                                             _mm512_mul_ps(x0, _mm512_loadu_ps(q + 32 * k)));
+            acc = _mm512_fmadd_ps(t, _mm512_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
+        }
+        s[r] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+static T_AVX512 void axpys_q8_0_avx512(float *y, const float *w, const uint8_t *V, int64_t ldv,
+                                       int64_t m, int64_t n)
+{
+    for (int64_t k = 0; k < n / 32; k++) {
+        __m512 a0 = _mm512_loadu_ps(y + 32 * k), a1 = _mm512_loadu_ps(y + 32 * k + 16);
+        for (int64_t r = 0; r < m; r++) {
+            const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(V + r * ldv) + k;
+            const __m512 c = _mm512_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
+            const __m128i *x = (const __m128i *)b->qs;
+            a0 = _mm512_fmadd_ps(c, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x))), a0);
+            a1 = _mm512_fmadd_ps(c, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x + 1))),
+                                 a1);
+        }
+        _mm512_storeu_ps(y + 32 * k, a0);
+        _mm512_storeu_ps(y + 32 * k + 16, a1);
+    }
+}
+
+/* 8 int8 at p as floats */
+#define LD8_I8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+
+static T_AVX2 void dots_q8_0_avx2(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
+                                  int64_t n, float *s)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(K + r * ldk);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t k = 0; k < n / 32; k++) {
+            const float *qk = q + 32 * k;
+            __m256 t = _mm256_mul_ps(LD8_I8(b[k].qs), _mm256_loadu_ps(qk));
+            t = _mm256_fmadd_ps(LD8_I8(b[k].qs + 8), _mm256_loadu_ps(qk + 8), t);
+            t = _mm256_fmadd_ps(LD8_I8(b[k].qs + 16), _mm256_loadu_ps(qk + 16), t);
+            t = _mm256_fmadd_ps(LD8_I8(b[k].qs + 24), _mm256_loadu_ps(qk + 24), t);
+            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
+        }
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        s[r] = _mm_cvtss_f32(h);
+    }
+}
+
+static T_AVX2 void axpys_q8_0_avx2(float *y, const float *w, const uint8_t *V, int64_t ldv,
+                                   int64_t m, int64_t n)
+{
+    for (int64_t k = 0; k < n / 32; k++) {
+        __m256 a[4];
+        for (int j = 0; j < 4; j++)
+            a[j] = _mm256_loadu_ps(y + 32 * k + 8 * j);
+        for (int64_t r = 0; r < m; r++) {
+            const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(V + r * ldv) + k;
+            const __m256 c = _mm256_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
+            for (int j = 0; j < 4; j++)
+                a[j] = _mm256_fmadd_ps(c, LD8_I8(b->qs + 8 * j), a[j]);
+        }
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(y + 32 * k + 8 * j, a[j]);
+    }
+}
+
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
     switch (llm_matmul_isa()) {              \
     case LLM_ISA_AVX512:                     \
@@ -361,4 +476,16 @@ void llm_vec_axpys_bf16(float *y, const float *w, const uint16_t *V, int64_t ldv
                         int64_t n)
 {
     VEC_DISPATCH(axpys_bf16_avx512, axpys_bf16_avx2, llm_vec_axpys_bf16_ref, y, w, V, ldv, m, n)
+}
+
+void llm_vec_dots_q8_0(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                       float *s)
+{
+    VEC_DISPATCH(dots_q8_0_avx512, dots_q8_0_avx2, llm_vec_dots_q8_0_ref, q, K, ldk, m, n, s)
+}
+
+void llm_vec_axpys_q8_0(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                        int64_t n)
+{
+    VEC_DISPATCH(axpys_q8_0_avx512, axpys_q8_0_avx2, llm_vec_axpys_q8_0_ref, y, w, V, ldv, m, n)
 }

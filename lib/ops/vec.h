@@ -41,5 +41,16 @@ void llm_vec_axpys_bf16(float *y, const float *w, const uint16_t *V, int64_t ldv
                         int64_t n);
 void llm_vec_axpys_bf16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
                             int64_t n);
+/* q8_0 rows (a key or value head as blocks of 32 int8 and their fp16
+ * scale): n a multiple of 32, ldk and ldv in bytes. The products of a
+ * block are summed in float before its scale multiplies them. */
+void llm_vec_dots_q8_0(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                       float *s);
+void llm_vec_dots_q8_0_ref(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                           float *s);
+void llm_vec_axpys_q8_0(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                        int64_t n);
+void llm_vec_axpys_q8_0_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                            int64_t n);
 
 #endif

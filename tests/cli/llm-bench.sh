@@ -439,7 +439,22 @@ t_bench_grammar_errors() {
         expect 2 "$BENCH" -m x --json-object --prompts p -b 4 && has "$TMP/err" "goes with --prompts"
 }
 # --ppl with each KV type: each says which, and f16 and bf16 stay within
-# 0.5% of f32 on stories260K; --kv-type without --ppl is a usage error.
+# 0.5% of f32 on stories260K (q8's heads must be multiples of 32: SmolLM2
+# below); --kv-type without --ppl is a usage error.
+t_bench_ppl_kv_q8_smollm2() {
+    need "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$DATA/text/wiki.test.raw"
+    head -c 30000 "$DATA/text/wiki.test.raw" >"$TMP/w.txt"
+    local t p f32=
+    for t in f32 q8; do
+        expect 0 "$BENCH" -m "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" --ppl "$TMP/w.txt" --ctx 256 --chunks 8 \
+            --kv-type $t -t 2 || return 1
+        p=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$TMP/out")
+        [ -n "$f32" ] || f32=$p
+        awk -v a="$p" -v b="$f32" 'BEGIN { d = a / b - 1; exit !(d < 0.005 && d > -0.005) }' ||
+            { echo "$t: $p against f32 $f32"; return 1; }
+    done
+    has "$TMP/out" "KV cache: q8_0"
+}
 t_bench_ppl_kv_types() {
     need "$B260" "$DATA/text/tinystories_val.txt"
     head -c 60000 "$DATA/text/tinystories_val.txt" >"$TMP/t3.txt"

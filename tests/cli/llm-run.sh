@@ -942,25 +942,36 @@ t_run_prompt_cache_reuse() {
     expect 1 "$RUN" -m "$TMP/smol.llm" -p "$p" $o --prompt-cache "$c" && one_line &&
         has "$TMP/err" "pc.kv: the KV rows of positions 0-12: the checksum does not match" && [ ! -s "$TMP/out" ]
 }
-# A bf16 KV cache: the model still answers (a broken attention would not),
-# completions batched are the texts alone, and a bf16 state continues as one
-# run and is refused by an f16 cache.
-t_run_kv_type_bf16() {
-    r_smol || return 1
-    expect 0 "$RUN" -m "$TMP/smol.llm" -p "The capital of France is" --temp 0 -n 3 -t 2 --kv-type bf16 &&
+# The bf16 and q8 KV caches: the model still answers (a broken attention
+# would not), completions batched are the texts alone, and a state
+# continues as one run and is refused by an f16 cache. q8 needs heads of a
+# multiple of 32 (stories260K's are 8).
+kv_type_case() {
+    local t=$1 i
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "The capital of France is" --temp 0 -n 3 -t 2 --kv-type "$t" &&
         has "$TMP/out" " Paris" || return 1
-    local i
-    expect 0 "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 --kv-type bf16 --n-seq 3 --json || return 1
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 --kv-type "$t" --n-seq 3 --json || return 1
     command -v python3 >/dev/null || skip "no python3"
     python3 -c 'import json,sys; [print(json.dumps(c["text"])) for c in json.load(open(sys.argv[1]))["completions"]]' \
         "$TMP/out" >"$TMP/n3" || return 1
     for i in 0 1 2; do
-        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s $((2 + i)) -n 24 -t 2 --kv-type bf16 --json |
+        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s $((2 + i)) -n 24 -t 2 --kv-type "$t" --json |
             python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))'
     done >"$TMP/n1" && cmp "$TMP/n3" "$TMP/n1" || return 1
-    "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 --kv-type bf16 >"$TMP/one" &&
-        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -t 2 --kv-type bf16 --prefill-only --kv-out "$TMP/b.kv" &&
+    "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 --kv-type "$t" >"$TMP/one" &&
+        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -t 2 --kv-type "$t" --prefill-only --kv-out "$TMP/b.kv" &&
         expect 0 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/b.kv" -n 24 -t 2 && cmp "$TMP/one" "$TMP/out" &&
         expect 1 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/b.kv" -n 24 --kv-type f16 &&
-        has "$TMP/err" "the state holds bf16 KV rows, this run's cache is f16 (--kv-type bf16)"
+        has "$TMP/err" "the state holds $2 KV rows, this run's cache is f16 (--kv-type $2)"
+}
+t_run_kv_type_bf16() {
+    r_smol || return 1
+    kv_type_case bf16 bf16
+}
+t_run_kv_type_q8() {
+    r_smol || return 1
+    kv_type_case q8 q8_0 || return 1
+    r_stories
+    expect 1 "$RUN" -m "$TMP/s.llm" -p Once -n 2 --kv-type q8 && one_line &&
+        has "$TMP/err" "KV cache type q8_0 is not supported (f32, f16, bf16, and q8_0 for heads of a multiple of 32: these are 8)"
 }

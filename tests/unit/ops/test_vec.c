@@ -8,6 +8,7 @@
 #include "../../../lib/common/fp16.h"
 #include "../../../lib/ops/matmul_impl.h"
 #include "../../../lib/ops/vec.h"
+#include "../../../lib/quant/quant.h"
 #include "../helpers.h"
 
 static uint64_t rng = 1;
@@ -303,6 +304,65 @@ Test(vec, bf16_dots_and_axpys_within_bounds, .fini = restore)
                         S += fabs((double)w[r] * Bf[r * ld + i]);
                     }
                     cr_assert(fabs(y[i] - want) <= (double)(m + 2) * ldexp(1.0, -24) * S,
+                              "isa %d n=%lld m=%lld i=%lld: %.9g vs %.9g", is[ii], (long long)n,
+                              (long long)m, (long long)i, y[i], want);
+                }
+                cr_assert_eq(y[n], 12345.0f, "isa %d: wrote past n", is[ii]);
+            }
+    }
+}
+
+/* q8_0 rows (a KV head as blocks of 32 int8 and their fp16 scale), ld
+ * bytes apart with 0x7f poison bytes in the gaps: within the float bounds
+ * of the values the blocks hold (as dequantized), every row count, heads
+ * of 32 to 256. */
+Test(vec, q8_0_dots_and_axpys_within_bounds, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    static uint8_t B[33 * 300];
+    static float D[33 * 256];
+    float q[256], x[256], s[34], y0[257], y[257], w[33];
+    const int64_t heads[] = { 32, 64, 96, 128, 256 };
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+            for (size_t mi = 0; mi < N_ROWS; mi++) {
+                const int64_t n = heads[hi], m = row_counts[mi], rb = n / 32 * 34, ld = rb + 7;
+                memset(B, 0x7f, sizeof B);
+                for (int64_t r = 0; r < m; r++) {
+                    for (int64_t i = 0; i < n; i++)
+                        x[i] = rnd() * (float)(r + 1);
+                    cr_assert_eq(llm_quantize_row(LLM_TYPE_Q8_0, x, B + r * ld, n), LLM_OK);
+                    cr_assert_eq(llm_dequantize_row(LLM_TYPE_Q8_0, B + r * ld, D + r * n, n), LLM_OK);
+                }
+                for (int64_t i = 0; i < n; i++)
+                    q[i] = rnd(), y0[i] = rnd();
+                for (int64_t r = 0; r < m; r++)
+                    w[r] = rnd();
+                s[m] = 12345.0f;
+                llm_vec_dots_q8_0(q, B, ld, m, n, s);
+                for (int64_t r = 0; r < m; r++) {
+                    double exact = 0, S = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        exact += (double)q[i] * D[r * n + i];
+                        S += fabs((double)q[i] * D[r * n + i]);
+                    }
+                    cr_assert(fabs(s[r] - exact) <= (double)(n + 2) * ldexp(1.0, -24) * S,
+                              "isa %d n=%lld m=%lld row %lld: %.9g vs %.9g", is[ii],
+                              (long long)n, (long long)m, (long long)r, s[r], exact);
+                }
+                cr_assert_eq(s[m], 12345.0f, "isa %d: wrote past m", is[ii]);
+                memcpy(y, y0, sizeof(float) * (size_t)n);
+                y[n] = 12345.0f;
+                llm_vec_axpys_q8_0(y, w, B, ld, m, n);
+                for (int64_t i = 0; i < n; i++) {
+                    double want = y0[i], S = fabs(y0[i]);
+                    for (int64_t r = 0; r < m; r++) {
+                        want += (double)w[r] * D[r * n + i];
+                        S += fabs((double)w[r] * D[r * n + i]);
+                    }
+                    cr_assert(fabs(y[i] - want) <= (double)(m + 3) * ldexp(1.0, -24) * S,
                               "isa %d n=%lld m=%lld i=%lld: %.9g vs %.9g", is[ii], (long long)n,
                               (long long)m, (long long)i, y[i], want);
                 }
