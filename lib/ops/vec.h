@@ -42,7 +42,7 @@ void llm_vec_axpys_bf16(float *y, const float *w, const uint16_t *V, int64_t ldv
 void llm_vec_axpys_bf16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
                             int64_t n);
 /* q8_0 rows (a key or value head as blocks of 32 int8 and their fp16
- * scale): n a multiple of 32, ldk and ldv in bytes. The products of a
+ * scale): n a multiple of 32, ldk and ldv in bytes, rows 2-byte aligned. The products of a
  * block are summed in float before its scale multiplies them. */
 void llm_vec_dots_q8_0(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
                        float *s);

@@ -313,7 +313,8 @@ Test(vec, bf16_dots_and_axpys_within_bounds, .fini = restore)
 }
 
 /* q8_0 rows (a KV head as blocks of 32 int8 and their fp16 scale), ld
- * bytes apart with 0x7f poison bytes in the gaps: within the float bounds
+ * bytes apart (even: the blocks' scales are 2-byte aligned, as the cache's
+ * rows of 34-byte blocks are) with 0x7f poison bytes in the gaps: within the float bounds
  * of the values the blocks hold (as dequantized), every row count, heads
  * of 32 to 256. */
 Test(vec, q8_0_dots_and_axpys_within_bounds, .fini = restore)
@@ -328,7 +329,7 @@ Test(vec, q8_0_dots_and_axpys_within_bounds, .fini = restore)
         llm_matmul_set_isa(is[ii]);
         for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
             for (size_t mi = 0; mi < N_ROWS; mi++) {
-                const int64_t n = heads[hi], m = row_counts[mi], rb = n / 32 * 34, ld = rb + 7;
+                const int64_t n = heads[hi], m = row_counts[mi], rb = n / 32 * 34, ld = rb + 6;
                 memset(B, 0x7f, sizeof B);
                 for (int64_t r = 0; r < m; r++) {
                     for (int64_t i = 0; i < n; i++)
