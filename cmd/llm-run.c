@@ -1235,16 +1235,8 @@ int main(int argc, char **argv)
         case OPT_CTX: rc = parse_i(arg, 1, 1 << 24, "--ctx", &a.n_ctx); break;
         case OPT_KVTYPE:
             a.have_kvtype = 1;
-            if (!strcmp(arg, "f32"))
-                a.kv_type = LLM_TYPE_F32;
-            else if (!strcmp(arg, "f16"))
-                a.kv_type = LLM_TYPE_F16;
-            else if (!strcmp(arg, "bf16"))
-                a.kv_type = LLM_TYPE_BF16;
-            else if (!strcmp(arg, "q8") || !strcmp(arg, "q8_0"))
-                a.kv_type = LLM_TYPE_Q8_0;
-            else
-                return llm_cli_usage(&cli, "--kv-type: '%s' is not f32, f16, bf16 or q8", arg);
+            if (llm_kv_type_parse(arg, &a.kv_type))
+                return llm_cli_usage(&cli, "--kv-type: %s", llm_error_detail(LLM_E_INVALID));
             break;
         case OPT_NSEQ: rc = parse_i(arg, 1, 1024, "--n-seq", &a.n_seq); break;
         case OPT_KVBLOCKS: rc = parse_i(arg, 1, INT32_MAX, "--kv-blocks", &a.kv_blocks); break;

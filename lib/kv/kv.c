@@ -41,6 +41,21 @@ size_t llm_kv_type_bytes(enum llm_type t)
     return t == LLM_TYPE_F32 ? 4 : t == LLM_TYPE_F16 || t == LLM_TYPE_BF16 ? 2 : 0;
 }
 
+llm_status llm_kv_type_parse(const char *name, enum llm_type *out)
+{
+    static const struct {
+        const char *name;
+        enum llm_type t;
+    } names[] = { { "f32", LLM_TYPE_F32 }, { "f16", LLM_TYPE_F16 }, { "bf16", LLM_TYPE_BF16 },
+                  { "q8", LLM_TYPE_Q8_0 }, { "q8_0", LLM_TYPE_Q8_0 } };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) {
+            *out = names[i].t;
+            return LLM_OK;
+        }
+    return llm_error_set(LLM_E_INVALID, "'%s' is not f32, f16, bf16 or q8", name);
+}
+
 int llm_kv_type_ok(enum llm_type t, int32_t head_dim)
 {
     return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q8_0 && head_dim > 0 && head_dim % 32 == 0);

@@ -54,6 +54,9 @@ size_t llm_kv_type_bytes(enum llm_type t);
  * q8_0 (blocks of 32 int8 and their fp16 scale, each row carrying its own
  * blocks: head_dim a multiple of 32). */
 int llm_kv_type_ok(enum llm_type t, int32_t head_dim);
+/* The KV type of a --kv-type name: f32, f16, bf16, q8 (or q8_0);
+ * LLM_E_INVALID "'NAME' is not ..." for another. */
+llm_status llm_kv_type_parse(const char *name, enum llm_type *out);
 /* Bytes of a K or V row of kv_dim elements in type t. */
 size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim);
 
