@@ -1,21 +1,30 @@
 #!/bin/bash
-# bench-kvstate.sh LLM GGUF LLAMA_BIN TEXT [ROUNDS]: KV state files against
-# recomputing the prompt, and llm-run's --prompt-cache against llama.cpp's
-# (llama-cli --prompt-cache), in alternating rounds on the same machine.
-# LLM is the .llm import of GGUF; TEXT the prompt. Wall time of each whole
-# process (model load included), 16 greedy tokens, 2 threads; medians.
+# bench-kvstate.sh MODE LLM GGUF LLAMA_BIN TEXT [ROUNDS]: the KV cache's files
+# and types against llama.cpp b4748 in the same run, on the prompt TEXT. LLM
+# is the .llm import of GGUF; 2 threads.
+#   files  state files (--prefill-only --kv-out, --kv-in) against computing
+#          the prompt, and --prompt-cache against llama-cli's: wall time of
+#          each whole process (model load included), 16 greedy tokens,
+#          alternating rounds (default 5), medians
+#   depth  decode of 64 tokens after the prompt for each KV type, ours from a
+#          state of the prompt (computed once per type), llama.cpp's with
+#          llama-cli -fa -ctk T -ctv T (its eval time); ours in ROUNDS
+#          rounds (default 3)
 set -u
-llm=$1 gguf=$2 lb=$3 text=$4 rounds=${5:-5}
+mode=$1 llm=$2 gguf=$3 lb=$4 text=$5
 bin=$(dirname "$0")/../bin
 export LD_LIBRARY_PATH=$lb
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-t() {
-    local s e
-    s=$(date +%s.%N)
-    "$@" >/dev/null 2>&1 || echo "failed: $*" >&2
-    e=$(date +%s.%N)
-    echo "$e - $s" | bc
+
+files() {
+    rounds=${1:-5}
+    t() {
+        local s e
+        s=$(date +%s.%N)
+        "$@" >/dev/null 2>&1 || echo "failed: $*" >&2
+        e=$(date +%s.%N)
+        echo "$e - $s" | bc
 }
 o="-n 16 --temp 0 -t 2"
 for r in $(seq "$rounds"); do
@@ -42,3 +51,29 @@ awk '{ v[$1] = v[$1] " " $2 } END { for (k in v) print k, v[k] }' "$dir/times" |
             "$(echo "$rest" | tr ' ' '\n' | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')" "$rest"
     done | sort
 ls -l "$dir"/st.kv "$dir"/stz.kv "$dir"/pc.kv "$dir"/lpc.bin | awk '{ print $5, $NF }'
+}
+
+depth() {
+    rounds=${1:-3}
+    gen() { grep -o 'generation: [0-9]* tokens in [0-9.]* s ([0-9.]* tokens/s)'; }
+    for t in f16 bf16 q8 f32; do
+        "$bin/llm-run" -m "$llm" -f "$text" --prefill-only --kv-out "$dir/$t.kv" --kv-type $t -t 2 -v 2>&1 |
+            grep -o 'prompt: [0-9]* tokens' | sed "s/^/$t state: /"
+        echo "$t state file: $(wc -c <"$dir/$t.kv") bytes"
+    done
+    for r in $(seq "$rounds"); do
+        for t in f16 bf16 q8 f32; do
+            echo "ours $t: $("$bin/llm-run" -m "$llm" --kv-in "$dir/$t.kv" -n 64 --temp 0 --ignore-eos -t 2 -v 2>&1 >/dev/null | gen)"
+        done
+        echo "ours depth 0: $("$bin/llm-run" -m "$llm" -p Hello -n 64 --temp 0 --ignore-eos -t 2 -v 2>&1 >/dev/null | gen)"
+    done
+    for t in f16 q8_0 q4_0; do
+        echo "llama.cpp $t: $("$lb/llama-cli" -m "$gguf" -f "$text" -n 64 --temp 0 -t 2 -no-cnv --no-warmup -c 4096 -fa \
+            -ctk $t -ctv $t --ignore-eos 2>&1 | grep -E '^llama_perf_context_print: +eval time' | sed 's/.*(//')"
+    done
+}
+
+case $mode in
+files | depth) "$mode" "${6:-}" ;;
+*) echo "bench-kvstate: MODE is files or depth, not '$mode'" >&2; exit 2 ;;
+esac

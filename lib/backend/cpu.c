@@ -360,25 +360,26 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
     const int64_t kvd = kv->kv_dim, plane = (int64_t)layer * kv->p.n_blocks;
     const enum llm_type t = kv->p.type;
-    /* q8_0: rows of blocks, addressed in bytes (the head's blocks are
-     * row_bytes / n_kv_heads into the row) */
+    /* rows addressed in bytes, which q8_0's rows of blocks need: head kvh
+     * starts row_bytes / n_kv_heads * kvh into its row; the element types
+     * step rows by kvd elements */
     const int64_t rb = (int64_t)kv->row_bytes, hb = rb / kv->p.n_kv_heads;
+    const uint8_t *K = kv->k, *V = kv->v;
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
-        int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
-        int64_t boff = ((plane + table[p0 / bs]) * bs) * rb + kvh * hb;
+        const int64_t off = ((plane + table[p0 / bs]) * bs) * rb + kvh * hb;
         for (int32_t i = 0; i < nt; i++) {
             const int32_t m = block_rows(len0 + i, p0, bs);
             if (m <= 0)
                 continue;
             float *si = sc + i * cap + p0;
             if (t == LLM_TYPE_Q8_0)
-                llm_vec_dots_q8_0(q + i * qs, (const uint8_t *)kv->k + boff, rb, m, hd, si);
+                llm_vec_dots_q8_0(q + i * qs, K + off, rb, m, hd, si);
             else if (t == LLM_TYPE_F16)
-                llm_vec_dots_f16(q + i * qs, (const uint16_t *)kv->k + off, kvd, m, hd, si);
+                llm_vec_dots_f16(q + i * qs, (const uint16_t *)(K + off), kvd, m, hd, si);
             else if (t == LLM_TYPE_BF16)
-                llm_vec_dots_bf16(q + i * qs, (const uint16_t *)kv->k + off, kvd, m, hd, si);
+                llm_vec_dots_bf16(q + i * qs, (const uint16_t *)(K + off), kvd, m, hd, si);
             else
-                llm_vec_dots_f32(q + i * qs, (const float *)kv->k + off, kvd, m, hd, si);
+                llm_vec_dots_f32(q + i * qs, (const float *)(K + off), kvd, m, hd, si);
         }
     }
     for (int32_t i = 0; i < nt; i++) {
@@ -402,21 +403,20 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
         }
     }
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
-        int64_t off = ((plane + table[p0 / bs]) * bs) * kvd + (int64_t)kvh * hd;
-        int64_t boff = ((plane + table[p0 / bs]) * bs) * rb + kvh * hb;
+        const int64_t off = ((plane + table[p0 / bs]) * bs) * rb + kvh * hb;
         for (int32_t i = 0; i < nt; i++) {
             const int32_t m = block_rows(len0 + i, p0, bs);
             if (m <= 0)
                 continue;
             const float *wi = sc + i * cap + p0;
             if (t == LLM_TYPE_Q8_0)
-                llm_vec_axpys_q8_0(o + i * qs, wi, (const uint8_t *)kv->v + boff, rb, m, hd);
+                llm_vec_axpys_q8_0(o + i * qs, wi, V + off, rb, m, hd);
             else if (t == LLM_TYPE_F16)
-                llm_vec_axpys_f16(o + i * qs, wi, (const uint16_t *)kv->v + off, kvd, m, hd);
+                llm_vec_axpys_f16(o + i * qs, wi, (const uint16_t *)(V + off), kvd, m, hd);
             else if (t == LLM_TYPE_BF16)
-                llm_vec_axpys_bf16(o + i * qs, wi, (const uint16_t *)kv->v + off, kvd, m, hd);
+                llm_vec_axpys_bf16(o + i * qs, wi, (const uint16_t *)(V + off), kvd, m, hd);
             else
-                llm_vec_axpys_f32(o + i * qs, wi, (const float *)kv->v + off, kvd, m, hd);
+                llm_vec_axpys_f32(o + i * qs, wi, (const float *)(V + off), kvd, m, hd);
         }
     }
 }

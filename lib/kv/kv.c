@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "../common/alloc.h"
-#include "../common/fp16.h"
 #include "../quant/quant.h"
 
 void llm_kv_params_default(struct llm_kv_params *p)
@@ -56,9 +55,9 @@ llm_status llm_kv_type_parse(const char *name, enum llm_type *out)
     return llm_error_set(LLM_E_INVALID, "'%s' is not f32, f16, bf16 or q8", name);
 }
 
-int llm_kv_type_ok(enum llm_type t, int32_t head_dim)
+int llm_kv_type_ok(enum llm_type t, int64_t width)
 {
-    return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q8_0 && head_dim > 0 && head_dim % 32 == 0);
+    return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q8_0 && width > 0 && width % 32 == 0);
 }
 
 size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim)
@@ -101,7 +100,6 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
     kv->p = *p;
     kv->p.n_blocks = total_blocks(p);
     kv->kv_dim = (int64_t)p->n_kv_heads * p->head_dim;
-    kv->elt = llm_kv_type_bytes(p->type);
     kv->row_bytes = llm_kv_row_bytes(p->type, kv->kv_dim);
     kv->max_blocks = blocks_per_seq(p);
     kv->ref = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
@@ -407,30 +405,14 @@ int32_t llm_kv_block_ref(const struct llm_kv *kv, int32_t seq, int32_t i)
 void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                        const float *k, const float *v)
 {
+    /* each row in the cache's type as the weights' quantizer writes it: a
+     * copy, a rounding to fp16 or bf16, or q8_0 blocks with their scales
+     * (a row, and so a paged block, carries its own) */
     for (int32_t i = 0; i < n; i++) {
-        int64_t off = llm_kv_row_index(kv, layer, seq, pos + i);
-        const float *ki = k + (int64_t)i * kv->kv_dim, *vi = v + (int64_t)i * kv->kv_dim;
-        if (kv->p.type == LLM_TYPE_Q8_0) {
-            /* blocks of 32 with their scale: a row (and so a paged block)
-             * carries its own scales */
-            const size_t at = (size_t)llm_kv_row_number(kv, layer, seq, pos + i) * kv->row_bytes;
-            llm_quantize_row(LLM_TYPE_Q8_0, ki, (uint8_t *)kv->k + at, kv->kv_dim);
-            llm_quantize_row(LLM_TYPE_Q8_0, vi, (uint8_t *)kv->v + at, kv->kv_dim);
-        } else if (kv->p.type == LLM_TYPE_F16) {
-            uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
-            for (int64_t j = 0; j < kv->kv_dim; j++) {
-                kd[j] = llm_fp32_to_fp16(ki[j]);
-                vd[j] = llm_fp32_to_fp16(vi[j]);
-            }
-        } else if (kv->p.type == LLM_TYPE_BF16) {
-            uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
-            for (int64_t j = 0; j < kv->kv_dim; j++) {
-                kd[j] = llm_fp32_to_bf16(ki[j]);
-                vd[j] = llm_fp32_to_bf16(vi[j]);
-            }
-        } else {
-            memcpy((float *)kv->k + off, ki, kv->row_bytes);
-            memcpy((float *)kv->v + off, vi, kv->row_bytes);
-        }
+        const size_t at = (size_t)llm_kv_row_number(kv, layer, seq, pos + i) * kv->row_bytes;
+        llm_quantize_row(kv->p.type, k + (int64_t)i * kv->kv_dim, (uint8_t *)kv->k + at,
+                         kv->kv_dim);
+        llm_quantize_row(kv->p.type, v + (int64_t)i * kv->kv_dim, (uint8_t *)kv->v + at,
+                         kv->kv_dim);
     }
 }

@@ -50,10 +50,11 @@ struct llm_kv_params {
 /* Bytes of an element of a KV type stored element by element (f32, f16,
  * bf16), or 0 for any other type. */
 size_t llm_kv_type_bytes(enum llm_type t);
-/* Can the cache store type t with heads of head_dim? f32, f16, bf16, and
- * q8_0 (blocks of 32 int8 and their fp16 scale, each row carrying its own
- * blocks: head_dim a multiple of 32). */
-int llm_kv_type_ok(enum llm_type t, int32_t head_dim);
+/* Can the cache store type t in pieces of `width` elements (a head; a
+ * state file checks its rows)? f32, f16, bf16, and q8_0 (blocks of 32 int8
+ * and their fp16 scale, each row carrying its own blocks: width a multiple
+ * of 32). */
+int llm_kv_type_ok(enum llm_type t, int64_t width);
 /* The KV type of a --kv-type name: f32, f16, bf16, q8 (or q8_0);
  * LLM_E_INVALID "'NAME' is not ..." for another. */
 llm_status llm_kv_type_parse(const char *name, enum llm_type *out);
@@ -68,8 +69,7 @@ struct llm_kv_copy {
 struct llm_kv {
     struct llm_kv_params p;
     int64_t kv_dim;
-    size_t elt;             /* bytes per element (0 for q8_0: rows of blocks) */
-    size_t row_bytes;       /* kv_dim * elt */
+    size_t row_bytes;       /* a K or V row: llm_kv_row_bytes(type, kv_dim) */
     int32_t max_blocks;     /* table entries per sequence */
     void *k, *v;            /* (n_layers, n_blocks, block_size, kv_dim) */
     int32_t *ref;           /* (n_blocks) tables holding the block; 0: free */

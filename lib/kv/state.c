@@ -36,11 +36,6 @@ static int sum_ok(uint64_t got, uint64_t want)
 #endif
 }
 
-int llm_state_type_ok(enum llm_type t, int32_t kv_dim)
-{
-    return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q8_0 && kv_dim % 32 == 0);
-}
-
 /* Bytes of the KV record of n rows. */
 static uint64_t rows_bytes(const struct llm_state_info *in, int32_t n)
 {
@@ -90,7 +85,7 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     memset(in, 0, sizeof *in);
     in->kv_type = (enum llm_type)type;
     const char *bad = flags > 1 ? "unknown flags"
-                      : !kvd || !llm_state_type_ok(in->kv_type, (int32_t)kvd)
+                      : !llm_kv_type_ok(in->kv_type, kvd)
                       ? "a KV type other than f32, f16, bf16 and q8_0, or a row it cannot fill"
                       : !layers || layers > LLM_STATE_MAX_LAYERS ? "a bad layer count"
                       : !kvd || kvd > LLM_STATE_MAX_KVDIM ? "a bad KV row width"
@@ -133,18 +128,6 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
 }
 
 /* ---- writing ------------------------------------------------------------- */
-/* Grow *buf to n bytes. */
-static llm_status reserve(void **buf, size_t *cap, size_t n)
-{
-    if (n <= *cap)
-        return LLM_OK;
-    llm_free(*buf);
-    *cap = 0;
-    if (!(*buf = llm_malloc(n)))
-        return LLM_E_NOMEM;
-    *cap = n;
-    return LLM_OK;
-}
 
 
 struct writer {
@@ -162,7 +145,7 @@ static llm_status put_record(struct writer *w, const void *raw, size_t n)
     size_t sn = n;
     if (w->in->compress && n) {
         size_t bound = ZSTD_compressBound(n);
-        LLM_TRY(reserve(&w->zbuf, &w->zcap, bound));
+        LLM_TRY(llm_grow(&w->zbuf, &w->zcap, bound, 1));
         size_t c = ZSTD_compress(w->zbuf, bound, raw, n, 1);
         if (ZSTD_isError(c))
             return llm_error_set(LLM_E_IO, "zstd: %s", ZSTD_getErrorName(c));
@@ -180,7 +163,7 @@ llm_status llm_state_write(const char *path, const struct llm_state_info *in,
                            const int32_t *tokens, const float *logits, llm_state_rows_fn rows,
                            void *ctx)
 {
-    if (!llm_state_type_ok(in->kv_type, in->kv_dim) || in->n_tokens < 1 || in->chunk < 1 ||
+    if (!llm_kv_type_ok(in->kv_type, in->kv_dim) || in->n_tokens < 1 || in->chunk < 1 ||
         in->chunk > LLM_STATE_MAX_CHUNK || in->n_tokens > LLM_STATE_MAX_TOKENS ||
         rows_bytes(in, in->chunk) > RECORD_MAX)
         return llm_error_set(LLM_E_INVALID, "%s: a KV state of these sizes cannot be written",
@@ -298,13 +281,13 @@ static llm_status get_record(struct llm_state_reader *r, void *raw, size_t n, co
         return llm_error_set(LLM_E_FORMAT, "%s: %s: a record of %u bytes stored in %u, where "
                              "%zu are expected", r->path, what, rn, sn, n);
     if (!raw) {
-        LLM_TRY(reserve(&r->rbuf, &r->rcap, n));
+        LLM_TRY(llm_grow(&r->rbuf, &r->rcap, n, 1));
         raw = r->rbuf;
     }
     if (sn == rn) {
         LLM_TRY(get_bytes(r, raw, n, what));
     } else {
-        LLM_TRY(reserve(&r->zbuf, &r->zcap, sn));
+        LLM_TRY(llm_grow(&r->zbuf, &r->zcap, sn, 1));
         LLM_TRY(get_bytes(r, r->zbuf, sn, what));
         size_t got = ZSTD_decompress(raw, n, r->zbuf, sn);
         if (ZSTD_isError(got) || got != n)

@@ -53,9 +53,6 @@ struct llm_state_info {
     struct llm_sampler_params sp;
 };
 
-/* Can a state hold rows of kv_dim elements of type t (f32, f16, bf16, and
- * q8_0 for a multiple of 32)? */
-int llm_state_type_ok(enum llm_type t, int32_t kv_dim);
 
 /* The K and V rows of positions pos .. pos+n-1 as (n_layers, 2, n, kv_dim)
  * elements of kv_type: filled by the writer's source, taken by the reader's
