@@ -8,8 +8,8 @@
 #          alternating rounds (default 5), medians
 #   depth  decode of 64 tokens after the prompt for each KV type, ours from a
 #          state of the prompt (computed once per type), llama.cpp's with
-#          llama-cli -fa -ctk T -ctv T (its eval time); ours in ROUNDS
-#          rounds (default 3)
+#          llama-cli -fa -ctk T -ctv T (its eval time); each in
+#          ROUNDS rounds (default 3)
 set -u
 mode=$1 llm=$2 gguf=$3 lb=$4 text=$5
 bin=$(dirname "$0")/../bin
@@ -67,9 +67,12 @@ depth() {
         done
         echo "ours depth 0: $("$bin/llm-run" -m "$llm" -p Hello -n 64 --temp 0 --ignore-eos -t 2 -v 2>&1 >/dev/null | gen)"
     done
-    for t in f16 q8_0 q4_0; do
-        echo "llama.cpp $t: $("$lb/llama-cli" -m "$gguf" -f "$text" -n 64 --temp 0 -t 2 -no-cnv --no-warmup -c 4096 -fa \
-            -ctk $t -ctv $t --ignore-eos 2>&1 | grep -E '^llama_perf_context_print: +eval time' | sed 's/.*(//')"
+    for r in $(seq "$rounds"); do
+        for t in f16 q8_0 q4_0; do
+            echo "llama.cpp $t: $("$lb/llama-cli" -m "$gguf" -f "$text" -n 64 --temp 0 -t 2 -no-cnv --no-warmup \
+                -c 4096 -fa -ctk $t -ctv $t --ignore-eos 2>&1 | grep -E '^llama_perf_context_print: +eval time' |
+                sed 's/.*(//')"
+        done
     done
 }
 
