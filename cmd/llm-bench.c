@@ -10,7 +10,7 @@
 #include "../lib/llm.h"
 
 enum { OPT_PG = 256, OPT_WARMUP, OPT_BW, OPT_PEAK, OPT_PPL, OPT_CTX, OPT_COMPARE, OPT_THRESHOLD, OPT_SUITE, OPT_KERNELS,
-       OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL, OPT_KVTYPE, OPT_SERVE, OPT_SERVE_TEXT, OPT_REQUESTS,
+       OPT_TYPES, OPT_BASE, OPT_CHUNKS, OPT_SCORE_ALL, OPT_KVTYPE, OPT_KVTYPE_K, OPT_KVTYPE_V, OPT_SERVE, OPT_SERVE_TEXT, OPT_REQUESTS,
        OPT_PLEN, OPT_GLEN, OPT_SPREFIX, OPT_RATE, OPT_SEED, OPT_MAXSEQS, OPT_STEPTOK,
        OPT_NOPREFIX, OPT_DRAFT, OPT_LOOKUP, OPT_PROMPTS, OPT_CHAT, OPT_NGRAMMIN, OPT_NGRAMMAX,
        OPT_DRAFTN, OPT_DRAFTMAX, OPT_GRAMMAR, OPT_SCHEMA, OPT_REGEX, OPT_JSONOBJ };
@@ -32,7 +32,9 @@ static const struct llm_opt opts[] = {
     { OPT_PPL, "ppl", LLM_ARG_REQUIRED, "FILE", "measure the perplexity of the model on a text file", "file" },
     { OPT_BASE, "base", LLM_ARG_REQUIRED, "FILE", "with --ppl: KL divergence of -m's predictions from this model's", "file" },
     { OPT_CHUNKS, "chunks", LLM_ARG_REQUIRED, "N", "with --ppl: score only the first N windows (llama-perplexity --chunks)", NULL },
-    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "with --ppl: KV cache type: f32, f16, bf16 or q8 (default: f32)", "f32 f16 bf16 q8" },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K and V, with --ppl (default: f32) or the speed tests (default: f16): f32, f16, bf16, q8, fp8_e4m3 or q4", "f32 f16 bf16 q8 fp8_e4m3 q4" },
+    { OPT_KVTYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K alone", "f32 f16 bf16 q8 fp8_e4m3 q4" },
+    { OPT_KVTYPE_V, "kv-type-v", LLM_ARG_REQUIRED, "TYPE", "KV cache type of V alone", "f32 f16 bf16 q8 fp8_e4m3 q4" },
     { OPT_SCORE_ALL, "score-all", LLM_ARG_NONE, NULL, "with --ppl: score every token of each window (the GPTQ/AWQ papers' protocol)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "with --ppl: window in tokens (default: 512); with --kernels: KV tokens of attn (default: 512); with --serve*: each sequence's context", NULL },
     { OPT_KERNELS, "kernels", LLM_ARG_NONE, NULL, "microbenchmark the matrix kernels and attention (shapes of -m, or stories110m)", NULL },
@@ -105,8 +107,8 @@ struct args {
     int kernels;
     int64_t ctx, chunks;
     int have_ctx, compare, have_threshold, score_all;
-    int have_kvtype;
-    enum llm_type kv_type;      /* --ppl's KV cache (default f32) */
+    int have_kvtype;            /* 1: K's type given, 2: V's */
+    enum llm_type kv[2];        /* the KV cache's K and V types as given */
     double threshold;
     struct llm_serve_params serve;
     int serve_opts; /* an option of the serving workload was given */
@@ -378,14 +380,16 @@ static int do_ppl(const struct args *a)
     size_t n_tok = 0;
     uint64_t t0 = llm_time_ns();
     s = llm_bench_perplexity(m, a->ppl, (int32_t)a->ctx, mp.n_threads, a->chunks, a->score_all,
-                             a->kv_type, &ppl, &se, &n_tok);
+                             a->kv[0], a->kv[1], &ppl, &se, &n_tok);
     double sec = (double)(llm_time_ns() - t0) * 1e-9;
     llm_model_close(m);
     if (s)
         return llm_cli_fail(&cli, s);
     printf("model: %s\ntext: %s, %zu tokens, %zu windows of %lld tokens, %.2f s\n", a->plan.models[0], a->ppl,
            n_tok, n_tok / (size_t)a->ctx, (long long)a->ctx, sec);
-    printf("KV cache: %s\nPPL = %.4f +/- %.5f\n", llm_type_name(a->kv_type), ppl, se);
+    char types[64];
+    llm_kv_types_text(types, sizeof types, a->kv[0], a->kv[1]);
+    printf("KV cache: %s\nPPL = %.4f +/- %.5f\n", types, ppl, se);
     return 0;
 }
 
@@ -528,6 +532,7 @@ static int do_bench(struct args *a)
             for (size_t k = 0; k < per && a->n_batch && !s; k++) {
                 struct llm_bench_result *r = &res[n];
                 const struct llm_bench_test *t = &bt[k % nbt];
+                r->kv_k = a->kv[0], r->kv_v = a->kv[1];
                 const int32_t B = (int32_t)a->batch[k / nbt];
                 if ((s = roofline(a, p->threads[ti], &r->roof_gbs, &r->roof_gflops)) ||
                     (s = dot_peak(p->threads[ti], &r->roof_dot)))
@@ -545,6 +550,7 @@ static int do_bench(struct args *a)
         for (size_t ti = 0; ti < p->n_threads && !a->n_batch && !s; ti++)
             for (size_t k = 0; k < p->n_tests && !s; k++) {
                 struct llm_bench_result *r = &res[n];
+                r->kv_k = a->kv[0], r->kv_v = a->kv[1];
                 if ((s = roofline(a, p->threads[ti], &r->roof_gbs, &r->roof_gflops)))
                     break;
                 if (cli.verbose > 0)
@@ -664,10 +670,21 @@ int main(int argc, char **argv)
         case OPT_CHUNKS: s = llm_parse_i64(arg, 1, INT64_MAX, "--chunks", &a.chunks); break;
         case OPT_SCORE_ALL: a.score_all = 1; break;
         case OPT_KVTYPE:
-            a.have_kvtype = 1;
-            if (llm_kv_type_parse(arg, &a.kv_type))
-                return llm_cli_usage(&cli, "--kv-type: %s", llm_error_detail(LLM_E_INVALID));
+        case OPT_KVTYPE_K:
+        case OPT_KVTYPE_V: {
+            const int which = r == OPT_KVTYPE ? 3 : r == OPT_KVTYPE_K ? 1 : 2;
+            enum llm_type t;
+            if (llm_kv_type_parse(arg, &t))
+                return llm_cli_usage(&cli, "--%s: %s", r == OPT_KVTYPE ? "kv-type"
+                                     : r == OPT_KVTYPE_K ? "kv-type-k" : "kv-type-v",
+                                     llm_error_detail(LLM_E_INVALID));
+            if (which & 1)
+                a.kv[0] = t;
+            if (which & 2)
+                a.kv[1] = t;
+            a.have_kvtype |= which;
             break;
+        }
         case OPT_SERVE: a.serve.requests = arg; break;
         case OPT_SERVE_TEXT: a.serve.text = arg; break;
         case OPT_REQUESTS:
@@ -735,6 +752,16 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--requests, --prompt-len, --gen-len and --shared-prefix go "
                              "with --serve-text");
     const int spec = a.spec.draft || a.spec.spec.lookup;
+    if (a.have_kvtype && (a.base || a.kernels || a.compare || a.suite || serving || spec ||
+                          a.n_grammars))
+        return llm_cli_usage(&cli, "--kv-type, --kv-type-k and --kv-type-v go with --ppl "
+                             "(without --base) and the speed tests");
+    if (a.ppl) /* the defaults: f32 for perplexity, f16 for speed as llama-bench */
+        a.kv[0] = a.have_kvtype & 1 ? a.kv[0] : LLM_TYPE_F32,
+        a.kv[1] = a.have_kvtype & 2 ? a.kv[1] : LLM_TYPE_F32;
+    else
+        a.kv[0] = a.have_kvtype & 1 ? a.kv[0] : LLM_TYPE_F16,
+        a.kv[1] = a.have_kvtype & 2 ? a.kv[1] : LLM_TYPE_F16;
     if (a.n_grammars) {
         if (a.n_grammars > 1)
             return llm_cli_usage(&cli, "--grammar, --json-schema, --regex and --json-object: "
@@ -804,8 +831,6 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--base goes with --ppl");
     if ((a.chunks || a.score_all) && !a.ppl)
         return llm_cli_usage(&cli, "--chunks and --score-all go with --ppl");
-    if (a.have_kvtype && (!a.ppl || a.base))
-        return llm_cli_usage(&cli, "--kv-type goes with --ppl (without --base)");
     if (a.score_all && a.base)
         return llm_cli_usage(&cli, "--score-all does not go with --base (the KL divergence uses "
                              "llama-perplexity's protocol)");

@@ -12,7 +12,7 @@
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_PRESENCE,
        OPT_FREQUENCY, OPT_STOP, OPT_IGNORE_EOS, OPT_LOGPROBS, OPT_ECHO, OPT_CHAT, OPT_SYSTEM,
-       OPT_TEMPLATE, OPT_JSON, OPT_CTX, OPT_KVTYPE, OPT_TRUNCATE, OPT_TOKENIZE, OPT_DETOKENIZE,
+       OPT_TEMPLATE, OPT_JSON, OPT_CTX, OPT_KVTYPE, OPT_KVTYPE_K, OPT_KVTYPE_V, OPT_TRUNCATE, OPT_TOKENIZE, OPT_DETOKENIZE,
        OPT_NOBOS, OPT_SPECIAL, OPT_TOKENIZER, OPT_NOVERIFY, OPT_NSEQ, OPT_KVMEM, OPT_KVBLOCKS,
        OPT_BLOCKSIZE, OPT_BATCH, OPT_RESUME, OPT_CORDER, OPT_MAXSEQS, OPT_STEPTOK, OPT_NOPREFIX,
        OPT_STATSJSON, OPT_KVTRACE, OPT_DRAFT, OPT_LOOKUP, OPT_NGRAMMIN, OPT_NGRAMMAX, OPT_DRAFTN,
@@ -46,7 +46,9 @@ static const struct llm_opt opts[] = {
     { OPT_JSON, "json", LLM_ARG_NONE, NULL, "print one JSON object (text, token counts, timings) instead of streaming", NULL },
     { 't', "threads", LLM_ARG_REQUIRED, "N", "threads (default: the number of cores)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "context size in tokens (default: the model's, at most 4096)", NULL },
-    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type: f32, f16, bf16 or q8 (int8 in blocks of 32 with their scale) (default: f16; with --kv-in, the state's)", "f32 f16 bf16 q8" },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K and V: f32, f16, bf16, q8 (int8 in blocks of 32 with their scale), fp8_e4m3 or q4 (4-bit blocks of 32, rotated) (default: f16; with --kv-in, the state's)", "f32 f16 bf16 q8 fp8_e4m3 q4" },
+    { OPT_KVTYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K alone", "f32 f16 bf16 q8 fp8_e4m3 q4" },
+    { OPT_KVTYPE_V, "kv-type-v", LLM_ARG_REQUIRED, "TYPE", "KV cache type of V alone", "f32 f16 bf16 q8 fp8_e4m3 q4" },
     { OPT_NSEQ, "n-seq", LLM_ARG_REQUIRED, "N", "N completions of the prompt, sharing its KV blocks, decoded as one batch (default: 1)", NULL },
     { OPT_NSEQ, "parallel", LLM_ARG_REQUIRED, "N", "the same as --n-seq", NULL },
     { OPT_KVMEM, "kv-mem", LLM_ARG_REQUIRED, "SIZE", "KV cache budget, e.g. 64M or 2G (default: what --ctx tokens of every completion need)", NULL },
@@ -130,8 +132,8 @@ struct args {
     struct llm_gmask *gmask;
     double t_grammar_s;         /* time to parse it and index the vocabulary */
     int32_t max_seqs, step_tokens;
-    enum llm_type kv_type;
-    int have_kvtype;            /* --kv-type was given */
+    enum llm_type kv[2];        /* the KV cache's K and V types */
+    int have_kvtype;            /* 1: K's type was given, 2: V's */
     const char *kv_in, *kv_out, *prompt_cache; /* KV state files (kv/state.h) */
     int prefill_only, kv_compress;
     unsigned sp_given;          /* SP_* bits: sampler options given (--kv-in keeps the rest) */
@@ -863,7 +865,8 @@ static llm_status open_context(const struct args *a, struct llm_model *m, struct
     struct llm_context_params cp;
     llm_context_params_default(&cp);
     cp.n_ctx = a->n_ctx;
-    cp.kv_type = a->kv_type;
+    cp.kv_type_k = a->kv[0];
+    cp.kv_type_v = a->kv[1];
     cp.n_threads = a->threads;
     /* several completions: one more sequence keeps the prompt */
     cp.n_seq = a->n_seq > 1 ? a->n_seq + 1 : 1;
@@ -888,11 +891,13 @@ static llm_status open_context(const struct args *a, struct llm_model *m, struct
         /* name the problem: almost always the KV cache of a large --ctx */
         const struct llm_config *cf = llm_model_config(m);
         int32_t n_ctx = cp.n_ctx > 0 ? cp.n_ctx : (cf->n_ctx_train < 4096 ? cf->n_ctx_train : 4096);
-        double kvb = 2.0 * cf->n_layers * (double)n_ctx *
-                     (double)llm_kv_row_bytes(a->kv_type, (int64_t)cf->n_kv_heads * cf->head_dim);
+        const int64_t kvd = (int64_t)cf->n_kv_heads * cf->head_dim;
+        double kvb = (double)cf->n_layers * (double)n_ctx *
+                     (double)(llm_kv_row_bytes(a->kv[0], kvd) + llm_kv_row_bytes(a->kv[1], kvd));
+        char types[64];
+        llm_kv_types_text(types, sizeof types, a->kv[0], a->kv[1]);
         s = llm_error_set(LLM_E_NOMEM, "no memory for the KV cache of %d tokens (%.2f GB of %s) "
-                          "and the buffers: use a smaller --ctx", n_ctx, kvb / 1e9,
-                          llm_type_name(a->kv_type));
+                          "and the buffers: use a smaller --ctx", n_ctx, kvb / 1e9, types);
     }
     if (s)
         return s;
@@ -1017,7 +1022,8 @@ static llm_status open_draft(struct args *a, struct llm_model *dm, const struct 
     struct llm_context_params cp;
     llm_context_params_default(&cp);
     cp.n_ctx = llm_context_n_ctx(c);
-    cp.kv_type = a->kv_type;
+    cp.kv_type_k = a->kv[0];
+    cp.kv_type_v = a->kv[1];
     cp.n_threads = a->threads;
     cp.block_size = a->block_size;
     return llm_context_new(&a->spec.draft, dm, &cp);
@@ -1073,8 +1079,10 @@ static int do_generate(struct args *a, struct llm_model *m, struct llm_model *dm
         llm_status s = llm_state_open(&rd, a->kv_in, &in);
         if (s)
             return llm_cli_fail(&cli, s);
-        if (!a->have_kvtype)
-            a->kv_type = in.kv_type;
+        if (!(a->have_kvtype & 1))
+            a->kv[0] = in.kv_type_k;
+        if (!(a->have_kvtype & 2))
+            a->kv[1] = in.kv_type_v;
         sampler_from_state(a, &in.sp);
     }
     llm_status s = open_context(a, m, &c);
@@ -1173,7 +1181,7 @@ static int parse_i(const char *arg, int64_t lo, int64_t hi, const char *what, in
 
 int main(int argc, char **argv)
 {
-    struct args a = { .n_predict = -1, .kv_type = LLM_TYPE_F16 };
+    struct args a = { .n_predict = -1, .kv = { LLM_TYPE_F16, LLM_TYPE_F16 } };
     llm_sampler_params_default(&a.sp);
     llm_spec_params_default(&a.spec);
     const char *arg;
@@ -1234,10 +1242,21 @@ int main(int argc, char **argv)
         case 't': rc = parse_i(arg, 1, 256, "--threads", &v32), a.threads = v32; break;
         case OPT_CTX: rc = parse_i(arg, 1, 1 << 24, "--ctx", &a.n_ctx); break;
         case OPT_KVTYPE:
-            a.have_kvtype = 1;
-            if (llm_kv_type_parse(arg, &a.kv_type))
-                return llm_cli_usage(&cli, "--kv-type: %s", llm_error_detail(LLM_E_INVALID));
+        case OPT_KVTYPE_K:
+        case OPT_KVTYPE_V: {
+            const int which = r == OPT_KVTYPE ? 3 : r == OPT_KVTYPE_K ? 1 : 2;
+            enum llm_type t;
+            if (llm_kv_type_parse(arg, &t))
+                return llm_cli_usage(&cli, "--%s: %s", r == OPT_KVTYPE ? "kv-type"
+                                     : r == OPT_KVTYPE_K ? "kv-type-k" : "kv-type-v",
+                                     llm_error_detail(LLM_E_INVALID));
+            if (which & 1)
+                a.kv[0] = t;
+            if (which & 2)
+                a.kv[1] = t;
+            a.have_kvtype |= which;
             break;
+        }
         case OPT_NSEQ: rc = parse_i(arg, 1, 1024, "--n-seq", &a.n_seq); break;
         case OPT_KVBLOCKS: rc = parse_i(arg, 1, INT32_MAX, "--kv-blocks", &a.kv_blocks); break;
         case OPT_BLOCKSIZE: rc = parse_i(arg, 1, 4096, "--block-size", &a.block_size); break;
@@ -1304,7 +1323,7 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--json does not go with --detokenize");
     if (tokmode && (a.have_sampling || a.have_seed || a.n_predict != -1 || a.echo || a.chat ||
                     a.top_logprobs || a.n_ctx || a.threads || a.truncate || a.no_verify ||
-                    a.kv_type != LLM_TYPE_F16 || a.n_seq || a.kv_mem || a.kv_blocks ||
+                    a.have_kvtype || a.n_seq || a.kv_mem || a.kv_blocks ||
                     a.block_size))
         return llm_cli_usage(&cli, "generation options do not go with --%s",
                              a.tokenize ? "tokenize" : "detokenize");

@@ -350,7 +350,9 @@ static inline int32_t block_rows(int32_t len, int32_t p0, int32_t bs)
  * table block by block (no division per position); each block's rows go to
  * the multi-row kernels of vec.h, once per token while the block is in
  * cache. q: token i's query at q + i * qs; o likewise; sc (nt, cap):
- * scratch for the scores. Each token's arithmetic is the same whatever nt. */
+ * scratch for the scores, whose last hd floats a row hold the token's
+ * rotated query when the keys are q4 (kv.h: the rotation). Each token's
+ * arithmetic is the same whatever nt. */
 CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh,
                               int32_t hd, float scale, const float *q, int64_t qs, int32_t nt,
                               int32_t len0, float *sc, int64_t cap, float *o, float *probs,
@@ -359,27 +361,43 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
     const int64_t kvd = kv->kv_dim, plane = (int64_t)layer * kv->p.n_blocks;
-    const enum llm_type t = kv->p.type;
-    /* rows addressed in bytes, which q8_0's rows of blocks need: head kvh
+    const enum llm_type tk = kv->p.type_k, tv = kv->p.type_v;
+    /* rows addressed in bytes, which the rows of blocks need: head kvh
      * starts row_bytes / n_kv_heads * kvh into its row; the element types
      * step rows by kvd elements */
-    const int64_t rb = (int64_t)kv->row_bytes, hb = rb / kv->p.n_kv_heads;
+    const int64_t rk = (int64_t)kv->row_bytes_k, hk = rk / kv->p.n_kv_heads;
+    const int64_t rv = (int64_t)kv->row_bytes_v, hv = rv / kv->p.n_kv_heads;
     const uint8_t *K = kv->k, *V = kv->v;
+    const float *qq = q;
+    int64_t qst = qs;
+    if (tk == LLM_TYPE_Q4_0) {
+        qq = sc + cap - hd, qst = cap;
+        for (int32_t i = 0; i < nt; i++) {
+            memcpy(sc + i * cap + cap - hd, q + i * qs, (size_t)hd * sizeof(float));
+            llm_vec_hadamard32(sc + i * cap + cap - hd, hd);
+        }
+    }
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
-        const int64_t off = ((plane + table[p0 / bs]) * bs) * rb + kvh * hb;
+        const int64_t row0 = (plane + table[p0 / bs]) * bs;
+        const uint8_t *kb = K + row0 * rk + kvh * hk;
         for (int32_t i = 0; i < nt; i++) {
             const int32_t m = block_rows(len0 + i, p0, bs);
             if (m <= 0)
                 continue;
             float *si = sc + i * cap + p0;
-            if (t == LLM_TYPE_Q8_0)
-                llm_vec_dots_q8_0(q + i * qs, K + off, rb, m, hd, si);
-            else if (t == LLM_TYPE_F16)
-                llm_vec_dots_f16(q + i * qs, (const uint16_t *)(K + off), kvd, m, hd, si);
-            else if (t == LLM_TYPE_BF16)
-                llm_vec_dots_bf16(q + i * qs, (const uint16_t *)(K + off), kvd, m, hd, si);
+            const float *qi = qq + i * qst;
+            if (tk == LLM_TYPE_Q8_0)
+                llm_vec_dots_q8_0(qi, kb, rk, m, hd, si);
+            else if (tk == LLM_TYPE_Q4_0)
+                llm_vec_dots_q4_0(qi, kb, rk, m, hd, si);
+            else if (tk == LLM_TYPE_FP8_E4M3)
+                llm_vec_dots_fp8(qi, kb, kvd, m, hd, si);
+            else if (tk == LLM_TYPE_F16)
+                llm_vec_dots_f16(qi, (const uint16_t *)kb, kvd, m, hd, si);
+            else if (tk == LLM_TYPE_BF16)
+                llm_vec_dots_bf16(qi, (const uint16_t *)kb, kvd, m, hd, si);
             else
-                llm_vec_dots_f32(q + i * qs, (const float *)(K + off), kvd, m, hd, si);
+                llm_vec_dots_f32(qi, (const float *)kb, kvd, m, hd, si);
         }
     }
     for (int32_t i = 0; i < nt; i++) {
@@ -403,22 +421,30 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
         }
     }
     for (int32_t p0 = 0; p0 < len; p0 += bs) {
-        const int64_t off = ((plane + table[p0 / bs]) * bs) * rb + kvh * hb;
+        const int64_t row0 = (plane + table[p0 / bs]) * bs;
+        const uint8_t *vb = V + row0 * rv + kvh * hv;
         for (int32_t i = 0; i < nt; i++) {
             const int32_t m = block_rows(len0 + i, p0, bs);
             if (m <= 0)
                 continue;
             const float *wi = sc + i * cap + p0;
-            if (t == LLM_TYPE_Q8_0)
-                llm_vec_axpys_q8_0(o + i * qs, wi, V + off, rb, m, hd);
-            else if (t == LLM_TYPE_F16)
-                llm_vec_axpys_f16(o + i * qs, wi, (const uint16_t *)(V + off), kvd, m, hd);
-            else if (t == LLM_TYPE_BF16)
-                llm_vec_axpys_bf16(o + i * qs, wi, (const uint16_t *)(V + off), kvd, m, hd);
+            if (tv == LLM_TYPE_Q8_0)
+                llm_vec_axpys_q8_0(o + i * qs, wi, vb, rv, m, hd);
+            else if (tv == LLM_TYPE_Q4_0)
+                llm_vec_axpys_q4_0(o + i * qs, wi, vb, rv, m, hd);
+            else if (tv == LLM_TYPE_FP8_E4M3)
+                llm_vec_axpys_fp8(o + i * qs, wi, vb, kvd, m, hd);
+            else if (tv == LLM_TYPE_F16)
+                llm_vec_axpys_f16(o + i * qs, wi, (const uint16_t *)vb, kvd, m, hd);
+            else if (tv == LLM_TYPE_BF16)
+                llm_vec_axpys_bf16(o + i * qs, wi, (const uint16_t *)vb, kvd, m, hd);
             else
-                llm_vec_axpys_f32(o + i * qs, wi, (const float *)(V + off), kvd, m, hd);
+                llm_vec_axpys_f32(o + i * qs, wi, (const float *)vb, kvd, m, hd);
         }
     }
+    if (tv == LLM_TYPE_Q4_0) /* the values were rotated: rotate the sum back */
+        for (int32_t i = 0; i < nt; i++)
+            llm_vec_hadamard32(o + i * qs, hd);
 }
 
 /* Tasks (a group of ATT_GROUP tokens of a segment, a head) go round-robin
@@ -481,7 +507,8 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
         cb->task0[i + 1] = cb->task0[i] + (int64_t)(g->n + ATT_GROUP - 1) / ATT_GROUP * s->n_heads;
     }
     int nth = llm_pool_size(cb->pool);
-    size_t cap = (size_t)kv->p.max_tokens;
+    /* a token's scores, then room for its rotated query (att_group) */
+    size_t cap = (size_t)kv->p.max_tokens + (size_t)s->head_dim;
     if (cb->scores_cap < cap) {
         llm_free(cb->scores);
         cb->scores = llm_malloc(cap * (size_t)nth * ATT_GROUP * sizeof(float));

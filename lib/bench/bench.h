@@ -97,6 +97,7 @@ struct llm_bench_result {
     struct llm_stats ts;       /* tokens/s of each repetition: (n_prompt + n_gen) / time */
     struct llm_stats ttft_ms;  /* prefill to first logits, per repetition (pp, pg) */
     struct llm_stats token_ms; /* each generated token (tg, pg), all repetitions */
+    enum llm_type kv_k, kv_v;  /* the KV cache's types (the caller sets them first) */
     double roof_gbs;           /* roofline at n_threads: read bandwidth (GB/s) ... */
     double roof_gflops;        /* ... and FMA peak (GFLOP/s) */
     double gbs, gbs_pct;       /* decode: model_bytes / mean token time; % of roof_gbs */
@@ -356,10 +357,11 @@ llm_status llm_bench_grammar_print(FILE *f, enum llm_bench_format fmt,
 /* Perplexity of the text file `path` with windows of n_ctx tokens
  * (llm_perplexity's default protocol, or every prediction with score_all);
  * max_chunks > 0 keeps only the first max_chunks windows (llama-perplexity
- * --chunks); the KV cache holds kv_type. *n_tokens receives the token
+ * --chunks); the KV cache holds K in kv_k and V in kv_v. *n_tokens receives the token
  * count used. */
 llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
-                                int64_t max_chunks, int score_all, enum llm_type kv_type,
+                                int64_t max_chunks, int score_all, enum llm_type kv_k,
+                                enum llm_type kv_v,
                                 double *ppl, double *stderr_, size_t *n_tokens);
 
 /* ---- kernel microbenchmarks (--kernels) -------------------------------------- */

@@ -61,6 +61,21 @@ out:
     return s;
 }
 
+/* A KV cache other than llama-bench's default f16 is part of the test's
+ * name ("tg64 kv=q4", "tg64 kv=q8/q4" for K and V), so that --compare
+ * never matches runs over different caches. */
+static void kv_suffix(struct llm_bench_result *r)
+{
+    size_t n = strlen(r->test);
+    if (r->kv_k == LLM_TYPE_F16 && r->kv_v == LLM_TYPE_F16)
+        return;
+    if (r->kv_k == r->kv_v)
+        snprintf(r->test + n, sizeof r->test - n, " kv=%s", llm_kv_type_name(r->kv_k));
+    else
+        snprintf(r->test + n, sizeof r->test - n, " kv=%s/%s", llm_kv_type_name(r->kv_k),
+                 llm_kv_type_name(r->kv_v));
+}
+
 llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const char *model,
                          const struct llm_bench_test *t, int n_threads, int reps, int warmup)
 {
@@ -78,6 +93,7 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
         snprintf(r->test, sizeof r->test, "tg%d", t->n_gen);
     else
         snprintf(r->test, sizeof r->test, "pp%d+tg%d", t->n_prompt, t->n_gen);
+    kv_suffix(r);
     r->n_prompt = t->n_prompt;
     r->n_gen = t->n_gen;
     r->n_threads = n_threads;
@@ -90,6 +106,8 @@ llm_status llm_bench_run(struct llm_bench_result *r, struct llm_model *m, const 
     cp.n_ctx = (int32_t)need;
     cp.n_seq = 1;
     cp.n_threads = n_threads;
+    cp.kv_type_k = r->kv_k;
+    cp.kv_type_v = r->kv_v;
     struct llm_context *c = NULL;
     size_t n_tok = (size_t)reps * (size_t)t->n_gen;
     double *ttft = llm_malloc((size_t)reps * sizeof *ttft);
@@ -163,6 +181,7 @@ llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, 
               "%s: a batch of %d x %lld tokens", model, n_seq, (long long)ctx);
     snprintf(r->model, sizeof r->model, "%s", model);
     snprintf(r->test, sizeof r->test, "b%d:pp%d+tg%d", n_seq, t->n_prompt, t->n_gen);
+    kv_suffix(r);
     r->n_prompt = t->n_prompt;
     r->n_gen = t->n_gen;
     r->n_seq = n_seq;
@@ -177,7 +196,8 @@ llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, 
     cp.n_ctx = (int32_t)ctx;
     cp.n_seq = n_seq;
     cp.n_threads = n_threads;
-    cp.kv_type = LLM_TYPE_F16; /* as llm-run and llama.cpp */
+    cp.kv_type_k = r->kv_k;
+    cp.kv_type_v = r->kv_v;
     struct llm_context *c = NULL;
     const size_t nmax = (size_t)(npp > n_seq ? npp : n_seq), n_steps = (size_t)reps * (size_t)t->n_gen;
     int32_t *tok = llm_malloc(3 * nmax * sizeof(int32_t)); /* tokens, positions, sequences */
@@ -274,7 +294,8 @@ llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, 
 }
 
 llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n_ctx, int n_threads,
-                                int64_t max_chunks, int score_all, enum llm_type kv_type,
+                                int64_t max_chunks, int score_all, enum llm_type kv_k,
+                                enum llm_type kv_v,
                                 double *ppl, double *stderr_, size_t *n_tokens)
 {
     struct llm_tokenizer *tk = llm_model_tokenizer(m);
@@ -293,7 +314,8 @@ llm_status llm_bench_perplexity(struct llm_model *m, const char *path, int32_t n
         cp.n_ctx = n_ctx;
         cp.n_seq = 1;
         cp.n_threads = n_threads;
-        cp.kv_type = kv_type;
+        cp.kv_type_k = kv_k;
+        cp.kv_type_v = kv_v;
         s = llm_context_new(&c, m, &cp);
     }
     if (!s && (s = llm_perplexity(c, ids, *n_tokens, n_ctx, score_all, ppl, stderr_)))

@@ -2,9 +2,11 @@
  * the free list, fork, truncate and copy-on-write. */
 #include "kv.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../ops/vec.h"
 #include "../quant/quant.h"
 
 void llm_kv_params_default(struct llm_kv_params *p)
@@ -12,7 +14,7 @@ void llm_kv_params_default(struct llm_kv_params *p)
     memset(p, 0, sizeof *p);
     p->block_size = 16;
     p->n_seq = 1;
-    p->type = LLM_TYPE_F32;
+    p->type_k = p->type_v = LLM_TYPE_F32;
 }
 
 static int32_t blocks_per_seq(const struct llm_kv_params *p)
@@ -32,58 +34,96 @@ static int params_ok(const struct llm_kv_params *p)
 {
     return p->n_layers > 0 && p->n_kv_heads > 0 && p->head_dim > 0 && p->block_size > 0 &&
            p->n_seq > 0 && p->max_tokens > 0 && p->n_blocks >= 0 &&
-           llm_kv_type_ok(p->type, p->head_dim) && total_blocks(p) > 0;
+           llm_kv_type_ok(p->type_k, p->head_dim) && llm_kv_type_ok(p->type_v, p->head_dim) &&
+           total_blocks(p) > 0;
 }
 
 size_t llm_kv_type_bytes(enum llm_type t)
 {
-    return t == LLM_TYPE_F32 ? 4 : t == LLM_TYPE_F16 || t == LLM_TYPE_BF16 ? 2 : 0;
+    return t == LLM_TYPE_F32                           ? 4
+           : t == LLM_TYPE_F16 || t == LLM_TYPE_BF16 ? 2
+           : t == LLM_TYPE_FP8_E4M3                  ? 1
+                                                     : 0;
 }
+
+static const struct {
+    const char *name;
+    enum llm_type t;
+} kv_names[] = { { "f32", LLM_TYPE_F32 },  { "f16", LLM_TYPE_F16 },
+                 { "bf16", LLM_TYPE_BF16 }, { "q8", LLM_TYPE_Q8_0 },
+                 { "fp8_e4m3", LLM_TYPE_FP8_E4M3 }, { "q4", LLM_TYPE_Q4_0 },
+                 /* aliases after the names */
+                 { "q8_0", LLM_TYPE_Q8_0 }, { "fp8", LLM_TYPE_FP8_E4M3 } };
 
 llm_status llm_kv_type_parse(const char *name, enum llm_type *out)
 {
-    static const struct {
-        const char *name;
-        enum llm_type t;
-    } names[] = { { "f32", LLM_TYPE_F32 }, { "f16", LLM_TYPE_F16 }, { "bf16", LLM_TYPE_BF16 },
-                  { "q8", LLM_TYPE_Q8_0 }, { "q8_0", LLM_TYPE_Q8_0 } };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(name, names[i].name)) {
-            *out = names[i].t;
+    for (size_t i = 0; i < sizeof kv_names / sizeof kv_names[0]; i++)
+        if (!strcmp(name, kv_names[i].name)) {
+            *out = kv_names[i].t;
             return LLM_OK;
         }
-    return llm_error_set(LLM_E_INVALID, "'%s' is not f32, f16, bf16 or q8", name);
+    return llm_error_set(LLM_E_INVALID, "'%s' is not f32, f16, bf16, q8, fp8_e4m3 or q4", name);
+}
+
+const char *llm_kv_type_name(enum llm_type t)
+{
+    for (size_t i = 0; i < sizeof kv_names / sizeof kv_names[0]; i++)
+        if (kv_names[i].t == t)
+            return kv_names[i].name;
+    return llm_type_name(t);
+}
+
+void llm_kv_types_text(char *buf, size_t size, enum llm_type k, enum llm_type v)
+{
+    if (k == v)
+        snprintf(buf, size, "%s", llm_kv_type_name(k));
+    else
+        snprintf(buf, size, "%s K and %s V", llm_kv_type_name(k), llm_kv_type_name(v));
 }
 
 int llm_kv_type_ok(enum llm_type t, int64_t width)
 {
-    return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q8_0 && width > 0 && width % 32 == 0);
+    return llm_kv_type_bytes(t) ||
+           ((t == LLM_TYPE_Q8_0 || t == LLM_TYPE_Q4_0) && width > 0 && width % 32 == 0);
 }
 
 size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim)
 {
-    return t == LLM_TYPE_Q8_0 ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q8_0)
-                              : (size_t)kv_dim * llm_kv_type_bytes(t);
+    return t == LLM_TYPE_Q8_0   ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q8_0)
+           : t == LLM_TYPE_Q4_0 ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q4_0)
+                                : (size_t)kv_dim * llm_kv_type_bytes(t);
+}
+
+/* Bytes of one block's K (v = 0) or V (v = 1) rows in every layer. */
+static uint64_t half_block_bytes(const struct llm_kv_params *p, int v)
+{
+    uint64_t n;
+    const uint64_t row = llm_kv_row_bytes(v ? p->type_v : p->type_k,
+                                          (int64_t)p->n_kv_heads * p->head_dim);
+    if (!params_ok(p) || !llm_mul_ok((uint64_t)p->n_layers, (uint64_t)p->block_size, &n) ||
+        !llm_mul_ok(n, row, &n))
+        return 0;
+    return n;
 }
 
 uint64_t llm_kv_block_bytes(const struct llm_kv_params *p)
 {
-    uint64_t n;
-    if (!params_ok(p))
-        return 0;
-    const uint64_t row = llm_kv_row_bytes(p->type, (int64_t)p->n_kv_heads * p->head_dim);
-    if (!llm_mul_ok((uint64_t)p->n_layers, (uint64_t)p->block_size, &n) ||
-        !llm_mul_ok(n, row * 2, &n))
+    uint64_t k = half_block_bytes(p, 0), v = half_block_bytes(p, 1);
+    return k && v && k + v > k ? k + v : 0;
+}
+
+uint64_t llm_kv_half_bytes(const struct llm_kv_params *p, int v)
+{
+    uint64_t n, b = half_block_bytes(p, v);
+    if (!b || !llm_mul_ok(b, (uint64_t)total_blocks(p), &n))
         return 0;
     return n;
 }
 
 uint64_t llm_kv_storage_bytes(const struct llm_kv_params *p)
 {
-    uint64_t n, b = llm_kv_block_bytes(p);
-    if (!b || !llm_mul_ok(b, (uint64_t)total_blocks(p), &n))
-        return 0;
-    return n;
+    uint64_t k = llm_kv_half_bytes(p, 0), v = llm_kv_half_bytes(p, 1);
+    return k && v && k + v > k ? k + v : 0;
 }
 
 static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
@@ -91,16 +131,18 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
     *out = NULL;
     if (!params_ok(p))
         return llm_error_set(LLM_E_INVALID, "KV cache: bad parameters (layers %d, kv heads %d, "
-                             "head dim %d, block %d, seqs %d, tokens %d, blocks %d, type %s)",
+                             "head dim %d, block %d, seqs %d, tokens %d, blocks %d, types %s/%s)",
                              p->n_layers, p->n_kv_heads, p->head_dim, p->block_size, p->n_seq,
-                             p->max_tokens, p->n_blocks, llm_type_name(p->type));
+                             p->max_tokens, p->n_blocks, llm_type_name(p->type_k),
+                             llm_type_name(p->type_v));
     struct llm_kv *kv = llm_calloc(1, sizeof *kv);
     if (!kv)
         return LLM_E_NOMEM;
     kv->p = *p;
     kv->p.n_blocks = total_blocks(p);
     kv->kv_dim = (int64_t)p->n_kv_heads * p->head_dim;
-    kv->row_bytes = llm_kv_row_bytes(p->type, kv->kv_dim);
+    kv->row_bytes_k = llm_kv_row_bytes(p->type_k, kv->kv_dim);
+    kv->row_bytes_v = llm_kv_row_bytes(p->type_v, kv->kv_dim);
     kv->max_blocks = blocks_per_seq(p);
     kv->ref = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
     kv->free_ids = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
@@ -123,16 +165,16 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
 
 llm_status llm_kv_new(struct llm_kv **out, const struct llm_kv_params *p)
 {
-    uint64_t bytes = llm_kv_storage_bytes(p);
-    if (!bytes)
+    uint64_t kb = llm_kv_half_bytes(p, 0), vb = llm_kv_half_bytes(p, 1);
+    if (!kb || !vb)
         return kv_init(out, p); /* reports the bad parameters */
-    if (bytes / 2 > SIZE_MAX)
+    if (kb > SIZE_MAX || vb > SIZE_MAX)
         return llm_error_set(LLM_E_NOMEM, "KV cache: %llu bytes do not fit in memory",
-                             (unsigned long long)bytes);
+                             (unsigned long long)(kb + vb));
     LLM_TRY(kv_init(out, p));
     struct llm_kv *kv = *out;
-    kv->k = llm_calloc(1, (size_t)(bytes / 2));
-    kv->v = llm_calloc(1, (size_t)(bytes / 2));
+    kv->k = llm_calloc(1, (size_t)kb);
+    kv->v = llm_calloc(1, (size_t)vb);
     kv->owns_storage = 1;
     if (!kv->k || !kv->v) {
         llm_kv_free(kv);
@@ -319,14 +361,14 @@ void llm_kv_reset(struct llm_kv *kv, int32_t seq)
 
 void llm_kv_copy_host(struct llm_kv *kv)
 {
-    const size_t blk = (size_t)kv->p.block_size * kv->row_bytes;
+    const size_t bk = (size_t)kv->p.block_size * kv->row_bytes_k,
+                 bv = (size_t)kv->p.block_size * kv->row_bytes_v;
     for (int32_t c = 0; c < kv->n_copies; c++)
         for (int32_t l = 0; l < kv->p.n_layers; l++) {
-            const size_t plane = (size_t)l * (size_t)kv->p.n_blocks;
-            const size_t s = (plane + (size_t)kv->copies[c].src) * blk,
-                         d = (plane + (size_t)kv->copies[c].dst) * blk;
-            memcpy((char *)kv->k + d, (const char *)kv->k + s, blk);
-            memcpy((char *)kv->v + d, (const char *)kv->v + s, blk);
+            const size_t s = (size_t)l * (size_t)kv->p.n_blocks + (size_t)kv->copies[c].src,
+                         d = (size_t)l * (size_t)kv->p.n_blocks + (size_t)kv->copies[c].dst;
+            memcpy((char *)kv->k + d * bk, (const char *)kv->k + s * bk, bk);
+            memcpy((char *)kv->v + d * bv, (const char *)kv->v + s * bv, bv);
         }
     kv->n_copies = 0;
 }
@@ -405,14 +447,34 @@ int32_t llm_kv_block_ref(const struct llm_kv *kv, int32_t seq, int32_t i)
 void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                        const float *k, const float *v)
 {
-    /* each row in the cache's type as the weights' quantizer writes it: a
-     * copy, a rounding to fp16 or bf16, or q8_0 blocks with their scales
-     * (a row, and so a paged block, carries its own) */
+    /* each row in its cache's type as the weights' quantizer writes it: a
+     * copy, a rounding to fp16, bf16 or fp8, or q8_0 or q4_0 blocks with
+     * their scales (a row, and so a paged block, carries its own); q4_0
+     * after the rotation of kv.h */
+    float rot[LLM_KV_ROT_MAX];
+    const int64_t d = kv->kv_dim;
     for (int32_t i = 0; i < n; i++) {
-        const size_t at = (size_t)llm_kv_row_number(kv, layer, seq, pos + i) * kv->row_bytes;
-        llm_quantize_row(kv->p.type, k + (int64_t)i * kv->kv_dim, (uint8_t *)kv->k + at,
-                         kv->kv_dim);
-        llm_quantize_row(kv->p.type, v + (int64_t)i * kv->kv_dim, (uint8_t *)kv->v + at,
-                         kv->kv_dim);
+        const int64_t r = llm_kv_row_number(kv, layer, seq, pos + i);
+        const float *src[2] = { k + (int64_t)i * d, v + (int64_t)i * d };
+        const enum llm_type t[2] = { kv->p.type_k, kv->p.type_v };
+        uint8_t *dst[2] = { (uint8_t *)kv->k + (size_t)r * kv->row_bytes_k,
+                            (uint8_t *)kv->v + (size_t)r * kv->row_bytes_v };
+        for (int j = 0; j < 2; j++) {
+            if (t[j] == LLM_TYPE_FP8_E4M3) { /* no row scale, unlike the weights' fp8 */
+                for (int64_t e = 0; e < d; e++)
+                    dst[j][e] = llm_fp32_to_fp8_e4m3(src[j][e]);
+                continue;
+            }
+            if (t[j] != LLM_TYPE_Q4_0) {
+                llm_quantize_row(t[j], src[j], dst[j], d);
+                continue;
+            }
+            for (int64_t c = 0; c < d; c += LLM_KV_ROT_MAX) { /* a piece at a time */
+                const int64_t w = d - c < LLM_KV_ROT_MAX ? d - c : LLM_KV_ROT_MAX;
+                memcpy(rot, src[j] + c, (size_t)w * sizeof(float));
+                llm_vec_hadamard32(rot, w);
+                llm_quantize_row(t[j], rot, dst[j] + c / 32 * sizeof(struct llm_block_q4_0), w);
+            }
+        }
     }
 }

@@ -19,8 +19,16 @@
  * LLM_E_KV_FULL, which a caller can act on (free or preempt a sequence and
  * try again); nothing is changed by a call that fails.
  *
- * Storage is (n_layers, n_blocks, block_size, kv_dim) for K and for V, in
- * F32, F16 or BF16, with kv_dim = n_kv_heads * head_dim. The storage pointers may
+ * Storage is (n_layers, n_blocks, block_size, kv_dim) for K and for V, each
+ * in its own type (type_k, type_v), with kv_dim = n_kv_heads * head_dim. A
+ * row of a quantized type carries its own scales (blocks of 32 elements),
+ * so a paged block is self-contained for sharing, forking and moving.
+ * q4_0 rows hold a rotated row: each block of 32 goes through the
+ * orthonormal 32-point Walsh-Hadamard transform (llm_vec_hadamard32) before
+ * it is rounded. The rotation spreads a few large channels (keys have
+ * them) over the block, so they no longer set the scale of the other 31;
+ * attention rotates the query the same way, and the output of the values
+ * back, so nothing else sees it. The storage pointers may
  * be device memory when a backend allocates them (llm_kv_new_with); the
  * tables are always host memory. Free blocks are handed out lowest id first
  * and freed ones reused first, so that the pages of zero-filled storage
@@ -44,22 +52,30 @@ struct llm_kv_params {
     int32_t n_seq;          /* sequence slots */
     int32_t max_tokens;     /* the longest one sequence may grow, in tokens */
     int32_t n_blocks;       /* blocks in the pool; 0: n_seq * ceil(max_tokens / block_size) */
-    enum llm_type type;     /* LLM_TYPE_F32, F16, BF16 or Q8_0 (llm_kv_type_ok) */
+    enum llm_type type_k, type_v; /* F32, F16, BF16, Q8_0, FP8_E4M3, Q4_0 (llm_kv_type_ok) */
 };
 
 /* Bytes of an element of a KV type stored element by element (f32, f16,
- * bf16), or 0 for any other type. */
+ * bf16, fp8_e4m3), or 0 for any other type. */
 size_t llm_kv_type_bytes(enum llm_type t);
 /* Can the cache store type t in pieces of `width` elements (a head; a
- * state file checks its rows)? f32, f16, bf16, and q8_0 (blocks of 32 int8
- * and their fp16 scale, each row carrying its own blocks: width a multiple
- * of 32). */
+ * state file checks its rows)? f32, f16, bf16, fp8_e4m3 (saturating, no
+ * scale), and q8_0 and q4_0 (blocks of 32 int8 or 4-bit codes and their
+ * fp16 scale, each row carrying its own blocks: width a multiple of 32;
+ * q4_0 rotated). */
 int llm_kv_type_ok(enum llm_type t, int64_t width);
-/* The KV type of a --kv-type name: f32, f16, bf16, q8 (or q8_0);
- * LLM_E_INVALID "'NAME' is not ..." for another. */
+/* The KV type of a --kv-type name: f32, f16, bf16, q8 (or q8_0), fp8_e4m3
+ * (or fp8), q4; LLM_E_INVALID "'NAME' is not ..." for another. */
 llm_status llm_kv_type_parse(const char *name, enum llm_type *out);
+/* The --kv-type name of a KV type (q4 for q4_0, q8 for q8_0). */
+const char *llm_kv_type_name(enum llm_type t);
+/* "q8" when K and V are of one type, else "q8 K and q4 V". */
+void llm_kv_types_text(char *buf, size_t size, enum llm_type k, enum llm_type v);
 /* Bytes of a K or V row of kv_dim elements in type t. */
 size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim);
+
+/* Floats llm_kv_store_host rotates at a time (a multiple of 32). */
+#define LLM_KV_ROT_MAX 256
 
 /* A copy-on-write copy: every layer's K and V rows of block src to dst. */
 struct llm_kv_copy {
@@ -69,7 +85,8 @@ struct llm_kv_copy {
 struct llm_kv {
     struct llm_kv_params p;
     int64_t kv_dim;
-    size_t row_bytes;       /* a K or V row: llm_kv_row_bytes(type, kv_dim) */
+    size_t row_bytes_k;     /* a K row: llm_kv_row_bytes(type_k, kv_dim) */
+    size_t row_bytes_v;     /* a V row: llm_kv_row_bytes(type_v, kv_dim) */
     int32_t max_blocks;     /* table entries per sequence */
     void *k, *v;            /* (n_layers, n_blocks, block_size, kv_dim) */
     int32_t *ref;           /* (n_blocks) tables holding the block; 0: free */
@@ -88,12 +105,14 @@ void llm_kv_params_default(struct llm_kv_params *p);
 
 /* Bytes of K+V storage the parameters need; 0 on overflow or bad values. */
 uint64_t llm_kv_storage_bytes(const struct llm_kv_params *p);
+/* Bytes of the K (v = 0) or the V (v = 1) storage alone. */
+uint64_t llm_kv_half_bytes(const struct llm_kv_params *p, int v);
 /* Bytes of K+V storage of one block (all layers). */
 uint64_t llm_kv_block_bytes(const struct llm_kv_params *p);
 
 /* A cache with host storage. LLM_E_INVALID for bad parameters. */
 llm_status llm_kv_new(struct llm_kv **out, const struct llm_kv_params *p);
-/* A cache whose K and V storage (llm_kv_storage_bytes / 2 each) the caller
+/* A cache whose K and V storage (llm_kv_half_bytes of each) the caller
  * allocated and keeps owning. */
 llm_status llm_kv_new_with(struct llm_kv **out, const struct llm_kv_params *p, void *k, void *v);
 void llm_kv_free(struct llm_kv *kv);
@@ -155,7 +174,7 @@ int32_t llm_kv_refs(const struct llm_kv *kv, int32_t block);
  * its first nb * block_size positions, shared by reference. */
 llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, int32_t nb);
 /* The row of (layer, seq, pos) in the K or V storage, counted in rows (at
- * row_number * row_bytes bytes); the position must be held. */
+ * row_number * row_bytes_k or _v bytes); the position must be held. */
 static inline int64_t llm_kv_row_number(const struct llm_kv *kv, int32_t layer, int32_t seq,
                                         int32_t pos)
 {

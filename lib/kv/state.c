@@ -39,7 +39,8 @@ static int sum_ok(uint64_t got, uint64_t want)
 /* Bytes of the KV record of n rows. */
 static uint64_t rows_bytes(const struct llm_state_info *in, int32_t n)
 {
-    return (uint64_t)in->n_layers * 2 * (uint64_t)n * llm_kv_row_bytes(in->kv_type, in->kv_dim);
+    return (uint64_t)in->n_layers * (uint64_t)n *
+           (llm_kv_row_bytes(in->kv_type_k, in->kv_dim) + llm_kv_row_bytes(in->kv_type_v, in->kv_dim));
 }
 
 static void header_encode(uint8_t *h, const struct llm_state_info *in)
@@ -49,7 +50,7 @@ static void header_encode(uint8_t *h, const struct llm_state_info *in)
     put32(h + 8, LLM_STATE_VERSION);
     put32(h + 12, in->compress ? 1u : 0u);
     put64(h + 16, in->model_id);
-    put32(h + 24, (uint32_t)in->kv_type);
+    put32(h + 24, (uint32_t)in->kv_type_k | (uint32_t)in->kv_type_v << 16);
     put32(h + 28, (uint32_t)in->n_layers);
     put32(h + 32, (uint32_t)in->kv_dim);
     put32(h + 36, (uint32_t)in->n_vocab);
@@ -76,17 +77,21 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     if (!sum_ok(XXH3_64bits(h, 88), get64(h + 88)))
         return llm_error_set(LLM_E_CHECKSUM, "%s: the state's header checksum does not match "
                              "(a damaged file)", path);
-    if (get32(h + 8) != LLM_STATE_VERSION)
-        return llm_error_set(LLM_E_FORMAT, "%s: KV state version %u (this build reads %u)", path,
-                             get32(h + 8), LLM_STATE_VERSION);
+    const uint32_t version = get32(h + 8);
+    if (version < 1 || version > LLM_STATE_VERSION)
+        return llm_error_set(LLM_E_FORMAT, "%s: KV state version %u (this build reads 1 to %u)",
+                             path, version, LLM_STATE_VERSION);
     uint32_t flags = get32(h + 12), type = get32(h + 24), layers = get32(h + 28),
              kvd = get32(h + 32), vocab = get32(h + 36), ntok = get32(h + 40),
              chunk = get32(h + 44);
     memset(in, 0, sizeof *in);
-    in->kv_type = (enum llm_type)type;
+    /* version 1: one type for K and V */
+    in->kv_type_k = (enum llm_type)(version == 1 ? type : type & 0xffff);
+    in->kv_type_v = (enum llm_type)(version == 1 ? type : type >> 16);
     const char *bad = flags > 1 ? "unknown flags"
-                      : !llm_kv_type_ok(in->kv_type, kvd)
-                      ? "a KV type other than f32, f16, bf16 and q8_0, or a row it cannot fill"
+                      : !llm_kv_type_ok(in->kv_type_k, kvd) || !llm_kv_type_ok(in->kv_type_v, kvd)
+                      ? "a KV type other than f32, f16, bf16, q8, fp8_e4m3 and q4, or a row it "
+                        "cannot fill"
                       : !layers || layers > LLM_STATE_MAX_LAYERS ? "a bad layer count"
                       : !kvd || kvd > LLM_STATE_MAX_KVDIM ? "a bad KV row width"
                       : !vocab || vocab > LLM_STATE_MAX_VOCAB ? "a bad vocabulary size"
@@ -163,7 +168,8 @@ llm_status llm_state_write(const char *path, const struct llm_state_info *in,
                            const int32_t *tokens, const float *logits, llm_state_rows_fn rows,
                            void *ctx)
 {
-    if (!llm_kv_type_ok(in->kv_type, in->kv_dim) || in->n_tokens < 1 || in->chunk < 1 ||
+    if (!llm_kv_type_ok(in->kv_type_k, in->kv_dim) || !llm_kv_type_ok(in->kv_type_v, in->kv_dim) ||
+        in->n_tokens < 1 || in->chunk < 1 ||
         in->chunk > LLM_STATE_MAX_CHUNK || in->n_tokens > LLM_STATE_MAX_TOKENS ||
         rows_bytes(in, in->chunk) > RECORD_MAX)
         return llm_error_set(LLM_E_INVALID, "%s: a KV state of these sizes cannot be written",
@@ -364,9 +370,16 @@ llm_status llm_state_expect(const struct llm_state_info *got, const struct llm_s
                              "vocabulary %d) is not this model's (%d, %d, %d)", path,
                              got->n_layers, got->kv_dim, got->n_vocab, want->n_layers,
                              want->kv_dim, want->n_vocab);
-    if (got->kv_type != want->kv_type)
-        return llm_error_set(LLM_E_INVALID, "%s: the state holds %s KV rows, this run's cache is "
-                             "%s (--kv-type %s)", path, llm_type_name(got->kv_type),
-                             llm_type_name(want->kv_type), llm_type_name(got->kv_type));
+    if (got->kv_type_k != want->kv_type_k || got->kv_type_v != want->kv_type_v) {
+        char g[64], w[64];
+        const char *k = llm_kv_type_name(got->kv_type_k), *v = llm_kv_type_name(got->kv_type_v);
+        llm_kv_types_text(g, sizeof g, got->kv_type_k, got->kv_type_v);
+        llm_kv_types_text(w, sizeof w, want->kv_type_k, want->kv_type_v);
+        if (got->kv_type_k == got->kv_type_v)
+            return llm_error_set(LLM_E_INVALID, "%s: the state holds %s KV rows, this run's "
+                                 "cache is %s (--kv-type %s)", path, g, w, k);
+        return llm_error_set(LLM_E_INVALID, "%s: the state holds %s rows, this run's cache is %s "
+                             "(--kv-type-k %s --kv-type-v %s)", path, g, w, k, v);
+    }
     return LLM_OK;
 }

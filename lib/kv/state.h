@@ -14,8 +14,10 @@
  *   header   "LLMSTATE", version, sizes, sampler parameters, XXH3-64 of it
  *   record   the tokens            (n_tokens) int32
  *   record   the logits            (n_vocab) f32
- *   record   KV rows of chunk i    (n_layers, 2, rows, kv_dim) in kv_type (q8_0:
- *                                  each row its blocks of 32 and their scales),
+ *   record   KV rows of chunk i    (n_layers, 2, rows, kv_dim): the K rows in
+ *                                  kv_type_k, then the V rows in kv_type_v (q8_0
+ *                                  and q4_0: each row its blocks of 32 and
+ *                                  their scales; q4_0 rotated, kv.h),
  *            for positions i*chunk .. i*chunk+rows-1, one per chunk
  *   end      "LLMSTEND"
  *
@@ -34,7 +36,9 @@
 #include "kv.h"
 #include "../sample/sample.h"
 
-#define LLM_STATE_VERSION 1u
+/* Version 2 gave K and V each its own type (version 1: one for both,
+ * still read). */
+#define LLM_STATE_VERSION 2u
 /* Bounds on what a header may claim, so that a damaged one cannot ask for
  * absurd memory. */
 #define LLM_STATE_MAX_TOKENS (1 << 24)
@@ -45,7 +49,8 @@
 
 struct llm_state_info {
     uint64_t model_id;              /* llm_model_id of the model that computed it */
-    enum llm_type kv_type;          /* the stored type of the rows */
+    enum llm_type kv_type_k;        /* the stored type of the K rows */
+    enum llm_type kv_type_v;        /* and of the V rows */
     int32_t n_layers, kv_dim, n_vocab;
     int32_t n_tokens;               /* >= 1 */
     int32_t chunk;                  /* tokens per KV record */
@@ -55,7 +60,7 @@ struct llm_state_info {
 
 
 /* The K and V rows of positions pos .. pos+n-1 as (n_layers, 2, n, kv_dim)
- * elements of kv_type: filled by the writer's source, taken by the reader's
+ * elements of kv_type_k and kv_type_v: filled by the writer's source, taken by the reader's
  * sink. */
 typedef llm_status (*llm_state_rows_fn)(void *ctx, int32_t pos, int32_t n, void *rows);
 
@@ -84,7 +89,7 @@ void llm_state_close(struct llm_state_reader *r);
 
 /* LLM_E_INVALID naming path and the first difference when a state (got)
  * cannot continue on a model and cache that would write `want` (its
- * model_id, kv_type, n_layers, kv_dim and n_vocab are compared). */
+ * model_id, the KV types, n_layers, kv_dim and n_vocab are compared). */
 llm_status llm_state_expect(const struct llm_state_info *got, const struct llm_state_info *want,
                             const char *path);
 

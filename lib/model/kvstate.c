@@ -10,7 +10,8 @@ llm_status llm_kvstate_info(struct llm_context *c, struct llm_state_info *in)
     const struct llm_kv *kv = llm_context_kv(c);
     memset(in, 0, sizeof *in);
     LLM_TRY(llm_model_id(m, &in->model_id));
-    in->kv_type = kv->p.type;
+    in->kv_type_k = kv->p.type_k;
+    in->kv_type_v = kv->p.type_v;
     in->n_layers = cf->n_layers;
     in->kv_dim = (int32_t)kv->kv_dim;
     in->n_vocab = cf->n_vocab;
@@ -54,10 +55,14 @@ static llm_status rows_in(void *ctx, int32_t pos, int32_t n, void *rows)
      * of the first r->n - pos rows moves up to make (n_layers, 2, keep, kv_dim) */
     const struct llm_kv *kv = llm_context_kv(r->c);
     const int32_t keep = r->n - pos;
-    const size_t rb = kv->row_bytes;
     uint8_t *b = rows;
-    for (int32_t j = 1; j < kv->p.n_layers * 2; j++)
-        memmove(b + (size_t)j * keep * rb, b + (size_t)j * n * rb, (size_t)keep * rb);
+    size_t from = 0, to = 0;
+    for (int32_t j = 0; j < kv->p.n_layers * 2; j++) {
+        const size_t rb = j % 2 ? kv->row_bytes_v : kv->row_bytes_k;
+        memmove(b + to, b + from, (size_t)keep * rb);
+        from += (size_t)n * rb;
+        to += (size_t)keep * rb;
+    }
     return llm_context_kv_load(r->c, r->slot, pos, keep, rows);
 }
 

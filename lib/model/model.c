@@ -521,7 +521,7 @@ uint64_t llm_model_n_params(const struct llm_model *m)
 void llm_context_params_default(struct llm_context_params *p)
 {
     memset(p, 0, sizeof *p);
-    p->kv_type = LLM_TYPE_F32;
+    p->kv_type_k = p->kv_type_v = LLM_TYPE_F32;
     p->n_seq = 1;
     p->block_size = 16;
 }
@@ -572,7 +572,8 @@ static llm_status kv_params(const struct llm_config *cf, const struct llm_contex
     kp->block_size = p->block_size;
     kp->n_seq = p->n_seq;
     kp->max_tokens = p->n_ctx;
-    kp->type = p->kv_type;
+    kp->type_k = p->kv_type_k;
+    kp->type_v = p->kv_type_v;
     kp->n_blocks = p->kv_blocks;
     if (!p->kv_blocks && p->kv_bytes) {
         uint64_t bb = llm_kv_block_bytes(kp), nb = bb ? p->kv_bytes / bb : 0;
@@ -606,10 +607,13 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         p.block_size = 16;
     if (p.n_batch <= 0)
         p.n_batch = 512;
-    if (!llm_kv_type_ok(p.kv_type, cf->head_dim))
-        return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16, bf16, "
-                             "and q8_0 for heads of a multiple of 32: these are %d)",
-                             llm_type_name(p.kv_type), cf->head_dim);
+    for (int v = 0; v < 2; v++) {
+        const enum llm_type t = v ? p.kv_type_v : p.kv_type_k;
+        if (!llm_kv_type_ok(t, cf->head_dim))
+            return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16, "
+                                 "bf16, fp8_e4m3, and q8 and q4 for heads of a multiple of 32: "
+                                 "these are %d)", llm_kv_type_name(t), cf->head_dim);
+    }
     if (p.kv_blocks < 0)
         return llm_error_set(LLM_E_INVALID, "KV pool of %d blocks", p.kv_blocks);
     struct llm_kv_params kp;
@@ -628,15 +632,15 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         llm_free(c);
         return ts;
     }
-    uint64_t kvb = llm_kv_storage_bytes(&kp);
-    llm_status s = kvb / 2 > SIZE_MAX
+    uint64_t kb = llm_kv_half_bytes(&kp, 0), vb = llm_kv_half_bytes(&kp, 1);
+    llm_status s = kb > SIZE_MAX || vb > SIZE_MAX
                        ? llm_error_set(LLM_E_NOMEM, "KV cache of %llu bytes is too large",
-                                       (unsigned long long)kvb)
+                                       (unsigned long long)(kb + vb))
                        : LLM_OK;
     if (!s)
-        s = c->be->ops->alloc(c->be, (size_t)(kvb / 2), &c->kv_k);
+        s = c->be->ops->alloc(c->be, (size_t)kb, &c->kv_k);
     if (!s)
-        s = c->be->ops->alloc(c->be, (size_t)(kvb / 2), &c->kv_v);
+        s = c->be->ops->alloc(c->be, (size_t)vb, &c->kv_v);
     if (!s)
         s = llm_kv_new_with(&c->kv, &kp, c->kv_k, c->kv_v);
     int64_t nb = c->n_batch, qd = (int64_t)cf->n_heads * cf->head_dim,
@@ -993,8 +997,9 @@ static llm_status kv_rows_copy(struct llm_context *c, int32_t seq, int32_t pos, 
                 int32_t run = bs - p % bs;
                 if (run > pos + n - p)
                     run = pos + n - p;
-                uint8_t *at = base + (size_t)llm_kv_row_number(kv, l, seq, p) * kv->row_bytes;
-                size_t nb = (size_t)run * kv->row_bytes;
+                const size_t rb = which ? kv->row_bytes_v : kv->row_bytes_k;
+                uint8_t *at = base + (size_t)llm_kv_row_number(kv, l, seq, p) * rb;
+                size_t nb = (size_t)run * rb;
                 LLM_TRY(store ? c->be->ops->upload(c->be, at, rows, nb)
                               : c->be->ops->download(c->be, rows, at, nb));
                 rows += nb;

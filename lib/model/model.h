@@ -73,7 +73,8 @@ struct llm_context;
 
 struct llm_context_params {
     int32_t n_ctx;            /* the longest a sequence may grow, in tokens (0: min(train ctx, 4096)) */
-    enum llm_type kv_type;    /* LLM_TYPE_F32, LLM_TYPE_F16 or LLM_TYPE_BF16 */
+    enum llm_type kv_type_k;  /* the K cache's type: F32, F16, BF16, Q8_0, FP8_E4M3, Q4_0 */
+    enum llm_type kv_type_v;  /* the V cache's */
     int32_t n_seq;            /* sequence slots, ids 0 .. n_seq-1 (default 1) */
     int32_t block_size;       /* tokens per KV block (default 16) */
     int32_t kv_blocks;        /* the KV pool in blocks; 0: from kv_bytes, or what n_seq full

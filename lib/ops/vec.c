@@ -8,6 +8,7 @@
 
 #include "../common/fp16.h"
 #include "../quant/blocks.h"
+#include "../quant/quant.h"
 #include "matmul_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,6 +37,14 @@ static float dot_bf16_ref(const float *a, const uint16_t *b, int64_t n)
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)
         s += (double)a[i] * llm_bf16_to_fp32(b[i]);
+    return (float)s;
+}
+
+static float dot_fp8_ref(const float *a, const uint8_t *b, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)a[i] * llm_fp8_e4m3_to_fp32(b[i]);
     return (float)s;
 }
 
@@ -78,6 +87,13 @@ void llm_vec_dots_bf16_ref(const float *q, const uint16_t *K, int64_t ldk, int64
         s[r] = dot_bf16_ref(q, K + r * ldk, n);
 }
 
+void llm_vec_dots_fp8_ref(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                          float *s)
+{
+    for (int64_t r = 0; r < m; r++)
+        s[r] = dot_fp8_ref(q, K + r * ldk, n);
+}
+
 void llm_vec_axpys_f32_ref(float *y, const float *w, const float *V, int64_t ldv, int64_t m,
                            int64_t n)
 {
@@ -97,6 +113,31 @@ void llm_vec_axpys_bf16_ref(float *y, const float *w, const uint16_t *V, int64_t
 {
     for (int64_t r = 0; r < m; r++)
         axpy_bf16_ref(y, w[r], V + r * ldv, n);
+}
+
+void llm_vec_axpys_fp8_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                           int64_t n)
+{
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i < n; i++)
+            y[i] += w[r] * llm_fp8_e4m3_to_fp32(V[r * ldv + i]);
+}
+
+void llm_vec_hadamard32(float *x, int64_t n)
+{
+    const float norm = 0.17677669529663688f; /* 1 / sqrt(32) */
+    for (int64_t b = 0; b + 32 <= n; b += 32) {
+        float *v = x + b;
+        for (int h = 1; h < 32; h *= 2)
+            for (int i = 0; i < 32; i += 2 * h)
+                for (int j = i; j < i + h; j++) {
+                    const float a = v[j], c = v[j + h];
+                    v[j] = a + c;
+                    v[j + h] = a - c;
+                }
+        for (int i = 0; i < 32; i++)
+            v[i] *= norm;
+    }
 }
 
 /* q8_0 rows: blocks of 32 int8 and their fp16 scale d; n a multiple of 32,
@@ -133,6 +174,42 @@ void llm_vec_axpys_q8_0_ref(float *y, const float *w, const uint8_t *V, int64_t 
     }
 }
 
+/* q4_0: element i of a block is the low nibble of qs[i] (i < 16), else
+ * the high nibble of qs[i - 16]; the value is (code - 8) d */
+static inline int q4_code(const struct llm_block_q4_0 *b, int i)
+{
+    return (i < 16 ? b->qs[i] & 15 : b->qs[i - 16] >> 4) - 8;
+}
+
+void llm_vec_dots_q4_0_ref(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                           float *s)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(K + r * ldk);
+        double sum = 0.0;
+        for (int64_t k = 0; k < n / 32; k++) {
+            double t = 0.0;
+            for (int i = 0; i < 32; i++)
+                t += (double)q[32 * k + i] * q4_code(&b[k], i);
+            sum += t * llm_fp16_to_fp32(b[k].d);
+        }
+        s[r] = (float)sum;
+    }
+}
+
+void llm_vec_axpys_q4_0_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                            int64_t n)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(V + r * ldv);
+        for (int64_t k = 0; k < n / 32; k++) {
+            const float c = w[r] * llm_fp16_to_fp32(b[k].d);
+            for (int i = 0; i < 32; i++)
+                y[32 * k + i] += c * (float)q4_code(&b[k], i);
+        }
+    }
+}
+
 #ifdef VEC_X86
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -155,6 +232,27 @@ void llm_vec_axpys_q8_0_ref(float *y, const float *w, const uint8_t *V, int64_t 
 #define MLD16_BF16(m, b, i)                                                              \
     _mm512_castsi512_ps(_mm512_slli_epi32(                                               \
         _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((m), (b) + (i))), 16))
+
+/* fp8 e4m3 (S.EEEE.MMM, bias 7) moved into fp16's bit positions
+ * (S.0EEEE.MMM0000000) is the same number times 2^-8, subnormals too;
+ * the cache never holds the NaN code (stores saturate at 448) */
+#define FP8_TO_H(x) _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16((x), 8), _mm256_set1_epi16((short)0x8000)), \
+                                    _mm256_and_si256(_mm256_slli_epi16((x), 7), _mm256_set1_epi16(0x3f80)))
+#define LD16_FP8(b, i)                                                                   \
+    _mm512_mul_ps(_mm512_cvtph_ps(FP8_TO_H(_mm256_cvtepu8_epi16(                          \
+                      _mm_loadu_si128((const __m128i *)((b) + (i)))))),                  \
+                  _mm512_set1_ps(256.0f))
+#define MLD16_FP8(m, b, i)                                                               \
+    _mm512_mul_ps(_mm512_cvtph_ps(FP8_TO_H(_mm256_cvtepu8_epi16(                          \
+                      _mm_maskz_loadu_epi8((m), (b) + (i))))),                           \
+                  _mm512_set1_ps(256.0f))
+#define FP8_TO_H8(x) _mm_or_si128(_mm_and_si128(_mm_slli_epi16((x), 8), _mm_set1_epi16((short)0x8000)), \
+                                  _mm_and_si128(_mm_slli_epi16((x), 7), _mm_set1_epi16(0x3f80)))
+#define LD8_FP8(b, i)                                                                    \
+    _mm256_mul_ps(_mm256_cvtph_ps(FP8_TO_H8(_mm_cvtepu8_epi16(                            \
+                      _mm_loadl_epi64((const __m128i *)((b) + (i)))))),                  \
+                  _mm256_set1_ps(256.0f))
+#define CVT_FP8(v) llm_fp8_e4m3_to_fp32(v)
 
 #define CVT_F32(v) (v)
 #define CVT_F16(v) llm_fp16_to_fp32(v)
@@ -346,6 +444,10 @@ DOTS_AVX512(dots_bf16_avx512, uint16_t, LD16_BF16, MLD16_BF16)
 AXPYS_AVX512(axpys_bf16_avx512, uint16_t, MLD16_BF16)
 DOTS_AVX2(dots_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
 AXPYS_AVX2(axpys_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
+DOTS_AVX512(dots_fp8_avx512, uint8_t, LD16_FP8, MLD16_FP8)
+AXPYS_AVX512(axpys_fp8_avx512, uint8_t, MLD16_FP8)
+DOTS_AVX2(dots_fp8_avx2, uint8_t, LD8_FP8, CVT_FP8)
+AXPYS_AVX2(axpys_fp8_avx2, uint8_t, LD8_FP8, CVT_FP8)
 
 /* q8_0 rows, a row at a time: each block's 32 products summed in vectors,
  * scaled by its d into the row's accumulator, one horizontal sum a row. */
@@ -427,6 +529,101 @@ static T_AVX2 void axpys_q8_0_avx2(float *y, const float *w, const uint8_t *V, i
     }
 }
 
+/* q4_0 rows as q8_0's: 16 bytes of codes give elements 0-15 (low
+ * nibbles) and 16-31 (high), less 8 */
+static inline __attribute__((always_inline)) T_AVX512 void q4_lohi16(const uint8_t *qs, __m512 *lo,
+                                                                     __m512 *hi)
+{
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    const __m512i eight = _mm512_set1_epi32(8);
+    *lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(c, _mm512_set1_epi32(15)), eight));
+    *hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(c, 4), eight));
+}
+
+static T_AVX512 void dots_q4_0_avx512(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
+                                      int64_t n, float *s)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(K + r * ldk);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t k = 0; k < n / 32; k++) {
+            __m512 x0, x1;
+            q4_lohi16(b[k].qs, &x0, &x1);
+            const __m512 t = _mm512_fmadd_ps(x1, _mm512_loadu_ps(q + 32 * k + 16),
+                                             _mm512_mul_ps(x0, _mm512_loadu_ps(q + 32 * k)));
+            acc = _mm512_fmadd_ps(t, _mm512_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
+        }
+        s[r] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+static T_AVX512 void axpys_q4_0_avx512(float *y, const float *w, const uint8_t *V, int64_t ldv,
+                                       int64_t m, int64_t n)
+{
+    for (int64_t k = 0; k < n / 32; k++) {
+        __m512 a0 = _mm512_loadu_ps(y + 32 * k), a1 = _mm512_loadu_ps(y + 32 * k + 16);
+        for (int64_t r = 0; r < m; r++) {
+            const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(V + r * ldv) + k;
+            const __m512 c = _mm512_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
+            __m512 x0, x1;
+            q4_lohi16(b->qs, &x0, &x1);
+            a0 = _mm512_fmadd_ps(c, x0, a0);
+            a1 = _mm512_fmadd_ps(c, x1, a1);
+        }
+        _mm512_storeu_ps(y + 32 * k, a0);
+        _mm512_storeu_ps(y + 32 * k + 16, a1);
+    }
+}
+
+/* 8 codes of q4_0 bytes p as floats: the low nibbles, or the high ones */
+#define LD8_Q4(p, sh)                                                                        \
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                     \
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(                              \
+                                               _mm_loadl_epi64((const __m128i *)(p))), (sh)), \
+                         _mm256_set1_epi32(15)),                                             \
+        _mm256_set1_epi32(8)))
+
+static T_AVX2 void dots_q4_0_avx2(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
+                                  int64_t n, float *s)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(K + r * ldk);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t k = 0; k < n / 32; k++) {
+            const float *qk = q + 32 * k;
+            __m256 t = _mm256_mul_ps(LD8_Q4(b[k].qs, 0), _mm256_loadu_ps(qk));
+            t = _mm256_fmadd_ps(LD8_Q4(b[k].qs + 8, 0), _mm256_loadu_ps(qk + 8), t);
+            t = _mm256_fmadd_ps(LD8_Q4(b[k].qs, 4), _mm256_loadu_ps(qk + 16), t);
+            t = _mm256_fmadd_ps(LD8_Q4(b[k].qs + 8, 4), _mm256_loadu_ps(qk + 24), t);
+            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
+        }
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        s[r] = _mm_cvtss_f32(h);
+    }
+}
+
+static T_AVX2 void axpys_q4_0_avx2(float *y, const float *w, const uint8_t *V, int64_t ldv,
+                                   int64_t m, int64_t n)
+{
+    for (int64_t k = 0; k < n / 32; k++) {
+        __m256 a[4];
+        for (int j = 0; j < 4; j++)
+            a[j] = _mm256_loadu_ps(y + 32 * k + 8 * j);
+        for (int64_t r = 0; r < m; r++) {
+            const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(V + r * ldv) + k;
+            const __m256 c = _mm256_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
+            a[0] = _mm256_fmadd_ps(c, LD8_Q4(b->qs, 0), a[0]);
+            a[1] = _mm256_fmadd_ps(c, LD8_Q4(b->qs + 8, 0), a[1]);
+            a[2] = _mm256_fmadd_ps(c, LD8_Q4(b->qs, 4), a[2]);
+            a[3] = _mm256_fmadd_ps(c, LD8_Q4(b->qs + 8, 4), a[3]);
+        }
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(y + 32 * k + 8 * j, a[j]);
+    }
+}
+
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
     switch (llm_matmul_isa()) {              \
     case LLM_ISA_AVX512:                     \
@@ -488,4 +685,28 @@ void llm_vec_axpys_q8_0(float *y, const float *w, const uint8_t *V, int64_t ldv,
                         int64_t n)
 {
     VEC_DISPATCH(axpys_q8_0_avx512, axpys_q8_0_avx2, llm_vec_axpys_q8_0_ref, y, w, V, ldv, m, n)
+}
+
+void llm_vec_dots_q4_0(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                       float *s)
+{
+    VEC_DISPATCH(dots_q4_0_avx512, dots_q4_0_avx2, llm_vec_dots_q4_0_ref, q, K, ldk, m, n, s)
+}
+
+void llm_vec_axpys_q4_0(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                        int64_t n)
+{
+    VEC_DISPATCH(axpys_q4_0_avx512, axpys_q4_0_avx2, llm_vec_axpys_q4_0_ref, y, w, V, ldv, m, n)
+}
+
+void llm_vec_dots_fp8(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                      float *s)
+{
+    VEC_DISPATCH(dots_fp8_avx512, dots_fp8_avx2, llm_vec_dots_fp8_ref, q, K, ldk, m, n, s)
+}
+
+void llm_vec_axpys_fp8(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                       int64_t n)
+{
+    VEC_DISPATCH(axpys_fp8_avx512, axpys_fp8_avx2, llm_vec_axpys_fp8_ref, y, w, V, ldv, m, n)
 }

@@ -52,5 +52,28 @@ void llm_vec_axpys_q8_0(float *y, const float *w, const uint8_t *V, int64_t ldv,
                         int64_t n);
 void llm_vec_axpys_q8_0_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
                             int64_t n);
+/* fp8 e4m3 rows (bytes; OCP E4M3, no scale): as the float rows. */
+void llm_vec_dots_fp8(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                      float *s);
+void llm_vec_dots_fp8_ref(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                          float *s);
+void llm_vec_axpys_fp8(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                       int64_t n);
+void llm_vec_axpys_fp8_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                           int64_t n);
+/* q4_0 rows (blocks of 32 4-bit codes and their fp16 scale, ggml's
+ * layout): as the q8_0 rows. */
+void llm_vec_dots_q4_0(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                       float *s);
+void llm_vec_dots_q4_0_ref(const float *q, const uint8_t *K, int64_t ldk, int64_t m, int64_t n,
+                           float *s);
+void llm_vec_axpys_q4_0(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                        int64_t n);
+void llm_vec_axpys_q4_0_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
+                            int64_t n);
+/* The orthonormal 32-point Walsh-Hadamard transform of each block of 32 of
+ * x (n; a multiple of 32), in place; it is its own inverse (up to
+ * rounding). The rotation of the cache's q4 rows (kv.h). */
+void llm_vec_hadamard32(float *x, int64_t n);
 
 #endif

@@ -946,32 +946,64 @@ t_run_prompt_cache_reuse() {
 # would not), completions batched are the texts alone, and a state
 # continues as one run and is refused by an f16 cache. q8 needs heads of a
 # multiple of 32 (stories260K's are 8).
+# kv_type_case OPTIONS NAMES: the KV cache of OPTIONS (--kv-type q8, or
+# --kv-type-k and --kv-type-v) answers, gives each of 3 sequences of a
+# batch the bits it gets alone, continues from its state file with the
+# bits of one run, and a state of it is refused by an f16 cache, naming
+# NAMES ("q8 KV", "q8 K and q4 V") and the options that take it.
 kv_type_case() {
     local t=$1 i
-    expect 0 "$RUN" -m "$TMP/smol.llm" -p "The capital of France is" --temp 0 -n 3 -t 2 --kv-type "$t" &&
+    # shellcheck disable=SC2086 # $t is several words
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "The capital of France is" --temp 0 -n 3 -t 2 $t &&
         has "$TMP/out" " Paris" || return 1
-    expect 0 "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 --kv-type "$t" --n-seq 3 --json || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 $t --n-seq 3 --json || return 1
     command -v python3 >/dev/null || skip "no python3"
     python3 -c 'import json,sys; [print(json.dumps(c["text"])) for c in json.load(open(sys.argv[1]))["completions"]]' \
         "$TMP/out" >"$TMP/n3" || return 1
     for i in 0 1 2; do
-        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s $((2 + i)) -n 24 -t 2 --kv-type "$t" --json |
+        # shellcheck disable=SC2086
+        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s $((2 + i)) -n 24 -t 2 $t --json |
             python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))'
     done >"$TMP/n1" && cmp "$TMP/n3" "$TMP/n1" || return 1
-    "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 --kv-type "$t" >"$TMP/one" &&
-        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -t 2 --kv-type "$t" --prefill-only --kv-out "$TMP/b.kv" &&
+    # shellcheck disable=SC2086
+    "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -n 24 -t 2 $t >"$TMP/one" &&
+        "$RUN" -m "$TMP/smol.llm" -p "Once upon" -s 2 -t 2 $t --prefill-only --kv-out "$TMP/b.kv" &&
         expect 0 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/b.kv" -n 24 -t 2 && cmp "$TMP/one" "$TMP/out" &&
         expect 1 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/b.kv" -n 24 --kv-type f16 &&
-        has "$TMP/err" "the state holds $2 KV rows, this run's cache is f16 (--kv-type $2)"
+        has "$TMP/err" "the state holds $2 rows, this run's cache is f16 ($t)"
 }
 t_run_kv_type_bf16() {
     r_smol || return 1
-    kv_type_case bf16 bf16
+    kv_type_case "--kv-type bf16" "bf16 KV"
 }
 t_run_kv_type_q8() {
     r_smol || return 1
-    kv_type_case q8 q8_0 || return 1
+    kv_type_case "--kv-type q8" "q8 KV" || return 1
     r_stories
     expect 1 "$RUN" -m "$TMP/s.llm" -p Once -n 2 --kv-type q8 && one_line &&
-        has "$TMP/err" "KV cache type q8_0 is not supported (f32, f16, bf16, and q8_0 for heads of a multiple of 32: these are 8)"
+        has "$TMP/err" "KV cache type q8 is not supported (f32, f16, bf16, fp8_e4m3, and q8 and q4 for heads of a multiple of 32: these are 8)"
+}
+t_run_kv_type_q4() {
+    r_smol || return 1
+    kv_type_case "--kv-type q4" "q4 KV" || return 1
+    r_stories
+    expect 1 "$RUN" -m "$TMP/s.llm" -p Once -n 2 --kv-type-v q4 && one_line &&
+        has "$TMP/err" "KV cache type q4 is not supported"
+}
+t_run_kv_type_fp8() {
+    r_smol || return 1
+    kv_type_case "--kv-type fp8_e4m3" "fp8_e4m3 KV"
+}
+# K and V in different types; a state keeps both, and --kv-in takes each
+# from it unless given
+t_run_kv_type_k_and_v() {
+    r_smol || return 1
+    kv_type_case "--kv-type-k q8 --kv-type-v q4" "q8 K and q4 V" || return 1
+    expect 1 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/b.kv" -n 4 --kv-type-v q8 &&
+        has "$TMP/err" "the state holds q8 K and q4 V rows, this run's cache is q8 (--kv-type-k q8 --kv-type-v q4)" &&
+        expect 0 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/b.kv" -n 24 -t 2 --kv-type-k q8 &&
+        cmp "$TMP/one" "$TMP/out" || return 1
+    expect 2 "$RUN" -m "$TMP/smol.llm" -p x --kv-type-k q3 &&
+        has "$TMP/err" "--kv-type-k: 'q3' is not f32, f16, bf16, q8, fp8_e4m3 or q4"
 }

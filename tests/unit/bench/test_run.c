@@ -16,6 +16,7 @@ static void run(struct llm_bench_result *r, struct llm_model *m, int32_t pp, int
     memset(r, 0, sizeof *r);
     r->roof_gbs = 10;
     r->roof_gflops = 100;
+    r->kv_k = r->kv_v = LLM_TYPE_F16;
     struct llm_bench_test t = { pp, tg };
     cr_assert_eq(llm_bench_run(r, m, "x/stories260K.gguf", &t, 1, reps, 1), LLM_OK, "%s", llm_error_detail(-1));
 }
@@ -49,6 +50,19 @@ Test(run, pp_tg_pg)
         cr_assert_float_eq(r.gflops_pct, r.gflops, r.gflops * 1e-9);
     else
         cr_assert(isnan(r.gflops_pct));
+    llm_bench_result_release(&r);
+
+    /* a cache other than f16 names itself in the test */
+    memset(&r, 0, sizeof r);
+    r.kv_k = LLM_TYPE_F32, r.kv_v = LLM_TYPE_BF16;
+    struct llm_bench_test t8 = { 0, 8 };
+    cr_assert_eq(llm_bench_run(&r, m, "x", &t8, 1, 1, 0), LLM_OK, "%s", llm_error_detail(-1));
+    cr_assert_str_eq(r.test, "tg8 kv=f32/bf16");
+    llm_bench_result_release(&r);
+    memset(&r, 0, sizeof r);
+    r.kv_k = r.kv_v = LLM_TYPE_BF16;
+    cr_assert_eq(llm_bench_run(&r, m, "x", &t8, 1, 1, 0), LLM_OK, "%s", llm_error_detail(-1));
+    cr_assert_str_eq(r.test, "tg8 kv=bf16");
     llm_bench_result_release(&r);
 
     run(&r, m, 0, 8, 2);
@@ -108,19 +122,19 @@ Test(run, perplexity)
     struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 1);
     double ppl, se, ppl_wiki, se_wiki;
     size_t n;
-    cr_assert_eq(llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 12000), 128, 1, 0, 0, LLM_TYPE_F32, &ppl, &se, &n),
+    cr_assert_eq(llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 12000), 128, 1, 0, 0, LLM_TYPE_F32, LLM_TYPE_F32, &ppl, &se, &n),
                  LLM_OK, "%s", llm_error_detail(-1));
     cr_assert(n > 2000 && n < 12000, "%zu tokens", n);
     cr_assert(ppl > 1.5 && ppl < 12, "in-domain PPL %g", ppl);
     cr_assert(se > 0 && se < ppl / 5, "+/- %g", se);
-    cr_assert_eq(llm_bench_perplexity(m, head_of("text/wiki.test.raw", 12000), 128, 1, 0, 0, LLM_TYPE_F32, &ppl_wiki, &se_wiki, &n),
+    cr_assert_eq(llm_bench_perplexity(m, head_of("text/wiki.test.raw", 12000), 128, 1, 0, 0, LLM_TYPE_F32, LLM_TYPE_F32, &ppl_wiki, &se_wiki, &n),
                  LLM_OK);
     cr_assert(ppl_wiki > 2 * ppl, "wiki PPL %g vs stories %g", ppl_wiki, ppl);
     /* too short for two windows */
-    llm_status s = llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 200), 128, 1, 0, 0, LLM_TYPE_F32, &ppl, &se, &n);
+    llm_status s = llm_bench_perplexity(m, head_of("text/tinystories_val.txt", 200), 128, 1, 0, 0, LLM_TYPE_F32, LLM_TYPE_F32, &ppl, &se, &n);
     cr_assert_eq(s, LLM_E_INVALID);
     cr_assert(strstr(llm_error_detail(s), "head.txt"), "%s", llm_error_detail(s));
-    cr_assert_eq(llm_bench_perplexity(m, "/nonexistent/t.txt", 128, 1, 0, 0, LLM_TYPE_F32, &ppl, &se, &n), LLM_E_IO);
+    cr_assert_eq(llm_bench_perplexity(m, "/nonexistent/t.txt", 128, 1, 0, 0, LLM_TYPE_F32, LLM_TYPE_F32, &ppl, &se, &n), LLM_E_IO);
     llm_model_close(m);
 }
 

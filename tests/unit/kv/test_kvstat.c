@@ -461,7 +461,7 @@ Test(kvstat, shared_prefix_matches_the_pool)
         llm_kv_params_default(&kp);
         kp.n_layers = (int32_t)s.n_layers, kp.n_kv_heads = (int32_t)s.n_kv_heads;
         kp.head_dim = (int32_t)s.head_dim, kp.block_size = (int32_t)bs;
-        kp.n_seq = (int32_t)B, kp.max_tokens = (int32_t)ctx, kp.type = LLM_TYPE_F32;
+        kp.n_seq = (int32_t)B, kp.max_tokens = (int32_t)ctx, kp.type_k = kp.type_v = LLM_TYPE_F32;
         cr_assert_eq(llm_kv_block_bytes(&kp), r.bytes_per_block);
         struct llm_kv *kv;
         cr_assert_eq(llm_kv_new(&kv, &kp), LLM_OK);

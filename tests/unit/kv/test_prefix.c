@@ -13,7 +13,7 @@ static struct llm_kv *pool(int32_t n_blocks)
     llm_kv_params_default(&p);
     p.n_layers = 1, p.n_kv_heads = 1, p.head_dim = 4;
     p.block_size = 4, p.n_seq = 4, p.max_tokens = 64, p.n_blocks = n_blocks;
-    p.type = LLM_TYPE_F32;
+    p.type_k = p.type_v = LLM_TYPE_F32;
     struct llm_kv *kv;
     cr_assert_eq(llm_kv_new(&kv, &p), LLM_OK);
     return kv;

@@ -55,7 +55,7 @@ static void info(struct llm_state_info *in, int compress)
 {
     memset(in, 0, sizeof *in);
     in->model_id = 0x1234567890abcdefull;
-    in->kv_type = LLM_TYPE_F32;
+    in->kv_type_k = in->kv_type_v = LLM_TYPE_F32;
     in->n_layers = NL;
     in->kv_dim = KVD;
     in->n_vocab = 7;
@@ -147,11 +147,16 @@ Test(state, expect_names_the_difference)
     struct llm_state_info a, b;
     info(&a, 0);
     info(&b, 0);
-    b.kv_type = LLM_TYPE_F16;
+    b.kv_type_k = b.kv_type_v = LLM_TYPE_F16;
     llm_status s = llm_state_expect(&a, &b, "x.kv");
     cr_assert_eq(s, LLM_E_INVALID);
     cr_assert_str_eq(llm_error_detail(s), "x.kv: the state holds f32 KV rows, this run's cache is "
                      "f16 (--kv-type f32)");
+    a.kv_type_k = LLM_TYPE_Q8_0, a.kv_type_v = LLM_TYPE_Q4_0;
+    s = llm_state_expect(&a, &b, "x.kv");
+    cr_assert_str_eq(llm_error_detail(s), "x.kv: the state holds q8 K and q4 V rows, this run's "
+                     "cache is f16 (--kv-type-k q8 --kv-type-v q4)");
+    a.kv_type_k = a.kv_type_v = LLM_TYPE_F32;
     b = a;
     b.kv_dim = 6;
     s = llm_state_expect(&a, &b, "x.kv");

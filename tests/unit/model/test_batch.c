@@ -73,7 +73,7 @@ static struct llm_context *open_ctx(struct llm_model *m, int32_t n_seq, int32_t 
     llm_context_params_default(&cp);
     cp.n_ctx = n_ctx;
     cp.n_seq = n_seq;
-    cp.kv_type = LLM_TYPE_F16;
+    cp.kv_type_k = cp.kv_type_v = LLM_TYPE_F16;
     cp.kv_blocks = kv_blocks;
     cp.n_threads = n_threads;
     llm_status s = llm_context_new(&c, m, &cp);
@@ -205,7 +205,7 @@ static void check_alone_equals_batched(int which_model)
     llm_context_free(c);
     struct llm_context_params cp;
     llm_context_params_default(&cp);
-    cp.n_ctx = 128, cp.n_seq = NP, cp.kv_type = LLM_TYPE_F16, cp.n_batch = 7;
+    cp.n_ctx = 128, cp.n_seq = NP, cp.kv_type_k = cp.kv_type_v = LLM_TYPE_F16, cp.n_batch = 7;
     cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
     run_batched(m, c, order, NP, alone, "in slices of 7");
     llm_context_free(c);

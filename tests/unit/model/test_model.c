@@ -243,7 +243,7 @@ static void check_against_ref(struct llm_file *f, int n, double tol, int n_threa
     struct llm_context_params cp;
     llm_context_params_default(&cp);
     cp.n_ctx = 64;
-    cp.kv_type = kv_type;
+    cp.kv_type_k = cp.kv_type_v = kv_type;
     cp.block_size = 4; /* several blocks per sequence */
     cr_assert_eq(llm_context_new(&ctx, m, &cp), LLM_OK);
     float *lg = malloc(sizeof(float) * (size_t)(n * c->n_vocab));
@@ -622,7 +622,7 @@ static void stories_greedy(struct llm_model *m, enum llm_type kv)
     struct llm_context *c;
     struct llm_context_params cp;
     llm_context_params_default(&cp);
-    cp.kv_type = kv;
+    cp.kv_type_k = cp.kv_type_v = kv;
     cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
     struct llm_gen_params gp;
     llm_gen_params_default(&gp);

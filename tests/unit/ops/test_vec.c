@@ -328,12 +328,15 @@ Test(vec, bf16_dots_and_axpys_within_bounds, .fini = restore)
     }
 }
 
-/* q8_0 rows (a KV head as blocks of 32 int8 and their fp16 scale), ld
- * bytes apart (even: the blocks' scales are 2-byte aligned, as the cache's
- * rows of 34-byte blocks are) with 0x7f poison bytes in the gaps: within the float bounds
- * of the values the blocks hold (as dequantized), every row count, heads
- * of 32 to 256. */
-Test(vec, q8_0_dots_and_axpys_within_bounds, .fini = restore)
+/* Rows of blocks of 32 (q8_0, q4_0: a KV head as blocks of codes and
+ * their fp16 scale), ld bytes apart (even: the blocks' scales are 2-byte
+ * aligned, as the cache's rows of 34- and 18-byte blocks are) with 0x7f
+ * poison bytes in the gaps: within the float bounds of the values the
+ * blocks hold (as dequantized), every row count, heads of 32 to 256. */
+typedef void (*dots_fn)(const float *, const uint8_t *, int64_t, int64_t, int64_t, float *);
+typedef void (*axpys_fn)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t);
+
+static void check_block_rows(enum llm_type t, int64_t block_bytes, dots_fn dots, axpys_fn axpys)
 {
     enum llm_isa is[3];
     int ni = isas(is);
@@ -345,26 +348,119 @@ Test(vec, q8_0_dots_and_axpys_within_bounds, .fini = restore)
         llm_matmul_set_isa(is[ii]);
         for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
             for (size_t mi = 0; mi < N_ROWS; mi++) {
-                const int64_t n = heads[hi], m = row_counts[mi], rb = n / 32 * 34, ld = rb + 6;
+                const int64_t n = heads[hi], m = row_counts[mi], rb = n / 32 * block_bytes,
+                              ld = rb + 6;
                 memset(B, 0x7f, sizeof B);
                 for (int64_t r = 0; r < m; r++) {
                     for (int64_t i = 0; i < n; i++)
                         x[i] = rnd() * (float)(r + 1);
-                    cr_assert_eq(llm_quantize_row(LLM_TYPE_Q8_0, x, B + r * ld, n), LLM_OK);
-                    cr_assert_eq(llm_dequantize_row(LLM_TYPE_Q8_0, B + r * ld, D + r * n, n), LLM_OK);
+                    cr_assert_eq(llm_quantize_row(t, x, B + r * ld, n), LLM_OK);
+                    cr_assert_eq(llm_dequantize_row(t, B + r * ld, D + r * n, n), LLM_OK);
                 }
                 for (int64_t i = 0; i < n; i++)
                     q[i] = rnd(), y0[i] = rnd();
                 for (int64_t r = 0; r < m; r++)
                     w[r] = rnd();
                 s[m] = 12345.0f;
-                llm_vec_dots_q8_0(q, B, ld, m, n, s);
+                dots(q, B, ld, m, n, s);
                 check_dots(is[ii], q, D, n, m, n, s);
                 memcpy(y, y0, sizeof(float) * (size_t)n);
                 y[n] = 12345.0f;
-                llm_vec_axpys_q8_0(y, w, B, ld, m, n);
+                axpys(y, w, B, ld, m, n);
                 /* c = w d is rounded once more than a float row's product */
                 check_axpys(is[ii], y0, w, D, n, m, n, y, 3);
             }
     }
+}
+
+Test(vec, q8_0_dots_and_axpys_within_bounds, .fini = restore)
+{
+    check_block_rows(LLM_TYPE_Q8_0, 34, llm_vec_dots_q8_0, llm_vec_axpys_q8_0);
+}
+
+Test(vec, q4_0_dots_and_axpys_within_bounds, .fini = restore)
+{
+    check_block_rows(LLM_TYPE_Q4_0, 18, llm_vec_dots_q4_0, llm_vec_axpys_q4_0);
+}
+
+/* fp8 e4m3 rows (bytes, no scale): every code but NaN's through the
+ * kernels (the cache never stores NaN: stores saturate), and the float
+ * bounds over random values, every row count and length. */
+Test(vec, fp8_dots_and_axpys_within_bounds, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    static uint8_t B[33 * LD_MAX];
+    static float Bf[33 * LD_MAX];
+    float q[257], s[34], y0[258], y[258], w[33];
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        /* each code once: 254 codes as 16 rows of 16 (NaN's two codes as 0) */
+        uint8_t all[256];
+        float allf[256], one[16], got[16];
+        for (int c = 0; c < 256; c++) {
+            all[c] = (c & 0x7f) == 0x7f ? 0 : (uint8_t)c;
+            allf[c] = llm_fp8_e4m3_to_fp32(all[c]);
+        }
+        for (int r = 0; r < 16; r++)
+            for (int e = 0; e < 16; e++) { /* unit vector e picks element e of each row */
+                for (int i = 0; i < 16; i++)
+                    one[i] = i == e ? 1.0f : 0.0f;
+                llm_vec_dots_fp8(one, all, 16, 16, 16, got);
+                cr_assert_eq(got[r], allf[r * 16 + e], "isa %d code 0x%02x: %g vs %g", is[ii],
+                             r * 16 + e, got[r], allf[r * 16 + e]);
+            }
+        for (size_t li = 0; li < N_LENS; li++)
+            for (size_t mi = 0; mi < N_ROWS; mi++) {
+                const int64_t n = lens[li], m = row_counts[mi], ld = n + 3;
+                for (int64_t r = 0; r < m; r++)
+                    for (int64_t i = 0; i < ld; i++) {
+                        B[r * ld + i] = i < n ? llm_fp32_to_fp8_e4m3(rnd() * 300.0f) : 0x7e;
+                        Bf[r * ld + i] = llm_fp8_e4m3_to_fp32(B[r * ld + i]);
+                    }
+                for (int64_t i = 0; i < n; i++)
+                    q[i] = rnd(), y0[i] = rnd();
+                for (int64_t r = 0; r < m; r++)
+                    w[r] = rnd() * 2.0f;
+                s[m] = 12345.0f;
+                llm_vec_dots_fp8(q, B, ld, m, n, s);
+                check_dots(is[ii], q, Bf, ld, m, n, s);
+                memcpy(y, y0, sizeof(float) * (size_t)n);
+                y[n] = 12345.0f;
+                llm_vec_axpys_fp8(y, w, B, ld, m, n);
+                check_axpys(is[ii], y0, w, Bf, ld, m, n, y, 2);
+            }
+    }
+}
+
+/* The 32-point Walsh-Hadamard transform: against the matrix H[i][j] =
+ * (-1)^popcount(i & j) / sqrt(32) in double, orthonormal (norms kept),
+ * its own inverse within rounding, blocks independent. */
+Test(vec, hadamard32_is_the_orthonormal_transform)
+{
+    float x[96], y[96];
+    for (int i = 0; i < 96; i++)
+        x[i] = rnd() * (i % 7 == 3 ? 50.0f : 1.0f); /* a few large channels */
+    memcpy(y, x, sizeof x);
+    llm_vec_hadamard32(y, 96);
+    for (int b = 0; b < 3; b++) {
+        double n0 = 0, n1 = 0;
+        for (int i = 0; i < 32; i++) {
+            double want = 0, S = 0;
+            for (int j = 0; j < 32; j++) {
+                const double h = (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0 : 1.0) /
+                                 sqrt(32.0);
+                want += h * x[32 * b + j];
+                S += fabs(h * x[32 * b + j]);
+            }
+            cr_assert(fabs(y[32 * b + i] - want) <= 8 * ldexp(1.0, -24) * S, "block %d row %d: "
+                      "%.9g vs %.9g", b, i, y[32 * b + i], want);
+            n0 += (double)x[32 * b + i] * x[32 * b + i];
+            n1 += (double)y[32 * b + i] * y[32 * b + i];
+        }
+        cr_assert(fabs(n1 - n0) <= 1e-5 * n0, "block %d: norm %g to %g", b, n0, n1);
+    }
+    llm_vec_hadamard32(y, 96);
+    for (int i = 0; i < 96; i++)
+        cr_assert(fabsf(y[i] - x[i]) <= 1e-5f * (fabsf(x[i]) + 1.0f), "%d: %g back to %g", i, x[i], y[i]);
 }
