@@ -69,8 +69,8 @@ static const struct llm_opt opts[] = {
 
 static struct llm_cli cli = {
     .prog = "llm-bench",
-    .synopsis = "[-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
-                "-b LIST [-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [-r N] [-o FORMAT]\n"
+    .synopsis = "[-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [--kv-type TYPE] [-r N] [-o FORMAT]\n"
+                "-b LIST [-m FILE]... [-p LIST] [-n LIST] [--pg P,G]... [-t LIST] [--kv-type TYPE] [-r N] [-o FORMAT]\n"
                 "--suite FILE [-o FORMAT]\n"
                 "--ppl FILE [--ctx N] [--chunks N] [--score-all] [--kv-type TYPE] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"

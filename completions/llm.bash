@@ -114,7 +114,15 @@ _llm_bench()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16 q8'
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            return
+            ;;
+        --kv-type-k)
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            return
+            ;;
+        --kv-type-v)
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
             return
             ;;
         --ctx)
@@ -211,7 +219,7 @@ _llm_bench()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --kv-type --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --draft --lookup --grammar --json-schema --regex --json-object --prompts --chat --ngram-min --ngram-max --draft-n --draft-max --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -p --n-prompt -n --n-gen --pg -b --batch -t --threads -r --repetitions --warmup -o --output --bandwidth --peak --ppl --base --chunks --kv-type --kv-type-k --kv-type-v --score-all --ctx --kernels --types --serve --serve-text --requests --prompt-len --gen-len --shared-prefix --rate --seed --max-seqs --step-tokens --no-prefix-cache --draft --lookup --grammar --json-schema --regex --json-object --prompts --chat --ngram-min --ngram-max --draft-n --draft-max --compare --threshold --suite -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi
@@ -534,7 +542,15 @@ _llm_run()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16 q8'
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            return
+            ;;
+        --kv-type-k)
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            return
+            ;;
+        --kv-type-v)
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
             return
             ;;
         --n-seq)
@@ -631,7 +647,7 @@ _llm_run()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --n-seq --parallel --kv-mem --kv-blocks --block-size --prefill-only --kv-out --kv-in --kv-compress --prompt-cache --grammar --json-schema --json-object --regex --batch -o --output --resume --completion-order --max-seqs --step-tokens --no-prefix-cache --stats-json --kv-trace --draft --lookup --ngram-min --ngram-max --draft-n --draft-max --spec-rule --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --kv-type-k --kv-type-v --n-seq --parallel --kv-mem --kv-blocks --block-size --prefill-only --kv-out --kv-in --kv-compress --prompt-cache --grammar --json-schema --json-object --regex --batch -o --output --resume --completion-order --max-seqs --step-tokens --no-prefix-cache --stats-json --kv-trace --draft --lookup --ngram-min --ngram-max --draft-n --draft-max --spec-rule --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

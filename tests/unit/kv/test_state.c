@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "../../../lib/llm.h"
 
 #define NL 2
@@ -166,4 +168,109 @@ Test(state, expect_names_the_difference)
     b.model_id++;
     s = llm_state_expect(&a, &b, "x.kv");
     cr_assert(strstr(llm_error_detail(s), "computed by another model"));
+}
+
+/* K and V in their own types (bf16 keys, f32 values: rows of different
+ * sizes in one record) make the round trip. */
+static llm_status src_mixed(void *ctx, int32_t pos, int32_t n, void *rows)
+{
+    (void)ctx;
+    uint8_t *r = rows;
+    for (int l = 0; l < NL; l++)
+        for (int w = 0; w < 2; w++)
+            for (int32_t p = pos; p < pos + n; p++)
+                for (int j = 0; j < KVD; j++) {
+                    if (w == 0) {
+                        uint16_t h = (uint16_t)(p * 100 + l * 10 + j);
+                        memcpy(r, &h, 2), r += 2;
+                    } else {
+                        float f = val(p, l, w, j);
+                        memcpy(r, &f, 4), r += 4;
+                    }
+                }
+    return LLM_OK;
+}
+
+static llm_status sink_mixed(void *ctx, int32_t pos, int32_t n, void *rows)
+{
+    (void)ctx;
+    uint8_t got[NL * 2 * CH * KVD * 4], want[NL * 2 * CH * KVD * 4];
+    cr_assert_eq(src_mixed(NULL, pos, n, want), LLM_OK);
+    memcpy(got, rows, (size_t)(NL * n * KVD * 6));
+    cr_assert_arr_eq(got, want, (size_t)(NL * n * KVD * 6));
+    next_pos = pos + n;
+    return LLM_OK;
+}
+
+Test(state, k_and_v_of_different_types)
+{
+    char path[256];
+    tmpname(path, sizeof path);
+    struct llm_state_info in, got;
+    info(&in, 1);
+    in.kv_type_k = LLM_TYPE_BF16;
+    cr_assert_eq(llm_state_write(path, &in, toks, logits, src_mixed, NULL), LLM_OK);
+    struct llm_state_reader *r;
+    cr_assert_eq(llm_state_open(&r, path, &got), LLM_OK);
+    cr_assert_eq(got.kv_type_k, LLM_TYPE_BF16);
+    cr_assert_eq(got.kv_type_v, LLM_TYPE_F32);
+    int32_t t[NT];
+    float lg[7];
+    cr_assert_eq(llm_state_read_tokens(r, t, lg), LLM_OK);
+    next_pos = 0;
+    cr_assert_eq(llm_state_read_rows(r, sink_mixed, NULL), LLM_OK);
+    cr_assert_eq(next_pos, NT);
+    llm_state_close(r);
+    unlink(path);
+}
+
+/* A version 1 header (one type for K and V at byte 24) still reads: its
+ * type is both; the same word in a version 2 header is K alone. */
+Test(state, version_1_holds_one_type_for_both)
+{
+    char path[256];
+    tmpname(path, sizeof path);
+    struct llm_state_info in, got;
+    info(&in, 0);
+    in.kv_type_k = LLM_TYPE_BF16;
+    char path2[300];
+    snprintf(path2, sizeof path2, "%s.2", path);
+    cr_assert_eq(llm_state_write(path2, &in, toks, logits, src_mixed, NULL), LLM_OK);
+    uint8_t h[96] = { 0 };
+    FILE *f = fopen(path2, "rb");
+    cr_assert(f && fread(h, 1, 96, f) == 96);
+    fclose(f);
+    cr_assert_eq(h[8], 2, "this build writes version 2");
+    cr_assert_eq(h[24] | h[25] << 8 | h[26] << 16 | h[27] << 24, LLM_TYPE_BF16 | LLM_TYPE_F32 << 16);
+    unlink(path2);
+    /* the header is all that is read here: an f32 state's file, relabelled */
+    info(&in, 0);
+    cr_assert_eq(llm_state_write(path, &in, toks, logits, src, NULL), LLM_OK);
+    f = fopen(path, "r+b");
+    cr_assert(f && fread(h, 1, 96, f) == 96);
+    for (int v = 1; v <= 2; v++) {
+        h[8] = (uint8_t)v;
+        h[24] = LLM_TYPE_F16, h[25] = h[26] = h[27] = 0;
+        uint64_t x = XXH3_64bits(h, 88);
+        for (int i = 0; i < 8; i++)
+            h[88 + i] = (uint8_t)(x >> (8 * i));
+        cr_assert(fseek(f, 0, SEEK_SET) == 0 && fwrite(h, 1, 96, f) == 96 && fflush(f) == 0);
+        struct llm_state_reader *r;
+        cr_assert_eq(llm_state_open(&r, path, &got), LLM_OK, "%s", llm_error_detail(-1));
+        cr_assert_eq(got.kv_type_k, LLM_TYPE_F16);
+        cr_assert_eq(got.kv_type_v, v == 1 ? LLM_TYPE_F16 : LLM_TYPE_F32);
+        llm_state_close(r);
+    }
+    h[8] = 3;
+    uint64_t x = XXH3_64bits(h, 88);
+    for (int i = 0; i < 8; i++)
+        h[88 + i] = (uint8_t)(x >> (8 * i));
+    cr_assert(fseek(f, 0, SEEK_SET) == 0 && fwrite(h, 1, 96, f) == 96 && fflush(f) == 0);
+    fclose(f);
+    struct llm_state_reader *r;
+    llm_status s = llm_state_open(&r, path, &got);
+    cr_assert_eq(s, LLM_E_FORMAT);
+    cr_assert(strstr(llm_error_detail(s), "KV state version 3 (this build reads 1 to 2)"), "%s",
+              llm_error_detail(s));
+    unlink(path);
 }
