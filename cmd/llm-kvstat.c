@@ -12,7 +12,7 @@ static const struct llm_opt opts[] = {
     { OPT_PRESET, "preset", LLM_ARG_REQUIRED, "NAME", "use the published shape of NAME (see --list-presets)",
       "llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k" },
     { OPT_CONFIG, "config", LLM_ARG_REQUIRED, "FILE", "read the shape from a Hugging Face config.json (or DIR/config.json)", "file" },
-    { OPT_KV_TYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV element type (default: f16)", "f32 f16 bf16 fp8 int8" },
+    { OPT_KV_TYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV element type: f32, f16, bf16, fp8, int8, q8 or q4 (default: f16)", "f32 f16 bf16 fp8 int8 q8 q4" },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "tokens per sequence (default: the model's trained context)", NULL },
     { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "N", "sequences in a batch (default: 1)", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "B", "tokens per paged KV block (default: 16)", NULL },
@@ -40,7 +40,8 @@ static struct llm_cli cli = {
     .opts = opts,
     .n_opts = sizeof opts / sizeof opts[0],
     .footer = "MODEL is a .llm or GGUF file, a llama2.c checkpoint or a Hugging Face model directory.\n"
-              "bytes/token = 2 x layers x KV heads x head dim x bytes of the KV type.\n\n"
+              "bytes/token = 2 x layers x KV heads x head dim x bytes of the KV type\n"
+              "(q8: 34 bytes and q4: 18 bytes a block of 32).\n\n"
               "Examples:\n"
               "  llm-kvstat --preset llama-2-7b --ctx 4096\n"
               "  llm-kvstat --preset llama-3-70b --kv-type fp8 --mem 80G --weights 70G --json\n"

@@ -292,7 +292,7 @@ _llm_kvstat()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16 fp8 int8'
+            _llm_words 'f32 f16 bf16 fp8 int8 q8 q4'
             return
             ;;
         --ctx)

@@ -76,7 +76,7 @@ complete -c llm-convert -s q -l quiet -d 'fewer messages on stderr'
 
 complete -c llm-kvstat -l preset -x -a 'llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k' -d 'use the published shape of NAME (see --list-presets)'
 complete -c llm-kvstat -l config -r -F -d 'read the shape from a Hugging Face config.json (or DIR/config.json)'
-complete -c llm-kvstat -l kv-type -x -a 'f32 f16 bf16 fp8 int8' -d 'KV element type (default: f16)'
+complete -c llm-kvstat -l kv-type -x -a 'f32 f16 bf16 fp8 int8 q8 q4' -d 'KV element type: f32, f16, bf16, fp8, int8, q8 or q4 (default: f16)'
 complete -c llm-kvstat -l ctx -x -d 'tokens per sequence (default: the model\'s trained context)'
 complete -c llm-kvstat -l batch -x -d 'sequences in a batch (default: 1)'
 complete -c llm-kvstat -l block-size -x -d 'tokens per paged KV block (default: 16)'

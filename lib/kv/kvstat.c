@@ -24,14 +24,19 @@
 
 static const struct {
     const char *name;
-    uint32_t bytes;
+    uint32_t bytes32;   /* of 32 elements */
 } kv_types[LLM_KVSTAT_N_TYPES] = {
-    [LLM_KVSTAT_F32] = { "f32", 4 },
-    [LLM_KVSTAT_F16] = { "f16", 2 },
-    [LLM_KVSTAT_BF16] = { "bf16", 2 },
-    [LLM_KVSTAT_FP8] = { "fp8", 1 },
-    [LLM_KVSTAT_INT8] = { "int8", 1 },
+    [LLM_KVSTAT_F32] = { "f32", 128 }, [LLM_KVSTAT_F16] = { "f16", 64 },
+    [LLM_KVSTAT_BF16] = { "bf16", 64 }, [LLM_KVSTAT_FP8] = { "fp8", 32 },
+    [LLM_KVSTAT_INT8] = { "int8", 32 }, [LLM_KVSTAT_Q8] = { "q8", 34 },
+    [LLM_KVSTAT_Q4] = { "q4", 18 },
 };
+
+/* q8 and q4 store a head as blocks of 32 */
+static int fits(enum llm_kvstat_type t, int64_t head_dim)
+{
+    return (t != LLM_KVSTAT_Q8 && t != LLM_KVSTAT_Q4) || head_dim % 32 == 0;
+}
 
 llm_status llm_kvstat_type_parse(const char *s, enum llm_kvstat_type *out)
 {
@@ -42,7 +47,7 @@ llm_status llm_kvstat_type_parse(const char *s, enum llm_kvstat_type *out)
         { "fp32", LLM_KVSTAT_F32 },    { "float32", LLM_KVSTAT_F32 }, { "fp16", LLM_KVSTAT_F16 },
         { "float16", LLM_KVSTAT_F16 }, { "half", LLM_KVSTAT_F16 },    { "bfloat16", LLM_KVSTAT_BF16 },
         { "fp8_e4m3", LLM_KVSTAT_FP8 }, { "fp8_e5m2", LLM_KVSTAT_FP8 }, { "e4m3", LLM_KVSTAT_FP8 },
-        { "e5m2", LLM_KVSTAT_FP8 },    { "i8", LLM_KVSTAT_INT8 },     { "q8", LLM_KVSTAT_INT8 },
+        { "e5m2", LLM_KVSTAT_FP8 },    { "i8", LLM_KVSTAT_INT8 },     { "q8_0", LLM_KVSTAT_Q8 },
     };
     for (int i = 0; i < LLM_KVSTAT_N_TYPES; i++)
         if (strcasecmp(s, kv_types[i].name) == 0) {
@@ -54,7 +59,8 @@ llm_status llm_kvstat_type_parse(const char *s, enum llm_kvstat_type *out)
             *out = aliases[i].t;
             return LLM_OK;
         }
-    return llm_error_set(LLM_E_INVALID, "unknown KV type '%s' (f32, f16, bf16, fp8, int8)", s);
+    return llm_error_set(LLM_E_INVALID, "unknown KV type '%s' (f32, f16, bf16, fp8, int8, q8, q4)",
+                         s);
 }
 
 const char *llm_kvstat_type_name(enum llm_kvstat_type t)
@@ -62,9 +68,9 @@ const char *llm_kvstat_type_name(enum llm_kvstat_type t)
     return (unsigned)t < LLM_KVSTAT_N_TYPES ? kv_types[t].name : "?";
 }
 
-uint32_t llm_kvstat_type_bytes(enum llm_kvstat_type t)
+uint32_t llm_kvstat_type_bytes32(enum llm_kvstat_type t)
 {
-    return (unsigned)t < LLM_KVSTAT_N_TYPES ? kv_types[t].bytes : 0;
+    return (unsigned)t < LLM_KVSTAT_N_TYPES ? kv_types[t].bytes32 : 0;
 }
 
 /* ---- shapes ---------------------------------------------------------------- */
@@ -346,10 +352,14 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
     LLM_CHECK(p->block_size >= 1 && p->block_size <= (INT64_C(1) << 20), LLM_E_INVALID,
               "block size %" PRId64 " is out of range (1..1048576)", p->block_size);
 
-    r->type_bytes = llm_kvstat_type_bytes(p->type);
+    LLM_CHECK(fits(p->type, s->head_dim), LLM_E_INVALID, "a %s cache stores heads as blocks of "
+              "32 elements: these have %" PRId64, llm_kvstat_type_name(p->type), s->head_dim);
+    r->type_bytes = llm_kvstat_type_bytes32(p->type) / 32.0;
     uint64_t elems = 0; /* K and V elements per token per layer */
     LLM_TRY(mul3(2, (uint64_t)s->n_kv_heads, (uint64_t)s->head_dim, &elems));
-    LLM_TRY(mul3(elems, r->type_bytes, 1, &r->bytes_per_token_layer));
+    /* whole: a multiple of 32 elements for q8 and q4, 32 bytes for the rest */
+    LLM_TRY(mul3(elems, llm_kvstat_type_bytes32(p->type), 1, &r->bytes_per_token_layer));
+    r->bytes_per_token_layer /= 32;
     LLM_TRY(mul3(r->bytes_per_token_layer, (uint64_t)s->n_layers, 1, &r->bytes_per_token));
     LLM_TRY(mul3(r->bytes_per_token / (uint64_t)s->n_kv_heads, (uint64_t)s->n_heads, 1,
                  &r->bytes_per_token_mha));
@@ -357,8 +367,12 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
     LLM_TRY(mul3(r->bytes_per_token, (uint64_t)r->params.ctx, 1, &r->bytes_per_sequence));
     LLM_TRY(mul3(r->bytes_per_sequence, (uint64_t)p->batch, 1, &r->bytes_per_batch));
     LLM_TRY(mul3(r->bytes_per_token, (uint64_t)p->block_size, 1, &r->bytes_per_block));
-    for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++)
-        r->bytes_per_token_type[t] = r->bytes_per_token / r->type_bytes * kv_types[t].bytes;
+    for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++) {
+        uint64_t b = 0;
+        if (fits((enum llm_kvstat_type)t, s->head_dim))
+            LLM_TRY(mul3(elems, kv_types[t].bytes32, (uint64_t)s->n_layers, &b));
+        r->bytes_per_token_type[t] = b / 32;
+    }
 
     if (p->mem) {
         r->have_capacity = 1;
@@ -563,8 +577,8 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
         fprintf(f, " (%" PRId64 " query heads per KV head)", s->n_heads / s->n_kv_heads);
     fputc('\n', f);
     const char *pl = r->type_bytes == 1 ? "" : "s";
-    fprintf(f, "KV type   %s (%u byte%s)\n", llm_kvstat_type_name(p->type), r->type_bytes, pl);
-    fprintf(f, "formula   2 x %" PRId64 " layers x %" PRId64 " KV heads x %" PRId64 " x %u byte%s\n\n",
+    fprintf(f, "KV type   %s (%g byte%s)\n", llm_kvstat_type_name(p->type), r->type_bytes, pl);
+    fprintf(f, "formula   2 x %" PRId64 " layers x %" PRId64 " KV heads x %" PRId64 " x %g byte%s\n\n",
             s->n_layers, s->n_kv_heads, s->head_dim, r->type_bytes, pl);
 
     fprintf(f, "%-22s %20s\n", "", "bytes");
@@ -582,7 +596,8 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
     fprintf(f, "\nper token by KV type:");
     for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++)
         fprintf(f, "  %s %s", llm_kvstat_type_name((enum llm_kvstat_type)t),
-                human(h, sizeof h, (double)r->bytes_per_token_type[t]));
+                r->bytes_per_token_type[t] ? human(h, sizeof h, (double)r->bytes_per_token_type[t])
+                                           : "n/a");
     fputc('\n', f);
 
     if (r->have_capacity) {
@@ -657,7 +672,7 @@ llm_status llm_kvstat_print_json(FILE *f, const struct llm_kvstat_report *r)
     fprintf(f, ", \"source\": \"%s\", \"n_layers\": %" PRId64 ", \"n_heads\": %" PRId64
                ", \"n_kv_heads\": %" PRId64 ", \"head_dim\": %" PRId64 ", \"attention\": \"%s\",\n",
             s->source, s->n_layers, s->n_heads, s->n_kv_heads, s->head_dim, attn_kind(s));
-    fprintf(f, " \"kv_type\": \"%s\", \"kv_type_bytes\": %u, \"ctx\": %" PRId64 ", \"batch\": %" PRId64
+    fprintf(f, " \"kv_type\": \"%s\", \"kv_type_bytes\": %g, \"ctx\": %" PRId64 ", \"batch\": %" PRId64
                ", \"block_size\": %" PRId64 ",\n",
             llm_kvstat_type_name(p->type), r->type_bytes, p->ctx, p->batch, p->block_size);
     fprintf(f, " \"bytes_per_token\": %" PRIu64 ", \"bytes_per_token_layer\": %" PRIu64
@@ -668,8 +683,9 @@ llm_status llm_kvstat_print_json(FILE *f, const struct llm_kvstat_report *r)
             r->bytes_per_block, r->bytes_per_sequence, r->bytes_per_batch);
     fputs(" \"bytes_per_token_by_type\": {", f);
     for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++)
-        fprintf(f, "%s\"%s\": %" PRIu64, t ? ", " : "", llm_kvstat_type_name((enum llm_kvstat_type)t),
-                r->bytes_per_token_type[t]);
+        if (r->bytes_per_token_type[t]) /* a type whose blocks the heads fit */
+            fprintf(f, "%s\"%s\": %" PRIu64, t ? ", " : "",
+                    llm_kvstat_type_name((enum llm_kvstat_type)t), r->bytes_per_token_type[t]);
     fputc('}', f);
     if (r->have_capacity)
         fprintf(f, ",\n \"capacity\": {\"mem\": %" PRIu64 ", \"weights\": %" PRIu64 ", \"kv_mem\": %" PRIu64

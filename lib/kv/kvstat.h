@@ -41,12 +41,17 @@
 /* Element types a KV cache may be stored in. fp8 (E4M3 or E5M2) and int8
  * are counted at one byte per element: their per-tensor or per-head scales
  * are negligible next to the cache. */
-enum llm_kvstat_type { LLM_KVSTAT_F32, LLM_KVSTAT_F16, LLM_KVSTAT_BF16, LLM_KVSTAT_FP8, LLM_KVSTAT_INT8, LLM_KVSTAT_N_TYPES };
+/* KV element types: the float ones, an fp8 or int8 cache whose scales are
+ * not counted, and llm-run's q8 and q4 (blocks of 32 with an fp16 scale:
+ * 34 and 18 bytes; heads of a multiple of 32). */
+enum llm_kvstat_type { LLM_KVSTAT_F32, LLM_KVSTAT_F16, LLM_KVSTAT_BF16, LLM_KVSTAT_FP8, LLM_KVSTAT_INT8,
+                       LLM_KVSTAT_Q8, LLM_KVSTAT_Q4, LLM_KVSTAT_N_TYPES };
 
 /* "f32", "f16", ... (case-insensitive; "fp16", "float16", "e4m3" accepted). */
 llm_status llm_kvstat_type_parse(const char *s, enum llm_kvstat_type *out);
 const char *llm_kvstat_type_name(enum llm_kvstat_type t);
-uint32_t llm_kvstat_type_bytes(enum llm_kvstat_type t);
+/* Bytes of 32 elements of type t (an element: this / 32, 1.0625 for q8). */
+uint32_t llm_kvstat_type_bytes32(enum llm_kvstat_type t);
 
 /* What the arithmetic needs from a model. */
 struct llm_kvstat_shape {
@@ -116,7 +121,7 @@ struct llm_kvstat_waste {
 struct llm_kvstat_report {
     struct llm_kvstat_shape shape;
     struct llm_kvstat_params params;  /* as used (ctx and weights resolved) */
-    uint32_t type_bytes;
+    double type_bytes;              /* an element: type_bytes32 / 32 */
     uint64_t bytes_per_token;
     uint64_t bytes_per_token_layer; /* one layer, K and V */
     uint64_t bytes_per_token_mha;   /* if every query head had its own KV head */
@@ -124,7 +129,7 @@ struct llm_kvstat_report {
     uint64_t bytes_per_sequence;    /* x ctx */
     uint64_t bytes_per_batch;       /* x ctx x batch */
     uint64_t bytes_per_block;       /* x block_size */
-    uint64_t bytes_per_token_type[LLM_KVSTAT_N_TYPES];
+    uint64_t bytes_per_token_type[LLM_KVSTAT_N_TYPES]; /* 0: the heads do not fit its blocks */
     /* capacity (when params.mem) */
     int have_capacity;
     uint64_t kv_mem;                /* mem - weights (0 when the weights do not fit) */

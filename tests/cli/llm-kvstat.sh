@@ -157,3 +157,13 @@ t_kvstat_trace_bad_files_one_line() {
     expect 1 "$KVSTAT" --trace "$TMP/t5.jsonl" && has "$TMP/err" "do not add up" && one_line || return 1
     expect 2 "$KVSTAT" --plot x.svg --preset llama-2-7b && expect 2 "$KVSTAT" --trace "$TMP/t1.jsonl" --preset llama-2-7b
 }
+# llm-run's q8 and q4 caches: blocks of 32 with their scales counted; heads
+# that do not fit the blocks are refused
+t_kvstat_q8_q4_blocks() {
+    expect 0 "$KVSTAT" --preset smollm2-135m --ctx 2048 --kv-type q4 --json &&
+        [ "$(kv_field bytes_per_token)" = 6480 ] && has "$TMP/out" '"kv_type_bytes": 0.5625' &&
+        has "$TMP/out" '"q8": 12240, "q4": 6480' || return 1
+    expect 0 "$KVSTAT" --preset smollm2-135m --ctx 2048 --kv-type q8_0 && has "$TMP/out" "KV type   q8 (1.0625 bytes)" || return 1
+    expect 1 "$KVSTAT" --preset stories260k --kv-type q4 && one_line &&
+        has "$TMP/err" "a q4 cache stores heads as blocks of 32 elements: these have 8"
+}

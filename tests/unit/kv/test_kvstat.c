@@ -65,6 +65,45 @@ Test(kvstat, kv_types_scale_bytes)
     cr_assert_eq(r.bytes_per_token_type[LLM_KVSTAT_F32], 262144);
     cr_assert_eq(r.bytes_per_token_type[LLM_KVSTAT_F16], 131072);
     cr_assert_eq(r.bytes_per_token_type[LLM_KVSTAT_FP8], 65536);
+    /* llm-run's q8 and q4: blocks of 32 and their fp16 scale */
+    cr_assert_eq(r.bytes_per_token_type[LLM_KVSTAT_Q8], 69632);
+    cr_assert_eq(r.bytes_per_token_type[LLM_KVSTAT_Q4], 36864);
+    r = report("llama-2-7b", LLM_KVSTAT_Q4, 1);
+    cr_assert_eq(r.bytes_per_token, 147456);
+    cr_assert_eq(r.type_bytes, 0.5625);
+    /* the cache's own arithmetic agrees, block for block */
+    const enum llm_kvstat_type kt[] = { LLM_KVSTAT_F32, LLM_KVSTAT_F16, LLM_KVSTAT_BF16,
+                                        LLM_KVSTAT_FP8, LLM_KVSTAT_Q8, LLM_KVSTAT_Q4 };
+    const enum llm_type lt[] = { LLM_TYPE_F32, LLM_TYPE_F16, LLM_TYPE_BF16, LLM_TYPE_FP8_E4M3,
+                                 LLM_TYPE_Q8_0, LLM_TYPE_Q4_0 };
+    for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++) {
+        struct llm_kvstat_shape sh;
+        struct llm_kvstat_params p;
+        llm_kvstat_preset(&sh, "smollm2-135m");
+        llm_kvstat_params_default(&p);
+        p.type = kt[i], p.ctx = 64;
+        cr_assert_eq(llm_kvstat_compute(&r, &sh, &p, NULL, 0), LLM_OK);
+        struct llm_kv_params kp;
+        llm_kv_params_default(&kp);
+        kp.n_layers = (int32_t)sh.n_layers, kp.n_kv_heads = (int32_t)sh.n_kv_heads;
+        kp.head_dim = (int32_t)sh.head_dim, kp.block_size = (int32_t)p.block_size;
+        kp.max_tokens = 64, kp.type_k = kp.type_v = lt[i];
+        cr_assert_eq(llm_kv_block_bytes(&kp), r.bytes_per_block, "%s", llm_kvstat_type_name(kt[i]));
+    }
+    /* heads that do not fit the blocks: refused for the type, n/a in the list */
+    struct llm_kvstat_shape sh;
+    struct llm_kvstat_params p;
+    llm_kvstat_preset(&sh, "stories260k");
+    llm_kvstat_params_default(&p);
+    p.type = LLM_KVSTAT_Q4;
+    llm_status st = llm_kvstat_compute(&r, &sh, &p, NULL, 0);
+    cr_assert_eq(st, LLM_E_INVALID);
+    cr_assert_str_eq(llm_error_detail(st), "a q4 cache stores heads as blocks of 32 elements: "
+                     "these have 8");
+    p.type = LLM_KVSTAT_F16;
+    cr_assert_eq(llm_kvstat_compute(&r, &sh, &p, NULL, 0), LLM_OK);
+    cr_assert_eq(r.bytes_per_token_type[LLM_KVSTAT_Q8], 0);
+    cr_assert_eq(r.bytes_per_token_type[LLM_KVSTAT_F16], r.bytes_per_token);
 }
 
 Test(kvstat, type_names)
@@ -77,7 +116,9 @@ Test(kvstat, type_names)
     cr_assert_eq(llm_kvstat_type_parse("q4_0", &t), LLM_E_INVALID);
     cr_assert(strstr(llm_error_detail(LLM_E_INVALID), "'q4_0'"));
     cr_assert_str_eq(llm_kvstat_type_name(LLM_KVSTAT_INT8), "int8");
-    cr_assert_eq(llm_kvstat_type_bytes(LLM_KVSTAT_F32), 4);
+    cr_assert_eq(llm_kvstat_type_bytes32(LLM_KVSTAT_F32), 128);
+    cr_assert_eq(llm_kvstat_type_bytes32(LLM_KVSTAT_Q8), 34);
+    cr_assert_eq(llm_kvstat_type_bytes32(LLM_KVSTAT_Q4), 18);
 }
 
 Test(kvstat, batch_and_block)
