@@ -1007,3 +1007,31 @@ t_run_kv_type_k_and_v() {
     expect 2 "$RUN" -m "$TMP/smol.llm" -p x --kv-type-k q3 &&
         has "$TMP/err" "--kv-type-k: 'q3' is not f32, f16, bf16, q8, fp8_e4m3 or q4"
 }
+# --batch over a q4 cache (keys q8): each answer is its single run's over
+# the same cache, with chunked prefill and a step shared by three requests
+t_run_batch_kv_q4_matches_single_runs() {
+    r_smol || return 1
+    command -v python3 >/dev/null || skip "no python3"
+    {
+        echo '{"custom_id":"a","body":{"prompt":"The capital of France is","max_tokens":12,"temperature":0}}'
+        echo '{"custom_id":"b","body":{"prompt":"Once upon a time, in a small village","max_tokens":16,"temperature":0}}'
+        echo '{"custom_id":"c","body":{"prompt":"Water boils at","max_tokens":10,"temperature":0.8,"seed":4}}'
+    } >"$TMP/q4.jsonl"
+    local kv
+    for kv in "--kv-type q4" "--kv-type-k q8 --kv-type-v q4"; do
+        # shellcheck disable=SC2086 # $kv is several words
+        expect 0 "$RUN" -m "$TMP/smol.llm" -t 2 $kv --batch "$TMP/q4.jsonl" -o "$TMP/b.jsonl" \
+            --max-seqs 3 --step-tokens 7 || return 1
+        batch_texts "$TMP/b.jsonl" >"$TMP/bt.txt"
+        {
+            # shellcheck disable=SC2086
+            for a in "1|The capital of France is|12|0|0" "2|Once upon a time, in a small village|16|0|0" \
+                "3|Water boils at|10|0.8|4"; do
+                IFS='|' read -r l p n t s <<<"$a"
+                "$RUN" -m "$TMP/smol.llm" -t 2 $kv --json -p "$p" -n "$n" --temp "$t" -s "$s" |
+                    python3 -c 'import json,sys; o=json.load(sys.stdin); print(sys.argv[1], 0, json.dumps(o["text"]), "stop" if o["stop_reason"] in ("eos","stop") else "length")' "$l"
+            done
+        } >"$TMP/st.txt"
+        diff "$TMP/st.txt" "$TMP/bt.txt" || return 1
+    done
+}
