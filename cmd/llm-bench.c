@@ -348,7 +348,8 @@ static int do_kld(const struct args *a)
     size_t n_tok = 0;
     uint64_t t0 = llm_time_ns();
     if (!s)
-        s = llm_bench_kld(b, m, a->ppl, (int32_t)a->ctx, mp.n_threads, a->chunks, &k, &n_tok);
+        s = llm_bench_kld(b, m, a->ppl, (int32_t)a->ctx, mp.n_threads, a->chunks, a->kv[0], a->kv[1],
+                          &k, &n_tok);
     double sec = (double)(llm_time_ns() - t0) * 1e-9;
     if (b)
         llm_model_close(b);
@@ -358,6 +359,9 @@ static int do_kld(const struct args *a)
         return llm_cli_fail(&cli, s);
     printf("model: %s\nbase: %s\ntext: %s, %zu tokens, %zu windows of %lld tokens, %zu scored, %.2f s\n",
            a->plan.models[0], a->base, a->ppl, n_tok, n_tok / (size_t)a->ctx, (long long)a->ctx, k.n, sec);
+    char types[64];
+    llm_kv_types_text(types, sizeof types, a->kv[0], a->kv[1]);
+    printf("KV cache: f32 (base), %s (model)\n", types);
     printf("PPL(base) = %.4f +/- %.5f\nPPL(model) = %.4f +/- %.5f\n", k.ppl_base, k.ppl_base_stderr,
            k.ppl_model, k.ppl_model_stderr);
     printf("KLD mean = %.6f +/- %.6f\nKLD median = %.6f\nKLD p99 = %.6f\ntop-1 agreement = %.3f %%\n",
@@ -752,10 +756,10 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--requests, --prompt-len, --gen-len and --shared-prefix go "
                              "with --serve-text");
     const int spec = a.spec.draft || a.spec.spec.lookup;
-    if (a.have_kvtype && (a.base || a.kernels || a.compare || a.suite || serving || spec ||
+    if (a.have_kvtype && (a.kernels || a.compare || a.suite || serving || spec ||
                           a.n_grammars))
         return llm_cli_usage(&cli, "--kv-type, --kv-type-k and --kv-type-v go with --ppl "
-                             "(without --base) and the speed tests");
+                             "(and --base) and the speed tests");
     if (a.ppl) /* the defaults: f32 for perplexity, f16 for speed as llama-bench */
         a.kv[0] = a.have_kvtype & 1 ? a.kv[0] : LLM_TYPE_F32,
         a.kv[1] = a.have_kvtype & 2 ? a.kv[1] : LLM_TYPE_F32;

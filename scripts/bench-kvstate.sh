@@ -6,10 +6,10 @@
 #          the prompt, and --prompt-cache against llama-cli's: wall time of
 #          each whole process (model load included), 16 greedy tokens,
 #          alternating rounds (default 5), medians
-#   depth  decode of 64 tokens after the prompt for each KV type, ours from a
-#          state of the prompt (computed once per type), llama.cpp's with
-#          llama-cli -fa -ctk T -ctv T (its eval time); each in
-#          ROUNDS rounds (default 3)
+#   depth  decode of 64 tokens after the prompt for each KV type (k8v4: q8
+#          keys, q4 values), ours from a state of the prompt (computed once
+#          per type), llama.cpp's with llama-cli -fa -ctk T -ctv T (its eval
+#          time); ROUNDS alternating rounds (default 3)
 set -u
 mode=$1 llm=$2 gguf=$3 lb=$4 text=$5
 bin=$(dirname "$0")/../bin
@@ -56,18 +56,20 @@ ls -l "$dir"/st.kv "$dir"/stz.kv "$dir"/pc.kv "$dir"/lpc.bin | awk '{ print $5, 
 depth() {
     rounds=${1:-3}
     gen() { grep -o 'generation: [0-9]* tokens in [0-9.]* s ([0-9.]* tokens/s)'; }
-    for t in f16 bf16 q8 f32; do
-        "$bin/llm-run" -m "$llm" -f "$text" --prefill-only --kv-out "$dir/$t.kv" --kv-type $t -t 2 -v 2>&1 |
+    # k8v4: q8 keys and q4 values
+    opts() { if [ "$1" = k8v4 ]; then echo "--kv-type-k q8 --kv-type-v q4"; else echo "--kv-type $1"; fi; }
+    types="f16 bf16 q8 fp8_e4m3 q4 k8v4 f32"
+    for t in $types; do
+        # shellcheck disable=SC2046 # opts gives several words
+        "$bin/llm-run" -m "$llm" -f "$text" --prefill-only --kv-out "$dir/$t.kv" $(opts $t) -t 2 -v 2>&1 |
             grep -o 'prompt: [0-9]* tokens' | sed "s/^/$t state: /"
         echo "$t state file: $(wc -c <"$dir/$t.kv") bytes"
     done
-    for r in $(seq "$rounds"); do
-        for t in f16 bf16 q8 f32; do
+    for r in $(seq "$rounds"); do # alternating: ours, then llama.cpp's, each round
+        for t in $types; do
             echo "ours $t: $("$bin/llm-run" -m "$llm" --kv-in "$dir/$t.kv" -n 64 --temp 0 --ignore-eos -t 2 -v 2>&1 >/dev/null | gen)"
         done
         echo "ours depth 0: $("$bin/llm-run" -m "$llm" -p Hello -n 64 --temp 0 --ignore-eos -t 2 -v 2>&1 >/dev/null | gen)"
-    done
-    for r in $(seq "$rounds"); do
         for t in f16 q8_0 q4_0; do
             echo "llama.cpp $t: $("$lb/llama-cli" -m "$gguf" -f "$text" -n 64 --temp 0 -t 2 -no-cnv --no-warmup \
                 -c 4096 -fa -ctk $t -ctv $t --ignore-eos 2>&1 | grep -E '^llama_perf_context_print: +eval time' |

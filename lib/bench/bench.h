@@ -476,9 +476,10 @@ llm_status llm_kld_summarize(struct llm_kld_summary *s, const double *kld, const
  * llama-perplexity protocol: windows of n_ctx tokens, BOS first when the
  * tokenizer adds one, the second half scored) and summarize KL(base || m).
  * The text is tokenized with m's tokenizer; the vocabularies must have the
- * same size. */
+ * same size. The base runs over an f32 KV cache, m over K in kv_k and V in
+ * kv_v (m may be base: the KL divergence a cache type costs). */
 llm_status llm_bench_kld(struct llm_model *base, struct llm_model *m, const char *path, int32_t n_ctx,
-                         int n_threads, int64_t max_chunks, struct llm_kld_summary *s,
-                         size_t *n_tokens);
+                         int n_threads, int64_t max_chunks, enum llm_type kv_k,
+                         enum llm_type kv_v, struct llm_kld_summary *s, size_t *n_tokens);
 
 #endif

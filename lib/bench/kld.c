@@ -160,8 +160,8 @@ static llm_status kld_run(struct llm_context *cb, struct llm_context *cm, const 
 }
 
 llm_status llm_bench_kld(struct llm_model *base, struct llm_model *m, const char *path, int32_t n_ctx,
-                         int n_threads, int64_t max_chunks, struct llm_kld_summary *s,
-                         size_t *n_tokens)
+                         int n_threads, int64_t max_chunks, enum llm_type kv_k,
+                         enum llm_type kv_v, struct llm_kld_summary *s, size_t *n_tokens)
 {
     struct llm_tokenizer *tk = llm_model_tokenizer(m);
     LLM_CHECK(tk, LLM_E_INVALID, "the model has no tokenizer: the KL divergence needs one");
@@ -193,6 +193,8 @@ llm_status llm_bench_kld(struct llm_model *base, struct llm_model *m, const char
     cp.n_threads = n_threads;
     if (!st)
         st = llm_context_new(&cb, base, &cp);
+    cp.kv_type_k = kv_k;
+    cp.kv_type_v = kv_v;
     if (!st)
         st = llm_context_new(&cm, m, &cp);
     if (!st) {

@@ -481,3 +481,16 @@ t_bench_ppl_kv_types() {
     expect 0 "$BENCH" -m "$B260" -p 16 -n 4 -b 2 -r 1 --kv-type bf16 -o csv && has "$TMP/out" "b2:pp16+tg4 kv=bf16" || return 1
     expect 2 "$BENCH" --kernels --kv-type bf16 && has "$TMP/err" "--kv-type, --kv-type-k and --kv-type-v go with --ppl"
 }
+# the KL divergence a KV cache type costs: the model against itself, the
+# base over an f32 cache; an f32 cache agrees exactly, a q4 one does not
+t_bench_kld_kv_types() {
+    need "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$DATA/text/wiki.test.raw"
+    head -c 30000 "$DATA/text/wiki.test.raw" >"$TMP/w.txt"
+    local m="$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
+    expect 0 "$BENCH" -m "$m" --base "$m" --ppl "$TMP/w.txt" --ctx 256 --chunks 4 --kv-type f32 -t 2 &&
+        has "$TMP/out" "KV cache: f32 (base), f32 (model)" && has "$TMP/out" "KLD mean = 0.000000 +/- 0.000000" &&
+        has "$TMP/out" "top-1 agreement = 100.000 %" || return 1
+    expect 0 "$BENCH" -m "$m" --base "$m" --ppl "$TMP/w.txt" --ctx 256 --chunks 4 --kv-type-k q8 --kv-type-v q4 -t 2 &&
+        has "$TMP/out" "KV cache: f32 (base), q8 K and q4 V (model)" || return 1
+    awk '/^KLD mean =/ { exit !($4 > 0.0001 && $4 < 0.05) }' "$TMP/out" || { cat "$TMP/out"; return 1; }
+}
