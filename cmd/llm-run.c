@@ -1243,20 +1243,11 @@ int main(int argc, char **argv)
         case OPT_CTX: rc = parse_i(arg, 1, 1 << 24, "--ctx", &a.n_ctx); break;
         case OPT_KVTYPE:
         case OPT_KVTYPE_K:
-        case OPT_KVTYPE_V: {
-            const int which = r == OPT_KVTYPE ? 3 : r == OPT_KVTYPE_K ? 1 : 2;
-            enum llm_type t;
-            if (llm_kv_type_parse(arg, &t))
-                return llm_cli_usage(&cli, "--%s: %s", r == OPT_KVTYPE ? "kv-type"
-                                     : r == OPT_KVTYPE_K ? "kv-type-k" : "kv-type-v",
-                                     llm_error_detail(LLM_E_INVALID));
-            if (which & 1)
-                a.kv[0] = t;
-            if (which & 2)
-                a.kv[1] = t;
-            a.have_kvtype |= which;
+        case OPT_KVTYPE_V:
+            if (llm_kv_types_option(r == OPT_KVTYPE ? 3 : r == OPT_KVTYPE_K ? 1 : 2, arg, a.kv,
+                                    &a.have_kvtype))
+                return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
             break;
-        }
         case OPT_NSEQ: rc = parse_i(arg, 1, 1024, "--n-seq", &a.n_seq); break;
         case OPT_KVBLOCKS: rc = parse_i(arg, 1, INT32_MAX, "--kv-blocks", &a.kv_blocks); break;
         case OPT_BLOCKSIZE: rc = parse_i(arg, 1, 4096, "--block-size", &a.block_size); break;

@@ -65,6 +65,20 @@ llm_status llm_kv_type_parse(const char *name, enum llm_type *out)
     return llm_error_set(LLM_E_INVALID, "'%s' is not f32, f16, bf16, q8, fp8_e4m3 or q4", name);
 }
 
+llm_status llm_kv_types_option(int which, const char *name, enum llm_type kv[2], int *given)
+{
+    enum llm_type t;
+    if (llm_kv_type_parse(name, &t))
+        return llm_error_set(LLM_E_INVALID, "--kv-type%s: '%s' is not f32, f16, bf16, q8, "
+                             "fp8_e4m3 or q4", which == 1 ? "-k" : which == 2 ? "-v" : "", name);
+    if (which & 1)
+        kv[0] = t;
+    if (which & 2)
+        kv[1] = t;
+    *given |= which;
+    return LLM_OK;
+}
+
 const char *llm_kv_type_name(enum llm_type t)
 {
     for (size_t i = 0; i < sizeof kv_names / sizeof kv_names[0]; i++)

@@ -67,6 +67,10 @@ int llm_kv_type_ok(enum llm_type t, int64_t width);
 /* The KV type of a --kv-type name: f32, f16, bf16, q8 (or q8_0), fp8_e4m3
  * (or fp8), q4; LLM_E_INVALID "'NAME' is not ..." for another. */
 llm_status llm_kv_type_parse(const char *name, enum llm_type *out);
+/* The argument of --kv-type (which 3: both halves), --kv-type-k (1) or
+ * --kv-type-v (2) into kv[0] (K) and kv[1] (V), adding which to *given;
+ * LLM_E_INVALID "--kv-type-k: 'NAME' is not ..." for another name. */
+llm_status llm_kv_types_option(int which, const char *name, enum llm_type kv[2], int *given);
 /* The --kv-type name of a KV type (q4 for q4_0, q8 for q8_0). */
 const char *llm_kv_type_name(enum llm_type t);
 /* "q8" when K and V are of one type, else "q8 K and q4 V". */

@@ -449,180 +449,108 @@ AXPYS_AVX512(axpys_fp8_avx512, uint8_t, MLD16_FP8)
 DOTS_AVX2(dots_fp8_avx2, uint8_t, LD8_FP8, CVT_FP8)
 AXPYS_AVX2(axpys_fp8_avx2, uint8_t, LD8_FP8, CVT_FP8)
 
-/* q8_0 rows, a row at a time: each block's 32 products summed in vectors,
- * scaled by its d into the row's accumulator, one horizontal sum a row. */
-static T_AVX512 void dots_q8_0_avx512(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
-                                      int64_t n, float *s)
-{
-    for (int64_t r = 0; r < m; r++) {
-        const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(K + r * ldk);
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t k = 0; k < n / 32; k++) {
-            const __m128i *x = (const __m128i *)b[k].qs;
-            const __m512 x0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x)));
-            const __m512 x1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x + 1)));
-            const __m512 t = _mm512_fmadd_ps(x1, _mm512_loadu_ps(q + 32 * k + 16),
-                                             _mm512_mul_ps(x0, _mm512_loadu_ps(q + 32 * k)));
-            acc = _mm512_fmadd_ps(t, _mm512_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
-        }
-        s[r] = _mm512_reduce_add_ps(acc);
+/* Rows of blocks of 32 (q8_0, q4_0), a row at a time: each block's 32
+ * products summed in vectors, scaled by its d into the row's accumulator,
+ * one horizontal sum a row. A type gives its block struct and a loader of
+ * a block's elements as floats: LD16(b, h) the half h (0: elements 0-15,
+ * 1: 16-31) for AVX-512, LD8(b, j) the eighth j for AVX2. */
+#define BLOCKS_AVX512(DOTS, AXPYS, BLK, LD16)                                                \
+    static T_AVX512 void DOTS(const float *q, const uint8_t *K, int64_t ldk, int64_t m,     \
+                              int64_t n, float *s)                                         \
+    {                                                                                      \
+        for (int64_t r = 0; r < m; r++) {                                                  \
+            const struct BLK *b = (const struct BLK *)(K + r * ldk);                       \
+            __m512 acc = _mm512_setzero_ps();                                              \
+            for (int64_t k = 0; k < n / 32; k++) {                                         \
+                const __m512 t = _mm512_fmadd_ps(LD16(&b[k], 1), _mm512_loadu_ps(q + 32 * k + 16), \
+                                                 _mm512_mul_ps(LD16(&b[k], 0),             \
+                                                               _mm512_loadu_ps(q + 32 * k))); \
+                acc = _mm512_fmadd_ps(t, _mm512_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);   \
+            }                                                                              \
+            s[r] = _mm512_reduce_add_ps(acc);                                              \
+        }                                                                                  \
+    }                                                                                      \
+    static T_AVX512 void AXPYS(float *y, const float *w, const uint8_t *V, int64_t ldv,    \
+                               int64_t m, int64_t n)                                       \
+    {                                                                                      \
+        for (int64_t k = 0; k < n / 32; k++) {                                             \
+            __m512 a0 = _mm512_loadu_ps(y + 32 * k), a1 = _mm512_loadu_ps(y + 32 * k + 16); \
+            for (int64_t r = 0; r < m; r++) {                                              \
+                const struct BLK *b = (const struct BLK *)(V + r * ldv) + k;               \
+                const __m512 c = _mm512_set1_ps(w[r] * llm_fp16_to_fp32(b->d));            \
+                a0 = _mm512_fmadd_ps(c, LD16(b, 0), a0);                                   \
+                a1 = _mm512_fmadd_ps(c, LD16(b, 1), a1);                                   \
+            }                                                                              \
+            _mm512_storeu_ps(y + 32 * k, a0);                                              \
+            _mm512_storeu_ps(y + 32 * k + 16, a1);                                         \
+        }                                                                                  \
     }
-}
 
-static T_AVX512 void axpys_q8_0_avx512(float *y, const float *w, const uint8_t *V, int64_t ldv,
-                                       int64_t m, int64_t n)
-{
-    for (int64_t k = 0; k < n / 32; k++) {
-        __m512 a0 = _mm512_loadu_ps(y + 32 * k), a1 = _mm512_loadu_ps(y + 32 * k + 16);
-        for (int64_t r = 0; r < m; r++) {
-            const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(V + r * ldv) + k;
-            const __m512 c = _mm512_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
-            const __m128i *x = (const __m128i *)b->qs;
-            a0 = _mm512_fmadd_ps(c, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x))), a0);
-            a1 = _mm512_fmadd_ps(c, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(x + 1))),
-                                 a1);
-        }
-        _mm512_storeu_ps(y + 32 * k, a0);
-        _mm512_storeu_ps(y + 32 * k + 16, a1);
+#define BLOCKS_AVX2(DOTS, AXPYS, BLK, LD8)                                                   \
+    static T_AVX2 void DOTS(const float *q, const uint8_t *K, int64_t ldk, int64_t m,       \
+                            int64_t n, float *s)                                           \
+    {                                                                                      \
+        for (int64_t r = 0; r < m; r++) {                                                  \
+            const struct BLK *b = (const struct BLK *)(K + r * ldk);                       \
+            __m256 acc = _mm256_setzero_ps();                                              \
+            for (int64_t k = 0; k < n / 32; k++) {                                         \
+                const float *qk = q + 32 * k;                                              \
+                __m256 t = _mm256_mul_ps(LD8(&b[k], 0), _mm256_loadu_ps(qk));              \
+                t = _mm256_fmadd_ps(LD8(&b[k], 1), _mm256_loadu_ps(qk + 8), t);            \
+                t = _mm256_fmadd_ps(LD8(&b[k], 2), _mm256_loadu_ps(qk + 16), t);           \
+                t = _mm256_fmadd_ps(LD8(&b[k], 3), _mm256_loadu_ps(qk + 24), t);           \
+                acc = _mm256_fmadd_ps(t, _mm256_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);   \
+            }                                                                              \
+            __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)); \
+            h = _mm_add_ps(h, _mm_movehl_ps(h, h));                                        \
+            h = _mm_add_ss(h, _mm_movehdup_ps(h));                                         \
+            s[r] = _mm_cvtss_f32(h);                                                       \
+        }                                                                                  \
+    }                                                                                      \
+    static T_AVX2 void AXPYS(float *y, const float *w, const uint8_t *V, int64_t ldv,      \
+                             int64_t m, int64_t n)                                         \
+    {                                                                                      \
+        for (int64_t k = 0; k < n / 32; k++) {                                             \
+            __m256 a[4];                                                                   \
+            for (int j = 0; j < 4; j++)                                                    \
+                a[j] = _mm256_loadu_ps(y + 32 * k + 8 * j);                                \
+            for (int64_t r = 0; r < m; r++) {                                              \
+                const struct BLK *b = (const struct BLK *)(V + r * ldv) + k;               \
+                const __m256 c = _mm256_set1_ps(w[r] * llm_fp16_to_fp32(b->d));            \
+                for (int j = 0; j < 4; j++)                                                \
+                    a[j] = _mm256_fmadd_ps(c, LD8(b, j), a[j]);                            \
+            }                                                                              \
+            for (int j = 0; j < 4; j++)                                                    \
+                _mm256_storeu_ps(y + 32 * k + 8 * j, a[j]);                                \
+        }                                                                                  \
     }
-}
 
-/* 8 int8 at p as floats */
-#define LD8_I8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
-
-static T_AVX2 void dots_q8_0_avx2(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
-                                  int64_t n, float *s)
-{
-    for (int64_t r = 0; r < m; r++) {
-        const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(K + r * ldk);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t k = 0; k < n / 32; k++) {
-            const float *qk = q + 32 * k;
-            __m256 t = _mm256_mul_ps(LD8_I8(b[k].qs), _mm256_loadu_ps(qk));
-            t = _mm256_fmadd_ps(LD8_I8(b[k].qs + 8), _mm256_loadu_ps(qk + 8), t);
-            t = _mm256_fmadd_ps(LD8_I8(b[k].qs + 16), _mm256_loadu_ps(qk + 16), t);
-            t = _mm256_fmadd_ps(LD8_I8(b[k].qs + 24), _mm256_loadu_ps(qk + 24), t);
-            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
-        }
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        s[r] = _mm_cvtss_f32(h);
-    }
-}
-
-static T_AVX2 void axpys_q8_0_avx2(float *y, const float *w, const uint8_t *V, int64_t ldv,
-                                   int64_t m, int64_t n)
-{
-    for (int64_t k = 0; k < n / 32; k++) {
-        __m256 a[4];
-        for (int j = 0; j < 4; j++)
-            a[j] = _mm256_loadu_ps(y + 32 * k + 8 * j);
-        for (int64_t r = 0; r < m; r++) {
-            const struct llm_block_q8_0 *b = (const struct llm_block_q8_0 *)(V + r * ldv) + k;
-            const __m256 c = _mm256_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
-            for (int j = 0; j < 4; j++)
-                a[j] = _mm256_fmadd_ps(c, LD8_I8(b->qs + 8 * j), a[j]);
-        }
-        for (int j = 0; j < 4; j++)
-            _mm256_storeu_ps(y + 32 * k + 8 * j, a[j]);
-    }
-}
-
-/* q4_0 rows as q8_0's: 16 bytes of codes give elements 0-15 (low
- * nibbles) and 16-31 (high), less 8 */
-static inline __attribute__((always_inline)) T_AVX512 void q4_lohi16(const uint8_t *qs, __m512 *lo,
-                                                                     __m512 *hi)
-{
-    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
-    const __m512i eight = _mm512_set1_epi32(8);
-    *lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(c, _mm512_set1_epi32(15)), eight));
-    *hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(c, 4), eight));
-}
-
-static T_AVX512 void dots_q4_0_avx512(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
-                                      int64_t n, float *s)
-{
-    for (int64_t r = 0; r < m; r++) {
-        const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(K + r * ldk);
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t k = 0; k < n / 32; k++) {
-            __m512 x0, x1;
-            q4_lohi16(b[k].qs, &x0, &x1);
-            const __m512 t = _mm512_fmadd_ps(x1, _mm512_loadu_ps(q + 32 * k + 16),
-                                             _mm512_mul_ps(x0, _mm512_loadu_ps(q + 32 * k)));
-            acc = _mm512_fmadd_ps(t, _mm512_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
-        }
-        s[r] = _mm512_reduce_add_ps(acc);
-    }
-}
-
-static T_AVX512 void axpys_q4_0_avx512(float *y, const float *w, const uint8_t *V, int64_t ldv,
-                                       int64_t m, int64_t n)
-{
-    for (int64_t k = 0; k < n / 32; k++) {
-        __m512 a0 = _mm512_loadu_ps(y + 32 * k), a1 = _mm512_loadu_ps(y + 32 * k + 16);
-        for (int64_t r = 0; r < m; r++) {
-            const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(V + r * ldv) + k;
-            const __m512 c = _mm512_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
-            __m512 x0, x1;
-            q4_lohi16(b->qs, &x0, &x1);
-            a0 = _mm512_fmadd_ps(c, x0, a0);
-            a1 = _mm512_fmadd_ps(c, x1, a1);
-        }
-        _mm512_storeu_ps(y + 32 * k, a0);
-        _mm512_storeu_ps(y + 32 * k + 16, a1);
-    }
-}
-
-/* 8 codes of q4_0 bytes p as floats: the low nibbles, or the high ones */
-#define LD8_Q4(p, sh)                                                                        \
-    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                     \
-        _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(                              \
-                                               _mm_loadl_epi64((const __m128i *)(p))), (sh)), \
-                         _mm256_set1_epi32(15)),                                             \
+/* q8_0: 32 int8 */
+#define Q8_LD16(b, h)                                                                       \
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b)->qs + (h))))
+#define Q8_LD8(b, j)                                                                        \
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((b)->qs + 8 * (j)))))
+/* q4_0: 16 bytes of codes, elements 0-15 in the low nibbles and 16-31 in
+ * the high ones, less 8 */
+#define Q4_LD16(b, h)                                                                       \
+    _mm512_cvtepi32_ps(_mm512_sub_epi32(                                                    \
+        _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(                             \
+                                               _mm_loadu_si128((const __m128i *)(b)->qs)),   \
+                                           4 * (h)),                                         \
+                         _mm512_set1_epi32(15)),                                            \
+        _mm512_set1_epi32(8)))
+#define Q4_LD8(b, j)                                                                        \
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                    \
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(              \
+                                               (const __m128i *)((b)->qs + 8 * ((j) & 1)))), \
+                                           4 * ((j) >> 1)),                                  \
+                         _mm256_set1_epi32(15)),                                            \
         _mm256_set1_epi32(8)))
 
-static T_AVX2 void dots_q4_0_avx2(const float *q, const uint8_t *K, int64_t ldk, int64_t m,
-                                  int64_t n, float *s)
-{
-    for (int64_t r = 0; r < m; r++) {
-        const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(K + r * ldk);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t k = 0; k < n / 32; k++) {
-            const float *qk = q + 32 * k;
-            __m256 t = _mm256_mul_ps(LD8_Q4(b[k].qs, 0), _mm256_loadu_ps(qk));
-            t = _mm256_fmadd_ps(LD8_Q4(b[k].qs + 8, 0), _mm256_loadu_ps(qk + 8), t);
-            t = _mm256_fmadd_ps(LD8_Q4(b[k].qs, 4), _mm256_loadu_ps(qk + 16), t);
-            t = _mm256_fmadd_ps(LD8_Q4(b[k].qs + 8, 4), _mm256_loadu_ps(qk + 24), t);
-            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(llm_fp16_to_fp32(b[k].d)), acc);
-        }
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        s[r] = _mm_cvtss_f32(h);
-    }
-}
-
-static T_AVX2 void axpys_q4_0_avx2(float *y, const float *w, const uint8_t *V, int64_t ldv,
-                                   int64_t m, int64_t n)
-{
-    for (int64_t k = 0; k < n / 32; k++) {
-        __m256 a[4];
-        for (int j = 0; j < 4; j++)
-            a[j] = _mm256_loadu_ps(y + 32 * k + 8 * j);
-        for (int64_t r = 0; r < m; r++) {
-            const struct llm_block_q4_0 *b = (const struct llm_block_q4_0 *)(V + r * ldv) + k;
-            const __m256 c = _mm256_set1_ps(w[r] * llm_fp16_to_fp32(b->d));
-            a[0] = _mm256_fmadd_ps(c, LD8_Q4(b->qs, 0), a[0]);
-            a[1] = _mm256_fmadd_ps(c, LD8_Q4(b->qs + 8, 0), a[1]);
-            a[2] = _mm256_fmadd_ps(c, LD8_Q4(b->qs, 4), a[2]);
-            a[3] = _mm256_fmadd_ps(c, LD8_Q4(b->qs + 8, 4), a[3]);
-        }
-        for (int j = 0; j < 4; j++)
-            _mm256_storeu_ps(y + 32 * k + 8 * j, a[j]);
-    }
-}
+BLOCKS_AVX512(dots_q8_0_avx512, axpys_q8_0_avx512, llm_block_q8_0, Q8_LD16)
+BLOCKS_AVX512(dots_q4_0_avx512, axpys_q4_0_avx512, llm_block_q4_0, Q4_LD16)
+BLOCKS_AVX2(dots_q8_0_avx2, axpys_q8_0_avx2, llm_block_q8_0, Q8_LD8)
+BLOCKS_AVX2(dots_q4_0_avx2, axpys_q4_0_avx2, llm_block_q4_0, Q4_LD8)
 
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
     switch (llm_matmul_isa()) {              \
