@@ -1004,6 +1004,13 @@ t_run_kv_type_k_and_v() {
         has "$TMP/err" "the state holds q8 K and q4 V rows, this run's cache is q8 (--kv-type-k q8 --kv-type-v q4)" &&
         expect 0 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/b.kv" -n 24 -t 2 --kv-type-k q8 &&
         cmp "$TMP/one" "$TMP/out" || return 1
+    # a prompt cache of rows of two sizes, taken in part: the text of a fresh run
+    local kv="--kv-type-k q8 --kv-type-v q4" p="The history of Rome begins with a small village on the Tiber,"
+    # shellcheck disable=SC2086 # $kv is several words
+    "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 4 --temp 0 -p "$p and then it grows into" --prompt-cache "$TMP/pc.kv" >/dev/null &&
+        "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 12 --temp 0 -p "$p where shepherds" >"$TMP/fresh" &&
+        expect 0 "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 12 --temp 0 -p "$p where shepherds" --prompt-cache "$TMP/pc.kv" -v &&
+        has "$TMP/err" "(13 from the KV state)" && cmp "$TMP/fresh" "$TMP/out" || return 1
     expect 2 "$RUN" -m "$TMP/smol.llm" -p x --kv-type-k q3 &&
         has "$TMP/err" "--kv-type-k: 'q3' is not f32, f16, bf16, q8, fp8_e4m3 or q4"
 }
