@@ -5,7 +5,7 @@
 
 #include "../lib/llm.h"
 
-enum { OPT_PRESET = 256, OPT_CONFIG, OPT_KV_TYPE, OPT_CTX, OPT_BATCH, OPT_BLOCK, OPT_MEM, OPT_WEIGHTS,
+enum { OPT_PRESET = 256, OPT_CONFIG, OPT_KV_TYPE, OPT_KV_TYPE_K, OPT_KV_TYPE_V, OPT_CTX, OPT_BATCH, OPT_BLOCK, OPT_MEM, OPT_WEIGHTS,
        OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST, OPT_SHARED, OPT_TRACE, OPT_PLOT };
 
 static const struct llm_opt opts[] = {
@@ -13,6 +13,8 @@ static const struct llm_opt opts[] = {
       "llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k" },
     { OPT_CONFIG, "config", LLM_ARG_REQUIRED, "FILE", "read the shape from a Hugging Face config.json (or DIR/config.json)", "file" },
     { OPT_KV_TYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV element type: f32, f16, bf16, fp8, int8, q8 or q4 (default: f16)", "f32 f16 bf16 fp8 int8 q8 q4" },
+    { OPT_KV_TYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "the keys' type alone (as llm-run's option)", "f32 f16 bf16 fp8 int8 q8 q4" },
+    { OPT_KV_TYPE_V, "kv-type-v", LLM_ARG_REQUIRED, "TYPE", "the values' type alone", "f32 f16 bf16 fp8 int8 q8 q4" },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "tokens per sequence (default: the model's trained context)", NULL },
     { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "N", "sequences in a batch (default: 1)", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "B", "tokens per paged KV block (default: 16)", NULL },
@@ -136,6 +138,7 @@ int main(int argc, char **argv)
     int json = 0, list = 0, have_seed = 0, r;
     int64_t v, seed = 1;
     llm_kvstat_params_default(&p);
+    enum llm_kvstat_type kt[2] = { p.type, p.type }; /* K, V */
     llm_cli_init(&cli);
     while ((r = llm_cli_next(&cli, argc, argv, &arg)) != LLM_CLI_END) {
         llm_status s = LLM_OK;
@@ -144,7 +147,9 @@ int main(int argc, char **argv)
         case LLM_CLI_ERROR: return 2;
         case OPT_PRESET: preset = arg; break;
         case OPT_CONFIG: config = arg; break;
-        case OPT_KV_TYPE: s = llm_kvstat_type_parse(arg, &p.type); break;
+        case OPT_KV_TYPE: s = llm_kvstat_type_parse(arg, &kt[0]), kt[1] = kt[0]; break;
+        case OPT_KV_TYPE_K: s = llm_kvstat_type_parse(arg, &kt[0]); break;
+        case OPT_KV_TYPE_V: s = llm_kvstat_type_parse(arg, &kt[1]); break;
         case OPT_CTX: s = llm_parse_i64(arg, 1, INT64_C(1) << 40, "--ctx", &p.ctx); break;
         case OPT_BATCH: s = llm_parse_i64(arg, 1, INT64_C(1) << 32, "--batch", &p.batch); break;
         case OPT_BLOCK: s = llm_parse_i64(arg, 1, 1 << 20, "--block-size", &p.block_size); break;
@@ -175,6 +180,8 @@ int main(int argc, char **argv)
         if (s)
             return llm_cli_usage(&cli, "%s", llm_error_detail(s));
     }
+    p.type = kt[0];
+    p.split_v = kt[1] != kt[0], p.type_v = kt[1];
     int n = argc - llm_cli_optind;
     if (list) {
         if (n || preset || config || json)

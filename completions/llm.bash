@@ -295,6 +295,14 @@ _llm_kvstat()
             _llm_words 'f32 f16 bf16 fp8 int8 q8 q4'
             return
             ;;
+        --kv-type-k)
+            _llm_words 'f32 f16 bf16 fp8 int8 q8 q4'
+            return
+            ;;
+        --kv-type-v)
+            _llm_words 'f32 f16 bf16 fp8 int8 q8 q4'
+            return
+            ;;
         --ctx)
             :
             return
@@ -341,7 +349,7 @@ _llm_kvstat()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '--preset --config --kv-type --ctx --batch --block-size --shared-prefix --mem --weights --lengths --lengths-synthetic --seed --trace --plot --json --list-presets -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '--preset --config --kv-type --kv-type-k --kv-type-v --ctx --batch --block-size --shared-prefix --mem --weights --lengths --lengths-synthetic --seed --trace --plot --json --list-presets -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

@@ -352,13 +352,19 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
     LLM_CHECK(p->block_size >= 1 && p->block_size <= (INT64_C(1) << 20), LLM_E_INVALID,
               "block size %" PRId64 " is out of range (1..1048576)", p->block_size);
 
-    LLM_CHECK(fits(p->type, s->head_dim), LLM_E_INVALID, "a %s cache stores heads as blocks of "
-              "32 elements: these have %" PRId64, llm_kvstat_type_name(p->type), s->head_dim);
-    r->type_bytes = llm_kvstat_type_bytes32(p->type) / 32.0;
+    const enum llm_kvstat_type tv = p->split_v ? p->type_v : p->type;
+    LLM_CHECK((unsigned)tv < LLM_KVSTAT_N_TYPES, LLM_E_INVALID, "bad KV type %d", (int)tv);
+    for (int h = 0; h < 2; h++) {
+        const enum llm_kvstat_type t = h ? tv : p->type;
+        LLM_CHECK(fits(t, s->head_dim), LLM_E_INVALID, "a %s cache stores heads as blocks of "
+                  "32 elements: these have %" PRId64, llm_kvstat_type_name(t), s->head_dim);
+    }
+    const uint32_t b32 = llm_kvstat_type_bytes32(p->type) + llm_kvstat_type_bytes32(tv);
+    r->type_bytes = b32 / 64.0;
     uint64_t elems = 0; /* K and V elements per token per layer */
     LLM_TRY(mul3(2, (uint64_t)s->n_kv_heads, (uint64_t)s->head_dim, &elems));
     /* whole: a multiple of 32 elements for q8 and q4, 32 bytes for the rest */
-    LLM_TRY(mul3(elems, llm_kvstat_type_bytes32(p->type), 1, &r->bytes_per_token_layer));
+    LLM_TRY(mul3(elems / 2, b32, 1, &r->bytes_per_token_layer));
     r->bytes_per_token_layer /= 32;
     LLM_TRY(mul3(r->bytes_per_token_layer, (uint64_t)s->n_layers, 1, &r->bytes_per_token));
     LLM_TRY(mul3(r->bytes_per_token / (uint64_t)s->n_kv_heads, (uint64_t)s->n_heads, 1,
@@ -577,7 +583,11 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
         fprintf(f, " (%" PRId64 " query heads per KV head)", s->n_heads / s->n_kv_heads);
     fputc('\n', f);
     const char *pl = r->type_bytes == 1 ? "" : "s";
-    fprintf(f, "KV type   %s (%g byte%s)\n", llm_kvstat_type_name(p->type), r->type_bytes, pl);
+    if (p->split_v && p->type_v != p->type)
+        fprintf(f, "KV type   %s K, %s V (%g byte%s on average)\n", llm_kvstat_type_name(p->type),
+                llm_kvstat_type_name(p->type_v), r->type_bytes, pl);
+    else
+        fprintf(f, "KV type   %s (%g byte%s)\n", llm_kvstat_type_name(p->type), r->type_bytes, pl);
     fprintf(f, "formula   2 x %" PRId64 " layers x %" PRId64 " KV heads x %" PRId64 " x %g byte%s\n\n",
             s->n_layers, s->n_kv_heads, s->head_dim, r->type_bytes, pl);
 
@@ -672,9 +682,14 @@ llm_status llm_kvstat_print_json(FILE *f, const struct llm_kvstat_report *r)
     fprintf(f, ", \"source\": \"%s\", \"n_layers\": %" PRId64 ", \"n_heads\": %" PRId64
                ", \"n_kv_heads\": %" PRId64 ", \"head_dim\": %" PRId64 ", \"attention\": \"%s\",\n",
             s->source, s->n_layers, s->n_heads, s->n_kv_heads, s->head_dim, attn_kind(s));
+    char kt[32];
+    if (p->split_v && p->type_v != p->type)
+        snprintf(kt, sizeof kt, "%s/%s", llm_kvstat_type_name(p->type), llm_kvstat_type_name(p->type_v));
+    else
+        snprintf(kt, sizeof kt, "%s", llm_kvstat_type_name(p->type));
     fprintf(f, " \"kv_type\": \"%s\", \"kv_type_bytes\": %g, \"ctx\": %" PRId64 ", \"batch\": %" PRId64
                ", \"block_size\": %" PRId64 ",\n",
-            llm_kvstat_type_name(p->type), r->type_bytes, p->ctx, p->batch, p->block_size);
+            kt, r->type_bytes, p->ctx, p->batch, p->block_size);
     fprintf(f, " \"bytes_per_token\": %" PRIu64 ", \"bytes_per_token_layer\": %" PRIu64
                ", \"bytes_per_token_mha\": %" PRIu64 ", \"gqa_factor\": %.6g,\n",
             r->bytes_per_token, r->bytes_per_token_layer, r->bytes_per_token_mha, r->gqa_factor);

@@ -91,7 +91,9 @@ llm_status llm_kvstat_shape_load_model(struct llm_kvstat_shape *out, const char 
 llm_status llm_kvstat_shape_check(const struct llm_kvstat_shape *s);
 
 struct llm_kvstat_params {
-    enum llm_kvstat_type type;  /* default f16 */
+    enum llm_kvstat_type type;  /* default f16; K's when split_v */
+    int split_v;                /* V is of type_v (llm-run's --kv-type-k/-v) */
+    enum llm_kvstat_type type_v;
     int64_t ctx;            /* tokens per sequence; 0: the shape's ctx_train, else 4096 */
     int64_t batch;          /* sequences (default 1) */
     int64_t block_size;     /* tokens per paged block (default 16, as vLLM) */
@@ -121,7 +123,7 @@ struct llm_kvstat_waste {
 struct llm_kvstat_report {
     struct llm_kvstat_shape shape;
     struct llm_kvstat_params params;  /* as used (ctx and weights resolved) */
-    double type_bytes;              /* an element: type_bytes32 / 32 */
+    double type_bytes;              /* an element: type_bytes32 / 32 (K's and V's mean) */
     uint64_t bytes_per_token;
     uint64_t bytes_per_token_layer; /* one layer, K and V */
     uint64_t bytes_per_token_mha;   /* if every query head had its own KV head */

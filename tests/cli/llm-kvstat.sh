@@ -165,5 +165,14 @@ t_kvstat_q8_q4_blocks() {
         has "$TMP/out" '"q8": 12240, "q4": 6480' || return 1
     expect 0 "$KVSTAT" --preset smollm2-135m --ctx 2048 --kv-type q8_0 && has "$TMP/out" "KV type   q8 (1.0625 bytes)" || return 1
     expect 1 "$KVSTAT" --preset stories260k --kv-type q4 && one_line &&
-        has "$TMP/err" "a q4 cache stores heads as blocks of 32 elements: these have 8"
+        has "$TMP/err" "a q4 cache stores heads as blocks of 32 elements: these have 8" || return 1
+    # keys and values apart, as llm-run's --kv-type-k/-v: q8 keys, q4 values
+    expect 0 "$KVSTAT" --preset smollm2-135m --ctx 4096 --kv-type q8 --kv-type-v q4 --mem 1G --json &&
+        [ "$(kv_field bytes_per_token)" = 9360 ] && has "$TMP/out" '"kv_type": "q8/q4", "kv_type_bytes": 0.8125' &&
+        has "$TMP/out" '"sequences_paged": 28' || return 1
+    expect 0 "$KVSTAT" --preset smollm2-135m --kv-type-k q8 --kv-type-v q4 &&
+        has "$TMP/out" "KV type   q8 K, q4 V (0.8125 bytes on average)" || return 1
+    expect 0 "$KVSTAT" --preset smollm2-135m --kv-type-k q4 --kv-type-v q4 &&
+        has "$TMP/out" "KV type   q4 (0.5625 bytes)" || return 1
+    expect 1 "$KVSTAT" --preset stories260k --kv-type-v q8 && has "$TMP/err" "a q8 cache stores heads"
 }

@@ -90,6 +90,23 @@ Test(kvstat, kv_types_scale_bytes)
         kp.max_tokens = 64, kp.type_k = kp.type_v = lt[i];
         cr_assert_eq(llm_kv_block_bytes(&kp), r.bytes_per_block, "%s", llm_kvstat_type_name(kt[i]));
     }
+    /* keys and values apart: the mean of the two, as the cache allocates them */
+    {
+        struct llm_kvstat_shape sh;
+        struct llm_kvstat_params p;
+        llm_kvstat_preset(&sh, "smollm2-135m");
+        llm_kvstat_params_default(&p);
+        p.type = LLM_KVSTAT_Q8, p.split_v = 1, p.type_v = LLM_KVSTAT_Q4, p.ctx = 64;
+        cr_assert_eq(llm_kvstat_compute(&r, &sh, &p, NULL, 0), LLM_OK);
+        cr_assert_eq(r.bytes_per_token, 9360);
+        cr_assert_eq(r.type_bytes, 0.8125);
+        struct llm_kv_params kp;
+        llm_kv_params_default(&kp);
+        kp.n_layers = (int32_t)sh.n_layers, kp.n_kv_heads = (int32_t)sh.n_kv_heads;
+        kp.head_dim = (int32_t)sh.head_dim, kp.block_size = (int32_t)p.block_size;
+        kp.max_tokens = 64, kp.type_k = LLM_TYPE_Q8_0, kp.type_v = LLM_TYPE_Q4_0;
+        cr_assert_eq(llm_kv_block_bytes(&kp), r.bytes_per_block);
+    }
     /* heads that do not fit the blocks: refused for the type, n/a in the list */
     struct llm_kvstat_shape sh;
     struct llm_kvstat_params p;
