@@ -17,7 +17,7 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_
        OPT_BLOCKSIZE, OPT_BATCH, OPT_RESUME, OPT_CORDER, OPT_MAXSEQS, OPT_STEPTOK, OPT_NOPREFIX,
        OPT_STATSJSON, OPT_KVTRACE, OPT_DRAFT, OPT_LOOKUP, OPT_NGRAMMIN, OPT_NGRAMMAX, OPT_DRAFTN,
        OPT_DRAFTMAX, OPT_SPECRULE, OPT_GRAMMAR, OPT_JSONOBJ, OPT_REGEX, OPT_SCHEMA, OPT_KVIN,
-       OPT_KVOUT, OPT_PREFILLONLY, OPT_KVCOMPRESS, OPT_PROMPTCACHE };
+       OPT_KVOUT, OPT_PREFILLONLY, OPT_KVCOMPRESS, OPT_PROMPTCACHE, OPT_ROLE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the model (.llm, GGUF or llama2.c; '-' = stdin)", "file" },
@@ -72,6 +72,7 @@ static const struct llm_opt opts[] = {
     { OPT_NOPREFIX, "no-prefix-cache", LLM_ARG_NONE, NULL, "with --batch: do not keep computed prompt blocks for later requests", NULL },
     { OPT_STATSJSON, "stats-json", LLM_ARG_REQUIRED, "FILE", "with --batch: write the run's summary as JSON to FILE", "file" },
     { OPT_KVTRACE, "kv-trace", LLM_ARG_REQUIRED, "FILE", "with --batch: write one JSON line per scheduler step to FILE (llm-kvstat --trace reads it)", "file" },
+    { OPT_ROLE, "role", LLM_ARG_REQUIRED, "ROLE", "with --batch, in two processes: 'prefill' computes the prompts and writes their states as a stream (-o or stdout); 'decode' reads that stream (--batch FILE, default stdin) and answers the requests", "prefill decode" },
     { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding with FILE as the draft model (the target's vocabulary; a low-bit llm-quantize of the target is a good one)", "file" },
     { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding by prompt lookup: draft the tokens that followed the last n-gram where it occurred before", NULL },
     { OPT_NGRAMMIN, "ngram-min", LLM_ARG_REQUIRED, "N", "with --lookup: the shortest n-gram matched (default: 2)", NULL },
@@ -91,6 +92,7 @@ static struct llm_cli cli = {
     .synopsis = "-m MODEL [-p TEXT | -f FILE] [OPTIONS]\n"
                 "-m MODEL --chat [--system TEXT] [-p TEXT | -f FILE] [OPTIONS]\n"
                 "-m MODEL --batch FILE [-o FILE [--resume]] [OPTIONS]\n"
+                "-m MODEL --batch FILE --role prefill [-o STREAM] | llm-run -m MODEL --role decode [-o FILE] [OPTIONS]\n"
                 "-m MODEL [-p TEXT | -f FILE] --prefill-only --kv-out FILE [OPTIONS]\n"
                 "-m MODEL --kv-in FILE [OPTIONS]\n"
                 "-m MODEL --tokenize [--no-bos] [--parse-special] [--json] [-p TEXT | -f FILE]\n"
@@ -105,6 +107,7 @@ static struct llm_cli cli = {
               "  llm-run -m smollm2.llm --chat -p 'What is the capital of France?'\n"
               "  llm-run -m smollm2.llm -p 'Once upon a time' --n-seq 4 --seed 7 -n 64\n"
               "  llm-run -m smollm2.llm --batch requests.jsonl -o answers.jsonl --temp 0\n"
+              "  llm-run -m smollm2.llm --batch requests.jsonl --role prefill | llm-run -m smollm2.llm --role decode --temp 0\n"
               "  llm-run -m smollm2-f32.llm --draft smollm2-gptq4.llm -p 'Once upon a time' --temp 0 -v\n"
               "  llm-run -m smollm2.llm -f long.txt --prefill-only --kv-out - | llm-run -m smollm2.llm --kv-in - -n 64\n"
               "  echo 'Hello world' | llm-run -m smollm2.llm --tokenize --json\n"
@@ -136,6 +139,7 @@ struct args {
     int have_kvtype;            /* 1: K's type was given, 2: V's */
     const char *kv_in, *kv_out, *prompt_cache; /* KV state files (kv/state.h) */
     int prefill_only, kv_compress;
+    enum llm_batch_role role;   /* --role: the half of a split batch run */
     unsigned sp_given;          /* SP_* bits: sampler options given (--kv-in keeps the rest) */
     const char *stop[32];
     size_t n_stop;
@@ -921,6 +925,7 @@ static int do_batch(const struct args *a, struct llm_model *m)
         return llm_cli_fail(&cli, s);
     catch_signals(1);
     struct llm_batch_params bp = {
+        .role = a->role, .kv_compress = a->kv_compress,
         .in_path = a->batch, .out_path = a->output, .resume = a->resume,
         .completion_order = a->completion_order, .stats_json = a->stats_json,
         .trace_path = a->kv_trace, .progress = isatty(2), .interrupt = &interrupted,
@@ -940,15 +945,26 @@ static int do_batch(const struct args *a, struct llm_model *m)
     struct llm_batch_summary sum;
     s = llm_batch_run(c, &bp, &sum);
     const struct llm_engine_stats *e = &sum.engine;
-    if (!s || s == LLM_E_INTERRUPTED) {
-        char skipped[64] = "";
+    if ((!s || s == LLM_E_INTERRUPTED) && a->role == LLM_BATCH_PREFILL) {
+        fprintf(stderr, "%s: %lld requests: %lld prompts prefilled and sent, %lld lines sent "
+                "without a state (errors: the decode side answers them); %lld prompt tokens in "
+                "%.2f s (%.1f tokens/s); prefix cache: %lld of %lld prompt tokens found\n",
+                cli.prog, (long long)sum.lines, (long long)sum.answered, (long long)sum.errors,
+                (long long)sum.prompt_tokens, sum.seconds,
+                sum.seconds > 0 ? (double)sum.prompt_tokens / sum.seconds : 0.0,
+                (long long)e->hit_tokens, (long long)e->lookup_tokens);
+    } else if (!s || s == LLM_E_INTERRUPTED) {
+        char skipped[64] = "", loaded[64] = "";
+        if (a->role == LLM_BATCH_DECODE)
+            snprintf(loaded, sizeof loaded, " (%lld with their prompts' states)",
+                     (long long)sum.loaded);
         if (sum.skipped)
             snprintf(skipped, sizeof skipped, ", %lld answered before (--resume)",
                      (long long)sum.skipped);
-        fprintf(stderr, "%s: %lld requests: %lld answered, %lld errors%s; %lld prompt + %lld "
+        fprintf(stderr, "%s: %lld requests: %lld answered%s, %lld errors%s; %lld prompt + %lld "
                 "generated tokens in %.2f s (%.2f requests/s, %.1f generated tokens/s); prefix "
                 "cache: %lld of %lld prompt tokens found; %lld preemptions; KV blocks: %d of %d "
-                "used at most\n", cli.prog, (long long)sum.lines, (long long)sum.answered,
+                "used at most\n", cli.prog, (long long)sum.lines, (long long)sum.answered, loaded,
                 (long long)sum.errors, skipped, (long long)sum.prompt_tokens,
                 (long long)sum.completion_tokens, sum.seconds,
                 sum.seconds > 0 ? (double)(sum.answered + sum.errors) / sum.seconds : 0.0,
@@ -963,7 +979,7 @@ static int do_batch(const struct args *a, struct llm_model *m)
     }
     if (s)
         return llm_cli_fail(&cli, s);
-    return sum.errors ? 3 : 0;
+    return sum.errors && a->role != LLM_BATCH_PREFILL ? 3 : 0;
 }
 
 /* Which option constrains the text, if one does. */
@@ -1271,6 +1287,11 @@ int main(int argc, char **argv)
         case OPT_NOPREFIX: a.no_prefix = 1, a.have_gen = 1; break;
         case OPT_STATSJSON: a.stats_json = arg, a.have_gen = 1; break;
         case OPT_KVTRACE: a.kv_trace = arg, a.have_gen = 1; break;
+        case OPT_ROLE:
+            if (strcmp(arg, "prefill") && strcmp(arg, "decode"))
+                return llm_cli_usage(&cli, "--role: '%s' is not prefill or decode", arg);
+            a.role = strcmp(arg, "prefill") ? LLM_BATCH_DECODE : LLM_BATCH_PREFILL;
+            break;
         case OPT_GRAMMAR: a.grammar = arg; break;
         case OPT_KVIN: a.kv_in = arg; break;
         case OPT_KVOUT: a.kv_out = arg; break;
@@ -1326,6 +1347,21 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--n-seq does not go with an interactive chat");
     if (a.kv_mem && a.kv_blocks)
         return llm_cli_usage(&cli, "--kv-mem and --kv-blocks both size the KV cache; use one");
+    if (a.role == LLM_BATCH_DECODE && !a.batch)
+        a.batch = "-"; /* the stream from a pipe */
+    if (a.role == LLM_BATCH_PREFILL) {
+        if (!a.batch)
+            return llm_cli_usage(&cli, "--role prefill needs --batch FILE (the requests)");
+        const char *no = a.n_predict != -1 ? "-n" : a.have_seed ? "--seed" : a.have_sampling
+                         ? "a sampling option" : a.completion_order ? "--completion-order"
+                         : a.resume ? "--resume" : NULL;
+        if (no)
+            return llm_cli_usage(&cli, "--role prefill computes prompts only: %s goes to the "
+                                 "decode side", no);
+        if ((!a.output || !strcmp(a.output, "-")) && isatty(1))
+            return llm_cli_usage(&cli, "--role prefill writes a binary stream: pipe it to "
+                                 "--role decode or give -o FILE");
+    }
     if (!a.batch && a.have_gen)
         return llm_cli_usage(&cli, "-o, --resume, --completion-order, --max-seqs, --step-tokens, "
                              "--no-prefix-cache, --stats-json and --kv-trace go with --batch");
@@ -1354,8 +1390,9 @@ int main(int argc, char **argv)
                              : a.batch ? "--batch" : "--n-seq");
     if (a.prefill_only && !a.kv_out)
         return llm_cli_usage(&cli, "--prefill-only needs --kv-out FILE (where the state goes)");
-    if (a.kv_compress && !a.kv_out && !a.prompt_cache)
-        return llm_cli_usage(&cli, "--kv-compress goes with --kv-out or --prompt-cache");
+    if (a.kv_compress && !a.kv_out && !a.prompt_cache && a.role != LLM_BATCH_PREFILL)
+        return llm_cli_usage(&cli, "--kv-compress goes with --kv-out, --prompt-cache or --role "
+                             "prefill");
     if (a.kv_out && !strcmp(a.kv_out, "-") && !a.prefill_only)
         return llm_cli_usage(&cli, "--kv-out - needs --prefill-only (stdout carries the text)");
     if (a.kv_in && a.prefill_only)

@@ -253,7 +253,7 @@ llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, cons
     struct llm_engine_params ep = p->engine;
     ep.ignore_eos = p->engine.ignore_eos || !p->requests;
     ep.record_itl = 1;
-    struct llm_engine_callbacks cb = { on_done, &t };
+    struct llm_engine_callbacks cb = { .done = on_done, .ctx = &t };
     struct llm_engine *e = NULL;
     if (!s)
         s = llm_engine_new(&e, c, &ep, &cb);

@@ -561,6 +561,11 @@ llm_status llm_out_write(struct llm_out *o, const void *p, size_t n)
     return LLM_OK;
 }
 
+llm_status llm_out_flush(struct llm_out *o)
+{
+    return out_flush(o);
+}
+
 llm_status llm_out_zeros(struct llm_out *o, size_t n)
 {
     static const uint8_t z[4096];

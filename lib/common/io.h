@@ -105,6 +105,8 @@ struct llm_out {
 llm_status llm_out_open(struct llm_out *o, const char *path);
 llm_status llm_out_write(struct llm_out *o, const void *p, size_t n);
 llm_status llm_out_zeros(struct llm_out *o, size_t n);
+/* Write out what is buffered (a stream's reader sees it now). */
+llm_status llm_out_flush(struct llm_out *o);
 /* Pad with zeros up to a multiple of `align`. */
 llm_status llm_out_pad(struct llm_out *o, uint64_t align);
 /* Flush, close and rename into place (a FIFO or character device: flush and

@@ -137,11 +137,26 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
 
 struct writer {
     struct llm_out o;
+    uint8_t *mem;               /* (mlen, room for mcap) when written to memory */
+    size_t mlen, mcap;
+    int to_mem;
     const struct llm_state_info *in;
     void *zbuf;                 /* (zcap) compressed bytes */
     size_t zcap;
     uint32_t index;             /* of the next record */
 };
+
+static llm_status put(struct writer *w, const void *p, size_t n)
+{
+    if (!w->to_mem)
+        return llm_out_write(&w->o, p, n);
+    void *m = w->mem;
+    LLM_TRY(llm_grow(&m, &w->mcap, w->mlen + n, 1));
+    w->mem = m;
+    memcpy(w->mem + w->mlen, p, n);
+    w->mlen += n;
+    return LLM_OK;
+}
 
 static llm_status put_record(struct writer *w, const void *raw, size_t n)
 {
@@ -160,13 +175,14 @@ static llm_status put_record(struct writer *w, const void *raw, size_t n)
     put32(head, (uint32_t)n);
     put32(head + 4, (uint32_t)sn);
     put64(head + 8, XXH3_64bits_withSeed(raw, n, w->index++));
-    LLM_TRY(llm_out_write(&w->o, head, sizeof head));
-    return llm_out_write(&w->o, stored, sn);
+    LLM_TRY(put(w, head, sizeof head));
+    return put(w, stored, sn);
 }
 
-llm_status llm_state_write(const char *path, const struct llm_state_info *in,
-                           const int32_t *tokens, const float *logits, llm_state_rows_fn rows,
-                           void *ctx)
+/* The state through w (opened: a file, or memory). */
+static llm_status write_state(struct writer *w, const char *path, const struct llm_state_info *in,
+                              const int32_t *tokens, const float *logits,
+                              llm_state_rows_fn rows, void *ctx)
 {
     if (!llm_kv_type_ok(in->kv_type_k, in->kv_dim) || !llm_kv_type_ok(in->kv_type_v, in->kv_dim) ||
         in->n_tokens < 1 || in->chunk < 1 ||
@@ -174,38 +190,59 @@ llm_status llm_state_write(const char *path, const struct llm_state_info *in,
         rows_bytes(in, in->chunk) > RECORD_MAX)
         return llm_error_set(LLM_E_INVALID, "%s: a KV state of these sizes cannot be written",
                              path);
-    struct writer w = { .in = in };
+    w->in = in;
     uint8_t h[HEADER_BYTES];
     header_encode(h, in);
-    size_t rb = (size_t)rows_bytes(in, in->chunk);
-    void *buf = llm_malloc(rb);
+    void *buf = llm_malloc((size_t)rows_bytes(in, in->chunk));
     if (!buf)
         return LLM_E_NOMEM;
-    llm_status s = llm_out_open(&w.o, path);
-    if (s) {
-        llm_free(buf);
-        return s;
-    }
-    s = llm_out_write(&w.o, h, sizeof h);
+    llm_status s = put(w, h, sizeof h);
     if (!s)
-        s = put_record(&w, tokens, (size_t)in->n_tokens * sizeof(int32_t));
+        s = put_record(w, tokens, (size_t)in->n_tokens * sizeof(int32_t));
     if (!s)
-        s = put_record(&w, logits, (size_t)in->n_vocab * sizeof(float));
+        s = put_record(w, logits, (size_t)in->n_vocab * sizeof(float));
     for (int32_t pos = 0; !s && pos < in->n_tokens; pos += in->chunk) {
         int32_t n = in->n_tokens - pos < in->chunk ? in->n_tokens - pos : in->chunk;
         s = rows(ctx, pos, n, buf);
         if (!s)
-            s = put_record(&w, buf, (size_t)rows_bytes(in, n));
+            s = put_record(w, buf, (size_t)rows_bytes(in, n));
     }
     if (!s)
-        s = llm_out_write(&w.o, end_magic, sizeof end_magic);
+        s = put(w, end_magic, sizeof end_magic);
     llm_free(buf);
-    llm_free(w.zbuf);
+    llm_free(w->zbuf);
+    return s;
+}
+
+llm_status llm_state_write(const char *path, const struct llm_state_info *in,
+                           const int32_t *tokens, const float *logits, llm_state_rows_fn rows,
+                           void *ctx)
+{
+    struct writer w = { 0 };
+    LLM_TRY(llm_out_open(&w.o, path));
+    llm_status s = write_state(&w, path, in, tokens, logits, rows, ctx);
     if (s) {
         llm_out_abort(&w.o);
         return s;
     }
     return llm_out_commit(&w.o);
+}
+
+llm_status llm_state_write_mem(void **buf, size_t *len, const struct llm_state_info *in,
+                               const int32_t *tokens, const float *logits,
+                               llm_state_rows_fn rows, void *ctx)
+{
+    struct writer w = { .to_mem = 1 };
+    *buf = NULL;
+    *len = 0;
+    llm_status s = write_state(&w, "state", in, tokens, logits, rows, ctx);
+    if (s) {
+        llm_free(w.mem);
+        return s;
+    }
+    *buf = w.mem;
+    *len = w.mlen;
+    return LLM_OK;
 }
 
 /* ---- reading ------------------------------------------------------------- */

@@ -70,6 +70,12 @@ llm_status llm_state_write(const char *path, const struct llm_state_info *info,
                            const int32_t *tokens, const float *logits, llm_state_rows_fn rows,
                            void *ctx);
 
+/* The same into memory (*buf: llm_free it, *len bytes), for a stream that
+ * carries the states of many requests (serve/handoff.h). */
+llm_status llm_state_write_mem(void **buf, size_t *len, const struct llm_state_info *in,
+                               const int32_t *tokens, const float *logits,
+                               llm_state_rows_fn rows, void *ctx);
+
 /* Reading, in one pass: open reads and checks the header (the caller then
  * checks it against its model and cache: llm_state_expect), read the rest.
  * A damaged or cut file is LLM_E_FORMAT or LLM_E_CHECKSUM naming the path

@@ -30,17 +30,36 @@ static llm_status rows_out(void *ctx, int32_t pos, int32_t n, void *rows)
     return llm_context_kv_save(r->c, r->slot, pos, n, rows);
 }
 
+/* The info of a state of n tokens of c. */
+static llm_status save_info(struct llm_context *c, int32_t n, const struct llm_sampler_params *sp,
+                            int compress, struct llm_state_info *in)
+{
+    LLM_TRY(llm_kvstate_info(c, in));
+    in->n_tokens = n;
+    in->sp = *sp;
+    in->compress = compress;
+    return LLM_OK;
+}
+
 llm_status llm_kvstate_save(struct llm_context *c, int32_t slot, const int32_t *tokens, int32_t n,
                             const float *logits, const struct llm_sampler_params *sp,
                             int compress, const char *path)
 {
     struct llm_state_info in;
-    LLM_TRY(llm_kvstate_info(c, &in));
-    in.n_tokens = n;
-    in.sp = *sp;
-    in.compress = compress;
+    LLM_TRY(save_info(c, n, sp, compress, &in));
     struct rows_ctx r = { c, slot, n };
     return llm_state_write(path, &in, tokens, logits, rows_out, &r);
+}
+
+llm_status llm_kvstate_save_mem(struct llm_context *c, int32_t slot, const int32_t *tokens,
+                                int32_t n, const float *logits,
+                                const struct llm_sampler_params *sp, int compress, void **buf,
+                                size_t *len)
+{
+    struct llm_state_info in;
+    LLM_TRY(save_info(c, n, sp, compress, &in));
+    struct rows_ctx r = { c, slot, n };
+    return llm_state_write_mem(buf, len, &in, tokens, logits, rows_out, &r);
 }
 
 /* The rows of a chunk: those below r->n are appended to the slot. */

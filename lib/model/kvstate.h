@@ -18,6 +18,12 @@ llm_status llm_kvstate_save(struct llm_context *c, int32_t slot, const int32_t *
                             const float *logits, const struct llm_sampler_params *sp,
                             int compress, const char *path);
 
+/* The same into memory (*buf: llm_free it, *len bytes). */
+llm_status llm_kvstate_save_mem(struct llm_context *c, int32_t slot, const int32_t *tokens,
+                                int32_t n, const float *logits,
+                                const struct llm_sampler_params *sp, int compress, void **buf,
+                                size_t *len);
+
 /* After llm_state_open and llm_state_read_tokens: sequence `slot` of c
  * (emptied first) receives the rows of the state's first n positions;
  * the rest are read, checked and dropped. */

@@ -17,10 +17,21 @@
 #include <stdint.h>
 
 #include "../grammar/grammar.h"
+#include "../kv/state.h"
 #include "engine.h"
 #include "request.h"
 
+/* Where a run's work happens: all of it here, or split between two
+ * processes joined by a handoff stream (handoff.h). */
+enum llm_batch_role {
+    LLM_BATCH_ALL,                  /* requests in, answers out */
+    LLM_BATCH_PREFILL,              /* requests in, their prompts' states out as a stream */
+    LLM_BATCH_DECODE,               /* a stream in, answers out */
+};
+
 struct llm_batch_params {
+    enum llm_batch_role role;
+    int kv_compress;                /* prefill: zstd the states */
     const char *in_path;            /* "-": standard input */
     const char *out_path;           /* NULL or "-": standard output */
     int resume;                     /* skip the lines answered in out_path, append the rest */
@@ -36,7 +47,9 @@ struct llm_batch_params {
 
 struct llm_batch_summary {
     int64_t lines;                  /* requests read (non-blank lines) */
-    int64_t answered, errors;       /* output lines written: responses, error records */
+    int64_t answered, errors;       /* output lines written: responses, error records
+                                       (prefill: states sent, lines sent without one) */
+    int64_t loaded;                 /* decode: requests that came with their prompt's state */
     int64_t skipped;                /* answered in the output already (--resume) */
     int64_t duplicates;             /* lines whose custom_id an earlier line has */
     int64_t prompt_tokens, completion_tokens;
@@ -63,9 +76,11 @@ const char *llm_batch_next_line(const char *text, size_t len, size_t *at, size_t
 llm_status llm_batch_prepare(struct llm_request *q, struct llm_context *c, const char *tmpl,
                              struct llm_grammar_set *gs, int32_t max_seqs);
 
-/* Run the file. LLM_E_INTERRUPTED when *interrupt became non-zero (the
- * finished lines are written); other errors are fatal ones (input or output
- * that cannot be read or written, a model failure). */
+/* Run the file (decode: the stream). LLM_E_INTERRUPTED when *interrupt
+ * became non-zero (the finished lines are written); other errors are fatal
+ * ones (input or output that cannot be read or written, a model failure, a
+ * cut or damaged stream: the requests that came before it are answered
+ * first). */
 llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p,
                          struct llm_batch_summary *sum);
 

@@ -11,6 +11,7 @@
 #include "../common/num.h"
 #include "../kv/prefix.h"
 #include "../model/generate.h"
+#include "../model/kvstate.h"
 
 void llm_engine_params_default(struct llm_engine_params *p)
 {
@@ -48,12 +49,15 @@ struct req {
     struct llm_request r;
     int admitted_now;           /* admitted in this step's plan, nothing computed yet */
     int32_t hit_now;            /* tokens its leader took from the prefix index then */
+    int loaded_now;             /* its leader loaded the prompt's state then (no lookup) */
     int32_t n_prompt;
     size_t stop_max;            /* bytes of its longest stop string */
     int32_t leader;             /* the live choice that computes the prompt */
     int32_t n_live;
     int64_t order;
     double t_add, t_first;      /* when it was queued, when its first token was drawn (0: not yet) */
+    float *pre;                 /* (n_vocab) the logits of a state loaded at admission, until
+                                   they take their row */
     struct choice *ch;          /* (r.n) */
 };
 
@@ -113,6 +117,7 @@ static void req_free(struct req *q)
         llm_free(c->top_lp);
     }
     llm_free(q->ch);
+    llm_free(q->pre);
     llm_request_free(&q->r);
     llm_free(q);
 }
@@ -157,6 +162,8 @@ llm_status llm_engine_new(struct llm_engine **out, struct llm_context *c,
     if (!llm_model_tokenizer(m))
         return llm_error_set(LLM_E_INVALID, "%s: the model has no tokenizer",
                              llm_model_file(m)->path);
+    if (p->prefill_only && !cb->prefilled)
+        return llm_error_set(LLM_E_INVALID, "engine: prefill only, with no prefilled callback");
     if (p->max_seqs < 1 || p->max_seqs > llm_context_n_seq(c) || p->step_tokens < 1)
         return llm_error_set(LLM_E_INVALID, "engine: %d sequences and %d tokens a step do not "
                              "fit a context of %d sequences", p->max_seqs, p->step_tokens,
@@ -341,6 +348,8 @@ static llm_status preempt(struct llm_engine *e, struct req *q)
     if (!q->admitted_now)
         e->st.preemptions++;
     q->admitted_now = 0;
+    llm_free(q->pre); /* it is computed when readmitted */
+    q->pre = NULL;
     /* its entries leave the plan */
     int32_t k = 0;
     for (int32_t i = 0; i < e->n_plan; i++)
@@ -500,8 +509,46 @@ static int computes(const struct req *q, const struct choice *c)
     return c->slot >= 0 && !c->finish && (c == &q->ch[q->leader] || c->forked);
 }
 
+/* The prompt's state into the leader's slot, and its logits into q->pre;
+ * the state's bytes are released (a preempted request is recomputed). */
+static llm_status admit_state(struct llm_engine *e, struct req *q, struct choice *l)
+{
+    FILE *f = fmemopen(q->r.state, q->r.state_len, "rb");
+    if (!f)
+        return LLM_E_NOMEM;
+    struct llm_state_reader *rd;
+    struct llm_state_info in;
+    LLM_TRY(llm_state_open_stream(&rd, f, "a request's state", 1, &in));
+    int32_t *toks = llm_malloc((size_t)in.n_tokens * sizeof *toks);
+    q->pre = llm_malloc((size_t)e->n_vocab * sizeof(float));
+    llm_status s = toks && q->pre ? LLM_OK : LLM_E_NOMEM;
+    if (!s && (in.n_tokens != q->n_prompt || in.n_vocab != e->n_vocab))
+        s = llm_error_set(LLM_E_INVALID, "line %lld: its state is not of its prompt",
+                          (long long)q->r.line);
+    if (!s)
+        s = llm_state_read_tokens(rd, toks, q->pre);
+    if (!s && memcmp(toks, q->r.ids, (size_t)q->n_prompt * sizeof *toks))
+        s = llm_error_set(LLM_E_INVALID, "line %lld: its state is not of its prompt",
+                          (long long)q->r.line);
+    if (!s)
+        s = llm_kvstate_load(rd, &in, e->c, l->slot, q->n_prompt);
+    llm_state_close(rd);
+    llm_free(toks);
+    llm_free(q->r.state);
+    q->r.state = NULL;
+    if (!s && e->pc)
+        s = llm_prefix_insert(e->pc, l->slot, l->toks, q->n_prompt);
+    if (s) {
+        llm_free(q->pre);
+        q->pre = NULL;
+        return s;
+    }
+    l->n_kv = q->n_prompt;
+    return LLM_OK;
+}
+
 /* Admit q: slots for its live choices, samplers on the first admission, and
- * the prompt's cached blocks for its leader. */
+ * the prompt's cached blocks (or its state) for its leader. */
 static llm_status admit(struct llm_engine *e, struct req *q)
 {
     q->leader = -1;
@@ -526,10 +573,14 @@ static llm_status admit(struct llm_engine *e, struct req *q)
         c->forked = 0;
     }
     struct choice *l = &q->ch[q->leader];
-    if (e->pc) /* at least the last token is computed, for its logits */
+    q->loaded_now = q->r.state != NULL;
+    if (q->r.state) {
+        LLM_TRY(admit_state(e, q, l));
+    } else if (e->pc) { /* at least the last token is computed, for its logits */
         l->n_kv = llm_prefix_attach(e->pc, l->slot, l->toks, total_of(q, l) - 1,
                                     (total_of(q, l) - 1) / e->bs);
-    q->hit_now = l->n_kv;
+    }
+    q->hit_now = q->loaded_now ? 0 : l->n_kv;
     q->admitted_now = 1;
     e->run[e->n_run++] = q;
     return LLM_OK;
@@ -630,13 +681,26 @@ static llm_status plan_step(struct llm_engine *e)
         struct req *q = e->wait[0];
         if (q->n_live > e->n_slots)
             break;
+        if (q->r.state) {
+            /* its blocks are taken at admission: wait for room while others run */
+            int32_t need = plan_need(e) + (q->n_prompt + e->bs - 1) / e->bs;
+            int32_t free_ = llm_kv_free_blocks(e->kv);
+            if (need > free_ && e->pc)
+                free_ += llm_prefix_evict(e->pc, need - free_);
+            if (need > free_ && e->n_run)
+                break;
+            if (need > free_) { /* alone and still short: computed as any prompt */
+                llm_free(q->r.state);
+                q->r.state = NULL;
+            }
+        }
         memmove(e->wait, e->wait + 1, (e->n_wait - 1) * sizeof *e->wait);
         e->n_wait--;
         LLM_TRY(admit(e, q));
         struct choice *l = &q->ch[q->leader];
         int32_t rem = total_of(q, l) - l->n_kv;
         int32_t k = rem < budget ? rem : budget;
-        plan_add(e, q, l, k);
+        plan_add(e, q, l, k); /* k = 0: a loaded state, for its row of logits */
         budget -= k;
         /* stop admitting once the blocks would not hold the plan */
         int32_t need = plan_need(e), free_ = llm_kv_free_blocks(e->kv);
@@ -678,7 +742,7 @@ llm_status llm_engine_step(struct llm_engine *e)
      * admissions that hold (not those given back at once for room) */
     for (int32_t i = 0; i < e->n_run; i++) {
         struct req *q = e->run[i];
-        if (q->admitted_now && e->pc) {
+        if (q->admitted_now && e->pc && !q->loaded_now) {
             e->st.lookup_tokens += q->n_prompt;
             e->st.hit_tokens += q->hit_now < q->n_prompt ? q->hit_now : q->n_prompt;
         }
@@ -702,12 +766,18 @@ llm_status llm_engine_step(struct llm_engine *e)
         p->c->n_kv += p->k;
         if (p->c->n_kv == total_of(p->q, p->c))
             p->c->row = rows++;
+        if (p->q->pre && p->c->row >= 0) { /* a loaded state's logits */
+            memcpy(e->blog + (size_t)p->c->row * e->n_vocab, p->q->pre,
+                   (size_t)e->n_vocab * sizeof(float));
+            llm_free(p->q->pre);
+            p->q->pre = NULL;
+        }
         if (e->pc && p->c->n_kv / e->bs > before / e->bs)
             LLM_TRY(llm_prefix_insert(e->pc, p->c->slot, p->c->toks, p->c->n_kv));
     }
     /* the other choices take the prompt's blocks once the leader has them,
      * and its distribution when they have not drawn yet */
-    for (int32_t i = 0; i < e->n_run; i++) {
+    for (int32_t i = 0; i < e->n_run && !e->p.prefill_only; i++) {
         struct req *q = e->run[i];
         struct choice *l = &q->ch[q->leader];
         if (l->slot < 0 || l->n_kv < q->n_prompt)
@@ -731,6 +801,15 @@ llm_status llm_engine_step(struct llm_engine *e)
     const double t = llm_now_s(); /* one clock for the step's tokens */
     for (int32_t i = 0; i < e->n_run;) {
         struct req *q = e->run[i];
+        struct choice *l = &q->ch[q->leader];
+        if (e->p.prefill_only && l->row >= 0 && !l->finish) {
+            /* the prompt is done: handed over, and the request ends here */
+            LLM_TRY(e->cb.prefilled(e->cb.ctx, &q->r, l->slot, l->toks, q->n_prompt,
+                                    e->blog + (size_t)l->row * e->n_vocab));
+            for (int32_t j = 0; j < q->r.n; j++)
+                if (!q->ch[j].finish)
+                    finish(e, q, &q->ch[j], "prefilled");
+        }
         for (int32_t j = 0; j < q->r.n; j++)
             if (q->ch[j].row >= 0 && !q->ch[j].finish)
                 LLM_TRY(sample(e, q, &q->ch[j], t));

@@ -33,6 +33,8 @@ struct llm_engine_params {
     int ignore_eos;         /* keep going past end-of-generation tokens */
     int record_itl;         /* keep every inter-token gap (llm_engine_itls; default 0:
                                a long batch run would hold one double per token) */
+    int prefill_only;       /* compute prompts only: each goes to the prefilled
+                               callback, then the request is answered with no choices */
 };
 void llm_engine_params_default(struct llm_engine_params *p);
 
@@ -41,6 +43,11 @@ void llm_engine_params_default(struct llm_engine_params *p);
 struct llm_engine_callbacks {
     llm_status (*done)(void *ctx, const struct llm_request *r, const struct llm_choice_out *ch,
                        int32_t n, int32_t prompt_tokens);
+    /* With prefill_only: the prompt of r (tokens, n) is in sequence slot
+     * of the context, with the logits after it (n_vocab); the slot is
+     * released after the call. */
+    llm_status (*prefilled)(void *ctx, const struct llm_request *r, int32_t slot,
+                            const int32_t *tokens, int32_t n, const float *logits);
     void *ctx;
 };
 
@@ -69,7 +76,9 @@ llm_status llm_engine_new(struct llm_engine **out, struct llm_context *c,
 void llm_engine_free(struct llm_engine *e);
 
 /* Queue a request (tokenized, without error; n <= max_seqs). The engine
- * takes its contents over and leaves *r zeroed. */
+ * takes its contents over and leaves *r zeroed. A request with a state
+ * (r->state, checked by the caller: this model, this cache's types, the
+ * tokens r->ids) has its prompt loaded from it when admitted, not computed. */
 llm_status llm_engine_add(struct llm_engine *e, struct llm_request *r);
 
 /* The same for a request that arrived at t_arrival (llm_now_s's clock, not

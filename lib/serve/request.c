@@ -512,6 +512,7 @@ void llm_request_free(struct llm_request *r)
     llm_free(r->msgs);
     llm_free(r->ids);
     llm_free(r->gbnf);
+    llm_free(r->state);
     for (size_t i = 0; i < r->n_stop; i++)
         llm_free(r->stop[i]);
     memset(r, 0, sizeof *r);

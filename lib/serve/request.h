@@ -62,6 +62,10 @@ struct llm_request {
     int64_t priority;              /* lower runs first */
     char *gbnf;                    /* response_format as a grammar, or NULL (any text) */
     struct llm_gmask *gmask;       /* it compiled (llm_batch_prepare), borrowed from the run */
+    /* the prompt's state, computed by another process (serve/handoff.h): a
+     * KV state file's bytes, checked against ids; NULL: computed here */
+    void *state;
+    size_t state_len;
 };
 
 /* Read one line (len bytes, without its newline). Always fills r: on a bad

@@ -99,7 +99,7 @@ static int64_t run_engine(struct llm_model *m, const struct llm_engine_params *e
 {
     struct llm_context *c = open_ctx(m, ep->max_seqs, kv_blocks, ep->step_tokens);
     struct sink sk = { res, 0 };
-    struct llm_engine_callbacks cb = { on_done, &sk };
+    struct llm_engine_callbacks cb = { .done = on_done, .ctx = &sk };
     struct llm_engine *e;
     llm_status s = llm_engine_new(&e, c, ep, &cb);
     cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
@@ -250,7 +250,7 @@ Test(engine, priority_orders_the_queue)
     static struct result res[NREQ];
     memset(res, 0, sizeof res);
     struct sink sk = { res, 0 };
-    struct llm_engine_callbacks cb = { on_done, &sk };
+    struct llm_engine_callbacks cb = { .done = on_done, .ctx = &sk };
     struct llm_engine_params ep;
     llm_engine_params_default(&ep);
     ep.max_seqs = 1;
@@ -298,7 +298,7 @@ Test(engine, refuses_what_it_cannot_run)
     llm_engine_params_default(&ep);
     ep.max_seqs = 3;
     struct llm_engine *e;
-    struct llm_engine_callbacks cb = { NULL, NULL };
+    struct llm_engine_callbacks cb = { 0 };
     cr_assert_eq(llm_engine_new(&e, c, &ep, &cb), LLM_E_INVALID, "more sequences than slots");
     ep.max_seqs = 2;
     cr_assert_eq(llm_engine_new(&e, c, &ep, &cb), LLM_OK);
