@@ -1322,6 +1322,8 @@ int main(int argc, char **argv)
     }
     if (llm_cli_optind < argc)
         return llm_cli_usage(&cli, "unexpected argument '%s'", argv[llm_cli_optind]);
+    if (a.role == LLM_BATCH_DECODE && !a.batch)
+        a.batch = "-"; /* the stream from a pipe */
     if (!a.model)
         return llm_cli_usage(&cli, "no model (-m FILE)");
     if (a.prompt && a.file)
@@ -1347,8 +1349,6 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--n-seq does not go with an interactive chat");
     if (a.kv_mem && a.kv_blocks)
         return llm_cli_usage(&cli, "--kv-mem and --kv-blocks both size the KV cache; use one");
-    if (a.role == LLM_BATCH_DECODE && !a.batch)
-        a.batch = "-"; /* the stream from a pipe */
     if (a.role == LLM_BATCH_PREFILL) {
         if (!a.batch)
             return llm_cli_usage(&cli, "--role prefill needs --batch FILE (the requests)");

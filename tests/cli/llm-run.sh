@@ -801,6 +801,107 @@ t_run_batch_interrupt_and_resume() {
     expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/part.jsonl" --resume &&
     has "$TMP/err" "not the same input" && one_line
 }
+# Prefill and decode in two processes: `--role prefill | --role decode`
+# answers the same lines as one process, through a pipe and through a
+# compressed file read by a decode side so short of blocks that it preempts
+# (the preempted are recomputed there); a bad line crosses as a line.
+t_run_batch_role_pipeline_same_lines() {
+    r_stories
+    batch_requests
+    echo 'not json' >>"$TMP/req.jsonl"
+    echo '{"custom_id":"x2","body":{"prompt":"The cat","max_tokens":15,"temperature":0.7}}' >>"$TMP/req.jsonl"
+    strip() { sed -E 's/"created":[0-9]+,//' "$1"; }
+    expect 3 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/one.jsonl" --seed 9 || return 1
+    expect 3 sh -c "'$RUN' -m '$TMP/s.llm' --batch '$TMP/req.jsonl' --role prefill 2>'$TMP/perr' | '$RUN' -m '$TMP/s.llm' --role decode --seed 9" &&
+    has "$TMP/perr" "6 prompts prefilled and sent, 1 lines sent without a state" &&
+    has "$TMP/err" "6 answered (6 with their prompts' states), 1 errors" &&
+    diff <(strip "$TMP/one.jsonl") <(strip "$TMP/out") || return 1
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --role prefill --kv-compress -o "$TMP/st.bin" &&
+    [ "$(head -c 8 "$TMP/st.bin")" = LLMSPLIT ] &&
+    expect 3 "$RUN" -m "$TMP/s.llm" --role decode --batch "$TMP/st.bin" --seed 9 --kv-blocks 8 --ctx 64 \
+        --max-seqs 6 --completion-order --stats-json "$TMP/stats.json" &&
+    ! grep -q '"preemptions":0,' "$TMP/stats.json" &&
+    diff <(strip "$TMP/one.jsonl" | sort) <(strip "$TMP/out" | sort)
+}
+# What the decode side refuses: another model or KV type (the whole
+# stream, at once), a damaged state (that line's error record; the rest
+# are answered), a damaged or cut stream (the lines before it are
+# answered, then the reason), and input that is not a stream.
+t_run_batch_role_refusals() {
+    r_stories
+    batch_requests
+    command -v python3 >/dev/null || skip "no python3"
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --role prefill -o "$TMP/st.bin" || return 1
+    "$BIN/llm-convert" "$TMP/s.llm" -t f16 -o "$TMP/s16.llm" 2>/dev/null || return 1
+    expect 1 "$RUN" -m "$TMP/s16.llm" --role decode --batch "$TMP/st.bin" &&
+    has "$TMP/err" "computed by another model" && one_line && [ ! -s "$TMP/out" ] &&
+    expect 1 "$RUN" -m "$TMP/s.llm" --role decode --batch "$TMP/st.bin" --kv-type bf16 &&
+    has "$TMP/err" "the state holds f16 KV rows, this run's cache is bf16" && one_line &&
+    expect 1 "$RUN" -m "$TMP/s.llm" --role decode --batch "$TMP/req.jsonl" &&
+    has "$TMP/err" "not a handoff stream" && one_line || return 1
+    python3 - "$TMP/st.bin" <<'PY' || return 1
+import sys
+b = open(sys.argv[1], 'rb').read()
+states = [i for i in range(len(b)) if b.startswith(b'LLMSTATE', i)]
+d = bytearray(b); d[states[2] + 400] ^= 0x20          # the KV rows of the third item's state
+open(sys.argv[1] + '.state', 'wb').write(d)
+items = [i for i in range(len(b)) if b.startswith(b'LLMSITEM', i)]
+d = bytearray(b); d[items[3] + 40] ^= 0x01            # the fourth item's request line
+open(sys.argv[1] + '.line', 'wb').write(d)
+open(sys.argv[1] + '.cut', 'wb').write(b[:items[2] + 100])
+PY
+    expect 3 "$RUN" -m "$TMP/s.llm" --role decode --batch "$TMP/st.bin.state" --seed 1 &&
+    [ "$(wc -l <"$TMP/out")" = 5 ] && [ "$(grep -c '"code":"invalid_state"' "$TMP/out")" = 1 ] &&
+    has "$TMP/out" "the checksum does not match" &&
+    expect 1 "$RUN" -m "$TMP/s.llm" --role decode --batch "$TMP/st.bin.line" --seed 1 &&
+    has "$TMP/err" "the checksum does not match (a damaged stream)" && one_line &&
+    [ "$(wc -l <"$TMP/out")" = 3 ] &&
+    expect 1 "$RUN" -m "$TMP/s.llm" --role decode --batch "$TMP/st.bin.cut" --seed 1 &&
+    has "$TMP/err" "cut short" && has "$TMP/err" "the 2 requests it held are answered" && one_line &&
+    [ "$(wc -l <"$TMP/out")" = 2 ]
+}
+# An interrupted prefill side ends its stream without the end mark: the
+# decode side answers what came and says so; both again, the decode side
+# with --resume, give the lines of one uninterrupted run.
+t_run_batch_role_interrupt_and_resume() {
+    r_stories
+    local i
+    for i in $(seq 40); do
+        echo "{\"custom_id\":\"c$i\",\"body\":{\"prompt\":\"Once upon a time $i\",\"max_tokens\":60,\"temperature\":0.8,\"seed\":$i}}"
+    done >"$TMP/many.jsonl"
+    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/full.jsonl" --max-seqs 2 -t 1 || return 1
+    mkfifo "$TMP/pipe"
+    "$RUN" -m "$TMP/s.llm" --role decode --batch "$TMP/pipe" -o "$TMP/part.jsonl" --max-seqs 2 -t 1 2>"$TMP/derr" &
+    local dpid=$!
+    "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" --role prefill --step-tokens 1 --max-seqs 1 -t 1 \
+        -o "$TMP/pipe" 2>"$TMP/perr" &
+    local ppid=$!
+    for i in $(seq 200); do
+        [ "$(cat "$TMP/part.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
+        sleep 0.02
+    done
+    kill -TERM $ppid; wait $ppid; local prc=$?
+    wait $dpid; local drc=$?
+    if [ $prc = 143 ]; then
+        has "$TMP/perr" "interrupted" && [ $drc = 1 ] && has "$TMP/derr" "cut short" || return 1
+    else
+        [ $prc = 0 ] && [ $drc = 0 ] || { echo "exits $prc $drc"; return 1; }
+    fi
+    expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch '$TMP/many.jsonl' --role prefill 2>/dev/null | '$RUN' -m '$TMP/s.llm' --role decode -o '$TMP/part.jsonl' --resume --max-seqs 2 -t 1" &&
+    diff <(strip "$TMP/full.jsonl") <(strip "$TMP/part.jsonl")
+}
+t_run_batch_role_usage() {
+    r_stories
+    batch_requests
+    expect 2 "$RUN" -m "$TMP/s.llm" --role prefill -o "$TMP/x" && has "$TMP/err" "--role prefill needs --batch FILE" &&
+    expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --role prefill --temp 0 -o "$TMP/x" &&
+    has "$TMP/err" "goes to the decode side" &&
+    expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --role prefill --resume -o "$TMP/x" &&
+    expect 2 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" --role both && has "$TMP/err" "not prefill or decode" &&
+    expect 2 "$RUN" -m "$TMP/s.llm" --role decode --kv-compress && has "$TMP/err" "--kv-compress goes with" &&
+    expect 1 sh -c "'$RUN' -m '$TMP/s.llm' --role decode </dev/null" && has "$TMP/err" "empty: no handoff stream" && one_line
+}
 t_run_batch_usage_and_file_errors() {
     r_stories
     batch_requests
