@@ -629,6 +629,10 @@ _llm_run()
             _llm_files
             return
             ;;
+        --role)
+            _llm_words 'prefill decode'
+            return
+            ;;
         --draft)
             _llm_files
             return
@@ -655,7 +659,7 @@ _llm_run()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --kv-type-k --kv-type-v --n-seq --parallel --kv-mem --kv-blocks --block-size --prefill-only --kv-out --kv-in --kv-compress --prompt-cache --grammar --json-schema --json-object --regex --batch -o --output --resume --completion-order --max-seqs --step-tokens --no-prefix-cache --stats-json --kv-trace --draft --lookup --ngram-min --ngram-max --draft-n --draft-max --spec-rule --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model --tokenizer --no-verify -p --prompt -f --file -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --seed --stop --ignore-eos --top-logprobs --echo --chat --system --template --json -t --threads --ctx --kv-type --kv-type-k --kv-type-v --n-seq --parallel --kv-mem --kv-blocks --block-size --prefill-only --kv-out --kv-in --kv-compress --prompt-cache --grammar --json-schema --json-object --regex --batch -o --output --resume --completion-order --max-seqs --step-tokens --no-prefix-cache --stats-json --kv-trace --role --draft --lookup --ngram-min --ngram-max --draft-n --draft-max --spec-rule --truncate --tokenize --detokenize --no-bos --parse-special -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

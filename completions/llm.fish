@@ -184,6 +184,7 @@ complete -c llm-run -l step-tokens -x -d 'with --batch: tokens per forward pass 
 complete -c llm-run -l no-prefix-cache -d 'with --batch: do not keep computed prompt blocks for later requests'
 complete -c llm-run -l stats-json -r -F -d 'with --batch: write the run\'s summary as JSON to FILE'
 complete -c llm-run -l kv-trace -r -F -d 'with --batch: write one JSON line per scheduler step to FILE (llm-kvstat --trace reads it)'
+complete -c llm-run -l role -x -a 'prefill decode' -d 'with --batch, in two processes: \'prefill\' computes the prompts and writes their states as a stream (-o or stdout); \'decode\' reads that stream (--batch FILE, default stdin) and answers the requests'
 complete -c llm-run -l draft -r -F -d 'speculative decoding with FILE as the draft model (the target\'s vocabulary; a low-bit llm-quantize of the target is a good one)'
 complete -c llm-run -l lookup -d 'speculative decoding by prompt lookup: draft the tokens that followed the last n-gram where it occurred before'
 complete -c llm-run -l ngram-min -x -d 'with --lookup: the shortest n-gram matched (default: 2)'
