@@ -243,7 +243,8 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             "\"prefix_hit_tokens\":%lld,\"prefix_hit_rate\":%.4f,\"prefix_evicted_blocks\":%lld,"
             "\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"ttft_s\":{\"p50\":%.4f,\"p90\":%.4f,"
             "\"p99\":%.4f},\"tpot_s\":{\"p50\":%.5f,\"p90\":%.5f,\"p99\":%.5f},\"e2e_s\":{"
-            "\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f}}\n",
+            "\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f},\"itl_s\":{\"p50\":%.5f,\"p90\":%.5f,"
+            "\"p99\":%.5f},\"loaded_states\":%lld}\n",
             (long long)s->lines, (long long)s->answered, (long long)s->errors,
             (long long)s->skipped, (long long)s->duplicates, s->interrupted ? "true" : "false",
             s->seconds, (long long)s->prompt_tokens, (long long)s->completion_tokens,
@@ -253,7 +254,8 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             (long long)e->preemptions, (long long)e->lookup_tokens, (long long)e->hit_tokens,
             e->lookup_tokens ? (double)e->hit_tokens / (double)e->lookup_tokens : 0.0,
             (long long)e->evicted_blocks, e->kv_blocks, e->kv_peak, s->ttft[0], s->ttft[1],
-            s->ttft[2], s->tpot[0], s->tpot[1], s->tpot[2], s->e2e[0], s->e2e[1], s->e2e[2]);
+            s->ttft[2], s->tpot[0], s->tpot[1], s->tpot[2], s->e2e[0], s->e2e[1], s->e2e[2],
+            s->itl[0], s->itl[1], s->itl[2], (long long)s->loaded);
 }
 
 /* ---- the run ------------------------------------------------------------- */
@@ -331,6 +333,14 @@ static llm_status latencies(const struct llm_engine *e, struct llm_batch_summary
                 x[m++] = k == 0 ? l[i].ttft : k == 1 ? l[i].e2e : l[i].tpot;
         percentiles(x, m, k == 0 ? sum->ttft : k == 1 ? sum->e2e : sum->tpot);
     }
+    llm_free(x);
+    const double *itl = llm_engine_itls(e, &n);
+    if (!n)
+        return LLM_OK;
+    if (!(x = llm_malloc(n * sizeof *x)))
+        return LLM_E_NOMEM;
+    memcpy(x, itl, n * sizeof *x);
+    percentiles(x, n, sum->itl);
     llm_free(x);
     return LLM_OK;
 }
@@ -623,6 +633,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
     sum->lines = (int64_t)r.n_it;
     struct llm_engine_params ep = p->engine;
     ep.prefill_only = prefill;
+    ep.record_itl = p->stats_json != NULL;
     struct llm_engine_callbacks cb = { .done = prefill ? NULL : on_done,
                                        .prefilled = on_prefilled, .ctx = &r };
     if (!s)

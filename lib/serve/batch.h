@@ -59,6 +59,8 @@ struct llm_batch_summary {
     /* percentiles over the answered requests (seconds; all of them are
      * queued at the start, so TTFT includes the wait for a slot) */
     double ttft[3], tpot[3], e2e[3];   /* p50, p90, p99 */
+    double itl[3];                  /* of every gap between two tokens of a choice, with
+                                       stats_json (kept then only: a double per token) */
 };
 
 /* The next request line of a batch file's text from *at (its length in *l,
