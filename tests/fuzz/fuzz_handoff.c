@@ -2,7 +2,6 @@
  * (serve/handoff.h), header to end mark, with its checksums skipped
  * (LLM_FUZZING) so that mutations reach the items behind them. The states
  * inside are kv/state.h's, which fuzz_state reads. */
-#define _GNU_SOURCE
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
