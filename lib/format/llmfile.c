@@ -21,6 +21,7 @@
 #include <zstd.h>
 
 #include "../common/alloc.h"
+#include "../common/bytes.h"
 #include "../common/io.h"
 #include "import.h"
 
@@ -36,10 +37,6 @@
 #define KNOWN_TENSOR_FLAGS LLM_TENSOR_AUX
 #define MAX_META_SIZE (256u << 20)
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
 /* Structural checksums (header, metadata, index, trailer). Fuzz builds skip
  * the comparison so that mutations reach the parsers behind them, the way
@@ -85,16 +82,16 @@ void llm_write_opts_default(struct llm_write_opts *o)
  * check of a spooled stream, which makes them before copying the rest). */
 static llm_status check_header(const uint8_t *d, const char *name)
 {
-    uint32_t version = get32(d + 8);
+    uint32_t version = llm_get32(d + 8);
     if (version != LLM_VERSION_1)
         return llm_error_set(LLM_E_UNSUPPORTED,
                              "%s: format version %u is not supported (this build reads version 1)",
                              name, version);
-    if (!sum_ok(d, 56, get64(d + 56)))
+    if (!sum_ok(d, 56, llm_get64(d + 56)))
         return llm_error_set(LLM_E_FORMAT, "%s: header checksum mismatch (corrupt header)", name);
-    uint32_t header_size = get32(d + 12);
-    uint64_t features = get64(d + 16), meta_off = get64(d + 24), meta_size = get64(d + 32);
-    uint32_t align = get32(d + 48);
+    uint32_t header_size = llm_get32(d + 12);
+    uint64_t features = llm_get64(d + 16), meta_off = llm_get64(d + 24), meta_size = llm_get64(d + 32);
+    uint32_t align = llm_get32(d + 48);
     if (features & ~KNOWN_FEATURES)
         return llm_error_set(LLM_E_UNSUPPORTED,
                              "%s: requires features 0x%llx that this build does not know", name,
@@ -124,12 +121,12 @@ llm_status llm_llm_head(const uint8_t *d, size_t n, int eof, uint64_t *need, uin
     if (memcmp(d, LLM_MAGIC, 8) != 0)
         return llm_error_set(LLM_E_FORMAT, "%s: not an .llm file (bad magic)", name);
     LLM_TRY(check_header(d, name));
-    uint64_t meta_size = get64(d + 32);
+    uint64_t meta_size = llm_get64(d + 32);
     *need = HEADER_SIZE + meta_size;
     if (n < *need)
         return eof ? llm_error_set(LLM_E_FORMAT, "%s: metadata runs past the end of the file "
                                    "(truncated?)", name) : LLM_OK;
-    if (!sum_ok(d + HEADER_SIZE, (size_t)meta_size, get64(d + 40)))
+    if (!sum_ok(d + HEADER_SIZE, (size_t)meta_size, llm_get64(d + 40)))
         return llm_error_set(LLM_E_FORMAT, "%s: metadata checksum mismatch", name);
     return LLM_OK;
 }
@@ -145,29 +142,29 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
     if (size < HEADER_SIZE + TRAILER_SIZE)
         return llm_error_set(LLM_E_FORMAT, "%s: truncated (%zu bytes)", name, size);
     LLM_TRY(check_header(d, name));
-    uint32_t version = get32(d + 8);
-    uint64_t features = get64(d + 16), meta_off = get64(d + 24), meta_size = get64(d + 32);
-    uint32_t align = get32(d + 48);
+    uint32_t version = llm_get32(d + 8);
+    uint64_t features = llm_get64(d + 16), meta_off = llm_get64(d + 24), meta_size = llm_get64(d + 32);
+    uint32_t align = llm_get32(d + 48);
     if (meta_off + meta_size > size - TRAILER_SIZE)
         return llm_error_set(LLM_E_FORMAT, "%s: metadata runs past the end of the file (truncated?)",
                              name);
-    if (!sum_ok(d + meta_off, (size_t)meta_size, get64(d + 40)))
+    if (!sum_ok(d + meta_off, (size_t)meta_size, llm_get64(d + 40)))
         return llm_error_set(LLM_E_FORMAT, "%s: metadata checksum mismatch", name);
 
     const uint8_t *tr = d + size - TRAILER_SIZE;
     if (memcmp(tr, TRAILER_MAGIC, 8) != 0)
         return llm_error_set(LLM_E_FORMAT, "%s: no index trailer at the end (truncated file?)", name);
-    if (!sum_ok(tr, 56, get64(tr + 56)))
+    if (!sum_ok(tr, 56, llm_get64(tr + 56)))
         return llm_error_set(LLM_E_FORMAT, "%s: trailer checksum mismatch", name);
-    uint64_t idx_off = get64(tr + 8), idx_size = get64(tr + 16), n_tensors = get64(tr + 24);
-    if (get64(tr + 40) != size)
+    uint64_t idx_off = llm_get64(tr + 8), idx_size = llm_get64(tr + 16), n_tensors = llm_get64(tr + 24);
+    if (llm_get64(tr + 40) != size)
         return llm_error_set(LLM_E_FORMAT, "%s: file is %zu bytes, the trailer says %llu", name,
-                             size, (unsigned long long)get64(tr + 40));
+                             size, (unsigned long long)llm_get64(tr + 40));
     uint64_t data_start = llm_align_up(meta_off + meta_size, align);
     if (idx_off < data_start || idx_off > size - TRAILER_SIZE ||
         idx_size > size - TRAILER_SIZE - idx_off)
         return llm_error_set(LLM_E_FORMAT, "%s: index out of bounds", name);
-    if (!sum_ok(d + idx_off, (size_t)idx_size, get64(tr + 32)))
+    if (!sum_ok(d + idx_off, (size_t)idx_size, llm_get64(tr + 32)))
         return llm_error_set(LLM_E_FORMAT, "%s: index checksum mismatch", name);
     if (n_tensors > idx_size / (4 + INDEX_FIXED))
         return llm_error_set(LLM_E_FORMAT, "%s: index too small for %llu tensors", name,
@@ -186,7 +183,7 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
     for (uint64_t i = 0; i < n_tensors; i++) {
         if ((size_t)(end - p) < 4)
             FAIL("%s: index entry %llu truncated", name, (unsigned long long)i);
-        uint32_t nlen = get32(p);
+        uint32_t nlen = llm_get32(p);
         p += 4;
         if (nlen == 0 || nlen >= LLM_MAX_NAME || (size_t)(end - p) < (size_t)nlen + INDEX_FIXED)
             FAIL("%s: index entry %llu: bad name length %u", name, (unsigned long long)i, nlen);
@@ -196,12 +193,12 @@ llm_status llm_llm_parse(struct llm_file **out, const uint8_t *d, size_t size, c
         if (strlen(tname) != nlen)
             FAIL("%s: index entry %llu: name contains a NUL byte", name, (unsigned long long)i);
         p += nlen;
-        uint32_t type = get32(p), n_dims = get32(p + 4), flags = get32(p + 8), comp = get32(p + 12);
+        uint32_t type = llm_get32(p), n_dims = llm_get32(p + 4), flags = llm_get32(p + 8), comp = llm_get32(p + 12);
         int64_t ne[4];
         for (int k = 0; k < 4; k++)
-            ne[k] = (int64_t)get64(p + 16 + 8 * k);
-        uint64_t off = get64(p + 48), stored = get64(p + 56), nbytes = get64(p + 64),
-                 sum = get64(p + 72);
+            ne[k] = (int64_t)llm_get64(p + 16 + 8 * k);
+        uint64_t off = llm_get64(p + 48), stored = llm_get64(p + 56), nbytes = llm_get64(p + 64),
+                 sum = llm_get64(p + 72);
         p += INDEX_FIXED;
         if (!llm_type_traits(type))
             FAIL("%s: tensor '%s': unknown type %u (written by a newer llm-tools?)", name, tname, type);
@@ -399,14 +396,14 @@ llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_
 
     uint8_t hdr[HEADER_SIZE] = { 0 };
     memcpy(hdr, LLM_MAGIC, 8);
-    put32(hdr + 8, LLM_VERSION_1);
-    put32(hdr + 12, HEADER_SIZE);
-    put64(hdr + 16, o->compress_level > 0 ? FEATURE_ZSTD : 0);
-    put64(hdr + 24, HEADER_SIZE);
-    put64(hdr + 32, ylen);
-    put64(hdr + 40, XXH3_64bits(yaml, ylen));
-    put32(hdr + 48, ALIGNMENT);
-    put64(hdr + 56, XXH3_64bits(hdr, 56));
+    llm_put32(hdr + 8, LLM_VERSION_1);
+    llm_put32(hdr + 12, HEADER_SIZE);
+    llm_put64(hdr + 16, o->compress_level > 0 ? FEATURE_ZSTD : 0);
+    llm_put64(hdr + 24, HEADER_SIZE);
+    llm_put64(hdr + 32, ylen);
+    llm_put64(hdr + 40, XXH3_64bits(yaml, ylen));
+    llm_put32(hdr + 48, ALIGNMENT);
+    llm_put64(hdr + 56, XXH3_64bits(hdr, 56));
     if ((s = llm_out_write(&w, hdr, sizeof hdr)) || (s = llm_out_write(&w, yaml, ylen)))
         goto fail;
 
@@ -444,31 +441,31 @@ llm_status llm_llm_write(struct llm_file *f, const char *path, const struct llm_
     for (size_t i = 0; i < f->n_tensors; i++) {
         const struct llm_tensor *t = &f->tensors[i];
         uint32_t nlen = (uint32_t)strlen(t->name);
-        put32(p, nlen);
+        llm_put32(p, nlen);
         memcpy(p + 4, t->name, nlen);
         p += 4 + nlen;
-        put32(p, t->type);
-        put32(p + 4, t->n_dims);
-        put32(p + 8, t->flags & KNOWN_TENSOR_FLAGS);
-        put32(p + 12, ents[i].compression);
+        llm_put32(p, t->type);
+        llm_put32(p + 4, t->n_dims);
+        llm_put32(p + 8, t->flags & KNOWN_TENSOR_FLAGS);
+        llm_put32(p + 12, ents[i].compression);
         for (int k = 0; k < 4; k++)
-            put64(p + 16 + 8 * k, (uint64_t)t->ne[k]);
-        put64(p + 48, ents[i].offset);
-        put64(p + 56, ents[i].stored);
-        put64(p + 64, t->nbytes);
-        put64(p + 72, ents[i].checksum);
+            llm_put64(p + 16 + 8 * k, (uint64_t)t->ne[k]);
+        llm_put64(p + 48, ents[i].offset);
+        llm_put64(p + 56, ents[i].stored);
+        llm_put64(p + 64, t->nbytes);
+        llm_put64(p + 72, ents[i].checksum);
         p += INDEX_FIXED;
     }
     if ((s = llm_out_write(&w, index, idx_size)))
         goto fail;
     uint8_t tr[TRAILER_SIZE] = { 0 };
     memcpy(tr, TRAILER_MAGIC, 8);
-    put64(tr + 8, idx_off);
-    put64(tr + 16, idx_size);
-    put64(tr + 24, f->n_tensors);
-    put64(tr + 32, XXH3_64bits(index, idx_size));
-    put64(tr + 40, w.pos + TRAILER_SIZE);
-    put64(tr + 56, XXH3_64bits(tr, 56));
+    llm_put64(tr + 8, idx_off);
+    llm_put64(tr + 16, idx_size);
+    llm_put64(tr + 24, f->n_tensors);
+    llm_put64(tr + 32, XXH3_64bits(index, idx_size));
+    llm_put64(tr + 40, w.pos + TRAILER_SIZE);
+    llm_put64(tr + 56, XXH3_64bits(tr, 56));
     if ((s = llm_out_write(&w, tr, sizeof tr)))
         goto fail;
     s = llm_out_commit(&w);

@@ -8,6 +8,7 @@
 #include <zstd.h>
 
 #include "../common/alloc.h"
+#include "../common/bytes.h"
 #include "../common/io.h"
 
 #define HEADER_BYTES 96
@@ -17,24 +18,9 @@
 static const char magic[8] = { 'L', 'L', 'M', 'S', 'T', 'A', 'T', 'E' };
 static const char end_magic[8] = { 'L', 'L', 'M', 'S', 'T', 'E', 'N', 'D' };
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static void putf(uint8_t *p, float v) { memcpy(p, &v, 4); }
 static float getf(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
 
-/* Checksums, skipped by fuzz builds so that mutations reach what is behind
- * them (as in llmfile.c). */
-static int sum_ok(uint64_t got, uint64_t want)
-{
-#ifdef LLM_FUZZING
-    (void)got, (void)want;
-    return 1;
-#else
-    return got == want;
-#endif
-}
 
 /* Bytes of the KV record of n rows. */
 static uint64_t rows_bytes(const struct llm_state_info *in, int32_t n)
@@ -47,26 +33,26 @@ static void header_encode(uint8_t *h, const struct llm_state_info *in)
 {
     memset(h, 0, HEADER_BYTES);
     memcpy(h, magic, 8);
-    put32(h + 8, LLM_STATE_VERSION);
-    put32(h + 12, in->compress ? 1u : 0u);
-    put64(h + 16, in->model_id);
-    put32(h + 24, (uint32_t)in->kv_type_k | (uint32_t)in->kv_type_v << 16);
-    put32(h + 28, (uint32_t)in->n_layers);
-    put32(h + 32, (uint32_t)in->kv_dim);
-    put32(h + 36, (uint32_t)in->n_vocab);
-    put32(h + 40, (uint32_t)in->n_tokens);
-    put32(h + 44, (uint32_t)in->chunk);
+    llm_put32(h + 8, LLM_STATE_VERSION);
+    llm_put32(h + 12, in->compress ? 1u : 0u);
+    llm_put64(h + 16, in->model_id);
+    llm_put32(h + 24, (uint32_t)in->kv_type_k | (uint32_t)in->kv_type_v << 16);
+    llm_put32(h + 28, (uint32_t)in->n_layers);
+    llm_put32(h + 32, (uint32_t)in->kv_dim);
+    llm_put32(h + 36, (uint32_t)in->n_vocab);
+    llm_put32(h + 40, (uint32_t)in->n_tokens);
+    llm_put32(h + 44, (uint32_t)in->chunk);
     const struct llm_sampler_params *sp = &in->sp;
     putf(h + 48, sp->temp);
-    put32(h + 52, (uint32_t)sp->top_k);
+    llm_put32(h + 52, (uint32_t)sp->top_k);
     putf(h + 56, sp->top_p);
     putf(h + 60, sp->min_p);
     putf(h + 64, sp->repeat_penalty);
     putf(h + 68, sp->presence_penalty);
     putf(h + 72, sp->frequency_penalty);
-    put32(h + 76, (uint32_t)sp->penalty_last_n);
-    put64(h + 80, sp->seed);
-    put64(h + 88, XXH3_64bits(h, 88));
+    llm_put32(h + 76, (uint32_t)sp->penalty_last_n);
+    llm_put64(h + 80, sp->seed);
+    llm_put64(h + 88, XXH3_64bits(h, 88));
 }
 
 /* The header's values, checked: ranges as llm-run's options allow. */
@@ -74,16 +60,16 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
 {
     if (memcmp(h, magic, 8))
         return llm_error_set(LLM_E_FORMAT, "%s: not a KV state file (no LLMSTATE magic)", path);
-    if (!sum_ok(XXH3_64bits(h, 88), get64(h + 88)))
+    if (!llm_sum_ok(XXH3_64bits(h, 88), llm_get64(h + 88)))
         return llm_error_set(LLM_E_CHECKSUM, "%s: the state's header checksum does not match "
                              "(a damaged file)", path);
-    const uint32_t version = get32(h + 8);
+    const uint32_t version = llm_get32(h + 8);
     if (version < 1 || version > LLM_STATE_VERSION)
         return llm_error_set(LLM_E_FORMAT, "%s: KV state version %u (this build reads 1 to %u)",
                              path, version, LLM_STATE_VERSION);
-    uint32_t flags = get32(h + 12), type = get32(h + 24), layers = get32(h + 28),
-             kvd = get32(h + 32), vocab = get32(h + 36), ntok = get32(h + 40),
-             chunk = get32(h + 44);
+    uint32_t flags = llm_get32(h + 12), type = llm_get32(h + 24), layers = llm_get32(h + 28),
+             kvd = llm_get32(h + 32), vocab = llm_get32(h + 36), ntok = llm_get32(h + 40),
+             chunk = llm_get32(h + 44);
     memset(in, 0, sizeof *in);
     /* version 1: one type for K and V */
     in->kv_type_k = (enum llm_type)(version == 1 ? type : type & 0xffff);
@@ -100,7 +86,7 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     if (bad)
         return llm_error_set(LLM_E_FORMAT, "%s: the state's header has %s", path, bad);
     in->compress = (int)(flags & 1);
-    in->model_id = get64(h + 16);
+    in->model_id = llm_get64(h + 16);
     in->n_layers = (int32_t)layers;
     in->kv_dim = (int32_t)kvd;
     in->n_vocab = (int32_t)vocab;
@@ -108,14 +94,14 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     in->chunk = (int32_t)chunk;
     struct llm_sampler_params *sp = &in->sp;
     sp->temp = getf(h + 48);
-    sp->top_k = (int32_t)get32(h + 52);
+    sp->top_k = (int32_t)llm_get32(h + 52);
     sp->top_p = getf(h + 56);
     sp->min_p = getf(h + 60);
     sp->repeat_penalty = getf(h + 64);
     sp->presence_penalty = getf(h + 68);
     sp->frequency_penalty = getf(h + 72);
-    sp->penalty_last_n = (int32_t)get32(h + 76);
-    sp->seed = get64(h + 80);
+    sp->penalty_last_n = (int32_t)llm_get32(h + 76);
+    sp->seed = llm_get64(h + 80);
     /* written as comparisons that NaN fails */
     int ok = sp->temp >= 0 && sp->temp <= 100 && sp->top_k >= 0 && sp->top_p > 0 &&
              sp->top_p <= 1 && sp->min_p >= 0 && sp->min_p <= 1 && sp->repeat_penalty >= 1e-3f &&
@@ -172,9 +158,9 @@ static llm_status put_record(struct writer *w, const void *raw, size_t n)
         if (c < n)
             stored = w->zbuf, sn = c;
     }
-    put32(head, (uint32_t)n);
-    put32(head + 4, (uint32_t)sn);
-    put64(head + 8, XXH3_64bits_withSeed(raw, n, w->index++));
+    llm_put32(head, (uint32_t)n);
+    llm_put32(head + 4, (uint32_t)sn);
+    llm_put64(head + 8, XXH3_64bits_withSeed(raw, n, w->index++));
     LLM_TRY(put(w, head, sizeof head));
     return put(w, stored, sn);
 }
@@ -319,7 +305,7 @@ static llm_status get_record(struct llm_state_reader *r, void *raw, size_t n, co
 {
     uint8_t head[RECORD_HEAD];
     LLM_TRY(get_bytes(r, head, sizeof head, what));
-    uint32_t rn = get32(head), sn = get32(head + 4);
+    uint32_t rn = llm_get32(head), sn = llm_get32(head + 4);
     if (rn != n || sn > rn || (!r->in.compress && sn != rn) || (!sn && rn))
         return llm_error_set(LLM_E_FORMAT, "%s: %s: a record of %u bytes stored in %u, where "
                              "%zu are expected", r->path, what, rn, sn, n);
@@ -338,7 +324,7 @@ static llm_status get_record(struct llm_state_reader *r, void *raw, size_t n, co
                                  r->path, what, ZSTD_isError(got) ? ": " : "",
                                  ZSTD_isError(got) ? ZSTD_getErrorName(got) : "");
     }
-    if (!sum_ok(XXH3_64bits_withSeed(raw, n, r->index++), get64(head + 8)))
+    if (!llm_sum_ok(XXH3_64bits_withSeed(raw, n, r->index++), llm_get64(head + 8)))
         return llm_error_set(LLM_E_CHECKSUM, "%s: %s: the checksum does not match (a damaged "
                              "file)", r->path, what);
     return LLM_OK;

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "../common/alloc.h"
+#include "../common/bytes.h"
 
 static const char magic[8] = { 'L', 'L', 'M', 'S', 'P', 'L', 'I', 'T' };
 static const char item_magic[8] = { 'L', 'L', 'M', 'S', 'I', 'T', 'E', 'M' };
@@ -17,21 +18,20 @@ static const char end_magic[8] = { 'L', 'L', 'M', 'S', 'P', 'E', 'N', 'D' };
 /* Memory for a claimed size grows by at most this much ahead of the bytes. */
 #define GROW_STEP ((size_t)64 << 20)
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-/* Checksums, skipped by fuzz builds so that mutations reach what is behind
- * them (as in kv/state.c). */
-static int sum_ok(uint64_t got, uint64_t want)
+
+/* XXH3-64 of a then b, as one run of bytes. */
+static llm_status sum2(const void *a, size_t na, const void *b, size_t nb, uint64_t *out)
 {
-#ifdef LLM_FUZZING
-    (void)got, (void)want;
-    return 1;
-#else
-    return got == want;
-#endif
+    XXH3_state_t *x = XXH3_createState();
+    if (!x)
+        return LLM_E_NOMEM;
+    XXH3_64bits_reset(x);
+    XXH3_64bits_update(x, a, na);
+    XXH3_64bits_update(x, b, nb);
+    *out = XXH3_64bits_digest(x);
+    XXH3_freeState(x);
+    return LLM_OK;
 }
 
 /* ---- writing ------------------------------------------------------------- */
@@ -44,27 +44,22 @@ llm_status llm_handoff_write_open(struct llm_handoff_writer *w, const char *path
     LLM_TRY(llm_out_open(&w->o, path));
     uint8_t h[32];
     memcpy(h, magic, 8);
-    put32(h + 8, LLM_HANDOFF_VERSION);
-    put32(h + 12, kv_types);
-    put64(h + 16, model_id);
-    put64(h + 24, (uint64_t)n);
-    XXH3_state_t *x = XXH3_createState();
-    llm_status s = x ? LLM_OK : LLM_E_NOMEM;
-    if (!s) {
-        XXH3_64bits_reset(x);
-        XXH3_64bits_update(x, h, sizeof h);
-        XXH3_64bits_update(x, lines, n * sizeof *lines);
-        uint8_t sum[8];
-        put64(sum, XXH3_64bits_digest(x));
+    llm_put32(h + 8, LLM_HANDOFF_VERSION);
+    llm_put32(h + 12, kv_types);
+    llm_put64(h + 16, model_id);
+    llm_put64(h + 24, (uint64_t)n);
+    uint64_t x = 0;
+    uint8_t sum[8];
+    llm_status s = sum2(h, sizeof h, lines, n * sizeof *lines, &x);
+    llm_put64(sum, x);
+    if (!s)
         s = llm_out_write(&w->o, h, sizeof h);
-        if (!s)
-            s = llm_out_write(&w->o, lines, n * sizeof *lines);
-        if (!s)
-            s = llm_out_write(&w->o, sum, sizeof sum);
-        if (!s)
-            s = llm_out_flush(&w->o);
-    }
-    XXH3_freeState(x);
+    if (!s)
+        s = llm_out_write(&w->o, lines, n * sizeof *lines);
+    if (!s)
+        s = llm_out_write(&w->o, sum, sizeof sum);
+    if (!s)
+        s = llm_out_flush(&w->o);
     if (s)
         llm_out_abort(&w->o);
     return s;
@@ -78,18 +73,13 @@ llm_status llm_handoff_write_item(struct llm_handoff_writer *w, int64_t line, co
                              (long long)line);
     uint8_t h[ITEM_HEAD], sum[8];
     memcpy(h, item_magic, 8);
-    put64(h + 8, (uint64_t)line);
-    put32(h + 16, (uint32_t)len);
-    put32(h + 20, 0);
-    put64(h + 24, (uint64_t)state_len);
-    XXH3_state_t *x = XXH3_createState();
-    if (!x)
-        return LLM_E_NOMEM;
-    XXH3_64bits_reset(x);
-    XXH3_64bits_update(x, h, sizeof h);
-    XXH3_64bits_update(x, text, len);
-    put64(sum, XXH3_64bits_digest(x));
-    XXH3_freeState(x);
+    llm_put64(h + 8, (uint64_t)line);
+    llm_put32(h + 16, (uint32_t)len);
+    llm_put32(h + 20, 0);
+    llm_put64(h + 24, (uint64_t)state_len);
+    uint64_t x = 0;
+    LLM_TRY(sum2(h, sizeof h, text, len, &x));
+    llm_put64(sum, x);
     LLM_TRY(llm_out_write(&w->o, h, sizeof h));
     LLM_TRY(llm_out_write(&w->o, text, len));
     LLM_TRY(llm_out_write(&w->o, sum, sizeof sum));
@@ -105,8 +95,8 @@ llm_status llm_handoff_write_close(struct llm_handoff_writer *w, int complete)
     if (complete) {
         uint8_t e[24];
         memcpy(e, end_magic, 8);
-        put64(e + 8, w->items);
-        put64(e + 16, XXH3_64bits(e, 16));
+        llm_put64(e + 8, w->items);
+        llm_put64(e + 16, XXH3_64bits(e, 16));
         s = llm_out_write(&w->o, e, sizeof e);
     }
     if (s) {
@@ -224,10 +214,10 @@ llm_status llm_handoff_open(struct llm_handoff_reader **out, int fd, const char 
     if (!s && memcmp(h, magic, 8))
         s = llm_error_set(LLM_E_FORMAT, "%s: not a handoff stream of llm-run --role prefill "
                           "(no LLMSPLIT magic)", name);
-    if (!s && get32(h + 8) != LLM_HANDOFF_VERSION)
+    if (!s && llm_get32(h + 8) != LLM_HANDOFF_VERSION)
         s = llm_error_set(LLM_E_FORMAT, "%s: handoff stream version %u (this build reads %u)",
-                          name, get32(h + 8), LLM_HANDOFF_VERSION);
-    const uint64_t count = s ? 0 : get64(h + 24);
+                          name, llm_get32(h + 8), LLM_HANDOFF_VERSION);
+    const uint64_t count = s ? 0 : llm_get64(h + 24);
     if (!s && count > LLM_HANDOFF_MAX_ITEMS)
         s = llm_error_set(LLM_E_FORMAT, "%s: the handoff header claims %llu requests", name,
                           (unsigned long long)count);
@@ -237,20 +227,12 @@ llm_status llm_handoff_open(struct llm_handoff_reader **out, int fd, const char 
     r->lines = l;
     if (!s)
         s = get(r, sum, sizeof sum, "the header", NULL);
-    if (!s) {
-        XXH3_state_t *x = XXH3_createState();
-        if (!x) {
-            s = LLM_E_NOMEM;
-        } else {
-            XXH3_64bits_reset(x);
-            XXH3_64bits_update(x, h, sizeof h);
-            XXH3_64bits_update(x, r->lines, (size_t)count * sizeof(int64_t));
-            if (!sum_ok(XXH3_64bits_digest(x), get64(sum)))
-                s = llm_error_set(LLM_E_CHECKSUM, "%s: the handoff header's checksum does not "
-                                  "match (a damaged stream)", name);
-            XXH3_freeState(x);
-        }
-    }
+    uint64_t x = 0;
+    if (!s)
+        s = sum2(h, sizeof h, r->lines, (size_t)count * sizeof(int64_t), &x);
+    if (!s && !llm_sum_ok(x, llm_get64(sum)))
+        s = llm_error_set(LLM_E_CHECKSUM, "%s: the handoff header's checksum does not match (a "
+                          "damaged stream)", name);
     for (size_t i = 1; !s && i < count; i++)
         if (r->lines[i] <= r->lines[i - 1])
             s = llm_error_set(LLM_E_FORMAT, "%s: the handoff header's line numbers are not in "
@@ -260,8 +242,8 @@ llm_status llm_handoff_open(struct llm_handoff_reader **out, int fd, const char 
         return s;
     }
     r->n_lines = (size_t)count;
-    *model_id = get64(h + 16);
-    *kv_types = get32(h + 12);
+    *model_id = llm_get64(h + 16);
+    *kv_types = llm_get32(h + 12);
     *lines = r->lines;
     *n = r->n_lines;
     *out = r;
@@ -295,14 +277,14 @@ static llm_status read_item(struct llm_handoff_reader *r, struct llm_handoff_ite
                              r->name, (unsigned long long)r->items, r->n_lines);
     if (!memcmp(h, end_magic, 8)) {
         LLM_TRY(get(r, h + 8, 16, "the end mark", NULL));
-        if (!sum_ok(XXH3_64bits(h, 16), get64(h + 16)))
+        if (!llm_sum_ok(XXH3_64bits(h, 16), llm_get64(h + 16)))
             return llm_error_set(LLM_E_CHECKSUM, "%s: the handoff end mark's checksum does not "
                                  "match (a damaged stream)", r->name);
-        if (get64(h + 8) != r->items || r->items != r->n_lines)
+        if (llm_get64(h + 8) != r->items || r->items != r->n_lines)
             return llm_error_set(LLM_E_FORMAT, "%s: the handoff stream ends after %llu items, "
                                  "where its end mark counts %llu and its header %zu", r->name,
                                  (unsigned long long)r->items,
-                                 (unsigned long long)get64(h + 8), r->n_lines);
+                                 (unsigned long long)llm_get64(h + 8), r->n_lines);
         uint8_t more;
         LLM_TRY(get(r, &more, 1, "", &eof));
         if (!eof)
@@ -316,30 +298,21 @@ static llm_status read_item(struct llm_handoff_reader *r, struct llm_handoff_ite
                              "mark (a damaged stream)", r->name,
                              (unsigned long long)r->items + 1);
     LLM_TRY(get(r, h + 8, ITEM_HEAD - 8, "an item's head", NULL));
-    const int64_t line = (int64_t)get64(h + 8);
-    const uint64_t tl = get32(h + 16), sl = get64(h + 24);
-    if (get32(h + 20) || sl > LLM_HANDOFF_MAX_STATE || tl > LLM_HANDOFF_MAX_TEXT)
+    const int64_t line = (int64_t)llm_get64(h + 8);
+    const uint64_t tl = llm_get32(h + 16), sl = llm_get64(h + 24);
+    if (llm_get32(h + 20) || sl > LLM_HANDOFF_MAX_STATE || tl > LLM_HANDOFF_MAX_TEXT)
         return llm_error_set(LLM_E_FORMAT, "%s: item %llu of the handoff stream has a bad head "
                              "(a damaged stream)", r->name, (unsigned long long)r->items + 1);
     void *text = NULL, *state = NULL;
     llm_status s = get_grow(r, &text, (size_t)tl, "a request line");
     if (!s)
         s = get(r, sum, sizeof sum, "a request line", NULL);
-    if (!s) {
-        XXH3_state_t *x = XXH3_createState();
-        if (!x) {
-            s = LLM_E_NOMEM;
-        } else {
-            XXH3_64bits_reset(x);
-            XXH3_64bits_update(x, h, sizeof h);
-            XXH3_64bits_update(x, text, (size_t)tl);
-            if (!sum_ok(XXH3_64bits_digest(x), get64(sum)))
-                s = llm_error_set(LLM_E_CHECKSUM, "%s: the handoff item of line %lld: the "
-                                  "checksum does not match (a damaged stream)", r->name,
-                                  (long long)line);
-            XXH3_freeState(x);
-        }
-    }
+    uint64_t x = 0;
+    if (!s)
+        s = sum2(h, sizeof h, text, (size_t)tl, &x);
+    if (!s && !llm_sum_ok(x, llm_get64(sum)))
+        s = llm_error_set(LLM_E_CHECKSUM, "%s: the handoff item of line %lld: the checksum does "
+                          "not match (a damaged stream)", r->name, (long long)line);
     if (!s && !known_line(r, line))
         s = llm_error_set(LLM_E_FORMAT, "%s: the handoff stream has an item for line %lld, "
                           "which its header does not list", r->name, (long long)line);
