@@ -870,15 +870,18 @@ t_run_batch_role_interrupt_and_resume() {
         echo "{\"custom_id\":\"c$i\",\"body\":{\"prompt\":\"Once upon a time $i\",\"max_tokens\":60,\"temperature\":0.8,\"seed\":$i}}"
     done >"$TMP/many.jsonl"
     strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+    # a decode side that never gets a stream does not create its output: no
+    # older file of that name may be there for the resumed run to append to
+    rm -f "$TMP/rpart.jsonl"
     expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/full.jsonl" --max-seqs 2 -t 1 || return 1
     # a pipe, not a FIFO: a prefill side killed before it opens a FIFO would leave the decode
     # side waiting in open() for a writer, as any reader of a FIFO does
     { "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" --role prefill --step-tokens 1 --max-seqs 1 \
         -t 1 2>"$TMP/perr" & echo $! >"$TMP/ppid"; wait $!; echo $? >"$TMP/prc"; } |
-        "$RUN" -m "$TMP/s.llm" --role decode -o "$TMP/part.jsonl" --max-seqs 2 -t 1 2>"$TMP/derr" &
+        "$RUN" -m "$TMP/s.llm" --role decode -o "$TMP/rpart.jsonl" --max-seqs 2 -t 1 2>"$TMP/derr" &
     local dpid=$!
     for i in $(seq 200); do
-        [ "$(cat "$TMP/part.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
+        [ "$(cat "$TMP/rpart.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
         sleep 0.02
     done
     while [ ! -s "$TMP/ppid" ]; do sleep 0.01; done
@@ -890,8 +893,8 @@ t_run_batch_role_interrupt_and_resume() {
     else
         [ "$prc" = 0 ] && [ $drc = 0 ] || { echo "exits $prc $drc"; return 1; }
     fi
-    expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch '$TMP/many.jsonl' --role prefill 2>/dev/null | '$RUN' -m '$TMP/s.llm' --role decode -o '$TMP/part.jsonl' --resume --max-seqs 2 -t 1" &&
-    diff <(strip "$TMP/full.jsonl") <(strip "$TMP/part.jsonl")
+    expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch '$TMP/many.jsonl' --role prefill 2>/dev/null | '$RUN' -m '$TMP/s.llm' --role decode -o '$TMP/rpart.jsonl' --resume --max-seqs 2 -t 1" &&
+    diff <(strip "$TMP/full.jsonl") <(strip "$TMP/rpart.jsonl")
 }
 t_run_batch_role_usage() {
     r_stories
