@@ -12,8 +12,8 @@ static const struct llm_opt opts[] = {
     { OPT_PRESET, "preset", LLM_ARG_REQUIRED, "NAME", "use the published shape of NAME (see --list-presets)",
       "llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k" },
     { OPT_CONFIG, "config", LLM_ARG_REQUIRED, "FILE", "read the shape from a Hugging Face config.json (or DIR/config.json)", "file" },
-    { OPT_KV_TYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV element type: f32, f16, bf16, fp8, int8, q8 or q4 (default: f16)", "f32 f16 bf16 fp8 int8 q8 q4" },
-    { OPT_KV_TYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "the keys' type alone (as llm-run's option)", "f32 f16 bf16 fp8 int8 q8 q4" },
+    { OPT_KV_TYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV element type: f32, f16, bf16, fp8, int8, q8, q4 or q4ch (keys per channel, values q4) (default: f16)", "f32 f16 bf16 fp8 int8 q8 q4 q4ch" },
+    { OPT_KV_TYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "the keys' type alone (as llm-run's option)", "f32 f16 bf16 fp8 int8 q8 q4 q4ch" },
     { OPT_KV_TYPE_V, "kv-type-v", LLM_ARG_REQUIRED, "TYPE", "the values' type alone", "f32 f16 bf16 fp8 int8 q8 q4" },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "tokens per sequence (default: the model's trained context)", NULL },
     { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "N", "sequences in a batch (default: 1)", NULL },
@@ -43,7 +43,8 @@ static struct llm_cli cli = {
     .n_opts = sizeof opts / sizeof opts[0],
     .footer = "MODEL is a .llm or GGUF file, a llama2.c checkpoint or a Hugging Face model directory.\n"
               "bytes/token = 2 x layers x KV heads x head dim x bytes of the KV type\n"
-              "(q8: 34 bytes and q4: 18 bytes a block of 32).\n\n"
+              "(q8: 34 bytes and q4: 18 bytes a block of 32; q4ch keys: 4 bits and, per channel\n"
+              "and block of B tokens, an fp16 scale and minimum: 24 bytes per 32 at B 16).\n\n"
               "Examples:\n"
               "  llm-kvstat --preset llama-2-7b --ctx 4096\n"
               "  llm-kvstat --preset llama-3-70b --kv-type fp8 --mem 80G --weights 70G --json\n"
@@ -147,7 +148,10 @@ int main(int argc, char **argv)
         case LLM_CLI_ERROR: return 2;
         case OPT_PRESET: preset = arg; break;
         case OPT_CONFIG: config = arg; break;
-        case OPT_KV_TYPE: s = llm_kvstat_type_parse(arg, &kt[0]), kt[1] = kt[0]; break;
+        case OPT_KV_TYPE: /* q4ch: keys per channel, values per token (q4), as llm-run */
+            s = llm_kvstat_type_parse(arg, &kt[0]);
+            kt[1] = kt[0] == LLM_KVSTAT_Q4CH ? LLM_KVSTAT_Q4 : kt[0];
+            break;
         case OPT_KV_TYPE_K: s = llm_kvstat_type_parse(arg, &kt[0]); break;
         case OPT_KV_TYPE_V: s = llm_kvstat_type_parse(arg, &kt[1]); break;
         case OPT_CTX: s = llm_parse_i64(arg, 1, INT64_C(1) << 40, "--ctx", &p.ctx); break;

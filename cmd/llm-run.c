@@ -46,8 +46,8 @@ static const struct llm_opt opts[] = {
     { OPT_JSON, "json", LLM_ARG_NONE, NULL, "print one JSON object (text, token counts, timings) instead of streaming", NULL },
     { 't', "threads", LLM_ARG_REQUIRED, "N", "threads (default: the number of cores)", NULL },
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "context size in tokens (default: the model's, at most 4096)", NULL },
-    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K and V: f32, f16, bf16, q8 (int8 in blocks of 32 with their scale), fp8_e4m3 or q4 (4-bit blocks of 32, rotated) (default: f16; with --kv-in, the state's)", "f32 f16 bf16 q8 fp8_e4m3 q4" },
-    { OPT_KVTYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K alone", "f32 f16 bf16 q8 fp8_e4m3 q4" },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K and V: f32, f16, bf16, q8 (int8 in blocks of 32 with their scale), fp8_e4m3, q4 (4-bit blocks of 32, rotated) or q4ch (4-bit keys per channel over each KV block, q4 values) (default: f16; with --kv-in, the state's)", "f32 f16 bf16 q8 fp8_e4m3 q4 q4ch" },
+    { OPT_KVTYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K alone", "f32 f16 bf16 q8 fp8_e4m3 q4 q4ch" },
     { OPT_KVTYPE_V, "kv-type-v", LLM_ARG_REQUIRED, "TYPE", "KV cache type of V alone", "f32 f16 bf16 q8 fp8_e4m3 q4" },
     { OPT_NSEQ, "n-seq", LLM_ARG_REQUIRED, "N", "N completions of the prompt, sharing its KV blocks, decoded as one batch (default: 1)", NULL },
     { OPT_NSEQ, "parallel", LLM_ARG_REQUIRED, "N", "the same as --n-seq", NULL },
@@ -681,9 +681,11 @@ static llm_status cache_load(const struct args *a, struct llm_context *c, int32_
     if (!s)
         s = llm_kvstate_load(r, &in, c, slot, use);
     if (!s) {
-        if (whole)
+        /* (q4ch keys may keep fewer: kvstate.h) */
+        const int32_t got = llm_context_seq_len(c, slot);
+        if (whole && got == use)
             memcpy(logits, lg, (size_t)in.n_vocab * sizeof(float));
-        *n_cached = use;
+        *n_cached = got;
         *save = k < n; /* as llama.cpp: a cache that covers the prompt stays */
     }
     llm_free(toks);
@@ -897,7 +899,8 @@ static llm_status open_context(const struct args *a, struct llm_model *m, struct
         int32_t n_ctx = cp.n_ctx > 0 ? cp.n_ctx : (cf->n_ctx_train < 4096 ? cf->n_ctx_train : 4096);
         const int64_t kvd = (int64_t)cf->n_kv_heads * cf->head_dim;
         double kvb = (double)cf->n_layers * (double)n_ctx *
-                     (double)(llm_kv_row_bytes(a->kv[0], kvd) + llm_kv_row_bytes(a->kv[1], kvd));
+                     (double)(llm_kv_row_bytes(a->kv[0], kvd, a->block_size > 0 ? a->block_size : 16) +
+                              llm_kv_row_bytes(a->kv[1], kvd, 16));
         char types[64];
         llm_kv_types_text(types, sizeof types, a->kv[0], a->kv[1]);
         s = llm_error_set(LLM_E_NOMEM, "no memory for the KV cache of %d tokens (%.2f GB of %s) "

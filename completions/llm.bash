@@ -114,11 +114,11 @@ _llm_bench()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4 q4ch'
             return
             ;;
         --kv-type-k)
-            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4 q4ch'
             return
             ;;
         --kv-type-v)
@@ -292,11 +292,11 @@ _llm_kvstat()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16 fp8 int8 q8 q4'
+            _llm_words 'f32 f16 bf16 fp8 int8 q8 q4 q4ch'
             return
             ;;
         --kv-type-k)
-            _llm_words 'f32 f16 bf16 fp8 int8 q8 q4'
+            _llm_words 'f32 f16 bf16 fp8 int8 q8 q4 q4ch'
             return
             ;;
         --kv-type-v)
@@ -550,11 +550,11 @@ _llm_run()
             return
             ;;
         --kv-type)
-            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4 q4ch'
             return
             ;;
         --kv-type-k)
-            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4'
+            _llm_words 'f32 f16 bf16 q8 fp8_e4m3 q4 q4ch'
             return
             ;;
         --kv-type-v)

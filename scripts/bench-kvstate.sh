@@ -7,9 +7,10 @@
 #          each whole process (model load included), 16 greedy tokens,
 #          alternating rounds (default 5), medians
 #   depth  decode of 64 tokens after the prompt for each KV type (k8v4: q8
-#          keys, q4 values), ours from a state of the prompt (computed once
-#          per type), llama.cpp's with llama-cli -fa -ctk T -ctv T (its eval
-#          time); ROUNDS alternating rounds (default 3)
+#          keys, q4 values; q4ch: per-channel keys, q4 values), ours from a
+#          state of the prompt (computed once per type), llama.cpp's with
+#          llama-cli -fa -ctk T -ctv T (its eval time); ROUNDS alternating
+#          rounds (default 3)
 set -u
 mode=$1 llm=$2 gguf=$3 lb=$4 text=$5
 bin=$(dirname "$0")/../bin
@@ -58,7 +59,7 @@ depth() {
     gen() { grep -o 'generation: [0-9]* tokens in [0-9.]* s ([0-9.]* tokens/s)'; }
     # k8v4: q8 keys and q4 values
     opts() { if [ "$1" = k8v4 ]; then echo "--kv-type-k q8 --kv-type-v q4"; else echo "--kv-type $1"; fi; }
-    types="f16 bf16 q8 fp8_e4m3 q4 k8v4 f32"
+    types="f16 bf16 q8 fp8_e4m3 q4 k8v4 q4ch f32"
     for t in $types; do
         # shellcheck disable=SC2046 # opts gives several words
         "$bin/llm-run" -m "$llm" -f "$text" --prefill-only --kv-out "$dir/$t.kv" $(opts $t) -t 2 -v 2>&1 |

@@ -30,6 +30,9 @@ struct cpu_backend {
     size_t n_owned, cap_owned;
     int64_t *task0;         /* (cap_task0) attention's task offsets per segment */
     size_t cap_task0;
+    uint16_t *win;          /* q4ch keys: (cap_win) fp16 rows of each segment's own blocks */
+    size_t cap_win;
+    int64_t *win_off;       /* (cap_task0) where each segment's rows start in win */
 };
 
 static int work_threads(const struct cpu_backend *cb, double work)
@@ -47,6 +50,8 @@ static void cpu_destroy(struct llm_backend *b)
     llm_pool_free(cb->pool);
     llm_free(cb->scores);
     llm_free(cb->task0);
+    llm_free(cb->win);
+    llm_free(cb->win_off);
     for (size_t i = 0; i < cb->n_owned; i++)
         llm_free(cb->owned[i]);
     llm_free(cb->owned);
@@ -318,6 +323,9 @@ struct att_job {
     int32_t layer, n_seg, use;
     const struct llm_seg *seg;
     const int64_t *task0;   /* (n_seg + 1) the first task of each segment, then the total */
+    const uint16_t *win;    /* q4ch keys: the fp16 rows of segment g from the start of its
+                             * first block, at win + win_off[g] */
+    const int64_t *win_off;
     const float *q;
     float *out;
     float *probs;           /* (n_heads, seg->n, seg->pos + seg->n) or NULL */
@@ -351,12 +359,14 @@ static inline int32_t block_rows(int32_t len, int32_t p0, int32_t bs)
  * the multi-row kernels of vec.h, once per token while the block is in
  * cache. q: token i's query at q + i * qs; o likewise; sc (nt, cap):
  * scratch for the scores, whose last hd floats a row hold the token's
- * rotated query when the keys are q4 (kv.h: the rotation). Each token's
- * arithmetic is the same whatever nt. */
+ * rotated query when the keys are q4 (kv.h: the rotation). q4ch keys: a
+ * token reads its own block from the fp16 rows win (kv_dim apart, the
+ * first at position w0), every block before it quantized (kv.h). Each
+ * token's arithmetic is the same whatever nt. */
 CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh,
                               int32_t hd, float scale, const float *q, int64_t qs, int32_t nt,
                               int32_t len0, float *sc, int64_t cap, float *o, float *probs,
-                              int64_t pld)
+                              int64_t pld, const uint16_t *win, int32_t w0)
 {
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
@@ -377,7 +387,20 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             llm_vec_hadamard32(sc + i * cap + cap - hd, hd);
         }
     }
-    for (int32_t p0 = 0; p0 < len; p0 += bs) {
+    for (int32_t p0 = 0; tk == LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
+        const int64_t row0 = (plane + table[p0 / bs]) * bs;
+        const uint8_t *kb = K + row0 * rk + (int64_t)kvh * hd * (4 + bs / 2);
+        for (int32_t i = 0; i < nt; i++) {
+            const int32_t own = (len0 + i - 1) / bs * bs; /* this token's block */
+            float *si = sc + i * cap + p0;
+            if (p0 < own)
+                llm_vec_dots_q4ch(q + i * qs, kb, hd, bs, si);
+            else if (p0 == own)
+                llm_vec_dots_f16(q + i * qs, win + (int64_t)(p0 - w0) * kvd + (int64_t)kvh * hd,
+                                 kvd, len0 + i - p0, hd, si);
+        }
+    }
+    for (int32_t p0 = 0; tk != LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
         const int64_t row0 = (plane + table[p0 / bs]) * bs;
         const uint8_t *kb = K + row0 * rk + kvh * hk;
         for (int32_t i = 0; i < nt; i++) {
@@ -472,7 +495,9 @@ static void att_run(int ti, int nth, void *arg)
         const int64_t pld = sg->pos + sg->n;
         float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
         att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
-                  sg->pos + t0 + 1, sc, cap, j->out + qo, pr, pld);
+                  sg->pos + t0 + 1, sc, cap, j->out + qo, pr, pld,
+                  j->win ? j->win + j->win_off[g] : NULL,
+                  sg->pos / j->kv->p.block_size * j->kv->p.block_size);
     }
 }
 
@@ -480,6 +505,38 @@ static llm_status cpu_kv_copy(struct llm_backend *b, struct llm_kv *kv)
 {
     (void)b;
     llm_kv_copy_host(kv);
+    return LLM_OK;
+}
+
+/* q4ch keys: the fp16 rows each segment's tokens read for their own blocks
+ * (kv.h), from the start of the segment's first block: the earlier rows of
+ * that block from the tail, taken before this step's store can reuse its
+ * slot, then the segment's own keys rounded as the tail rounds them. */
+static llm_status q4ch_windows(struct cpu_backend *cb, const struct llm_kv *kv, int32_t layer,
+                               const struct llm_seg *seg, int32_t n_seg, const float *k)
+{
+    const int32_t bs = kv->p.block_size;
+    const int64_t d = kv->kv_dim;
+    size_t rows = 0;
+    for (int32_t i = 0; i < n_seg; i++) {
+        cb->win_off[i] = (int64_t)rows * d;
+        rows += (size_t)(seg[i].pos % bs + seg[i].n);
+    }
+    if (rows * (size_t)d > cb->cap_win) {
+        void *p = cb->win;
+        LLM_TRY(llm_grow(&p, &cb->cap_win, rows * (size_t)d, sizeof *cb->win));
+        cb->win = p;
+    }
+    for (int32_t i = 0; i < n_seg; i++) {
+        const struct llm_seg *g = &seg[i];
+        uint16_t *w = cb->win + cb->win_off[i];
+        const int32_t w0 = g->pos / bs * bs;
+        for (int32_t p = w0; p < g->pos; p++, w += d)
+            memcpy(w, llm_kv_tail_row(kv, g->seq, layer, p), (size_t)d * sizeof(uint16_t));
+        const float *src = k + (int64_t)g->row * d;
+        for (int64_t e = 0; e < (int64_t)g->n * d; e++)
+            w[e] = llm_fp32_to_fp16(src[e]);
+    }
     return LLM_OK;
 }
 
@@ -493,10 +550,15 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
         return llm_error_set(LLM_E_INVALID, "attention: probabilities of %d runs at once", n_seg);
     const int64_t kd = kv->kv_dim;
     if ((size_t)n_seg + 1 > cb->cap_task0) {
-        void *p = cb->task0;
+        void *p = cb->task0, *w = cb->win_off;
+        size_t cap = cb->cap_task0;
+        LLM_TRY(llm_grow(&w, &cap, (size_t)n_seg + 1, sizeof *cb->win_off));
+        cb->win_off = w;
         LLM_TRY(llm_grow(&p, &cb->cap_task0, (size_t)n_seg + 1, sizeof *cb->task0));
         cb->task0 = p;
     }
+    if (kv->p.type_k == LLM_TYPE_Q4Z_CH)
+        LLM_TRY(q4ch_windows(cb, kv, layer, seg, n_seg, k));
     double work = 0;
     cb->task0[0] = 0;
     for (int32_t i = 0; i < n_seg; i++) {
@@ -518,6 +580,8 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
     }
     struct att_job j = { .s = s, .kv = kv, .layer = layer, .n_seg = n_seg, .seg = seg,
                          .task0 = cb->task0, .q = q, .out = out, .probs = probs,
+                         .win = kv->p.type_k == LLM_TYPE_Q4Z_CH ? cb->win : NULL,
+                         .win_off = cb->win_off,
                          .scores = cb->scores,
                          .scores_cap = cb->scores_cap };
     const int64_t tasks = cb->task0[n_seg];

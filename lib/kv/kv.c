@@ -2,10 +2,12 @@
  * the free list, fork, truncate and copy-on-write. */
 #include "kv.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../common/fp16.h"
 #include "../ops/vec.h"
 #include "../quant/quant.h"
 
@@ -35,7 +37,18 @@ static int params_ok(const struct llm_kv_params *p)
     return p->n_layers > 0 && p->n_kv_heads > 0 && p->head_dim > 0 && p->block_size > 0 &&
            p->n_seq > 0 && p->max_tokens > 0 && p->n_blocks >= 0 &&
            llm_kv_type_ok(p->type_k, p->head_dim) && llm_kv_type_ok(p->type_v, p->head_dim) &&
+           !llm_kv_types_why_not(p->type_k, p->type_v, p->block_size,
+                                 (int64_t)p->n_kv_heads * p->head_dim) &&
            total_blocks(p) > 0;
+}
+
+const char *llm_kv_types_why_not(enum llm_type k, enum llm_type v, int32_t bs, int64_t kv_dim)
+{
+    if (v == LLM_TYPE_Q4Z_CH)
+        return "q4ch is a type for keys: values are quantized per token (q4)";
+    if (k == LLM_TYPE_Q4Z_CH && (bs % 16 || bs > 128 || (4 * kv_dim) % bs))
+        return "q4ch keys need a block size of 16, 32, 64 or 128";
+    return NULL;
 }
 
 size_t llm_kv_type_bytes(enum llm_type t)
@@ -46,12 +59,14 @@ size_t llm_kv_type_bytes(enum llm_type t)
                                                      : 0;
 }
 
+#define KV_NAMES "f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch"
 static const struct {
     const char *name;
     enum llm_type t;
 } kv_names[] = { { "f32", LLM_TYPE_F32 },  { "f16", LLM_TYPE_F16 },
                  { "bf16", LLM_TYPE_BF16 }, { "q8", LLM_TYPE_Q8_0 },
                  { "fp8_e4m3", LLM_TYPE_FP8_E4M3 }, { "q4", LLM_TYPE_Q4_0 },
+                 { "q4ch", LLM_TYPE_Q4Z_CH },
                  /* aliases after the names */
                  { "q8_0", LLM_TYPE_Q8_0 }, { "fp8", LLM_TYPE_FP8_E4M3 } };
 
@@ -62,19 +77,22 @@ llm_status llm_kv_type_parse(const char *name, enum llm_type *out)
             *out = kv_names[i].t;
             return LLM_OK;
         }
-    return llm_error_set(LLM_E_INVALID, "'%s' is not f32, f16, bf16, q8, fp8_e4m3 or q4", name);
+    return llm_error_set(LLM_E_INVALID, "'%s' is not " KV_NAMES, name);
 }
 
 llm_status llm_kv_types_option(int which, const char *name, enum llm_type kv[2], int *given)
 {
     enum llm_type t;
+    const char *opt = which == 1 ? "-k" : which == 2 ? "-v" : "";
     if (llm_kv_type_parse(name, &t))
-        return llm_error_set(LLM_E_INVALID, "--kv-type%s: '%s' is not f32, f16, bf16, q8, "
-                             "fp8_e4m3 or q4", which == 1 ? "-k" : which == 2 ? "-v" : "", name);
+        return llm_error_set(LLM_E_INVALID, "--kv-type%s: '%s' is not " KV_NAMES, opt, name);
+    if (which == 2 && t == LLM_TYPE_Q4Z_CH)
+        return llm_error_set(LLM_E_INVALID, "--kv-type-v: q4ch is a type for keys (values are "
+                             "quantized per token: q4)");
     if (which & 1)
         kv[0] = t;
-    if (which & 2)
-        kv[1] = t;
+    if (which & 2) /* --kv-type q4ch: the 4-bit cache, keys per channel and values per token */
+        kv[1] = t == LLM_TYPE_Q4Z_CH ? LLM_TYPE_Q4_0 : t;
     *given |= which;
     return LLM_OK;
 }
@@ -97,15 +115,16 @@ void llm_kv_types_text(char *buf, size_t size, enum llm_type k, enum llm_type v)
 
 int llm_kv_type_ok(enum llm_type t, int64_t width)
 {
-    return llm_kv_type_bytes(t) ||
+    return llm_kv_type_bytes(t) || (t == LLM_TYPE_Q4Z_CH && width > 0) ||
            ((t == LLM_TYPE_Q8_0 || t == LLM_TYPE_Q4_0) && width > 0 && width % 32 == 0);
 }
 
-size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim)
+size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim, int32_t block_size)
 {
-    return t == LLM_TYPE_Q8_0   ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q8_0)
-           : t == LLM_TYPE_Q4_0 ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q4_0)
-                                : (size_t)kv_dim * llm_kv_type_bytes(t);
+    return t == LLM_TYPE_Q8_0     ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q8_0)
+           : t == LLM_TYPE_Q4_0   ? (size_t)(kv_dim / 32) * sizeof(struct llm_block_q4_0)
+           : t == LLM_TYPE_Q4Z_CH ? (size_t)(kv_dim / 2 + 4 * kv_dim / (block_size > 0 ? block_size : 1))
+                                  : (size_t)kv_dim * llm_kv_type_bytes(t);
 }
 
 /* Bytes of one block's K (v = 0) or V (v = 1) rows in every layer. */
@@ -113,7 +132,7 @@ static uint64_t half_block_bytes(const struct llm_kv_params *p, int v)
 {
     uint64_t n;
     const uint64_t row = llm_kv_row_bytes(v ? p->type_v : p->type_k,
-                                          (int64_t)p->n_kv_heads * p->head_dim);
+                                          (int64_t)p->n_kv_heads * p->head_dim, p->block_size);
     if (!params_ok(p) || !llm_mul_ok((uint64_t)p->n_layers, (uint64_t)p->block_size, &n) ||
         !llm_mul_ok(n, row, &n))
         return 0;
@@ -155,14 +174,25 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
     kv->p = *p;
     kv->p.n_blocks = total_blocks(p);
     kv->kv_dim = (int64_t)p->n_kv_heads * p->head_dim;
-    kv->row_bytes_k = llm_kv_row_bytes(p->type_k, kv->kv_dim);
-    kv->row_bytes_v = llm_kv_row_bytes(p->type_v, kv->kv_dim);
+    kv->row_bytes_k = llm_kv_row_bytes(p->type_k, kv->kv_dim, p->block_size);
+    kv->row_bytes_v = llm_kv_row_bytes(p->type_v, kv->kv_dim, p->block_size);
     kv->max_blocks = blocks_per_seq(p);
     kv->ref = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
     kv->free_ids = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
     kv->tables = llm_calloc((size_t)p->n_seq * (size_t)kv->max_blocks, sizeof(int32_t));
     kv->n_seq_blocks = llm_calloc((size_t)p->n_seq, sizeof(int32_t));
     kv->seq_len = llm_calloc((size_t)p->n_seq, sizeof(int32_t));
+    if (p->type_k == LLM_TYPE_Q4Z_CH) {
+        kv->tail = llm_calloc((size_t)p->n_seq * (size_t)p->n_layers * 2 * (size_t)p->block_size,
+                              (size_t)kv->kv_dim * sizeof(uint16_t));
+        kv->tail_blk = llm_malloc((size_t)p->n_seq * 2 * sizeof(int32_t));
+        if (!kv->tail || !kv->tail_blk) {
+            llm_kv_free(kv);
+            return LLM_E_NOMEM;
+        }
+        for (int32_t i = 0; i < p->n_seq * 2; i++)
+            kv->tail_blk[i] = -1;
+    }
     if (!kv->ref || !kv->free_ids || !kv->tables || !kv->n_seq_blocks || !kv->seq_len) {
         llm_kv_free(kv);
         return LLM_E_NOMEM;
@@ -220,6 +250,8 @@ void llm_kv_free(struct llm_kv *kv)
     llm_free(kv->n_seq_blocks);
     llm_free(kv->seq_len);
     llm_free(kv->copies);
+    llm_free(kv->tail);
+    llm_free(kv->tail_blk);
     llm_free(kv);
 }
 
@@ -290,6 +322,9 @@ llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n
     if (pos > kv->seq_len[seq])
         return llm_error_set(LLM_E_INVALID, "KV cache: position %d of sequence %d is past its "
                              "%d stored tokens", pos, seq, kv->seq_len[seq]);
+    if (!llm_kv_can_cut(kv, seq, pos))
+        return llm_error_set(LLM_E_INVALID, "KV cache: sequence %d cannot go back to position "
+                             "%d (its q4ch keys there are quantized)", seq, pos);
     int32_t freed, need = need_after_cut(kv, seq, pos, n, &freed);
     if (need > kv->n_free + freed)
         return llm_error_set(LLM_E_KV_FULL, "KV cache: out of blocks (%d free, %d needed)",
@@ -340,7 +375,17 @@ llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n)
     if (n < 0 || n > kv->seq_len[src])
         return llm_error_set(LLM_E_INVALID, "KV cache: fork of %d tokens from sequence %d, which "
                              "holds %d", n, src, kv->seq_len[src]);
+    if (kv->tail && n % kv->p.block_size && !llm_kv_tail_holds(kv, src, n / kv->p.block_size))
+        return llm_error_set(LLM_E_INVALID, "KV cache: fork of %d tokens from sequence %d, whose "
+                             "q4ch keys there are quantized", n, src);
     llm_kv_reset(kv, dst);
+    if (kv->tail) { /* the fp16 rows go along: a sequence's tail is its own */
+        const size_t per = (size_t)kv->p.n_layers * 2 * (size_t)kv->p.block_size *
+                           (size_t)kv->kv_dim;
+        memcpy(kv->tail + (size_t)dst * per, kv->tail + (size_t)src * per, per * sizeof(uint16_t));
+        kv->tail_blk[2 * dst] = kv->tail_blk[2 * src];
+        kv->tail_blk[2 * dst + 1] = kv->tail_blk[2 * src + 1];
+    }
     const int32_t nb = (int32_t)(((int64_t)n + kv->p.block_size - 1) / kv->p.block_size);
     const int32_t *from = table_of(kv, src);
     int32_t *to = table_of(kv, dst);
@@ -353,10 +398,32 @@ llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n)
     return LLM_OK;
 }
 
-void llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n)
+int llm_kv_tail_holds(const struct llm_kv *kv, int32_t seq, int32_t b)
+{
+    return kv->tail && b >= 0 && kv->tail_blk[2 * seq + b % 2] == b;
+}
+
+void llm_kv_tail_mark(struct llm_kv *kv, int32_t seq, int32_t b)
+{
+    if (kv->tail && seq_ok(kv, seq) && b >= 0)
+        kv->tail_blk[2 * seq + b % 2] = b;
+}
+
+int llm_kv_can_cut(const struct llm_kv *kv, int32_t seq, int32_t n)
+{
+    const int32_t bs = kv->p.block_size;
+    return !kv->tail || !seq_ok(kv, seq) || n >= kv->seq_len[seq] || n % bs == 0 ||
+           llm_kv_tail_holds(kv, seq, n / bs);
+}
+
+int32_t llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n)
 {
     if (!seq_ok(kv, seq) || n < 0)
-        return;
+        return 0;
+    if (!llm_kv_can_cut(kv, seq, n))
+        n -= n % kv->p.block_size;
+    if (kv->tail && n == 0)
+        kv->tail_blk[2 * seq] = kv->tail_blk[2 * seq + 1] = -1;
     const int32_t keep = (int32_t)(((int64_t)n + kv->p.block_size - 1) / kv->p.block_size);
     int32_t *table = table_of(kv, seq);
     while (kv->n_seq_blocks[seq] > keep) {
@@ -366,6 +433,7 @@ void llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n)
     }
     if (kv->seq_len[seq] > n)
         kv->seq_len[seq] = n;
+    return kv->seq_len[seq];
 }
 
 void llm_kv_reset(struct llm_kv *kv, int32_t seq)
@@ -440,7 +508,7 @@ llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, 
     for (int32_t i = 0; i < nb; i++)
         if (blocks[i] < 0 || blocks[i] >= kv->p.n_blocks || kv->ref[blocks[i]] <= 0)
             return llm_error_set(LLM_E_INVALID, "KV cache: block %d is not in use", blocks[i]);
-    llm_kv_reset(kv, seq);
+    llm_kv_reset(kv, seq); /* (and no tail: the blocks are full) */
     int32_t *table = table_of(kv, seq);
     for (int32_t i = 0; i < nb; i++) {
         table[i] = blocks[i];
@@ -458,6 +526,86 @@ int32_t llm_kv_block_ref(const struct llm_kv *kv, int32_t seq, int32_t i)
     return kv->ref[table_of(kv, seq)[i]];
 }
 
+/* ---- q4ch keys ------------------------------------------------------------ */
+
+void llm_kv_q4ch_quantize(const uint16_t *rows, int64_t kv_dim, int32_t bs, int32_t n_heads,
+                          uint8_t *blk)
+{
+    const int64_t hd = kv_dim / n_heads;
+    for (int32_t h = 0; h < n_heads; h++) {
+        uint8_t *hb = blk + (size_t)h * (size_t)hd * (size_t)(4 + bs / 2);
+        uint16_t *sc = (uint16_t *)hb, *mn = sc + hd;
+        uint8_t *codes = hb + 4 * hd;
+        for (int64_t c = 0; c < hd; c++) {
+            const int64_t e = h * hd + c;
+            float lo = INFINITY, hi = -INFINITY;
+            for (int32_t t = 0; t < bs; t++) {
+                const float x = llm_fp16_to_fp32(rows[t * kv_dim + e]);
+                lo = x < lo ? x : lo;
+                hi = x > hi ? x : hi;
+            }
+            /* the codes are rounded against the stored (fp16) scale and
+             * minimum, which are what attention reads */
+            sc[c] = llm_fp32_to_fp16((hi - lo) / 15.0f);
+            mn[c] = llm_fp32_to_fp16(lo);
+            const float d = llm_fp16_to_fp32(sc[c]), m = llm_fp16_to_fp32(mn[c]);
+            const float inv = d > 0 ? 1.0f / d : 0.0f;
+            uint8_t *cc = codes + c * (bs / 2);
+            memset(cc, 0, (size_t)bs / 2);
+            for (int32_t t = 0; t < bs; t++) {
+                float q = nearbyintf((llm_fp16_to_fp32(rows[t * kv_dim + e]) - m) * inv);
+                int code = q < 0 ? 0 : q > 15 ? 15 : (int)q;
+                /* group t / 16: token j in the low nibble of byte j, j + 8 high */
+                const int32_t g = t / 16, j = t % 16;
+                cc[g * 8 + j % 8] |= (uint8_t)(j < 8 ? code : code << 4);
+            }
+        }
+    }
+}
+
+void llm_kv_q4ch_dequantize(const uint8_t *blk, int64_t kv_dim, int32_t bs, int32_t n_heads,
+                            float *rows)
+{
+    const int64_t hd = kv_dim / n_heads;
+    for (int32_t h = 0; h < n_heads; h++) {
+        const uint8_t *hb = blk + (size_t)h * (size_t)hd * (size_t)(4 + bs / 2);
+        const uint16_t *sc = (const uint16_t *)hb, *mn = sc + hd;
+        const uint8_t *codes = hb + 4 * hd;
+        for (int64_t c = 0; c < hd; c++)
+            for (int32_t t = 0; t < bs; t++) {
+                const int32_t g = t / 16, j = t % 16;
+                const uint8_t b = codes[c * (bs / 2) + g * 8 + j % 8];
+                const int code = j < 8 ? b & 15 : b >> 4;
+                rows[t * kv_dim + h * hd + c] =
+                    llm_fp16_to_fp32(mn[c]) + (float)code * llm_fp16_to_fp32(sc[c]);
+            }
+    }
+}
+
+/* Keys into the tail as fp16, slot by slot; a block they fill is quantized
+ * from its slot (its earlier rows were put there by earlier steps). */
+static void store_q4ch(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                       const float *k)
+{
+    const int32_t bs = kv->p.block_size;
+    const int64_t d = kv->kv_dim;
+    for (int32_t p = pos; p < pos + n;) {
+        const int32_t b = p / bs, end = (b + 1) * bs < pos + n ? (b + 1) * bs : pos + n;
+        for (; p < end; p++) {
+            uint16_t *row = llm_kv_tail_row(kv, seq, layer, p);
+            const float *src = k + (int64_t)(p - pos) * d;
+            for (int64_t e = 0; e < d; e++)
+                row[e] = llm_fp32_to_fp16(src[e]);
+        }
+        llm_kv_tail_mark(kv, seq, b);
+        if (end == (b + 1) * bs) {
+            const int64_t r = llm_kv_row_number(kv, layer, seq, b * bs);
+            llm_kv_q4ch_quantize(llm_kv_tail_row(kv, seq, layer, b * bs), d, bs,
+                                 kv->p.n_kv_heads, (uint8_t *)kv->k + (size_t)r * kv->row_bytes_k);
+        }
+    }
+}
+
 void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                        const float *k, const float *v)
 {
@@ -467,13 +615,16 @@ void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t po
      * after the rotation of kv.h */
     float rot[LLM_KV_ROT_MAX];
     const int64_t d = kv->kv_dim;
+    const int q4ch = kv->p.type_k == LLM_TYPE_Q4Z_CH;
+    if (q4ch)
+        store_q4ch(kv, layer, seq, pos, n, k);
     for (int32_t i = 0; i < n; i++) {
         const int64_t r = llm_kv_row_number(kv, layer, seq, pos + i);
         const float *src[2] = { k + (int64_t)i * d, v + (int64_t)i * d };
         const enum llm_type t[2] = { kv->p.type_k, kv->p.type_v };
         uint8_t *dst[2] = { (uint8_t *)kv->k + (size_t)r * kv->row_bytes_k,
                             (uint8_t *)kv->v + (size_t)r * kv->row_bytes_v };
-        for (int j = 0; j < 2; j++) {
+        for (int j = q4ch; j < 2; j++) {
             if (t[j] == LLM_TYPE_FP8_E4M3) { /* no row scale, unlike the weights' fp8 */
                 for (int64_t e = 0; e < d; e++)
                     dst[j][e] = llm_fp32_to_fp8_e4m3(src[j][e]);

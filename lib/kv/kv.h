@@ -28,7 +28,31 @@
  * it is rounded. The rotation spreads a few large channels (keys have
  * them) over the block, so they no longer set the scale of the other 31;
  * attention rotates the query the same way, and the output of the values
- * back, so nothing else sees it. The storage pointers may
+ * back, so nothing else sees it.
+ *
+ * q4ch keys (KIVI's; the type LLM_TYPE_Q4Z_CH, keys only) are quantized per
+ * channel over a whole block instead of per row: each channel's block_size
+ * values become 4-bit codes between the channel's minimum and maximum, with
+ * that minimum and a scale in fp16. Keys have a few channels far larger
+ * than the rest, and a channel's values over 16 tokens are alike where a
+ * token's values over its channels are not. A block can only be quantized
+ * once it is full, so each sequence keeps its keys in fp16 rows (the
+ * "tail") for its last two blocks, and attention reads a token's own block
+ * from fp16 rows, every earlier block quantized. That makes a token's
+ * result the same however its sequence was split into steps, and a cut
+ * back into the last full block restorable (speculation's rollback). A cut
+ * further back keeps only the full blocks below it (llm_kv_truncate says
+ * how many positions remain); the caller computes the rest again.
+ *
+ * A q4ch block of one layer holds, for each KV head (head_dim channels):
+ * head_dim fp16 scales, head_dim fp16 minimums, then head_dim runs of
+ * block_size / 2 code bytes, a channel's codes in groups of 16 tokens of 8
+ * bytes (token j of a group in the low nibble of byte j, token j + 8 in
+ * its high nibble); the key is minimum + code x scale. So a block is
+ * kv_dim x (4 + block_size / 2) bytes, the same as block_size rows of
+ * llm_kv_row_bytes. The block size must be a multiple of 16, at most 128.
+ *
+ * The storage pointers may
  * be device memory when a backend allocates them (llm_kv_new_with); the
  * tables are always host memory. Free blocks are handed out lowest id first
  * and freed ones reused first, so that the pages of zero-filled storage
@@ -52,7 +76,8 @@ struct llm_kv_params {
     int32_t n_seq;          /* sequence slots */
     int32_t max_tokens;     /* the longest one sequence may grow, in tokens */
     int32_t n_blocks;       /* blocks in the pool; 0: n_seq * ceil(max_tokens / block_size) */
-    enum llm_type type_k, type_v; /* F32, F16, BF16, Q8_0, FP8_E4M3, Q4_0 (llm_kv_type_ok) */
+    enum llm_type type_k, type_v; /* F32, F16, BF16, Q8_0, FP8_E4M3, Q4_0 (llm_kv_type_ok);
+                                   * Q4Z_CH (q4ch) for keys */
 };
 
 /* Bytes of an element of a KV type stored element by element (f32, f16,
@@ -65,18 +90,24 @@ size_t llm_kv_type_bytes(enum llm_type t);
  * q4_0 rotated). */
 int llm_kv_type_ok(enum llm_type t, int64_t width);
 /* The KV type of a --kv-type name: f32, f16, bf16, q8 (or q8_0), fp8_e4m3
- * (or fp8), q4; LLM_E_INVALID "'NAME' is not ..." for another. */
+ * (or fp8), q4, q4ch; LLM_E_INVALID "'NAME' is not ..." for another. */
 llm_status llm_kv_type_parse(const char *name, enum llm_type *out);
 /* The argument of --kv-type (which 3: both halves), --kv-type-k (1) or
  * --kv-type-v (2) into kv[0] (K) and kv[1] (V), adding which to *given;
- * LLM_E_INVALID "--kv-type-k: 'NAME' is not ..." for another name. */
+ * LLM_E_INVALID "--kv-type-k: 'NAME' is not ..." for another name. q4ch is
+ * a key type: --kv-type q4ch gives q4ch keys and q4 values, --kv-type-v
+ * q4ch is refused. */
 llm_status llm_kv_types_option(int which, const char *name, enum llm_type kv[2], int *given);
 /* The --kv-type name of a KV type (q4 for q4_0, q8 for q8_0). */
 const char *llm_kv_type_name(enum llm_type t);
 /* "q8" when K and V are of one type, else "q8 K and q4 V". */
 void llm_kv_types_text(char *buf, size_t size, enum llm_type k, enum llm_type v);
-/* Bytes of a K or V row of kv_dim elements in type t. */
-size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim);
+/* Bytes of a K or V row of kv_dim elements in type t, in a cache of blocks
+ * of block_size rows (q4ch: a block's bytes / block_size). */
+size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim, int32_t block_size);
+/* Can a cache have keys of type k and values of type v in blocks of bs?
+ * NULL, or why not. */
+const char *llm_kv_types_why_not(enum llm_type k, enum llm_type v, int32_t bs, int64_t kv_dim);
 
 /* Floats llm_kv_store_host rotates at a time (a multiple of 32). */
 #define LLM_KV_ROT_MAX 256
@@ -101,6 +132,9 @@ struct llm_kv {
     int32_t *seq_len;       /* (n_seq) positions stored */
     int32_t peak_used;      /* most blocks in use at once */
     struct llm_kv_copy *copies; /* (n_copies) recorded by llm_kv_prepare, not yet done */
+    uint16_t *tail;         /* q4ch keys: (n_seq, n_layers, 2, block_size, kv_dim) fp16
+                             * rows; slot b % 2 holds logical block b */
+    int32_t *tail_blk;      /* q4ch keys: (n_seq, 2) the block in each slot, or -1 */
     int32_t n_copies, cap_copies;
     int owns_storage;
 };
@@ -144,8 +178,12 @@ int32_t llm_kv_len(const struct llm_kv *kv, int32_t seq);
  * LLM_E_INVALID for bad arguments or dst == src. */
 llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n);
 /* Keep the first n positions of `seq` (n >= its length changes nothing);
- * blocks past them are released. */
-void llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n);
+ * blocks past them are released. Returns the positions kept: n, or with
+ * q4ch keys fewer when n falls in a quantized block whose fp16 rows are
+ * gone (kv.h): then the full blocks below n. */
+int32_t llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n);
+/* Would llm_kv_truncate(kv, seq, n) keep all n positions? */
+int llm_kv_can_cut(const struct llm_kv *kv, int32_t seq, int32_t n);
 /* Release every block of `seq` (llm_kv_truncate to 0). */
 void llm_kv_reset(struct llm_kv *kv, int32_t seq);
 
@@ -194,8 +232,31 @@ static inline int64_t llm_kv_row_index(const struct llm_kv *kv, int32_t layer, i
 
 /* Store n rows of keys and values (n, kv_dim) float32 at positions
  * pos..pos+n-1 of `seq` in `layer` (host storage only), converting to the
- * cache type. The positions must have been prepared. */
+ * cache type. The positions must have been prepared. q4ch keys go into the
+ * tail as fp16, and each block they fill is quantized from its fp16 rows. */
 void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                        const float *k, const float *v);
+
+/* q4ch keys. The fp16 row of (seq, layer, pos) in the tail; pos's block
+ * must be the one its slot holds to be meaningful. */
+static inline uint16_t *llm_kv_tail_row(const struct llm_kv *kv, int32_t seq, int32_t layer,
+                                        int32_t pos)
+{
+    const int32_t bs = kv->p.block_size;
+    return kv->tail + ((((int64_t)seq * kv->p.n_layers + layer) * 2 + (pos / bs) % 2) * bs +
+                       pos % bs) * kv->kv_dim;
+}
+/* Does the tail of seq hold the fp16 rows of logical block b? */
+int llm_kv_tail_holds(const struct llm_kv *kv, int32_t seq, int32_t b);
+/* Record that the tail of seq holds logical block b (its rows written). */
+void llm_kv_tail_mark(struct llm_kv *kv, int32_t seq, int32_t b);
+/* Quantize a full block: its rows (bs, kv_dim) fp16 into a q4ch block (the
+ * layout above) of n_heads heads. */
+void llm_kv_q4ch_quantize(const uint16_t *rows, int64_t kv_dim, int32_t bs, int32_t n_heads,
+                          uint8_t *blk);
+/* Its keys back as floats (bs, kv_dim): the reference of what attention
+ * reads. */
+void llm_kv_q4ch_dequantize(const uint8_t *blk, int64_t kv_dim, int32_t bs, int32_t n_heads,
+                            float *rows);
 
 #endif

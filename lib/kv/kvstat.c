@@ -29,13 +29,21 @@ static const struct {
     [LLM_KVSTAT_F32] = { "f32", 128 }, [LLM_KVSTAT_F16] = { "f16", 64 },
     [LLM_KVSTAT_BF16] = { "bf16", 64 }, [LLM_KVSTAT_FP8] = { "fp8", 32 },
     [LLM_KVSTAT_INT8] = { "int8", 32 }, [LLM_KVSTAT_Q8] = { "q8", 34 },
-    [LLM_KVSTAT_Q4] = { "q4", 18 },
+    [LLM_KVSTAT_Q4] = { "q4", 18 }, [LLM_KVSTAT_Q4CH] = { "q4ch", 24 },
 };
 
 /* q8 and q4 store a head as blocks of 32 */
 static int fits(enum llm_kvstat_type t, int64_t head_dim)
 {
     return (t != LLM_KVSTAT_Q8 && t != LLM_KVSTAT_Q4) || head_dim % 32 == 0;
+}
+
+/* Bytes of 32 elements of t in blocks of bs tokens: q4ch keys (llm-run's
+ * kv.h) hold 4-bit codes and, per channel and block, an fp16 scale and
+ * minimum (16 + 128 / bs: 24 at 16 tokens). */
+static uint64_t bytes32_bs(enum llm_kvstat_type t, int64_t bs)
+{
+    return t == LLM_KVSTAT_Q4CH ? 16 + (uint64_t)(128 / bs) : kv_types[t].bytes32;
 }
 
 llm_status llm_kvstat_type_parse(const char *s, enum llm_kvstat_type *out)
@@ -59,7 +67,7 @@ llm_status llm_kvstat_type_parse(const char *s, enum llm_kvstat_type *out)
             *out = aliases[i].t;
             return LLM_OK;
         }
-    return llm_error_set(LLM_E_INVALID, "unknown KV type '%s' (f32, f16, bf16, fp8, int8, q8, q4)",
+    return llm_error_set(LLM_E_INVALID, "unknown KV type '%s' (f32, f16, bf16, fp8, int8, q8, q4, q4ch)",
                          s);
 }
 
@@ -352,14 +360,21 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
     LLM_CHECK(p->block_size >= 1 && p->block_size <= (INT64_C(1) << 20), LLM_E_INVALID,
               "block size %" PRId64 " is out of range (1..1048576)", p->block_size);
 
-    const enum llm_kvstat_type tv = p->split_v ? p->type_v : p->type;
+    /* q4ch is a key type: a q4ch cache has q4 values, as llm-run's */
+    const enum llm_kvstat_type tv = p->split_v ? p->type_v
+                                    : p->type == LLM_KVSTAT_Q4CH ? LLM_KVSTAT_Q4 : p->type;
     LLM_CHECK((unsigned)tv < LLM_KVSTAT_N_TYPES, LLM_E_INVALID, "bad KV type %d", (int)tv);
+    LLM_CHECK(tv != LLM_KVSTAT_Q4CH, LLM_E_INVALID, "q4ch is a type for keys: values are "
+              "quantized per token (q4)");
+    LLM_CHECK(p->type != LLM_KVSTAT_Q4CH || (p->block_size % 16 == 0 && p->block_size <= 128 &&
+                                             (4 * s->n_kv_heads * s->head_dim) % p->block_size == 0),
+              LLM_E_INVALID, "q4ch keys need a block size of 16, 32, 64 or 128");
     for (int h = 0; h < 2; h++) {
         const enum llm_kvstat_type t = h ? tv : p->type;
         LLM_CHECK(fits(t, s->head_dim), LLM_E_INVALID, "a %s cache stores heads as blocks of "
                   "32 elements: these have %" PRId64, llm_kvstat_type_name(t), s->head_dim);
     }
-    const uint32_t b32 = llm_kvstat_type_bytes32(p->type) + llm_kvstat_type_bytes32(tv);
+    const uint32_t b32 = (uint32_t)(bytes32_bs(p->type, p->block_size) + bytes32_bs(tv, p->block_size));
     r->type_bytes = b32 / 64.0;
     uint64_t elems = 0; /* K and V elements per token per layer */
     LLM_TRY(mul3(2, (uint64_t)s->n_kv_heads, (uint64_t)s->head_dim, &elems));
@@ -375,8 +390,11 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
     LLM_TRY(mul3(r->bytes_per_token, (uint64_t)p->block_size, 1, &r->bytes_per_block));
     for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++) {
         uint64_t b = 0;
-        if (fits((enum llm_kvstat_type)t, s->head_dim))
-            LLM_TRY(mul3(elems, kv_types[t].bytes32, (uint64_t)s->n_layers, &b));
+        /* (q4ch: with q4 values, in blocks of 16 tokens or more as llm-run needs) */
+        const uint64_t k32 = bytes32_bs((enum llm_kvstat_type)t, p->block_size < 16 ? 16 : p->block_size);
+        const uint64_t v32 = t == LLM_KVSTAT_Q4CH ? kv_types[LLM_KVSTAT_Q4].bytes32 : k32;
+        if (fits((enum llm_kvstat_type)t, s->head_dim) && (t != LLM_KVSTAT_Q4CH || fits(LLM_KVSTAT_Q4, s->head_dim)))
+            LLM_TRY(mul3(elems / 2, k32 + v32, (uint64_t)s->n_layers, &b));
         r->bytes_per_token_type[t] = b / 32;
     }
 

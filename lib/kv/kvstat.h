@@ -45,7 +45,7 @@
  * not counted, and llm-run's q8 and q4 (blocks of 32 with an fp16 scale:
  * 34 and 18 bytes; heads of a multiple of 32). */
 enum llm_kvstat_type { LLM_KVSTAT_F32, LLM_KVSTAT_F16, LLM_KVSTAT_BF16, LLM_KVSTAT_FP8, LLM_KVSTAT_INT8,
-                       LLM_KVSTAT_Q8, LLM_KVSTAT_Q4, LLM_KVSTAT_N_TYPES };
+                       LLM_KVSTAT_Q8, LLM_KVSTAT_Q4, LLM_KVSTAT_Q4CH, LLM_KVSTAT_N_TYPES };
 
 /* "f32", "f16", ... (case-insensitive; "fp16", "float16", "e4m3" accepted). */
 llm_status llm_kvstat_type_parse(const char *s, enum llm_kvstat_type *out);

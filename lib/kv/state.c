@@ -22,11 +22,23 @@ static void putf(uint8_t *p, float v) { memcpy(p, &v, 4); }
 static float getf(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
 
 
-/* Bytes of the KV record of n rows. */
+/* Bytes of the KV record of n rows. q4ch keys (kv.h) are stored by blocks,
+ * the chunk being the block size: a full chunk holds its quantized block, a
+ * shorter one (the last) its keys' fp16 rows. */
 static uint64_t rows_bytes(const struct llm_state_info *in, int32_t n)
 {
+    const uint64_t k = in->kv_type_k == LLM_TYPE_Q4Z_CH && n < in->chunk
+                       ? (uint64_t)in->kv_dim * 2
+                       : llm_kv_row_bytes(in->kv_type_k, in->kv_dim, in->chunk);
     return (uint64_t)in->n_layers * (uint64_t)n *
-           (llm_kv_row_bytes(in->kv_type_k, in->kv_dim) + llm_kv_row_bytes(in->kv_type_v, in->kv_dim));
+           (k + llm_kv_row_bytes(in->kv_type_v, in->kv_dim, in->chunk));
+}
+
+/* The largest KV record. */
+static uint64_t rows_max(const struct llm_state_info *in)
+{
+    const uint64_t a = rows_bytes(in, in->chunk), b = rows_bytes(in, in->chunk - 1);
+    return a > b ? a : b;
 }
 
 static void header_encode(uint8_t *h, const struct llm_state_info *in)
@@ -75,14 +87,17 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     in->kv_type_k = (enum llm_type)(version == 1 ? type : type & 0xffff);
     in->kv_type_v = (enum llm_type)(version == 1 ? type : type >> 16);
     const char *bad = flags > 1 ? "unknown flags"
-                      : !llm_kv_type_ok(in->kv_type_k, kvd) || !llm_kv_type_ok(in->kv_type_v, kvd)
-                      ? "a KV type other than f32, f16, bf16, q8, fp8_e4m3 and q4, or a row it "
-                        "cannot fill"
+                      : !llm_kv_type_ok(in->kv_type_k, kvd) || !llm_kv_type_ok(in->kv_type_v, kvd) ||
+                        in->kv_type_v == LLM_TYPE_Q4Z_CH
+                      ? "a KV type other than f32, f16, bf16, q8, fp8_e4m3, q4 and q4ch, or a "
+                        "row it cannot fill"
                       : !layers || layers > LLM_STATE_MAX_LAYERS ? "a bad layer count"
                       : !kvd || kvd > LLM_STATE_MAX_KVDIM ? "a bad KV row width"
                       : !vocab || vocab > LLM_STATE_MAX_VOCAB ? "a bad vocabulary size"
                       : !ntok || ntok > LLM_STATE_MAX_TOKENS ? "a bad token count"
-                      : !chunk || chunk > LLM_STATE_MAX_CHUNK ? "a bad chunk size" : NULL;
+                      : !chunk || chunk > LLM_STATE_MAX_CHUNK ||
+                        llm_kv_types_why_not(in->kv_type_k, in->kv_type_v, (int32_t)chunk, kvd)
+                      ? "a bad chunk size" : NULL;
     if (bad)
         return llm_error_set(LLM_E_FORMAT, "%s: the state's header has %s", path, bad);
     in->compress = (int)(flags & 1);
@@ -112,9 +127,9 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     if (!ok)
         return llm_error_set(LLM_E_FORMAT, "%s: the state's sampler parameters are out of range",
                              path);
-    if (rows_bytes(in, in->chunk) > RECORD_MAX)
+    if (rows_max(in) > RECORD_MAX)
         return llm_error_set(LLM_E_FORMAT, "%s: the state's KV records would be %llu bytes each",
-                             path, (unsigned long long)rows_bytes(in, in->chunk));
+                             path, (unsigned long long)rows_max(in));
     return LLM_OK;
 }
 
@@ -173,13 +188,14 @@ static llm_status write_state(struct writer *w, const char *path, const struct l
     if (!llm_kv_type_ok(in->kv_type_k, in->kv_dim) || !llm_kv_type_ok(in->kv_type_v, in->kv_dim) ||
         in->n_tokens < 1 || in->chunk < 1 ||
         in->chunk > LLM_STATE_MAX_CHUNK || in->n_tokens > LLM_STATE_MAX_TOKENS ||
-        rows_bytes(in, in->chunk) > RECORD_MAX)
+        llm_kv_types_why_not(in->kv_type_k, in->kv_type_v, in->chunk, in->kv_dim) ||
+        rows_max(in) > RECORD_MAX)
         return llm_error_set(LLM_E_INVALID, "%s: a KV state of these sizes cannot be written",
                              path);
     w->in = in;
     uint8_t h[HEADER_BYTES];
     header_encode(h, in);
-    void *buf = llm_malloc((size_t)rows_bytes(in, in->chunk));
+    void *buf = llm_malloc((size_t)rows_max(in));
     if (!buf)
         return LLM_E_NOMEM;
     llm_status s = put(w, h, sizeof h);
@@ -401,8 +417,15 @@ llm_status llm_state_expect(const struct llm_state_info *got, const struct llm_s
         if (got->kv_type_k == got->kv_type_v)
             return llm_error_set(LLM_E_INVALID, "%s: the state holds %s KV rows, this run's "
                                  "cache is %s (--kv-type %s)", path, g, w, k);
+        if (got->kv_type_k == LLM_TYPE_Q4Z_CH && got->kv_type_v == LLM_TYPE_Q4_0)
+            return llm_error_set(LLM_E_INVALID, "%s: the state holds %s rows, this run's cache is "
+                                 "%s (--kv-type q4ch)", path, g, w);
         return llm_error_set(LLM_E_INVALID, "%s: the state holds %s rows, this run's cache is %s "
                              "(--kv-type-k %s --kv-type-v %s)", path, g, w, k, v);
     }
+    if (got->kv_type_k == LLM_TYPE_Q4Z_CH && got->chunk != want->chunk)
+        return llm_error_set(LLM_E_INVALID, "%s: the state's q4ch keys are in blocks of %d, this "
+                             "run's cache has blocks of %d (--block-size %d)", path, got->chunk,
+                             want->chunk, got->chunk);
     return LLM_OK;
 }

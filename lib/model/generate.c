@@ -496,9 +496,30 @@ static llm_status spec_pick(struct gen *g, struct spec_state *st, float *logits,
 
 /* The end of a round that began with n_before tokens: counters, the
  * emitted tokens appended, the draft's context cut to what still holds. */
-static void spec_round_end(struct gen *g, struct spec_state *st, int32_t n_before, int32_t nd,
-                           int32_t kept, int32_t rows, double pass_s)
+/* Cut a context's sequence 0 back to its first n positions. A cut into a
+ * block of q4ch keys that holds no fp16 rows any more keeps fewer (kv.h):
+ * the rest are computed again from the tokens, which are the prompt and
+ * the emitted ones. */
+static llm_status spec_cut(struct gen *g, const struct spec_state *st, struct llm_context *c,
+                           int32_t n)
 {
+    const int32_t kept = llm_context_truncate(c, 0, n);
+    if (kept == n)
+        return LLM_OK;
+    int32_t *t = llm_malloc((size_t)(n - kept) * sizeof *t);
+    if (!t)
+        return LLM_E_NOMEM;
+    for (int32_t p = kept; p < n; p++)
+        t[p - kept] = p < g->n_prompt ? st->toks[p] : g->s[0].gen[p - g->n_prompt];
+    llm_status s = llm_decode(c, 0, t, n - kept, kept, NULL, 0);
+    llm_free(t);
+    return s;
+}
+
+static llm_status spec_round_end(struct gen *g, struct spec_state *st, int32_t n_before,
+                                 int32_t nd, int32_t kept, int32_t rows, double pass_s)
+{
+    llm_status s = LLM_OK;
     struct gseq *q = &g->s[0];
     q->res->n_drafted += nd;
     q->res->n_accepted += kept;
@@ -513,10 +534,11 @@ static void spec_round_end(struct gen *g, struct spec_state *st, int32_t n_befor
         int32_t valid = n_before + (kept < nd - 1 ? kept : nd - 1 > 0 ? nd - 1 : 0);
         if (valid < st->dlen) {
             st->dlen = valid;
-            llm_context_truncate(st->sp->draft, 0, valid);
+            s = spec_cut(g, st, st->sp->draft, valid);
         }
     }
     llm_spec_tuner_round(&st->tun, nd, kept, st->calls, st->calls_s, rows, pass_s);
+    return s;
 }
 
 /* Generation of the one completion by speculation: each round drafts,
@@ -555,7 +577,7 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
             LLM_TRY(emit(g, 0, x));
             kept += acc;
             if (q->state != S_RUN || !acc) {
-                spec_round_end(g, st, n, nd, kept, 0, 0);
+                LLM_TRY(spec_round_end(g, st, n, nd, kept, 0, 0));
                 continue;
             }
             j = 1;
@@ -582,8 +604,8 @@ static llm_status spec_generate(struct gen *g, struct spec_state *st)
         kept += kept_pass;
         /* rollback: the target keeps the pending token and the drafts kept */
         if (q->state == S_RUN)
-            llm_context_truncate(g->c, 0, pos0 + 1 + kept_pass);
-        spec_round_end(g, st, n, nd, kept, nb, pass_s);
+            LLM_TRY(spec_cut(g, st, g->c, pos0 + 1 + kept_pass));
+        LLM_TRY(spec_round_end(g, st, n, nd, kept, nb, pass_s));
     }
     return LLM_OK;
 }
@@ -670,12 +692,17 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
         return llm_error_set(LLM_E_INVALID, "speculative decoding makes one completion, not %d",
                              g.n);
     g.keep = llm_gen_prompt_slot(g.n);
-    const size_t cached = p->n_cached > 0 ? (size_t)p->n_cached : 0;
+    size_t cached = p->n_cached > 0 ? (size_t)p->n_cached : 0;
     if (cached > n_prompt || llm_context_seq_len(c, g.keep) < (int32_t)cached ||
         (cached == n_prompt && !p->cached_logits))
         return llm_error_set(LLM_E_INVALID, "%zu cached prompt tokens, of %zu, are not in "
                              "sequence %d with their logits", cached, n_prompt, g.keep);
     g.n_prompt = (int32_t)n_prompt;
+    for (int32_t i = 0; i < g.n; i++)
+        if (i != g.keep)
+            llm_context_reset(c, i);
+    /* (q4ch keys may keep fewer: those are computed again) */
+    cached = (size_t)llm_context_truncate(c, g.keep, (int32_t)cached);
     llm_status s = gen_init(&g, res);
     for (int32_t i = 0; i < g.n; i++) {
         res[i].n_prompt = g.n_prompt;
@@ -683,10 +710,6 @@ llm_status llm_generate(struct llm_context *c, const int32_t *prompt, size_t n_p
         res[i].stop_reason = "length";
     }
     double t0 = llm_now_s();
-    for (int32_t i = 0; i < g.n; i++)
-        if (i != g.keep)
-            llm_context_reset(c, i);
-    llm_context_truncate(c, g.keep, (int32_t)cached);
     if (!s && cached == n_prompt)
         memcpy(g.s[0].logits, p->cached_logits, (size_t)g.n_vocab * sizeof(float));
     int done = 0;

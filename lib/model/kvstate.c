@@ -74,10 +74,15 @@ static llm_status rows_in(void *ctx, int32_t pos, int32_t n, void *rows)
      * of the first r->n - pos rows moves up to make (n_layers, 2, keep, kv_dim) */
     const struct llm_kv *kv = llm_context_kv(r->c);
     const int32_t keep = r->n - pos;
+    const int q4ch = kv->p.type_k == LLM_TYPE_Q4Z_CH;
+    if (q4ch && n == kv->p.block_size)
+        return LLM_OK; /* a quantized block cannot be cut: the full blocks before it are kept */
     uint8_t *b = rows;
     size_t from = 0, to = 0;
     for (int32_t j = 0; j < kv->p.n_layers * 2; j++) {
-        const size_t rb = j % 2 ? kv->row_bytes_v : kv->row_bytes_k;
+        const size_t rb = j % 2 ? kv->row_bytes_v
+                          : q4ch ? (size_t)kv->kv_dim * sizeof(uint16_t) /* the last block's fp16 rows */
+                                 : kv->row_bytes_k;
         memmove(b + to, b + from, (size_t)keep * rb);
         from += (size_t)n * rb;
         to += (size_t)keep * rb;

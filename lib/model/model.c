@@ -611,9 +611,15 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         const enum llm_type t = v ? p.kv_type_v : p.kv_type_k;
         if (!llm_kv_type_ok(t, cf->head_dim))
             return llm_error_set(LLM_E_INVALID, "KV cache type %s is not supported (f32, f16, "
-                                 "bf16, fp8_e4m3, and q8 and q4 for heads of a multiple of 32: "
-                                 "these are %d)", llm_kv_type_name(t), cf->head_dim);
+                                 "bf16, fp8_e4m3, q4ch keys, and q8 and q4 for heads of a "
+                                 "multiple of 32: these are %d)", llm_kv_type_name(t),
+                                 cf->head_dim);
     }
+    const char *why = llm_kv_types_why_not(p.kv_type_k, p.kv_type_v, p.block_size,
+                                           (int64_t)cf->n_kv_heads * cf->head_dim);
+    if (why)
+        return llm_error_set(LLM_E_INVALID, "KV cache: %s (the block size is %d)", why,
+                             p.block_size);
     if (p.kv_blocks < 0)
         return llm_error_set(LLM_E_INVALID, "KV pool of %d blocks", p.kv_blocks);
     struct llm_kv_params kp;
@@ -684,9 +690,9 @@ llm_status llm_context_fork(struct llm_context *c, int32_t src, int32_t dst, int
     return llm_kv_fork(c->kv, src, dst, n);
 }
 
-void llm_context_truncate(struct llm_context *c, int32_t seq, int32_t n)
+int32_t llm_context_truncate(struct llm_context *c, int32_t seq, int32_t n)
 {
-    llm_kv_truncate(c->kv, seq, n);
+    return llm_kv_truncate(c->kv, seq, n);
 }
 
 void llm_context_reset(struct llm_context *c, int32_t seq)
@@ -985,13 +991,50 @@ llm_status llm_model_id(struct llm_model *m, uint64_t *id)
 
 /* Copy the K and V rows of positions pos .. pos+n-1 of seq between the
  * cache and rows (n_layers, 2, n, kv_dim), a block's run at a time. */
+/* q4ch keys of one layer, by block (kv.h, and the state files' records): a
+ * whole block's bytes, or the fp16 tail rows of the last, partly filled one
+ * (rows advances past them). */
+static llm_status q4ch_rows_copy(struct llm_context *c, int32_t seq, int32_t l, int32_t pos,
+                                 int32_t n, uint8_t **rows, int store)
+{
+    struct llm_kv *kv = c->kv;
+    const int32_t bs = kv->p.block_size;
+    if (n == bs) {
+        uint8_t *at = (uint8_t *)kv->k + (size_t)llm_kv_row_number(kv, l, seq, pos) * kv->row_bytes_k;
+        const size_t nb = (size_t)bs * kv->row_bytes_k;
+        LLM_TRY(store ? c->be->ops->upload(c->be, at, *rows, nb)
+                      : c->be->ops->download(c->be, *rows, at, nb));
+        *rows += nb;
+        return LLM_OK;
+    }
+    const size_t nb = (size_t)n * (size_t)kv->kv_dim * sizeof(uint16_t);
+    uint16_t *at = llm_kv_tail_row(kv, seq, l, pos);
+    if (store) {
+        memcpy(at, *rows, nb);
+        llm_kv_tail_mark(kv, seq, pos / bs);
+    } else {
+        memcpy(*rows, at, nb);
+    }
+    *rows += nb;
+    return LLM_OK;
+}
+
 static llm_status kv_rows_copy(struct llm_context *c, int32_t seq, int32_t pos, int32_t n,
                                uint8_t *rows, int store)
 {
     const struct llm_kv *kv = c->kv;
     const int32_t bs = kv->p.block_size;
+    const int q4ch = kv->p.type_k == LLM_TYPE_Q4Z_CH;
+    /* q4ch: a block at a time, whole or the last (kv.h) */
+    if (q4ch && (pos % bs || n > bs || (n < bs && pos + n != llm_kv_len(kv, seq) && !store)))
+        return llm_error_set(LLM_E_INVALID, "KV rows %d..%d of q4ch keys are not one block", pos,
+                             pos + n - 1);
     for (int32_t l = 0; l < kv->p.n_layers; l++)
         for (int which = 0; which < 2; which++) {
+            if (!which && q4ch) {
+                LLM_TRY(q4ch_rows_copy(c, seq, l, pos, n, &rows, store));
+                continue;
+            }
             uint8_t *base = which ? kv->v : kv->k;
             for (int32_t p = pos; p < pos + n;) {
                 int32_t run = bs - p % bs;

@@ -126,8 +126,10 @@ llm_status llm_decode(struct llm_context *c, int32_t seq, const int32_t *tokens,
  * blocks are referenced, not copied; writes into a shared block copy it
  * first. n <= src's length. */
 llm_status llm_context_fork(struct llm_context *c, int32_t src, int32_t dst, int32_t n);
-/* Keep the first n positions of `seq`; blocks past them are released. */
-void llm_context_truncate(struct llm_context *c, int32_t seq, int32_t n);
+/* Keep the first n positions of `seq`; blocks past them are released.
+ * Returns the positions kept: n, or fewer with q4ch keys when n falls in a
+ * quantized block (kv.h); the caller computes the rest again. */
+int32_t llm_context_truncate(struct llm_context *c, int32_t seq, int32_t n);
 /* Forget a sequence's KV blocks. */
 void llm_context_reset(struct llm_context *c, int32_t seq);
 /* Positions stored for `seq`. */

@@ -71,6 +71,12 @@ void llm_vec_axpys_q4_0(float *y, const float *w, const uint8_t *V, int64_t ldv,
                         int64_t n);
 void llm_vec_axpys_q4_0_ref(float *y, const float *w, const uint8_t *V, int64_t ldv, int64_t m,
                             int64_t n);
+/* A KV head's part of a q4ch key block (kv.h: bs tokens, bs a multiple of
+ * 16; n fp16 scales, n fp16 minimums, then each channel's bs / 2 code
+ * bytes): s[t] = sum_i q[i] (min_i + code_ti scale_i) for t < bs; s (bs),
+ * q (n). */
+void llm_vec_dots_q4ch(const float *q, const uint8_t *blk, int64_t n, int64_t bs, float *s);
+void llm_vec_dots_q4ch_ref(const float *q, const uint8_t *blk, int64_t n, int64_t bs, float *s);
 /* The orthonormal 32-point Walsh-Hadamard transform of each block of 32 of
  * x (n; a multiple of 32), in place; it is its own inverse (up to
  * rounding). The rotation of the cache's q4 rows (kv.h). */

@@ -1088,7 +1088,7 @@ t_run_kv_type_q8() {
     kv_type_case "--kv-type q8" "q8 KV" || return 1
     r_stories
     expect 1 "$RUN" -m "$TMP/s.llm" -p Once -n 2 --kv-type q8 && one_line &&
-        has "$TMP/err" "KV cache type q8 is not supported (f32, f16, bf16, fp8_e4m3, and q8 and q4 for heads of a multiple of 32: these are 8)"
+        has "$TMP/err" "KV cache type q8 is not supported (f32, f16, bf16, fp8_e4m3, q4ch keys, and q8 and q4 for heads of a multiple of 32: these are 8)"
 }
 t_run_kv_type_q4() {
     r_smol || return 1
@@ -1096,6 +1096,40 @@ t_run_kv_type_q4() {
     r_stories
     expect 1 "$RUN" -m "$TMP/s.llm" -p Once -n 2 --kv-type-v q4 && one_line &&
         has "$TMP/err" "KV cache type q4 is not supported"
+}
+# q4ch: keys per channel over each KV block (kv.h). Besides the cases of
+# every type: a prompt of several blocks through a state file, a prompt
+# cache cut inside a quantized block (computed again: the fresh run's
+# text), speculation whose rollbacks reach past the fp16 rows, and the
+# refusals.
+t_run_kv_type_q4ch() {
+    r_smol || return 1
+    kv_type_case "--kv-type q4ch" "q4ch K and q4 V" || return 1
+    local kv="--kv-type q4ch" p="The history of Rome begins with a small village on the Tiber, where shepherds and farmers lived on seven hills above the marshes of the river valley,"
+    # shellcheck disable=SC2086 # $kv is several words
+    "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 24 --temp 0 -p "$p" >"$TMP/one" &&
+        "$RUN" -m "$TMP/smol.llm" -t 2 $kv --temp 0 -p "$p" --prefill-only --kv-out "$TMP/long.kv" &&
+        expect 0 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/long.kv" -n 24 -t 2 && cmp "$TMP/one" "$TMP/out" || return 1
+    # the cache holds 36 tokens, the next prompt 30 of which the first 29
+    # match: a cut inside block 1, quantized, so block 0 is taken (16)
+    "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 4 --temp 0 -p "$p and then it grew into a city" --prompt-cache "$TMP/pc4.kv" >/dev/null &&
+        "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 12 --temp 0 -p "$p but" >"$TMP/fresh" &&
+        expect 0 "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 12 --temp 0 -p "$p but" --prompt-cache "$TMP/pc4.kv" -v &&
+        cmp "$TMP/fresh" "$TMP/out" || return 1
+    has "$TMP/err" "(16 from the KV state)" || return 1
+    # speculation with drafts longer than a block, which the 4-bit model
+    # disagrees with: rollbacks past the fp16 rows (positions 32-40, then
+    # 32-46: computed again in both contexts)
+    [ -e "$TMP/smol-q8.llm" ] || "$BIN/llm-convert" -q "$R_SMOL" -t q8_0 -o "$TMP/smol-q8.llm" || return 1
+    p="Name the planets of the solar system."
+    expect 0 "$RUN" -m "$TMP/smol-q8.llm" -t 2 $kv -n 48 --temp 0 --chat -p "$p" && mv "$TMP/out" "$TMP/plain" &&
+        expect 0 "$RUN" -m "$TMP/smol-q8.llm" -t 2 $kv -n 48 --temp 0 --chat -p "$p" \
+            --draft "$TMP/smol.llm" --draft-n 40 && cmp "$TMP/plain" "$TMP/out" || return 1
+    expect 1 "$RUN" -m "$TMP/smol.llm" --kv-in "$TMP/long.kv" -n 4 --block-size 32 &&
+        has "$TMP/err" "the state's q4ch keys are in blocks of 16, this run's cache has blocks of 32 (--block-size 16)" &&
+        expect 1 "$RUN" -m "$TMP/smol.llm" -p x -n 1 $kv --block-size 8 && one_line &&
+        has "$TMP/err" "q4ch keys need a block size of 16, 32, 64 or 128" &&
+        expect 2 "$RUN" -m "$TMP/smol.llm" -p x --kv-type-v q4ch && has "$TMP/err" "q4ch is a type for keys"
 }
 t_run_kv_type_fp8() {
     r_smol || return 1
@@ -1118,10 +1152,12 @@ t_run_kv_type_k_and_v() {
         expect 0 "$RUN" -m "$TMP/smol.llm" -t 2 $kv -n 12 --temp 0 -p "$p where shepherds" --prompt-cache "$TMP/pc.kv" -v &&
         has "$TMP/err" "(13 from the KV state)" && cmp "$TMP/fresh" "$TMP/out" || return 1
     expect 2 "$RUN" -m "$TMP/smol.llm" -p x --kv-type-k q3 &&
-        has "$TMP/err" "--kv-type-k: 'q3' is not f32, f16, bf16, q8, fp8_e4m3 or q4"
+        has "$TMP/err" "--kv-type-k: 'q3' is not f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch"
 }
-# --batch over a q4 cache (keys q8): each answer is its single run's over
-# the same cache, with chunked prefill and a step shared by three requests
+# --batch over a q4 cache (keys q8, or q4ch): each answer is its single
+# run's over the same cache, with chunked prefill (a prompt of several
+# blocks in pieces of 7) and a step shared by several requests
+LONG_P="Rome was founded on seven hills beside the Tiber, and over the centuries its people built roads, aqueducts, temples and a forum"
 t_run_batch_kv_q4_matches_single_runs() {
     r_smol || return 1
     command -v python3 >/dev/null || skip "no python3"
@@ -1129,9 +1165,10 @@ t_run_batch_kv_q4_matches_single_runs() {
         echo '{"custom_id":"a","body":{"prompt":"The capital of France is","max_tokens":12,"temperature":0}}'
         echo '{"custom_id":"b","body":{"prompt":"Once upon a time, in a small village","max_tokens":16,"temperature":0}}'
         echo '{"custom_id":"c","body":{"prompt":"Water boils at","max_tokens":10,"temperature":0.8,"seed":4}}'
+        echo '{"custom_id":"d","body":{"prompt":"'"$LONG_P"'","max_tokens":6,"temperature":0}}'
     } >"$TMP/q4.jsonl"
     local kv
-    for kv in "--kv-type q4" "--kv-type-k q8 --kv-type-v q4"; do
+    for kv in "--kv-type q4" "--kv-type-k q8 --kv-type-v q4" "--kv-type q4ch"; do
         # shellcheck disable=SC2086 # $kv is several words
         expect 0 "$RUN" -m "$TMP/smol.llm" -t 2 $kv --batch "$TMP/q4.jsonl" -o "$TMP/b.jsonl" \
             --max-seqs 3 --step-tokens 7 || return 1
@@ -1139,7 +1176,7 @@ t_run_batch_kv_q4_matches_single_runs() {
         {
             # shellcheck disable=SC2086
             for a in "1|The capital of France is|12|0|0" "2|Once upon a time, in a small village|16|0|0" \
-                "3|Water boils at|10|0.8|4"; do
+                "3|Water boils at|10|0.8|4" "4|$LONG_P|6|0|0"; do
                 IFS='|' read -r l p n t s <<<"$a"
                 "$RUN" -m "$TMP/smol.llm" -t 2 $kv --json -p "$p" -n "$n" --temp "$t" -s "$s" |
                     python3 -c 'import json,sys; o=json.load(sys.stdin); print(sys.argv[1], 0, json.dumps(o["text"]), "stop" if o["stop_reason"] in ("eos","stop") else "length")' "$l"

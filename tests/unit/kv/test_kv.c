@@ -3,6 +3,7 @@
  * truncate, copy-on-write (the shared original unchanged), and F16
  * storage. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "../../../lib/common/fp16.h"
@@ -312,9 +313,97 @@ Test(kv, store_q4_keys_and_fp8_values)
     llm_kv_free(kv);
 }
 
+/* q4ch keys (kv.h): blocks of 16 tokens of 2 heads of 8, fp16 values. */
+static struct llm_kv *mk_q4ch(void)
+{
+    struct llm_kv_params p;
+    llm_kv_params_default(&p);
+    p.n_layers = 2, p.n_kv_heads = 2, p.head_dim = 8, p.block_size = 16;
+    p.n_seq = 2, p.max_tokens = 64, p.type_k = LLM_TYPE_Q4Z_CH, p.type_v = LLM_TYPE_F16;
+    struct llm_kv *kv;
+    cr_assert_eq(llm_kv_new(&kv, &p), LLM_OK);
+    return kv;
+}
+
+/* key element e of position pos (values: its negation) */
+static float q4ch_key(int32_t pos, int e)
+{
+    return (float)((pos * 7 + e * 3) % 11) * 0.25f - 1.0f + (e == 3 ? 8.0f : 0.0f);
+}
+
+static llm_status put_q4ch(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n)
+{
+    llm_status s = llm_kv_prepare(kv, seq, pos, n);
+    if (s)
+        return s;
+    llm_kv_copy_host(kv);
+    float k[64 * 16], v[64 * 16];
+    for (int32_t i = 0; i < n * 16; i++)
+        k[i] = q4ch_key(pos + i / 16, i % 16), v[i] = -k[i];
+    for (int32_t l = 0; l < 2; l++)
+        llm_kv_store_host(kv, l, seq, pos, n, k, v);
+    llm_kv_set_len(kv, seq, pos + n);
+    return LLM_OK;
+}
+
+Test(kv, q4ch_keys_quantize_full_blocks_and_keep_fp16_tails)
+{
+    struct llm_kv *kv = mk_q4ch();
+    /* 4 bits a key and, per channel and block, an fp16 scale and minimum */
+    cr_assert_eq(kv->row_bytes_k, 16 / 2 + 4 * 16 / 16);
+    cr_assert_eq(put_q4ch(kv, 0, 0, 20), LLM_OK);
+    /* block 0 is quantized (in layer 1 as in 0): within half a step of its keys */
+    float back[16 * 16];
+    const int64_t r = llm_kv_row_number(kv, 1, 0, 0);
+    llm_kv_q4ch_dequantize((const uint8_t *)kv->k + r * (int64_t)kv->row_bytes_k, 16, 16, 2, back);
+    for (int32_t t = 0; t < 16; t++)
+        for (int e = 0; e < 16; e++)
+            cr_assert(fabsf(back[t * 16 + e] - q4ch_key(t, e)) <= 2.5f / 15 / 2 * 1.01f + 1e-3f,
+                      "pos %d e %d: %g", t, e, back[t * 16 + e]);
+    /* both blocks' keys in the tail, in fp16 */
+    cr_assert(llm_kv_tail_holds(kv, 0, 0) && llm_kv_tail_holds(kv, 0, 1));
+    for (int32_t p = 0; p < 20; p++)
+        cr_assert_eq(llm_kv_tail_row(kv, 0, 1, p)[3], llm_fp32_to_fp16(q4ch_key(p, 3)));
+    /* a cut into the last full block keeps its fp16 rows: all positions kept */
+    cr_assert_eq(llm_kv_truncate(kv, 0, 10), 10);
+    cr_assert_eq(put_q4ch(kv, 0, 10, 30), LLM_OK); /* blocks 0, 1 and 2: slot 0 reused */
+    cr_assert(!llm_kv_tail_holds(kv, 0, 0) && llm_kv_tail_holds(kv, 0, 1) &&
+              llm_kv_tail_holds(kv, 0, 2));
+    /* a write that would cut into block 0 is refused, changing nothing */
+    cr_assert_eq(llm_kv_prepare(kv, 0, 8, 4), LLM_E_INVALID);
+    cr_assert_eq(llm_kv_len(kv, 0), 40);
+    /* a fork shares the blocks and copies the tail, where the cut is held */
+    cr_assert_eq(llm_kv_fork(kv, 0, 1, 8), LLM_E_INVALID);
+    cr_assert_eq(llm_kv_fork(kv, 0, 1, 36), LLM_OK);
+    cr_assert_eq(llm_kv_tail_row(kv, 1, 0, 33)[3], llm_fp32_to_fp16(q4ch_key(33, 3)));
+    cr_assert_eq(put_q4ch(kv, 1, 36, 2), LLM_OK);
+    /* cuts: into block 1 (held) keeps all, into block 0 (quantized, no
+     * rows) keeps the full blocks below: none */
+    cr_assert(llm_kv_can_cut(kv, 0, 20) && !llm_kv_can_cut(kv, 0, 8) && llm_kv_can_cut(kv, 0, 16));
+    cr_assert_eq(llm_kv_truncate(kv, 0, 20), 20);
+    cr_assert_eq(llm_kv_truncate(kv, 0, 8), 0);
+    cr_assert_eq(llm_kv_len(kv, 0), 0);
+    llm_kv_reset(kv, 1);
+    assert_all_free(kv);
+    llm_kv_free(kv);
+    /* keys only, in blocks of a multiple of 16 */
+    struct llm_kv_params p;
+    llm_kv_params_default(&p);
+    p.n_layers = 1, p.n_kv_heads = 2, p.head_dim = 8, p.block_size = 8;
+    p.n_seq = 1, p.max_tokens = 64, p.type_k = LLM_TYPE_Q4Z_CH, p.type_v = LLM_TYPE_F16;
+    cr_assert_eq(llm_kv_new(&kv, &p), LLM_E_INVALID);
+    p.block_size = 16, p.type_k = LLM_TYPE_F16, p.type_v = LLM_TYPE_Q4Z_CH;
+    cr_assert_eq(llm_kv_new(&kv, &p), LLM_E_INVALID);
+    enum llm_type kvt[2] = { LLM_TYPE_F16, LLM_TYPE_F16 };
+    int given = 0;
+    cr_assert_eq(llm_kv_types_option(3, "q4ch", kvt, &given), LLM_OK);
+    cr_assert(kvt[0] == LLM_TYPE_Q4Z_CH && kvt[1] == LLM_TYPE_Q4_0);
+    cr_assert_eq(llm_kv_types_option(2, "q4ch", kvt, &given), LLM_E_INVALID);
+}
+
 Test(kv, type_names_parse_and_print)
 {
-    const char *names[] = { "f32", "f16", "bf16", "q8", "fp8_e4m3", "q4" };
+    const char *names[] = { "f32", "f16", "bf16", "q8", "fp8_e4m3", "q4", "q4ch" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         enum llm_type t;
         cr_assert_eq(llm_kv_type_parse(names[i], &t), LLM_OK);
@@ -327,5 +416,5 @@ Test(kv, type_names_parse_and_print)
     cr_assert_eq(t, LLM_TYPE_FP8_E4M3);
     cr_assert_eq(llm_kv_type_parse("q4_0", &t), LLM_E_INVALID);
     cr_assert_str_eq(llm_error_detail(LLM_E_INVALID),
-                     "'q4_0' is not f32, f16, bf16, q8, fp8_e4m3 or q4");
+                     "'q4_0' is not f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch");
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../../../lib/common/fp16.h"
+#include "../../../lib/kv/kv.h"
 #include "../../../lib/ops/matmul_impl.h"
 #include "../../../lib/ops/vec.h"
 #include "../../../lib/quant/quant.h"
@@ -381,6 +382,67 @@ Test(vec, q8_0_dots_and_axpys_within_bounds, .fini = restore)
 Test(vec, q4_0_dots_and_axpys_within_bounds, .fini = restore)
 {
     check_block_rows(LLM_TYPE_Q4_0, 18, llm_vec_dots_q4_0, llm_vec_axpys_q4_0);
+}
+
+/* q4ch key blocks (kv.h: a head's channels over bs tokens): the rounding
+ * within half a step of each channel's range (plus the fp16 rounding of
+ * its scale and minimum), and the dots of every ISA against the
+ * dequantized keys, within the float bound of the terms the kernels add
+ * (q_i min_i and q_i scale_i code_ti), never writing past bs. */
+Test(vec, q4ch_blocks_round_and_dot_within_bounds, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    static uint16_t rows[128 * 256];
+    static uint8_t blk[256 * (4 + 64)];
+    static float D[128 * 256];
+    float q[256], s[129];
+    const int64_t heads[] = { 8, 32, 64, 72, 256 };
+    const int32_t sizes[] = { 16, 32, 128 };
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+        for (size_t bi = 0; bi < sizeof sizes / sizeof sizes[0]; bi++) {
+            const int64_t n = heads[hi];
+            const int32_t bs = sizes[bi];
+            /* channel 3 large, channel 5 constant, as keys have */
+            for (int32_t t = 0; t < bs; t++)
+                for (int64_t i = 0; i < n; i++)
+                    rows[t * n + i] = llm_fp32_to_fp16(i == 5 ? 0.75f
+                                                       : rnd() * (i == 3 ? 40.0f : 1.0f) + 0.1f * (float)i);
+            llm_kv_q4ch_quantize(rows, n, bs, 1, blk);
+            llm_kv_q4ch_dequantize(blk, n, bs, 1, D);
+            for (int64_t i = 0; i < n; i++) {
+                float lo = INFINITY, hi_ = -INFINITY;
+                for (int32_t t = 0; t < bs; t++) {
+                    const float x = llm_fp16_to_fp32(rows[t * n + i]);
+                    lo = x < lo ? x : lo, hi_ = x > hi_ ? x : hi_;
+                }
+                const double tol = 0.5 * (hi_ - lo) / 15.0 * 1.01 + 1e-3 * (fabs(lo) + fabs(hi_));
+                for (int32_t t = 0; t < bs; t++)
+                    cr_assert(fabs(D[t * n + i] - llm_fp16_to_fp32(rows[t * n + i])) <= tol,
+                              "n=%lld bs=%d channel %lld token %d: %g for %g", (long long)n, bs,
+                              (long long)i, t, D[t * n + i], llm_fp16_to_fp32(rows[t * n + i]));
+            }
+            for (int64_t i = 0; i < n; i++)
+                q[i] = rnd();
+            const uint16_t *sc = (const uint16_t *)blk, *mn = sc + n;
+            for (int ii = 0; ii < ni; ii++) {
+                llm_matmul_set_isa(is[ii]);
+                s[bs] = 12345.0f;
+                llm_vec_dots_q4ch(q, blk, n, bs, s);
+                for (int32_t t = 0; t < bs; t++) {
+                    double exact = 0, S = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        const double m = llm_fp16_to_fp32(mn[i]), c = D[t * n + i] - m;
+                        exact += (double)q[i] * D[t * n + i];
+                        S += fabs(q[i] * m) + fabs(q[i] * c) + fabs(q[i] * llm_fp16_to_fp32(sc[i]));
+                    }
+                    cr_assert(fabs(s[t] - exact) <= (double)(n + 4) * ldexp(1.0, -24) * S,
+                              "isa %d n=%lld bs=%d token %d: %.9g vs %.9g", is[ii], (long long)n,
+                              bs, t, s[t], exact);
+                }
+                cr_assert_eq(s[bs], 12345.0f, "isa %d: wrote past bs", is[ii]);
+            }
+        }
 }
 
 /* fp8 e4m3 rows (bytes, no scale): every code but NaN's through the
