@@ -898,9 +898,9 @@ static llm_status open_context(const struct args *a, struct llm_model *m, struct
         const struct llm_config *cf = llm_model_config(m);
         int32_t n_ctx = cp.n_ctx > 0 ? cp.n_ctx : (cf->n_ctx_train < 4096 ? cf->n_ctx_train : 4096);
         const int64_t kvd = (int64_t)cf->n_kv_heads * cf->head_dim;
+        const int32_t bs = a->block_size > 0 ? a->block_size : 16;
         double kvb = (double)cf->n_layers * (double)n_ctx *
-                     (double)(llm_kv_row_bytes(a->kv[0], kvd, a->block_size > 0 ? a->block_size : 16) +
-                              llm_kv_row_bytes(a->kv[1], kvd, 16));
+                     (double)(llm_kv_row_bytes(a->kv[0], kvd, bs) + llm_kv_row_bytes(a->kv[1], kvd, bs));
         char types[64];
         llm_kv_types_text(types, sizeof types, a->kv[0], a->kv[1]);
         s = llm_error_set(LLM_E_NOMEM, "no memory for the KV cache of %d tokens (%.2f GB of %s) "

@@ -389,7 +389,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     }
     for (int32_t p0 = 0; tk == LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
         const int64_t row0 = (plane + table[p0 / bs]) * bs;
-        const uint8_t *kb = K + row0 * rk + (int64_t)kvh * hd * (4 + bs / 2);
+        const uint8_t *kb = K + row0 * rk + kvh * llm_q4ch_head_bytes(hd, bs);
         for (int32_t i = 0; i < nt; i++) {
             const int32_t own = (len0 + i - 1) / bs * bs; /* this token's block */
             float *si = sc + i * cap + p0;

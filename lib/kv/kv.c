@@ -46,7 +46,7 @@ const char *llm_kv_types_why_not(enum llm_type k, enum llm_type v, int32_t bs, i
 {
     if (v == LLM_TYPE_Q4Z_CH)
         return "q4ch is a type for keys: values are quantized per token (q4)";
-    if (k == LLM_TYPE_Q4Z_CH && (bs % 16 || bs > 128 || (4 * kv_dim) % bs))
+    if (k == LLM_TYPE_Q4Z_CH && (bs <= 0 || bs % 16 || bs > 128 || (4 * kv_dim) % bs))
         return "q4ch keys need a block size of 16, 32, 64 or 128";
     return NULL;
 }
@@ -533,7 +533,7 @@ void llm_kv_q4ch_quantize(const uint16_t *rows, int64_t kv_dim, int32_t bs, int3
 {
     const int64_t hd = kv_dim / n_heads;
     for (int32_t h = 0; h < n_heads; h++) {
-        uint8_t *hb = blk + (size_t)h * (size_t)hd * (size_t)(4 + bs / 2);
+        uint8_t *hb = blk + h * llm_q4ch_head_bytes(hd, bs);
         uint16_t *sc = (uint16_t *)hb, *mn = sc + hd;
         uint8_t *codes = hb + 4 * hd;
         for (int64_t c = 0; c < hd; c++) {
@@ -555,9 +555,7 @@ void llm_kv_q4ch_quantize(const uint16_t *rows, int64_t kv_dim, int32_t bs, int3
             for (int32_t t = 0; t < bs; t++) {
                 float q = nearbyintf((llm_fp16_to_fp32(rows[t * kv_dim + e]) - m) * inv);
                 int code = q < 0 ? 0 : q > 15 ? 15 : (int)q;
-                /* group t / 16: token j in the low nibble of byte j, j + 8 high */
-                const int32_t g = t / 16, j = t % 16;
-                cc[g * 8 + j % 8] |= (uint8_t)(j < 8 ? code : code << 4);
+                cc[llm_q4ch_byte(t)] |= (uint8_t)(code << llm_q4ch_shift(t));
             }
         }
     }
@@ -568,14 +566,12 @@ void llm_kv_q4ch_dequantize(const uint8_t *blk, int64_t kv_dim, int32_t bs, int3
 {
     const int64_t hd = kv_dim / n_heads;
     for (int32_t h = 0; h < n_heads; h++) {
-        const uint8_t *hb = blk + (size_t)h * (size_t)hd * (size_t)(4 + bs / 2);
+        const uint8_t *hb = blk + h * llm_q4ch_head_bytes(hd, bs);
         const uint16_t *sc = (const uint16_t *)hb, *mn = sc + hd;
         const uint8_t *codes = hb + 4 * hd;
         for (int64_t c = 0; c < hd; c++)
             for (int32_t t = 0; t < bs; t++) {
-                const int32_t g = t / 16, j = t % 16;
-                const uint8_t b = codes[c * (bs / 2) + g * 8 + j % 8];
-                const int code = j < 8 ? b & 15 : b >> 4;
+                const int code = codes[c * (bs / 2) + llm_q4ch_byte(t)] >> llm_q4ch_shift(t) & 15;
                 rows[t * kv_dim + h * hd + c] =
                     llm_fp16_to_fp32(mn[c]) + (float)code * llm_fp16_to_fp32(sc[c]);
             }

@@ -15,6 +15,7 @@
 #include "../common/io.h"
 #include "../format/file.h"
 #include "../format/import.h"
+#include "kv.h"
 
 /* Larger than any published model, small enough that products stay far
  * from 64-bit overflow before the explicit checks. */
@@ -364,11 +365,12 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
     const enum llm_kvstat_type tv = p->split_v ? p->type_v
                                     : p->type == LLM_KVSTAT_Q4CH ? LLM_KVSTAT_Q4 : p->type;
     LLM_CHECK((unsigned)tv < LLM_KVSTAT_N_TYPES, LLM_E_INVALID, "bad KV type %d", (int)tv);
-    LLM_CHECK(tv != LLM_KVSTAT_Q4CH, LLM_E_INVALID, "q4ch is a type for keys: values are "
-              "quantized per token (q4)");
-    LLM_CHECK(p->type != LLM_KVSTAT_Q4CH || (p->block_size % 16 == 0 && p->block_size <= 128 &&
-                                             (4 * s->n_kv_heads * s->head_dim) % p->block_size == 0),
-              LLM_E_INVALID, "q4ch keys need a block size of 16, 32, 64 or 128");
+    /* the cache's own rules for q4ch keys (kv.h) */
+    const char *why = llm_kv_types_why_not(
+        p->type == LLM_KVSTAT_Q4CH ? LLM_TYPE_Q4Z_CH : LLM_TYPE_F16,
+        tv == LLM_KVSTAT_Q4CH ? LLM_TYPE_Q4Z_CH : LLM_TYPE_F16,
+        (int32_t)p->block_size, s->n_kv_heads * s->head_dim); /* (at most 2^20: checked) */
+    LLM_CHECK(!why, LLM_E_INVALID, "%s", why);
     for (int h = 0; h < 2; h++) {
         const enum llm_kvstat_type t = h ? tv : p->type;
         LLM_CHECK(fits(t, s->head_dim), LLM_E_INVALID, "a %s cache stores heads as blocks of "

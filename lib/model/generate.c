@@ -494,8 +494,6 @@ static llm_status spec_pick(struct gen *g, struct spec_state *st, float *logits,
     return LLM_OK;
 }
 
-/* The end of a round that began with n_before tokens: counters, the
- * emitted tokens appended, the draft's context cut to what still holds. */
 /* Cut a context's sequence 0 back to its first n positions. A cut into a
  * block of q4ch keys that holds no fp16 rows any more keeps fewer (kv.h):
  * the rest are computed again from the tokens, which are the prompt and
@@ -516,6 +514,8 @@ static llm_status spec_cut(struct gen *g, const struct spec_state *st, struct ll
     return s;
 }
 
+/* The end of a round that began with n_before tokens: counters, the
+ * emitted tokens appended, the draft's context cut to what still holds. */
 static llm_status spec_round_end(struct gen *g, struct spec_state *st, int32_t n_before,
                                  int32_t nd, int32_t kept, int32_t rows, double pass_s)
 {

@@ -989,8 +989,6 @@ llm_status llm_model_id(struct llm_model *m, uint64_t *id)
     return LLM_OK;
 }
 
-/* Copy the K and V rows of positions pos .. pos+n-1 of seq between the
- * cache and rows (n_layers, 2, n, kv_dim), a block's run at a time. */
 /* q4ch keys of one layer, by block (kv.h, and the state files' records): a
  * whole block's bytes, or the fp16 tail rows of the last, partly filled one
  * (rows advances past them). */
@@ -1019,6 +1017,8 @@ static llm_status q4ch_rows_copy(struct llm_context *c, int32_t seq, int32_t l, 
     return LLM_OK;
 }
 
+/* Copy the K and V rows of positions pos .. pos+n-1 of seq between the
+ * cache and rows (n_layers, 2, n, kv_dim), a block's run at a time. */
 static llm_status kv_rows_copy(struct llm_context *c, int32_t seq, int32_t pos, int32_t n,
                                uint8_t *rows, int store)
 {

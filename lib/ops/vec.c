@@ -176,8 +176,7 @@ void llm_vec_axpys_q8_0_ref(float *y, const float *w, const uint8_t *V, int64_t 
 
 static inline int q4ch_code(const uint8_t *cc, int64_t t)
 {
-    const uint8_t b = cc[t / 16 * 8 + t % 8];
-    return t % 16 < 8 ? b & 15 : b >> 4;
+    return cc[llm_q4ch_byte(t)] >> llm_q4ch_shift(t) & 15;
 }
 
 void llm_vec_dots_q4ch_ref(const float *q, const uint8_t *blk, int64_t n, int64_t bs, float *s)

@@ -76,6 +76,12 @@ void llm_vec_axpys_q4_0_ref(float *y, const float *w, const uint8_t *V, int64_t 
  * bytes): s[t] = sum_i q[i] (min_i + code_ti scale_i) for t < bs; s (bs),
  * q (n). */
 void llm_vec_dots_q4ch(const float *q, const uint8_t *blk, int64_t n, int64_t bs, float *s);
+/* That layout: bytes of a head's part (n channels, bs tokens), and where
+ * token t's code of a channel lies (byte, then shift: the high nibble for
+ * the second 8 tokens of each 16). */
+static inline int64_t llm_q4ch_head_bytes(int64_t n, int64_t bs) { return n * (4 + bs / 2); }
+static inline int64_t llm_q4ch_byte(int64_t t) { return t / 16 * 8 + t % 8; }
+static inline int llm_q4ch_shift(int64_t t) { return t % 16 < 8 ? 0 : 4; }
 void llm_vec_dots_q4ch_ref(const float *q, const uint8_t *blk, int64_t n, int64_t bs, float *s);
 /* The orthonormal 32-point Walsh-Hadamard transform of each block of 32 of
  * x (n; a multiple of 32), in place; it is its own inverse (up to

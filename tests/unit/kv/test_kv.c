@@ -313,16 +313,16 @@ Test(kv, store_q4_keys_and_fp8_values)
     llm_kv_free(kv);
 }
 
-/* q4ch keys (kv.h): blocks of 16 tokens of 2 heads of 8, fp16 values. */
-static struct llm_kv *mk_q4ch(void)
+/* A cache of 2 layers of 2 heads of 8 in blocks of bs, for q4ch keys
+ * (kv.h): k q4ch and v f16 in blocks of 16 are the ones the tests use. */
+static llm_status mk_q4ch(struct llm_kv **kv, int32_t bs, enum llm_type k, enum llm_type v)
 {
     struct llm_kv_params p;
     llm_kv_params_default(&p);
-    p.n_layers = 2, p.n_kv_heads = 2, p.head_dim = 8, p.block_size = 16;
-    p.n_seq = 2, p.max_tokens = 64, p.type_k = LLM_TYPE_Q4Z_CH, p.type_v = LLM_TYPE_F16;
-    struct llm_kv *kv;
-    cr_assert_eq(llm_kv_new(&kv, &p), LLM_OK);
-    return kv;
+    p.n_layers = 2, p.n_kv_heads = 2, p.head_dim = 8, p.block_size = bs;
+    p.n_seq = 2, p.max_tokens = 64, p.type_k = k, p.type_v = v;
+    *kv = NULL;
+    return llm_kv_new(kv, &p);
 }
 
 /* key element e of position pos (values: its negation) */
@@ -348,7 +348,8 @@ static llm_status put_q4ch(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t 
 
 Test(kv, q4ch_keys_quantize_full_blocks_and_keep_fp16_tails)
 {
-    struct llm_kv *kv = mk_q4ch();
+    struct llm_kv *kv;
+    cr_assert_eq(mk_q4ch(&kv, 16, LLM_TYPE_Q4Z_CH, LLM_TYPE_F16), LLM_OK);
     /* 4 bits a key and, per channel and block, an fp16 scale and minimum */
     cr_assert_eq(kv->row_bytes_k, 16 / 2 + 4 * 16 / 16);
     cr_assert_eq(put_q4ch(kv, 0, 0, 20), LLM_OK);
@@ -387,13 +388,8 @@ Test(kv, q4ch_keys_quantize_full_blocks_and_keep_fp16_tails)
     assert_all_free(kv);
     llm_kv_free(kv);
     /* keys only, in blocks of a multiple of 16 */
-    struct llm_kv_params p;
-    llm_kv_params_default(&p);
-    p.n_layers = 1, p.n_kv_heads = 2, p.head_dim = 8, p.block_size = 8;
-    p.n_seq = 1, p.max_tokens = 64, p.type_k = LLM_TYPE_Q4Z_CH, p.type_v = LLM_TYPE_F16;
-    cr_assert_eq(llm_kv_new(&kv, &p), LLM_E_INVALID);
-    p.block_size = 16, p.type_k = LLM_TYPE_F16, p.type_v = LLM_TYPE_Q4Z_CH;
-    cr_assert_eq(llm_kv_new(&kv, &p), LLM_E_INVALID);
+    cr_assert_eq(mk_q4ch(&kv, 8, LLM_TYPE_Q4Z_CH, LLM_TYPE_F16), LLM_E_INVALID);
+    cr_assert_eq(mk_q4ch(&kv, 16, LLM_TYPE_F16, LLM_TYPE_Q4Z_CH), LLM_E_INVALID);
     enum llm_type kvt[2] = { LLM_TYPE_F16, LLM_TYPE_F16 };
     int given = 0;
     cr_assert_eq(llm_kv_types_option(3, "q4ch", kvt, &given), LLM_OK);
