@@ -590,8 +590,7 @@ static void store_q4ch(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t po
         for (; p < end; p++) {
             uint16_t *row = llm_kv_tail_row(kv, seq, layer, p);
             const float *src = k + (int64_t)(p - pos) * d;
-            for (int64_t e = 0; e < d; e++)
-                row[e] = llm_fp32_to_fp16(src[e]);
+            llm_vec_to_f16(src, row, d);
         }
         llm_kv_tail_mark(kv, seq, b);
         if (end == (b + 1) * bs) {
@@ -624,6 +623,10 @@ void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t po
             if (t[j] == LLM_TYPE_FP8_E4M3) { /* no row scale, unlike the weights' fp8 */
                 for (int64_t e = 0; e < d; e++)
                     dst[j][e] = llm_fp32_to_fp8_e4m3(src[j][e]);
+                continue;
+            }
+            if (t[j] == LLM_TYPE_F16) { /* llm_quantize_row's bits, vectorized */
+                llm_vec_to_f16(src[j], (uint16_t *)dst[j], d);
                 continue;
             }
             if (t[j] != LLM_TYPE_Q4_0) {

@@ -454,10 +454,6 @@ SIMD_INLINE void SIMD(gq_pack_rows)(const uint8_t *W, uint64_t rb, int64_t r, in
             __m128 dm;
             __m256i w0, w1;
             SIMD(codes16)(row, k, ne0, fam, G, BB, hdr, &dm, &w0, &w1);
-            if (fam == F_SYM4) {
-                w0 = _mm256_sub_epi16(w0, _mm256_set1_epi16(8));
-                w1 = _mm256_sub_epi16(w1, _mm256_set1_epi16(8));
-            }
             /* pairs 0-7 and 8-15 of row i, before the transpose */
             _mm256_storeu_si256((__m256i *)(P + k * 256 + i * 16), w0);
             _mm256_storeu_si256((__m256i *)(P + k * 256 + i * 16 + 8), w1);
@@ -513,43 +509,79 @@ struct SIMD(gq_src) {
     int q8, G, BB;
 };
 
+/* The 32 code bytes at c (AVX2: 16) as int16 lanes, their low and high
+ * nibbles, and a store of a vector of pairs */
+SIMD_INLINE SIMD(gqi) SIMD(gq_widen4)(const uint8_t *c)
+{
+#ifdef SIMD_AVX512
+    return _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)c));
+#else
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)c));
+#endif
+}
+
+SIMD_INLINE SIMD(gqi) SIMD(gq_lo4)(SIMD(gqi) v)
+{
+#ifdef SIMD_AVX512
+    return _mm512_and_si512(v, _mm512_set1_epi16(15));
+#else
+    return _mm256_and_si256(v, _mm256_set1_epi16(15));
+#endif
+}
+
+SIMD_INLINE SIMD(gqi) SIMD(gq_hi4)(SIMD(gqi) v)
+{
+#ifdef SIMD_AVX512
+    return _mm512_srli_epi16(v, 4);
+#else
+    return _mm256_srli_epi16(v, 4);
+#endif
+}
+
+SIMD_INLINE void SIMD(gq_store)(int32_t *p, SIMD(gqi) v)
+{
+#ifdef SIMD_AVX512
+    _mm512_store_si512((void *)p, v);
+#else
+    _mm256_store_si256((__m256i *)p, v);
+#endif
+}
+
 /* The 16 pair vectors of activation block k of an interleaved group, as
  * gq_pack makes them of rows (wb: 16 pairs x 16 int32 lanes; AVX2 as two
  * halves of 8): vector p (the pair (2p, 2p+1) of every row) is the unit of
  * the 8-bit layout, or the low or high nibbles of a 4-bit unit (q4
- * symmetric: minus 8). G is a constant after inlining, so the addressing
+ * symmetric codes stay 0..15: the micro-kernel starts from the token's m8).
+ * G is a constant after inlining, so the addressing
  * folds; it is done once per block, not per pair and token. */
 SIMD_INLINE void SIMD(gq_x16_block_g)(const struct SIMD(gq_src) *src, int zp, int64_t k,
                                       int32_t *wb, const int G)
 {
     const int nsub = G / 32, j = (int)(k % nsub);
     const uint8_t *cq = src->grp + (uint64_t)(k / nsub) * 16 * (uint64_t)src->BB + (zp ? 64 : 32);
+    if (src->q8) {
 #pragma GCC unroll 16
-    for (int p = 0; p < 16; p++) {
-        SIMD(gqi) w[GQ_H];
-        if (src->q8) {
+        for (int p = 0; p < 16; p++) {
+            SIMD(gqi) w[GQ_H];
             SIMD(x16_codes8)(cq + 32 * (16 * j + p), zp, w);
-        } else {
-            const int e = 32 * j + 2 * p, hi = e >= G / 2, u = (hi ? e - G / 2 : e) / 2;
-            for (int h = 0; h < GQ_H; h++) {
-#ifdef SIMD_AVX512
-                __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(cq + 32 * u)));
-                v = hi ? _mm512_srli_epi16(v, 4) : _mm512_and_si512(v, _mm512_set1_epi16(15));
-                w[h] = zp ? v : _mm512_sub_epi16(v, _mm512_set1_epi16(8));
-#else
-                __m256i v = _mm256_cvtepu8_epi16(
-                    _mm_loadu_si128((const __m128i *)(cq + 32 * u + 16 * h)));
-                v = hi ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, _mm256_set1_epi16(15));
-                w[h] = zp ? v : _mm256_sub_epi16(v, _mm256_set1_epi16(8));
-#endif
-            }
+            for (int h = 0; h < GQ_H; h++)
+                SIMD(gq_store)(wb + p * 16 + 8 * h, w[h]);
         }
-        for (int h = 0; h < GQ_H; h++)
-#ifdef SIMD_AVX512
-            _mm512_store_si512((void *)(wb + p * 16), w[h]);
-#else
-            _mm256_store_si256((__m256i *)(wb + p * 16 + 8 * h), w[h]);
-#endif
+        return;
+    }
+    /* 4-bit: pair p is element e = 32 j + 2 p of every row, the low nibbles
+     * of unit e / 2 for e < G / 2, else the high nibbles of unit (e - G/2) / 2.
+     * With G = 32 a unit holds pairs p and p + 8: widened once for both. */
+    const int np = G == 32 ? 8 : 16;
+#pragma GCC unroll 16
+    for (int p = 0; p < np; p++) {
+        const int e = 32 * j + 2 * p, hi = e >= G / 2, u = (hi ? e - G / 2 : e) / 2;
+        for (int h = 0; h < GQ_H; h++) {
+            const SIMD(gqi) v = SIMD(gq_widen4)(cq + 32 * u + 16 * h);
+            SIMD(gq_store)(wb + p * 16 + 8 * h, hi ? SIMD(gq_hi4)(v) : SIMD(gq_lo4)(v));
+            if (G == 32)
+                SIMD(gq_store)(wb + (p + 8) * 16 + 8 * h, SIMD(gq_hi4)(v));
+        }
     }
 }
 
@@ -597,6 +629,7 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
 {
     SIMD(gqf) acc[GQ_NR][GQ_H];
     _Alignas(64) int32_t wb[256];
+    const int sym4 = !zp && !src->q8;
     for (int t = 0; t < NT; t++)
         for (int h = 0; h < GQ_H; h++)
 #ifdef SIMD_AVX512
@@ -609,9 +642,9 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
         for (int t = 0; t < NT; t++)
             for (int h = 0; h < GQ_H; h++)
 #ifdef SIMD_AVX512
-                ia[t][h] = _mm512_setzero_si512();
+                ia[t][h] = _mm512_set1_epi32(sym4 ? xq[t * nq + k].m8 : 0);
 #else
-                ia[t][h] = _mm256_setzero_si256();
+                ia[t][h] = _mm256_set1_epi32(sym4 ? xq[t * nq + k].m8 : 0);
 #endif
         /* the block's weights as int16 pairs: packed, or widened from the
          * interleaved group into wb */
@@ -671,14 +704,84 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
             out[t][h] = acc[t][h];
 }
 
+#ifdef SIMD_AVX512
+/* gq_micro on AVX-512, the same arithmetic in the same order, with a named
+ * register per token: GCC 12 keeps gq_micro's arrays of accumulators in
+ * memory (a rep stos per block and two register moves per dot product, half
+ * the micro-kernel's time at 16 tokens). The tokens past NT fold away. */
+#define GQ_TOKENS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+SIMD_INLINE void SIMD(gq_micro512)(const struct SIMD(gq_src) *src, int zp,
+                                   const struct llm_qx16 *xq, int64_t nq, int NT,
+                                   SIMD(gqf) out[][GQ_H])
+{
+    _Alignas(64) int32_t wb[256];
+    const int sym4 = !zp && !src->q8;
+#define GQ_DECL(t)                              \
+    __m512 acc##t = _mm512_setzero_ps();        \
+    __m512i ia##t = _mm512_setzero_si512();     \
+    const struct llm_qx16 *x##t = xq + (t) * nq;
+    GQ_TOKENS(GQ_DECL)
+#undef GQ_DECL
+    for (int64_t k = 0; k < nq; k++) {
+#define GQ_ZERO(t)                              \
+    if ((t) < NT)                               \
+        ia##t = _mm512_set1_epi32(sym4 ? x##t[k].m8 : 0);
+        GQ_TOKENS(GQ_ZERO)
+#undef GQ_ZERO
+        const int32_t *pk = src->P ? src->P + k * 256 : wb;
+        if (!src->P)
+            SIMD(gq_x16_block)(src, zp, k, wb);
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; p++) {
+            const __m512i w = _mm512_load_si512((const void *)(pk + p * 16));
+#define GQ_DOT(t)                                                                            \
+    if ((t) < NT) {                                                                          \
+        int32_t pair;                                                                        \
+        memcpy(&pair, x##t[k].qs + 2 * p, 4);                                                \
+        ia##t = _mm512_dpwssd_epi32(ia##t, w, _mm512_set1_epi32(pair));                      \
+    }
+            GQ_TOKENS(GQ_DOT)
+#undef GQ_DOT
+        }
+        const uint8_t *blk =
+            src->P ? NULL : src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
+        const __m512 d = src->P ? _mm512_loadu_ps(src->D + k * 16)
+                                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 m = !zp ? _mm512_setzero_ps()
+                         : src->P ? _mm512_loadu_ps(src->M + k * 16)
+                                  : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+#define GQ_SCALE(t)                                                                          \
+    if ((t) < NT) {                                                                          \
+        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia##t),                                  \
+                                 _mm512_mul_ps(d, _mm512_set1_ps(x##t[k].d)), acc##t);      \
+        if (zp)                                                                              \
+            acc##t = _mm512_fmadd_ps(m, _mm512_set1_ps(x##t[k].ds), acc##t);                \
+    }
+        GQ_TOKENS(GQ_SCALE)
+#undef GQ_SCALE
+    }
+#define GQ_OUT(t)                               \
+    if ((t) < NT)                               \
+        out[t][0] = acc##t;
+    GQ_TOKENS(GQ_OUT)
+#undef GQ_OUT
+}
+#undef GQ_TOKENS
+#endif
+
 /* gq_micro with NT a constant */
 static void SIMD(gq_micro_n)(const struct SIMD(gq_src) *src, int zp, const struct llm_qx16 *xq,
                              int64_t nq, int nt, SIMD(gqf) out[][GQ_H])
 {
+#ifdef SIMD_AVX512
+#define GQ_MICRO SIMD(gq_micro512)
+#else
+#define GQ_MICRO SIMD(gq_micro)
+#endif
     switch (nt) {
 #define GQ_CASE(n)                                        \
     case n:                                               \
-        SIMD(gq_micro)(src, zp, xq, nq, n, out);          \
+        GQ_MICRO(src, zp, xq, nq, n, out);                \
         break;
         GQ_CASE(1) GQ_CASE(2) GQ_CASE(3)
 #if GQ_NR > 3
@@ -686,6 +789,7 @@ static void SIMD(gq_micro_n)(const struct SIMD(gq_src) *src, int zp, const struc
         GQ_CASE(11) GQ_CASE(12)
 #endif
 #undef GQ_CASE
+#undef GQ_MICRO
     default:
         break;
     }
@@ -897,6 +1001,12 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
             if (x16) {
                 src.grp = W + (uint64_t)(r / 16) * gbytes;
                 src.P = NULL;
+                /* the next group into L2 while this one is computed: its
+                 * first reads (the widening below) otherwise wait on memory,
+                 * 17% of decode's time at 16 tokens */
+                if (r + 16 < r1)
+                    for (uint64_t o = 0; o < gbytes; o += 64)
+                        _mm_prefetch((const char *)(src.grp + gbytes + o), _MM_HINT_T1);
                 /* one micro-kernel call widens each block into L1 as it
                  * goes; widening the whole group first (tens of KB) made
                  * 2-4 tokens 20-28% slower, but pays from two calls on */
@@ -907,8 +1017,11 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
             } else {
                 SIMD(gq_pack)(t, W, rb, r, nr, ne0, nq, P, D, M);
             }
-            for (int64_t b = 0; b < nc; b += GQ_NR) {
-                const int nt = nc - b < GQ_NR ? (int)(nc - b) : GQ_NR;
+            /* calls of equal size (16 tokens: 8 + 8, not 12 + 4, whose
+             * four accumulator chains wait on the dot product's latency) */
+            const int64_t calls = (nc + GQ_NR - 1) / GQ_NR, per = (nc + calls - 1) / calls;
+            for (int64_t b = 0; b < nc; b += per) {
+                const int nt = nc - b < per ? (int)(nc - b) : (int)per;
                 SIMD(gqf) out[GQ_NR][GQ_H];
                 SIMD(gq_micro_n)(&src, zp, xq + b * nq, nq, nt, out);
                 for (int j = 0; j < nt; j++) {

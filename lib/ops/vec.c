@@ -229,6 +229,12 @@ void llm_vec_axpys_q4_0_ref(float *y, const float *w, const uint8_t *V, int64_t 
     }
 }
 
+void llm_vec_to_f16_ref(const float *x, uint16_t *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = llm_fp32_to_fp16(x[i]);
+}
+
 #ifdef VEC_X86
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -645,6 +651,26 @@ static T_AVX2 void dots_q4ch_avx2(const float *q, const uint8_t *blk, int64_t n,
     }
 }
 
+/* F16C rounds to nearest even with _MM_FROUND_TO_NEAREST_INT, as the
+ * reference does (subnormals, overflow and NaN too) */
+static T_AVX2 void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    llm_vec_to_f16_ref(x + i, y + i, n - i);
+}
+
+static T_AVX512 void to_f16_avx512(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    to_f16_avx2(x + i, y + i, n - i);
+}
+
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
     switch (llm_matmul_isa()) {              \
     case LLM_ISA_AVX512:                     \
@@ -660,6 +686,11 @@ static T_AVX2 void dots_q4ch_avx2(const float *q, const uint8_t *blk, int64_t n,
 #define VEC_DISPATCH(avx512, avx2, ref, ...) return ref(__VA_ARGS__);
 
 #endif
+
+void llm_vec_to_f16(const float *x, uint16_t *y, int64_t n)
+{
+    VEC_DISPATCH(to_f16_avx512, to_f16_avx2, llm_vec_to_f16_ref, x, y, n)
+}
 
 void llm_vec_dots_f32(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n, float *s)
 {

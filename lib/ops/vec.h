@@ -15,6 +15,12 @@
 
 #include <stdint.h>
 
+/* y[i] = x[i] rounded to fp16 (to nearest even; overflow to inf, NaN kept
+ * quiet), the bits of fp16.h's llm_fp32_to_fp16: the KV cache's rows. The
+ * SIMD variants use F16C's conversion, which rounds the same way. */
+void llm_vec_to_f16(const float *x, uint16_t *y, int64_t n);
+void llm_vec_to_f16_ref(const float *x, uint16_t *y, int64_t n);
+
 /* m rows of a KV block, ldk (ldv) elements apart:
  * s[r] = sum_i q[i] K[r ldk + i] for r < m; s (m), q (n)
  * y[i] += sum_r w[r] V[r ldv + i] for i < n; y (n), w (m) */
