@@ -321,6 +321,7 @@ struct att_job {
     const struct llm_attn_shape *s;
     struct llm_kv *kv;
     int32_t layer, n_seg, use;
+    int32_t per;            /* query heads a task: 1, or a KV head's group */
     const struct llm_seg *seg;
     const int64_t *task0;   /* (n_seg + 1) the first task of each segment, then the total */
     const uint16_t *win;    /* q4ch keys: the fp16 rows of segment g from the start of its
@@ -470,9 +471,12 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             llm_vec_hadamard32(o + i * qs, hd);
 }
 
-/* Tasks (a group of ATT_GROUP tokens of a segment, a head) go round-robin
- * to the threads: under the causal mask later tokens cost more, and
- * contiguous halves gave one thread three times the other's work. */
+/* Tasks (a group of ATT_GROUP tokens of a segment, and a head or the
+ * j->per query heads of one KV head) go round-robin to the threads: under
+ * the causal mask later tokens cost more, and contiguous halves gave one
+ * thread three times the other's work. A KV head's query heads in one task
+ * read its rows from memory once, then from L2; each head's arithmetic is
+ * the same either way. */
 static void att_run(int ti, int nth, void *arg)
 {
     struct att_job *j = arg;
@@ -488,16 +492,18 @@ static void att_run(int ti, int nth, void *arg)
         while (task >= j->task0[g + 1])
             g++;
         const struct llm_seg *sg = &j->seg[g];
-        const int64_t local = task - j->task0[g];
-        int32_t t0 = (int32_t)(local / s->n_heads) * ATT_GROUP, h = (int32_t)(local % s->n_heads);
+        const int64_t local = task - j->task0[g], units = s->n_heads / j->per;
+        int32_t t0 = (int32_t)(local / units) * ATT_GROUP;
         int32_t nt = sg->n - t0 < ATT_GROUP ? sg->n - t0 : ATT_GROUP;
-        int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
         const int64_t pld = sg->pos + sg->n;
-        float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
-        att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
-                  sg->pos + t0 + 1, sc, cap, j->out + qo, pr, pld,
-                  j->win ? j->win + j->win_off[g] : NULL,
-                  sg->pos / j->kv->p.block_size * j->kv->p.block_size);
+        for (int32_t h = (int32_t)(local % units) * j->per, e = h + j->per; h < e; h++) {
+            int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
+            float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
+            att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
+                      sg->pos + t0 + 1, sc, cap, j->out + qo, pr, pld,
+                      j->win ? j->win + j->win_off[g] : NULL,
+                      sg->pos / j->kv->p.block_size * j->kv->p.block_size);
+        }
     }
 }
 
@@ -560,15 +566,23 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
     if (kv->p.type_k == LLM_TYPE_Q4Z_CH)
         LLM_TRY(q4ch_windows(cb, kv, layer, seg, n_seg, k));
     double work = 0;
-    cb->task0[0] = 0;
+    int64_t groups = 0;
     for (int32_t i = 0; i < n_seg; i++) {
         const struct llm_seg *g = &seg[i];
         llm_kv_store_host(kv, layer, g->seq, g->pos, g->n, k + (int64_t)g->row * kd,
                           v + (int64_t)g->row * kd);
         work += 2.0 * g->n * s->n_heads * (double)(g->pos + g->n) * s->head_dim;
-        cb->task0[i + 1] = cb->task0[i] + (int64_t)(g->n + ATT_GROUP - 1) / ATT_GROUP * s->n_heads;
+        groups += (g->n + ATT_GROUP - 1) / ATT_GROUP;
     }
     int nth = llm_pool_size(cb->pool);
+    /* a KV head's query heads share a task when that leaves enough tasks
+     * to balance the threads (one sequence's decode keeps a task a head) */
+    const int32_t grp = s->n_heads / s->n_kv_heads;
+    const int32_t per = grp > 1 && groups * s->n_kv_heads >= 4 * (int64_t)nth ? grp : 1;
+    cb->task0[0] = 0;
+    for (int32_t i = 0; i < n_seg; i++)
+        cb->task0[i + 1] = cb->task0[i] + (int64_t)(seg[i].n + ATT_GROUP - 1) / ATT_GROUP *
+                                              (s->n_heads / per);
     /* a token's scores, then room for its rotated query (att_group) */
     size_t cap = (size_t)kv->p.max_tokens + (size_t)s->head_dim;
     if (cb->scores_cap < cap) {
@@ -578,7 +592,7 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
         if (!cb->scores)
             return LLM_E_NOMEM;
     }
-    struct att_job j = { .s = s, .kv = kv, .layer = layer, .n_seg = n_seg, .seg = seg,
+    struct att_job j = { .s = s, .kv = kv, .layer = layer, .n_seg = n_seg, .per = per, .seg = seg,
                          .task0 = cb->task0, .q = q, .out = out, .probs = probs,
                          .win = kv->p.type_k == LLM_TYPE_Q4Z_CH ? cb->win : NULL,
                          .win_off = cb->win_off,
