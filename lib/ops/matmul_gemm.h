@@ -405,6 +405,24 @@ SIMD_INLINE SIMD(gqi) SIMD(gq_load)(const int32_t *p)
 #endif
 }
 
+SIMD_INLINE SIMD(gqi) SIMD(gq_set1)(int32_t v)
+{
+#ifdef SIMD_AVX512
+    return _mm512_set1_epi32(v);
+#else
+    return _mm256_set1_epi32(v);
+#endif
+}
+
+SIMD_INLINE SIMD(gqf) SIMD(gq_fzero)(void)
+{
+#ifdef SIMD_AVX512
+    return _mm512_setzero_ps();
+#else
+    return _mm256_setzero_ps();
+#endif
+}
+
 /* acc + w . pair, per int32 lane: exact (no saturation) */
 SIMD_INLINE SIMD(gqi) SIMD(gq_dp)(SIMD(gqi) acc, SIMD(gqi) w, int32_t pair)
 {
@@ -621,167 +639,119 @@ static void SIMD(gq_x16_to_packed)(const struct SIMD(gq_src) *src, int zp, int64
     }
 }
 
+/* The float side of one vector of 16 (AVX2: 8) rows and a token's block:
+ * acc + float(ia) (d bd), then + m ds for the zero-point types */
+SIMD_INLINE SIMD(gqf) SIMD(gq_fma)(SIMD(gqf) acc, SIMD(gqi) ia, SIMD(gqf) d, SIMD(gqf) m,
+                                   const struct llm_qx16 *b, int zp)
+{
+#ifdef SIMD_AVX512
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(d, _mm512_set1_ps(b->d)), acc);
+    return zp ? _mm512_fmadd_ps(m, _mm512_set1_ps(b->ds), acc) : acc;
+#else
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_mul_ps(d, _mm256_set1_ps(b->d)), acc);
+    return zp ? _mm256_fmadd_ps(m, _mm256_set1_ps(b->ds), acc) : acc;
+#endif
+}
+
+/* Half h of a block's 16 scales (or mins): packed floats, or the group's
+ * fp16 (AVX-512: h is 0, all 16) */
+SIMD_INLINE SIMD(gqf) SIMD(gq_scales)(const float *f, const uint8_t *h16, int h)
+{
+#ifdef SIMD_AVX512
+    (void)h;
+    return f ? _mm512_loadu_ps(f) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h16));
+#else
+    return f ? _mm256_loadu_ps(f + 8 * h)
+             : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h16 + 16 * h)));
+#endif
+}
+
 /* out (NT tokens, 16 rows as GQ_H vectors) = the tile . xq of tokens
- * xq + t*nq. NT is a constant at each call (SIMD(gq_micro_n)). */
+ * xq + t*nq. NT is a constant at each call (SIMD(gq_micro_n)), and every
+ * token has named registers (its int32 sums ia, float sums acc; _1 the
+ * second half of the rows on AVX2), which fold away past NT: written with
+ * arrays, GCC 12 kept them in memory (a rep stos per block and two register
+ * moves per dot product, half the micro-kernel's time at 16 tokens). */
+#define GQ_TOKENS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
                                 const struct llm_qx16 *xq, int64_t nq, int NT,
                                 SIMD(gqf) out[][GQ_H])
 {
-    SIMD(gqf) acc[GQ_NR][GQ_H];
     _Alignas(64) int32_t wb[256];
-    const int sym4 = !zp && !src->q8;
-    for (int t = 0; t < NT; t++)
-        for (int h = 0; h < GQ_H; h++)
-#ifdef SIMD_AVX512
-            acc[t][h] = _mm512_setzero_ps();
-#else
-            acc[t][h] = _mm256_setzero_ps();
-#endif
+    const int sym4 = !zp && !src->q8; /* q4 symmetric: the -8 enters through m8 */
+    const SIMD(gqf) fz = SIMD(gq_fzero)();
+#define GQ_DECL(t)                                                  \
+    SIMD(gqf) acc##t##_0 = fz, acc##t##_1 = fz;                      \
+    SIMD(gqi) ia##t##_0, ia##t##_1;                                  \
+    const struct llm_qx16 *x##t = xq + (t) * nq;
+    GQ_TOKENS(GQ_DECL)
+#undef GQ_DECL
     for (int64_t k = 0; k < nq; k++) {
-        SIMD(gqi) ia[GQ_NR][GQ_H];
-        for (int t = 0; t < NT; t++)
-            for (int h = 0; h < GQ_H; h++)
-#ifdef SIMD_AVX512
-                ia[t][h] = _mm512_set1_epi32(sym4 ? xq[t * nq + k].m8 : 0);
-#else
-                ia[t][h] = _mm256_set1_epi32(sym4 ? xq[t * nq + k].m8 : 0);
-#endif
+#define GQ_INIT(t)                                                  \
+    if ((t) < NT)                                                   \
+        ia##t##_0 = ia##t##_1 = SIMD(gq_set1)(sym4 ? x##t[k].m8 : 0);
+        GQ_TOKENS(GQ_INIT)
+#undef GQ_INIT
         /* the block's weights as int16 pairs: packed, or widened from the
          * interleaved group into wb */
         const int32_t *pk = src->P ? src->P + k * 256 : wb;
         if (!src->P)
             SIMD(gq_x16_block)(src, zp, k, wb);
-#pragma GCC unroll 4
-        for (int p = 0; p < 16; p++) {
-            SIMD(gqi) w[GQ_H];
-            for (int h = 0; h < GQ_H; h++)
-                w[h] = SIMD(gq_load)(pk + p * 16 + 8 * h);
-#pragma GCC unroll 12
-            for (int t = 0; t < NT; t++) {
-                int32_t pair;
-                memcpy(&pair, xq[t * nq + k].qs + 2 * p, 4);
-                for (int h = 0; h < GQ_H; h++)
-                    ia[t][h] = SIMD(gq_dp)(ia[t][h], w[h], pair);
-            }
-        }
-        /* the group's 16 scales (and mins), or the packed ones */
-        const uint8_t *blk =
-            src->P ? NULL : src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
-        for (int h = 0; h < GQ_H; h++) {
 #ifdef SIMD_AVX512
-            const __m512 d = src->P ? _mm512_loadu_ps(src->D + k * 16)
-                                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-            const __m512 m = !zp ? _mm512_setzero_ps()
-                             : src->P ? _mm512_loadu_ps(src->M + k * 16)
-                                  : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
-#else
-            const __m256 d = src->P ? _mm256_loadu_ps(src->D + k * 16 + 8 * h)
-                                : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
-            const __m256 m =
-                !zp ? _mm256_setzero_ps()
-                : src->P ? _mm256_loadu_ps(src->M + k * 16 + 8 * h)
-                     : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)));
-#endif
-#pragma GCC unroll 12
-            for (int t = 0; t < NT; t++) {
-                const struct llm_qx16 *b = xq + t * nq + k;
-#ifdef SIMD_AVX512
-                acc[t][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][h]),
-                                            _mm512_mul_ps(d, _mm512_set1_ps(b->d)), acc[t][h]);
-                if (zp)
-                    acc[t][h] = _mm512_fmadd_ps(m, _mm512_set1_ps(b->ds), acc[t][h]);
-#else
-                acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t][h]),
-                                            _mm256_mul_ps(d, _mm256_set1_ps(b->d)), acc[t][h]);
-                if (zp)
-                    acc[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(b->ds), acc[t][h]);
-#endif
-            }
-        }
-    }
-    for (int t = 0; t < NT; t++)
-        for (int h = 0; h < GQ_H; h++)
-            out[t][h] = acc[t][h];
-}
-
-#ifdef SIMD_AVX512
-/* gq_micro on AVX-512, the same arithmetic in the same order, with a named
- * register per token: GCC 12 keeps gq_micro's arrays of accumulators in
- * memory (a rep stos per block and two register moves per dot product, half
- * the micro-kernel's time at 16 tokens). The tokens past NT fold away. */
-#define GQ_TOKENS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-SIMD_INLINE void SIMD(gq_micro512)(const struct SIMD(gq_src) *src, int zp,
-                                   const struct llm_qx16 *xq, int64_t nq, int NT,
-                                   SIMD(gqf) out[][GQ_H])
-{
-    _Alignas(64) int32_t wb[256];
-    const int sym4 = !zp && !src->q8;
-#define GQ_DECL(t)                              \
-    __m512 acc##t = _mm512_setzero_ps();        \
-    __m512i ia##t = _mm512_setzero_si512();     \
-    const struct llm_qx16 *x##t = xq + (t) * nq;
-    GQ_TOKENS(GQ_DECL)
-#undef GQ_DECL
-    for (int64_t k = 0; k < nq; k++) {
-#define GQ_ZERO(t)                              \
-    if ((t) < NT)                               \
-        ia##t = _mm512_set1_epi32(sym4 ? x##t[k].m8 : 0);
-        GQ_TOKENS(GQ_ZERO)
-#undef GQ_ZERO
-        const int32_t *pk = src->P ? src->P + k * 256 : wb;
-        if (!src->P)
-            SIMD(gq_x16_block)(src, zp, k, wb);
 #pragma GCC unroll 16
+#else /* 16 ymm registers: unrolled further, the sums spill */
+#pragma GCC unroll 4
+#endif
         for (int p = 0; p < 16; p++) {
-            const __m512i w = _mm512_load_si512((const void *)(pk + p * 16));
-#define GQ_DOT(t)                                                                            \
-    if ((t) < NT) {                                                                          \
-        int32_t pair;                                                                        \
-        memcpy(&pair, x##t[k].qs + 2 * p, 4);                                                \
-        ia##t = _mm512_dpwssd_epi32(ia##t, w, _mm512_set1_epi32(pair));                      \
+            const SIMD(gqi) w0 = SIMD(gq_load)(pk + p * 16);
+            const SIMD(gqi) w1 = GQ_H > 1 ? SIMD(gq_load)(pk + p * 16 + 8) : w0;
+#define GQ_DOT(t)                                                   \
+    if ((t) < NT) {                                                 \
+        int32_t pair;                                               \
+        memcpy(&pair, x##t[k].qs + 2 * p, 4);                       \
+        ia##t##_0 = SIMD(gq_dp)(ia##t##_0, w0, pair);               \
+        if (GQ_H > 1)                                               \
+            ia##t##_1 = SIMD(gq_dp)(ia##t##_1, w1, pair);           \
     }
             GQ_TOKENS(GQ_DOT)
 #undef GQ_DOT
         }
+        /* the group's 16 scales (and mins), or the packed ones */
         const uint8_t *blk =
             src->P ? NULL : src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
-        const __m512 d = src->P ? _mm512_loadu_ps(src->D + k * 16)
-                                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        const __m512 m = !zp ? _mm512_setzero_ps()
-                         : src->P ? _mm512_loadu_ps(src->M + k * 16)
-                                  : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
-#define GQ_SCALE(t)                                                                          \
-    if ((t) < NT) {                                                                          \
-        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia##t),                                  \
-                                 _mm512_mul_ps(d, _mm512_set1_ps(x##t[k].d)), acc##t);      \
-        if (zp)                                                                              \
-            acc##t = _mm512_fmadd_ps(m, _mm512_set1_ps(x##t[k].ds), acc##t);                \
+        const float *pd = src->P ? src->D + k * 16 : NULL, *pm = src->P ? src->M + k * 16 : NULL;
+        const SIMD(gqf) d0 = SIMD(gq_scales)(pd, blk, 0), d1 = SIMD(gq_scales)(pd, blk, 1);
+        const uint8_t *mins = blk ? blk + 32 : NULL;
+        const SIMD(gqf) m0 = zp ? SIMD(gq_scales)(pm, mins, 0) : fz;
+        const SIMD(gqf) m1 = zp ? SIMD(gq_scales)(pm, mins, 1) : fz;
+#define GQ_SCALE(t)                                                      \
+    if ((t) < NT) {                                                      \
+        acc##t##_0 = SIMD(gq_fma)(acc##t##_0, ia##t##_0, d0, m0, x##t + k, zp); \
+        if (GQ_H > 1)                                                    \
+            acc##t##_1 = SIMD(gq_fma)(acc##t##_1, ia##t##_1, d1, m1, x##t + k, zp); \
     }
         GQ_TOKENS(GQ_SCALE)
 #undef GQ_SCALE
     }
-#define GQ_OUT(t)                               \
-    if ((t) < NT)                               \
-        out[t][0] = acc##t;
+#define GQ_OUT(t)                                                   \
+    if ((t) < NT) {                                                 \
+        out[t][0] = acc##t##_0;                                     \
+        if (GQ_H > 1)                                               \
+            out[t][GQ_H - 1] = acc##t##_1;                          \
+    }
     GQ_TOKENS(GQ_OUT)
 #undef GQ_OUT
 }
 #undef GQ_TOKENS
-#endif
 
 /* gq_micro with NT a constant */
 static void SIMD(gq_micro_n)(const struct SIMD(gq_src) *src, int zp, const struct llm_qx16 *xq,
                              int64_t nq, int nt, SIMD(gqf) out[][GQ_H])
 {
-#ifdef SIMD_AVX512
-#define GQ_MICRO SIMD(gq_micro512)
-#else
-#define GQ_MICRO SIMD(gq_micro)
-#endif
     switch (nt) {
 #define GQ_CASE(n)                                        \
     case n:                                               \
-        GQ_MICRO(src, zp, xq, nq, n, out);                \
+        SIMD(gq_micro)(src, zp, xq, nq, n, out);          \
         break;
         GQ_CASE(1) GQ_CASE(2) GQ_CASE(3)
 #if GQ_NR > 3
@@ -789,7 +759,6 @@ static void SIMD(gq_micro_n)(const struct SIMD(gq_src) *src, int zp, const struc
         GQ_CASE(11) GQ_CASE(12)
 #endif
 #undef GQ_CASE
-#undef GQ_MICRO
     default:
         break;
     }

@@ -652,7 +652,8 @@ static T_AVX2 void dots_q4ch_avx2(const float *q, const uint8_t *blk, int64_t n,
 }
 
 /* F16C rounds to nearest even with _MM_FROUND_TO_NEAREST_INT, as the
- * reference does (subnormals, overflow and NaN too) */
+ * reference does (subnormals, overflow and NaN too); AVX-512 takes it too,
+ * as a store-bound loop gains nothing from wider vectors */
 static T_AVX2 void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
 {
     int64_t i = 0;
@@ -660,15 +661,6 @@ static T_AVX2 void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
         _mm_storeu_si128((__m128i *)(y + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     llm_vec_to_f16_ref(x + i, y + i, n - i);
-}
-
-static T_AVX512 void to_f16_avx512(const float *x, uint16_t *y, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(y + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-    to_f16_avx2(x + i, y + i, n - i);
 }
 
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
@@ -689,7 +681,7 @@ static T_AVX512 void to_f16_avx512(const float *x, uint16_t *y, int64_t n)
 
 void llm_vec_to_f16(const float *x, uint16_t *y, int64_t n)
 {
-    VEC_DISPATCH(to_f16_avx512, to_f16_avx2, llm_vec_to_f16_ref, x, y, n)
+    VEC_DISPATCH(to_f16_avx2, to_f16_avx2, llm_vec_to_f16_ref, x, y, n)
 }
 
 void llm_vec_dots_f32(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n, float *s)

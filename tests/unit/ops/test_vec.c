@@ -537,6 +537,7 @@ Test(vec, to_f16_is_the_reference_rounding, .fini = restore)
     int ni = isas(is);
     enum { N = 4099 };
     static float x[N];
+    static uint32_t u[N]; /* x's bits */
     static uint16_t y[N];
     /* a start in each region that matters, then a stride through all */
     const uint32_t starts[] = { 0x00000000u, 0x33000000u, 0x387fc000u, 0x38800000u,
@@ -547,25 +548,22 @@ Test(vec, to_f16_is_the_reference_rounding, .fini = restore)
         for (size_t si = 0; si < sizeof starts / sizeof starts[0]; si++)
             for (uint64_t base = starts[si]; base < starts[si] + 0x100000000ull; base += 0x4000000ull) {
                 for (int i = 0; i < N; i++) {
-                    uint32_t u = (uint32_t)(base + (uint64_t)i * (i < 64 ? 1 : 251));
+                    u[i] = (uint32_t)(base + (uint64_t)i * (i < 64 ? 1 : 251));
                     if (i & 1)
-                        u ^= 0x80000000u;
-                    memcpy(&x[i], &u, 4);
+                        u[i] ^= 0x80000000u;
                 }
+                memcpy(x, u, sizeof x);
                 for (size_t li = 0; li < N_LENS; li++) { /* short rows: the tails */
                     uint16_t t[257];
                     llm_vec_to_f16(x, t, lens[li]);
                     for (int64_t i = 0; i < lens[li]; i++)
                         cr_assert_eq(t[i], llm_fp32_to_fp16(x[i]), "isa %d n %lld: %08x", is[ii],
-                                     (long long)lens[li], (unsigned)((const uint32_t *)x)[i]);
+                                     (long long)lens[li], u[i]);
                 }
                 llm_vec_to_f16(x, y, N);
-                for (int i = 0; i < N; i++) {
-                    uint32_t u;
-                    memcpy(&u, &x[i], 4);
+                for (int i = 0; i < N; i++)
                     cr_assert_eq(y[i], llm_fp32_to_fp16(x[i]), "isa %d: %08x gives %04x, not %04x",
-                                 is[ii], u, y[i], llm_fp32_to_fp16(x[i]));
-                }
+                                 is[ii], u[i], y[i], llm_fp32_to_fp16(x[i]));
             }
     }
 }
