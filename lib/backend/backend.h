@@ -57,6 +57,7 @@ void llm_rope_table(const struct llm_rope *r, const int32_t *pos, int32_t n, flo
 struct llm_attn_shape {
     int32_t n_heads, n_kv_heads, head_dim;
     float scale;            /* 1/sqrt(head_dim) */
+    int32_t window;         /* a token at position i sees i - window + 1 .. i; 0: 0 .. i */
 };
 
 /* A run of n tokens of one sequence in a batch: positions pos .. pos+n-1,
@@ -106,11 +107,13 @@ struct llm_backend_ops {
     /* For each segment: store its rows of k, v (kv_dim each) of `layer` at
      * its positions of its sequence (prepared with llm_kv_prepare), then
      * out (n_heads*head_dim per row) = causal attention of its rows of q
-     * over positions 0 .. pos+i of its sequence (GQA: query head h reads KV
+     * over positions 0 .. pos+i of its sequence, or the last s->window of
+     * them (sliding window) (GQA: query head h reads KV
      * head h / (n_heads / n_kv_heads)). Each token reads its positions in
      * order, whatever the segments around it. probs (one segment only; may
      * be NULL): host memory (n_heads, seg->n, seg->pos + seg->n) receiving
-     * each row's attention probabilities, 0 past the row's position. */
+     * each row's attention probabilities, 0 past the row's position and
+     * before its window. */
     llm_status (*attention)(struct llm_backend *b, const struct llm_attn_shape *s,
                             struct llm_kv *kv, int32_t layer, const struct llm_seg *seg,
                             int32_t n_seg, const float *q, const float *k, const float *v,

@@ -347,15 +347,24 @@ struct att_job {
  * stories110m's shape). */
 #define ATT_GROUP 8
 
-/* Positions of the KV block starting at p0 (bs long) that a token seeing
- * [0, len) attends to; 0 or less: none. */
-static inline int32_t block_rows(int32_t len, int32_t p0, int32_t bs)
+/* The positions [*a, *a + m) of the KV block starting at p0 (bs long) that
+ * a token seeing [lo, len) attends to; m 0 or less: none. */
+static inline int32_t block_rows(int32_t lo, int32_t len, int32_t p0, int32_t bs, int32_t *a)
 {
-    return len - p0 < bs ? len - p0 : bs;
+    *a = lo > p0 ? lo : p0;
+    return (len - p0 < bs ? len : p0 + bs) - *a;
+}
+
+/* The first position a token seeing [0, len) attends to under a sliding
+ * window of swa positions (0: none). */
+static inline int32_t swa_start(int32_t len, int32_t swa)
+{
+    return swa > 0 && len > swa ? len - swa : 0;
 }
 
 /* Causal attention of nt consecutive query tokens (token i sees positions
- * [0, len0 + i)) of one head over one KV head, walking the sequence's block
+ * [0, len0 + i), or the last swa of them) of one head over one KV head,
+ * walking the sequence's block
  * table block by block (no division per position); each block's rows go to
  * the multi-row kernels of vec.h, once per token while the block is in
  * cache. q: token i's query at q + i * qs; o likewise; sc (nt, cap):
@@ -366,10 +375,12 @@ static inline int32_t block_rows(int32_t len, int32_t p0, int32_t bs)
  * token's arithmetic is the same whatever nt. */
 CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh,
                               int32_t hd, float scale, const float *q, int64_t qs, int32_t nt,
-                              int32_t len0, float *sc, int64_t cap, float *o, float *probs,
-                              int64_t pld, const uint16_t *win, int32_t w0)
+                              int32_t len0, int32_t swa, float *sc, int64_t cap, float *o,
+                              float *probs, int64_t pld, const uint16_t *win, int32_t w0)
 {
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
+    /* blocks wholly before the first token's window are read by none */
+    const int32_t first = swa_start(len0, swa) / bs * bs;
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
     const int64_t kvd = kv->kv_dim, plane = (int64_t)layer * kv->p.n_blocks;
     const enum llm_type tk = kv->p.type_k, tv = kv->p.type_v;
@@ -388,7 +399,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             llm_vec_hadamard32(sc + i * cap + cap - hd, hd);
         }
     }
-    for (int32_t p0 = 0; tk == LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
+    for (int32_t p0 = first; tk == LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
         const int64_t row0 = (plane + table[p0 / bs]) * bs;
         const uint8_t *kb = K + row0 * rk + kvh * llm_q4ch_head_bytes(hd, bs);
         for (int32_t i = 0; i < nt; i++) {
@@ -401,14 +412,14 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
                                  kvd, len0 + i - p0, hd, si);
         }
     }
-    for (int32_t p0 = 0; tk != LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
+    for (int32_t p0 = first; tk != LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
         const int64_t row0 = (plane + table[p0 / bs]) * bs;
-        const uint8_t *kb = K + row0 * rk + kvh * hk;
-        for (int32_t i = 0; i < nt; i++) {
-            const int32_t m = block_rows(len0 + i, p0, bs);
+        for (int32_t i = 0, a; i < nt; i++) {
+            const int32_t m = block_rows(swa_start(len0 + i, swa), len0 + i, p0, bs, &a);
             if (m <= 0)
                 continue;
-            float *si = sc + i * cap + p0;
+            const uint8_t *kb = K + (row0 + a - p0) * rk + kvh * hk;
+            float *si = sc + i * cap + a;
             const float *qi = qq + i * qst;
             if (tk == LLM_TYPE_Q8_0)
                 llm_vec_dots_q8_0(qi, kb, rk, m, hd, si);
@@ -426,32 +437,33 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     }
     for (int32_t i = 0; i < nt; i++) {
         float *si = sc + i * cap, mx = -INFINITY, sum = 0.0f;
-        const int32_t li = len0 + i;
-        for (int32_t p = 0; p < li; p++) {
+        const int32_t li = len0 + i, lo = swa_start(li, swa);
+        for (int32_t p = lo; p < li; p++) {
             si[p] *= scale;
             mx = si[p] > mx ? si[p] : mx;
         }
-        for (int32_t p = 0; p < li; p++) {
+        for (int32_t p = lo; p < li; p++) {
             si[p] = expf(si[p] - mx);
             sum += si[p];
         }
         const float inv = 1.0f / sum;
-        for (int32_t p = 0; p < li; p++)
+        for (int32_t p = lo; p < li; p++)
             si[p] *= inv;
         memset(o + i * qs, 0, (size_t)hd * sizeof(float));
-        if (probs) { /* the tap: row i's probabilities, then zeros */
-            memcpy(probs + i * pld, si, (size_t)li * sizeof(float));
+        if (probs) { /* the tap: row i's probabilities, zeros outside them */
+            memset(probs + i * pld, 0, (size_t)lo * sizeof(float));
+            memcpy(probs + i * pld + lo, si + lo, (size_t)(li - lo) * sizeof(float));
             memset(probs + i * pld + li, 0, (size_t)(pld - li) * sizeof(float));
         }
     }
-    for (int32_t p0 = 0; p0 < len; p0 += bs) {
+    for (int32_t p0 = first; p0 < len; p0 += bs) {
         const int64_t row0 = (plane + table[p0 / bs]) * bs;
-        const uint8_t *vb = V + row0 * rv + kvh * hv;
-        for (int32_t i = 0; i < nt; i++) {
-            const int32_t m = block_rows(len0 + i, p0, bs);
+        for (int32_t i = 0, a; i < nt; i++) {
+            const int32_t m = block_rows(swa_start(len0 + i, swa), len0 + i, p0, bs, &a);
             if (m <= 0)
                 continue;
-            const float *wi = sc + i * cap + p0;
+            const uint8_t *vb = V + (row0 + a - p0) * rv + kvh * hv;
+            const float *wi = sc + i * cap + a;
             if (tv == LLM_TYPE_Q8_0)
                 llm_vec_axpys_q8_0(o + i * qs, wi, vb, rv, m, hd);
             else if (tv == LLM_TYPE_Q4_0)
@@ -500,7 +512,7 @@ static void att_run(int ti, int nth, void *arg)
             int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
             float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
             att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
-                      sg->pos + t0 + 1, sc, cap, j->out + qo, pr, pld,
+                      sg->pos + t0 + 1, s->window, sc, cap, j->out + qo, pr, pld,
                       j->win ? j->win + j->win_off[g] : NULL,
                       sg->pos / j->kv->p.block_size * j->kv->p.block_size);
         }
@@ -571,7 +583,8 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
         const struct llm_seg *g = &seg[i];
         llm_kv_store_host(kv, layer, g->seq, g->pos, g->n, k + (int64_t)g->row * kd,
                           v + (int64_t)g->row * kd);
-        work += 2.0 * g->n * s->n_heads * (double)(g->pos + g->n) * s->head_dim;
+        const int32_t seen = s->window > 0 && g->pos + g->n > s->window ? s->window : g->pos + g->n;
+        work += 2.0 * g->n * s->n_heads * (double)seen * s->head_dim;
         groups += (g->n + ATT_GROUP - 1) / ATT_GROUP;
     }
     int nth = llm_pool_size(cb->pool);

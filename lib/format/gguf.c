@@ -118,7 +118,7 @@ const char *llm_gguf_arch_rope_type(const char *arch)
 {
     /* llama.cpp llama_model_rope_type() at c392e509; "mistral" is how our
        Hugging Face importer names Mistral models, which GGUF files call
-       "llama" */
+       "llama"; qwen3 is neox in the llama.cpp versions that know it */
     static const char *const norm[] = {
         "llama", "mistral", "deci", "baichuan", "starcoder", "plamo", "orion", "internlm2",
         "minicpm", "xverse", "command-r", "cohere2", "olmo", "arctic", "deepseek",
@@ -126,7 +126,7 @@ const char *llm_gguf_arch_rope_type(const char *arch)
     };
     static const char *const neox[] = {
         "falcon", "grok", "dbrx", "bert", "nomic-bert", "stablelm", "bitnet", "qwen",
-        "qwen2", "qwen2moe", "olmo2", "olmoe", "phi2", "phi3", "phimoe", "gemma", "gemma2",
+        "qwen2", "qwen2moe", "qwen3", "olmo2", "olmoe", "phi2", "phi3", "phimoe", "gemma", "gemma2",
         "starcoder2", "openelm", "gptneox", "codeshell", "nemotron", "exaone", "minicpm3",
     };
     if (!arch)
@@ -735,6 +735,8 @@ static const struct { const char *suffix, *path; enum vkind kind; } arch_keys[] 
     { "attention.head_count", "hparams.head_count", V_INT },
     { "attention.head_count_kv", "hparams.head_count_kv", V_INT },
     { "attention.key_length", "hparams.head_dim", V_INT },
+    { "attention.sliding_window", "hparams.sliding_window", V_INT },
+    { "attention.sliding_window_pattern", "hparams.sliding_window_pattern", V_INT },
     { "rope.dimension_count", "hparams.rope_dim", V_INT },
     { "attention.layer_norm_rms_epsilon", "hparams.rms_norm_eps", V_F32 },
     { "rope.freq_base", "hparams.rope_theta", V_F32 },

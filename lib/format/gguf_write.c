@@ -531,6 +531,8 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
         { "hparams.head_count", "attention.head_count" },
         { "hparams.head_count_kv", "attention.head_count_kv" },
         { "hparams.rope_dim", "rope.dimension_count" },
+        { "hparams.sliding_window", "attention.sliding_window" },
+        { "hparams.sliding_window_pattern", "attention.sliding_window_pattern" },
     };
     char key[512];
     uint32_t v, emb = 0, heads = 0, hd = 0;

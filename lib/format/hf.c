@@ -79,7 +79,9 @@ struct hf_cfg {
     const char *arch;
     const char *path;   /* DIR/config.json, for messages */
     int permute;        /* Q/K rows from half-split to interleaved order */
-    int qkv_bias;       /* q/k/v biases required (qwen2) */
+    int qkv_bias;       /* q/k/v biases required (qwen2; qwen3 with attention_bias) */
+    int qk_norm;        /* per-head q/k RMS norms required (qwen3) */
+    int64_t swa;        /* sliding window (0: none) */
     int64_t V, ctx, H, I, L, nH, nKV, hd;
     int tie;
 };
@@ -127,6 +129,7 @@ static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
         { "llama", "LlamaForCausalLM" },
         { "mistral", "MistralForCausalLM" },
         { "qwen2", "Qwen2ForCausalLM" },
+        { "qwen3", "Qwen3ForCausalLM" },
     };
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
     const char *cls = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
@@ -137,19 +140,43 @@ static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
     if (!c->arch) {
         if (mt)
             return llm_error_set(LLM_E_UNSUPPORTED,
-                                 "%s: model_type '%s' is not supported (llama, mistral, qwen2)",
+                                 "%s: model_type '%s' is not supported (llama, mistral, qwen2, "
+                                 "qwen3)",
                                  c->path, mt);
         if (cls)
             return llm_error_set(LLM_E_UNSUPPORTED,
-                                 "%s: architecture '%s' is not supported (llama, mistral, qwen2)",
+                                 "%s: architecture '%s' is not supported (llama, mistral, "
+                                 "qwen2, qwen3)",
                                  c->path, cls);
         return llm_error_set(LLM_E_FORMAT, "%s: missing key 'model_type'", c->path);
     }
     /* HF stores Q/K for rotate_half RoPE; GGUF llama (and our "norm" rope)
-     * wants Meta's interleaved order, qwen2 keeps the HF order ("neox"). */
-    c->permute = strcmp(c->arch, "qwen2") != 0;
-    c->qkv_bias = !c->permute;
+     * wants Meta's interleaved order, qwen2 and qwen3 keep the HF order
+     * ("neox"). */
+    c->permute = strncmp(c->arch, "qwen", 4) != 0;
+    c->qkv_bias = strcmp(c->arch, "qwen2") == 0;
+    c->qk_norm = strcmp(c->arch, "qwen3") == 0;
     return LLM_OK;
+}
+
+/* Mistral's sliding_window (every layer; null or absent: none). Qwen2 and
+ * Qwen3 configs carry one too, used only with use_sliding_window, and
+ * then only from layer max_window_layers on: refused, not run wrong. */
+static llm_status read_window(const json_t *cfg, struct hf_cfg *c)
+{
+    json_t *use = json_object_get(cfg, "use_sliding_window");
+    if (use && !json_is_null(use) && !json_is_boolean(use))
+        return llm_error_set(LLM_E_FORMAT, "%s: key 'use_sliding_window' is not a boolean",
+                             c->path);
+    if (strncmp(c->arch, "qwen", 4) == 0) {
+        if (json_is_true(use))
+            return llm_error_set(LLM_E_UNSUPPORTED, "%s: use_sliding_window (sliding-window "
+                                 "layers from max_window_layers on) is not supported", c->path);
+        return LLM_OK;
+    }
+    if (strcmp(c->arch, "mistral") != 0 || json_is_false(use))
+        return LLM_OK;
+    return cfg_int(cfg, c, "sliding_window", 0, 0, &c->swa);
 }
 
 static llm_status read_config(const json_t *cfg, struct hf_cfg *c)
@@ -180,7 +207,12 @@ static llm_status read_config(const json_t *cfg, struct hf_cfg *c)
         return llm_error_set(LLM_E_FORMAT, "%s: key 'tie_word_embeddings' is not a boolean",
                              c->path);
     c->tie = json_is_true(tie);
-    return LLM_OK;
+    json_t *ab = json_object_get(cfg, "attention_bias");
+    if (ab && !json_is_null(ab) && !json_is_boolean(ab))
+        return llm_error_set(LLM_E_FORMAT, "%s: key 'attention_bias' is not a boolean", c->path);
+    if (c->qk_norm && json_is_true(ab))
+        c->qkv_bias = 1;
+    return read_window(cfg, c);
 }
 
 /* rope_scaling (or v5-style rope_parameters) to hparams.rope_scaling.* */
@@ -279,6 +311,8 @@ static llm_status set_config_meta(struct llm_file *f, const json_t *cfg, const c
     if (cfg_num(cfg, "rms_norm_eps", c->path, "", &eps) < 0)
         return LLM_E_FORMAT;
     LLM_TRY(llm_meta_set_f32(m, "hparams.rms_norm_eps", (float)eps));
+    if (c->swa)
+        LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window", c->swa));
     LLM_TRY(set_rope(f, cfg, c));
     LLM_TRY(llm_meta_set_str(m, "source.format", "hf"));
     LLM_TRY(llm_meta_set_str(m, "source.path", dir));
@@ -330,7 +364,11 @@ static const struct {
     { "mlp.gate_proj", "ffn_gate" },
     { "mlp.up_proj", "ffn_up" },
     { "mlp.down_proj", "ffn_down" },
+    { "self_attn.q_norm", "attn_q_norm" },
+    { "self_attn.k_norm", "attn_k_norm" },
 };
+/* the slot of the first per-head norm: those two are qwen3's alone */
+#define SLOT_QK_NORM 9
 #define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
 
 static int ends_with(const char *s, const char *suf)
@@ -399,8 +437,9 @@ static uint32_t expected_ne(const struct hf_cfg *c, int64_t layer, size_t slot, 
         return 2;
     }
     /* rows (out) and columns (in) of each projection, by slot */
-    const int64_t rows[N_LAYER_NAMES] = { c->H, q, kv, kv, c->H, c->H, c->I, c->I, c->H };
-    const int64_t cols[N_LAYER_NAMES] = { 0, c->H, c->H, c->H, q, 0, c->H, c->H, c->I };
+    const int64_t rows[N_LAYER_NAMES] = { c->H, q, kv, kv, c->H, c->H, c->I, c->I, c->H,
+                                          c->hd, c->hd };
+    const int64_t cols[N_LAYER_NAMES] = { 0, c->H, c->H, c->H, q, 0, c->H, c->H, c->I, 0, 0 };
     if (bias || !cols[slot]) {
         ne[0] = rows[slot];
         return 1;
@@ -611,6 +650,13 @@ static llm_status check_complete(struct hf_load *ld, const char *dir, struct hf_
                 continue;
             snprintf(name, sizeof name, "blk.%lld.%s.%s", (long long)l, layer_names[slot].gguf,
                      bias ? "bias" : "weight");
+            if (!bias && slot >= SLOT_QK_NORM && !c->qk_norm) {
+                if (have(ld, name))
+                    return llm_error_set(LLM_E_FORMAT, "%s: tensor 'model.layers.%lld.%s.weight':"
+                                         " %s has no q/k norms", dir, (long long)l,
+                                         layer_names[slot].hf, c->arch);
+                continue;
+            }
             if (!have(ld, name))
                 return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.layers.%lld.%s.%s'",
                                      dir, (long long)l, layer_names[slot].hf,

@@ -46,6 +46,8 @@ static const struct {
     { "ffn_gate", "mlp.gate_proj", 1 },
     { "ffn_up", "mlp.up_proj", 1 },
     { "ffn_down", "mlp.down_proj", 1 },
+    { "attn_q_norm", "self_attn.q_norm", 0 },
+    { "attn_k_norm", "self_attn.k_norm", 0 },
 };
 #define N_BLK_NAMES (sizeof blk_names / sizeof blk_names[0])
 
@@ -700,16 +702,29 @@ static llm_status build_config(struct xplan *p, json_t *cfg, json_t *qc)
         return llm_error_set(LLM_E_FORMAT, "%s: metadata has no architecture", f->path);
     static const char *const archs[][2] = { { "llama", "LlamaForCausalLM" },
                                             { "mistral", "MistralForCausalLM" },
-                                            { "qwen2", "Qwen2ForCausalLM" } };
+                                            { "qwen2", "Qwen2ForCausalLM" },
+                                            { "qwen3", "Qwen3ForCausalLM" } };
     const char *cls = NULL;
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (strcmp(arch, archs[i][0]) == 0)
             cls = archs[i][1];
     if (!cls)
         return llm_error_set(LLM_E_UNSUPPORTED,
                              "%s: architecture '%s' cannot be written as a Hugging Face "
-                             "checkpoint (llama, mistral, qwen2)",
+                             "checkpoint (llama, mistral, qwen2, qwen3)",
                              f->path, arch);
+    /* a window on every layer is Mistral's (GGUF calls Mistral "llama") */
+    int64_t swa = 0, pat = 1;
+    if (llm_meta_get_i64(f->meta, "hparams.sliding_window", &swa) == LLM_OK && swa > 0) {
+        (void)llm_meta_get_i64(f->meta, "hparams.sliding_window_pattern", &pat);
+        if (strcmp(arch, "llama") == 0)
+            arch = "mistral", cls = "MistralForCausalLM";
+        if (strcmp(arch, "mistral") != 0 || pat != 1)
+            return llm_error_set(LLM_E_UNSUPPORTED, "%s: a sliding window on %s cannot be "
+                                 "written as a Hugging Face checkpoint (Mistral's alone)",
+                                 f->path, arch);
+    }
+    llm_error_clear();
     json_t *a = json_array();
     LLM_TRY(jset(cfg, "architectures", a));
     if (json_array_append_new(a, json_string(cls)) != 0)
@@ -735,8 +750,11 @@ static llm_status build_config(struct xplan *p, json_t *cfg, json_t *qc)
         tie = !llm_file_find(f, "output.weight");
     llm_error_clear();
     LLM_TRY(jset(cfg, "tie_word_embeddings", json_boolean(tie)));
-    if (strcmp(arch, "llama") == 0 && llm_file_find(f, "blk.0.attn_q.bias"))
+    if ((strcmp(arch, "llama") == 0 || strcmp(arch, "qwen3") == 0) &&
+        llm_file_find(f, "blk.0.attn_q.bias"))
         LLM_TRY(jset(cfg, "attention_bias", json_true()));
+    if (swa > 0)
+        LLM_TRY(jset(cfg, "sliding_window", json_integer(swa)));
     LLM_TRY(jset(cfg, "hidden_act", json_string("silu")));
     LLM_TRY(jset(cfg, "torch_dtype", json_string("float16")));
     int64_t id;

@@ -6,7 +6,8 @@
  * written, tensor by tensor, and the bytes of a tensor do not depend on which
  * other tensors exist or on the order they are written in. Matrices are drawn
  * uniform with the standard deviation of a usual init (0.02) and converted to
- * the requested type; norms are 1 and biases small, both f32.
+ * the requested type; norms are 1 (qwen3's per-head q/k norms drawn from
+ * [0.5, 1.5), so that their weights matter) and biases small, all f32.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -30,12 +31,13 @@
 
 struct syn_shape {
     const char *name;
-    const char *arch;   /* llama | mistral | qwen2 */
+    const char *arch;   /* llama | mistral | qwen2 | qwen3 */
     int64_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, ctx;
     int64_t head_dim;   /* 0: dim / n_heads */
     double rope_theta, rms_eps;
     int tie;
     int qkv_bias;
+    int64_t swa;        /* sliding window on every layer (0: none) */
 };
 
 /* hparams from each model's published config (config.json / params.json) */
@@ -48,10 +50,13 @@ static const struct syn_shape shapes[] = {
     {"llama-3-8b", "llama", 4096, 14336, 32, 32, 8, 128256, 8192, 0, 500000.0, 1e-5, 0, 0},
     {"mistral-7b", "mistral", 4096, 14336, 32, 32, 8, 32000, 32768, 0, 1000000.0, 1e-5, 0, 0},
     {"qwen2-0.5b", "qwen2", 896, 4864, 24, 14, 2, 151936, 131072, 0, 1000000.0, 1e-6, 1, 1},
+    {"qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 1000000.0, 1e-6, 1, 0},
+    {"mistral-7b-v0.1", "mistral", 4096, 14336, 32, 32, 8, 32000, 32768, 0, 10000.0, 1e-5, 0, 0,
+     4096},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
-enum syn_init { INIT_WEIGHT, INIT_ONES, INIT_BIAS };
+enum syn_init { INIT_WEIGHT, INIT_ONES, INIT_BIAS, INIT_NORM };
 
 struct syn_tensor {
     uint64_t seed;  /* generator seed of this tensor */
@@ -61,7 +66,7 @@ struct syn_tensor {
 const char *llm_synthetic_shapes(void)
 {
     return "stories260k,stories15m,stories110m,smollm2-135m,llama-2-7b,llama-3-8b,"
-           "mistral-7b,qwen2-0.5b";
+           "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1";
 }
 
 /* ---- generator ------------------------------------------------------------- */
@@ -112,6 +117,10 @@ static llm_status syn_fill(const struct llm_tensor *t, void *dst, void *ctx)
         if (st->init == INIT_ONES) {
             for (int64_t i = 0; i < ne0; i++)
                 row[i] = 1.0f;
+        } else if (st->init == INIT_NORM) {
+            gen_row(&state, 0.5f, row, ne0);
+            for (int64_t i = 0; i < ne0; i++)
+                row[i] += 1.0f;
         } else {
             gen_row(&state, st->init == INIT_BIAS ? a * 0.1f : a, row, ne0);
         }
@@ -137,7 +146,7 @@ static const char *const yaml_keys[] = {
     "architecture",  "embedding_length", "feed_forward_length", "block_count",
     "head_count",    "head_count_kv",    "vocab_size",          "context_length",
     "rope_theta",    "rms_norm_eps",     "tie_embeddings",      "head_dim",
-    "attention_bias", "name",
+    "attention_bias", "name",        "sliding_window",
 };
 
 static llm_status yaml_int(const struct llm_meta *root, const char *path, const char *key,
@@ -178,7 +187,8 @@ static llm_status yaml_bool(const struct llm_meta *root, const char *path, const
     return LLM_OK;
 }
 
-/* Keys: those of the named shapes; head_dim and attention_bias optional. */
+/* Keys: those of the named shapes; head_dim, attention_bias and
+ * sliding_window optional. */
 static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
                                   struct syn_shape *sh, char *arch, size_t arch_cap)
 {
@@ -198,8 +208,9 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
     m = llm_meta_child(root, "architecture");
     LLM_CHECK(m, LLM_E_FORMAT, "%s: missing key 'architecture'", path);
     LLM_CHECK(m->kind == LLM_META_STR &&
-                  (!strcmp(m->s, "llama") || !strcmp(m->s, "mistral") || !strcmp(m->s, "qwen2")),
-              LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral or qwen2",
+                  (!strcmp(m->s, "llama") || !strcmp(m->s, "mistral") ||
+                   !strcmp(m->s, "qwen2") || !strcmp(m->s, "qwen3")),
+              LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral, qwen2 or qwen3",
               path, m->line);
     snprintf(arch, arch_cap, "%s", m->s);
     sh->arch = arch;
@@ -220,6 +231,8 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
     sh->qkv_bias = !strcmp(arch, "qwen2");
     if (llm_meta_child(root, "attention_bias"))
         LLM_TRY(yaml_bool(root, path, "attention_bias", &sh->qkv_bias));
+    if (llm_meta_child(root, "sliding_window"))
+        LLM_TRY(yaml_int(root, path, "sliding_window", &sh->swa));
     return LLM_OK;
 }
 
@@ -285,7 +298,8 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
                                   {sh->dim, kv_dim},    {q_dim, sh->dim},
                                   {sh->dim, sh->hidden}, {sh->hidden, sh->dim},
                                   {sh->dim, sh->hidden}};
-    size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0);
+    const int qk_norm = !strcmp(sh->arch, "qwen3");
+    size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0) + (qk_norm ? 2 : 0);
     size_t n = 3 + (size_t)sh->n_layers * per_layer, n_ctx = 0;
     struct syn_tensor *ctx = llm_calloc(n, sizeof *ctx);
     char name[LLM_MAX_NAME];
@@ -314,6 +328,10 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
                             1));
             }
         }
+        for (int i = 0; qk_norm && i < 2; i++) {
+            snprintf(name, sizeof name, "blk.%lld.attn_%c_norm.weight", (long long)l, "qk"[i]);
+            LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, INIT_NORM, hd, 1));
+        }
     }
     LLM_TRY(add(f, ctx, &n_ctx, seed, "output_norm.weight", LLM_TYPE_F32, INIT_ONES, sh->dim,
                 1));
@@ -337,7 +355,9 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
     LLM_TRY(llm_meta_set_f32(m, "hparams.rms_norm_eps", (float)sh->rms_eps));
     /* random weights fit either order; say what a real model of the arch uses */
     LLM_TRY(llm_meta_set_str(m, "hparams.rope_type",
-                             strcmp(sh->arch, "qwen2") == 0 ? "neox" : "norm"));
+                             strncmp(sh->arch, "qwen", 4) == 0 ? "neox" : "norm"));
+    if (sh->swa)
+        LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window", sh->swa));
     LLM_TRY(llm_meta_set_bool(m, "hparams.tie_embeddings", sh->tie));
     LLM_TRY(llm_meta_set_str(m, "tokenizer.model", "none"));
     LLM_TRY(llm_meta_set_str(m, "source.format", "synthetic"));

@@ -90,8 +90,17 @@ static llm_status attention_stage(struct llm_context *c, int32_t l, const struct
     const int any_bias = bias[0] || bias[1] || bias[2];
     float *qkv_out[3] = { c->q, c->k, c->v };
     LLM_TRY(llm_model_matmul(c, 3, qkv, any_bias ? bias : NULL, xb, qkv_out, n));
+    const struct llm_config *cf = &c->m->c;
+    if (cf->qk_norm) { /* each head's row (head_dim) normed on its own */
+        LLM_TRY(b->ops->rmsnorm(b, c->q, &L->q_norm, c->q, n * cf->n_heads, cf->head_dim,
+                                cf->rms_eps));
+        LLM_TRY(b->ops->rmsnorm(b, c->k, &L->k_norm, c->k, n * cf->n_kv_heads, cf->head_dim,
+                                cf->rms_eps));
+    }
     LLM_TRY(b->ops->rope(b, &c->ash, c->rope.n_dims, c->rope.neox, c->cs, c->q, c->k, n));
-    return b->ops->attention(b, &c->ash, c->kv, l, sl, n_sl, c->q, c->k, c->v, att, probs);
+    struct llm_attn_shape sh = c->ash;
+    sh.window = llm_config_layer_window(cf, l);
+    return b->ops->attention(b, &sh, c->kv, l, sl, n_sl, c->q, c->k, c->v, att, probs);
 }
 
 llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,

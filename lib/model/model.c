@@ -69,9 +69,9 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         return llm_error_set(LLM_E_FORMAT, "%s: metadata key 'architecture' is missing", path);
     if (!strcmp(s, "none"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: the file holds a tokenizer only, no model", path);
-    if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2"))
+    if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2") && strcmp(s, "qwen3"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, "
-                             "mistral, qwen2)", path, s);
+                             "mistral, qwen2, qwen3)", path, s);
     snprintf(c->arch, sizeof c->arch, "%s", s);
     const int64_t big = 1 << 20;
     LLM_TRY(get_int(m, path, "hparams.vocab_size", 0, 0, INT32_MAX, &c->n_vocab));
@@ -91,7 +91,10 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
     if (c->rope_dim % 2 || c->rope_dim > c->head_dim)
         return llm_error_set(LLM_E_FORMAT, "%s: rope_dim %d must be even and at most head_dim %d",
                              path, c->rope_dim, c->head_dim);
-    c->rope_neox = !strcmp(c->arch, "qwen2");
+    LLM_TRY(get_int(m, path, "hparams.sliding_window", 0, 0, INT32_MAX, &c->swa_window));
+    LLM_TRY(get_int(m, path, "hparams.sliding_window_pattern", 1, 1, 4096, &c->swa_pattern));
+    c->rope_neox = !strncmp(c->arch, "qwen", 4);
+    c->qk_norm = !strcmp(c->arch, "qwen3");
     if (!llm_meta_get_str(m, "hparams.rope_type", &s)) {
         if (strcmp(s, "norm") && strcmp(s, "neox"))
             return llm_error_set(LLM_E_FORMAT, "%s: hparams.rope_type '%s' (norm, neox)", path, s);
@@ -123,6 +126,14 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         return llm_error_set(LLM_E_FORMAT, "%s: rope_theta %g / rms_norm_eps %g out of range", path,
                              (double)c->rope_theta, (double)c->rms_eps);
     return LLM_OK;
+}
+
+int32_t llm_config_layer_window(const struct llm_config *c, int32_t l)
+{
+    if (c->swa_window <= 0)
+        return 0;
+    const int32_t p = c->swa_pattern;
+    return p <= 1 || l % p < p - 1 ? c->swa_window : 0;
 }
 
 /* ---- weights ---------------------------------------------------------- */
@@ -332,6 +343,12 @@ static llm_status bind_all(struct llm_model *m)
         B(bq, "attn_q.bias", qd, 0, 1);
         B(bk, "attn_k.bias", kd, 0, 1);
         B(bv, "attn_v.bias", kd, 0, 1);
+        B(q_norm, "attn_q_norm.weight", c->head_dim, 0, !c->qk_norm);
+        B(k_norm, "attn_k_norm.weight", c->head_dim, 0, !c->qk_norm);
+        if (!c->qk_norm && (L->q_norm.data || L->k_norm.data))
+            return llm_error_set(LLM_E_FORMAT, "%s: tensor 'blk.%d.attn_%s_norm.weight': "
+                                 "architecture '%s' has no q/k norms", m->f->path, l,
+                                 L->q_norm.data ? "q" : "k", c->arch);
         B(ffn_norm, "ffn_norm.weight", c->dim, 0, 0);
         B(gate, "ffn_gate.weight", c->dim, c->ffn_dim, 0);
         B(up, "ffn_up.weight", c->dim, c->ffn_dim, 0);
@@ -946,6 +963,13 @@ llm_status llm_model_id(struct llm_model *m, uint64_t *id)
     ID_ADD(st, c->rope_factor);
     ID_ADD(st, c->rope_orig_ctx);
     ID_ADD(st, c->rms_eps);
+    /* the window changes what a position sees: a model without it (or the
+     * same weights under another window) must not share cached states;
+     * models without one keep the identity they had before windows */
+    if (c->swa_window) {
+        ID_ADD(st, c->swa_window);
+        ID_ADD(st, c->swa_pattern);
+    }
     void *buf = NULL;
     size_t cap = 0;
     llm_status s = LLM_OK;

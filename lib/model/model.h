@@ -20,7 +20,7 @@
 
 /* Hyper-parameters, from the metadata (format/file.h schema). */
 struct llm_config {
-    char arch[32];            /* llama, mistral, qwen2 */
+    char arch[32];            /* llama, mistral, qwen2, qwen3 */
     int32_t n_vocab;
     int32_t n_ctx_train;      /* context_length */
     int32_t dim;              /* embedding_length */
@@ -39,7 +39,19 @@ struct llm_config {
     float rms_eps;
     int tie_embeddings;
     int qkv_bias;
+    int qk_norm;              /* q and k RMS-normed per head before RoPE (qwen3) */
+    /* Sliding-window attention: a local layer's token at position i sees
+     * positions i - swa_window + 1 .. i. Layer l is local when swa_pattern
+     * is 1 (every layer: Mistral) or l % swa_pattern < swa_pattern - 1
+     * (Gemma 2: 2, every other layer; Gemma 3: 6, five local then one
+     * global). swa_window 0: every layer sees the whole sequence. */
+    int32_t swa_window;
+    int32_t swa_pattern;
 };
+
+/* Positions a token of layer l attends to, counting itself: the window of
+ * a local layer, 0 (all) for a global one. */
+int32_t llm_config_layer_window(const struct llm_config *c, int32_t l);
 
 /* Fill a config from metadata; LLM_E_FORMAT naming the missing/bad key. */
 llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *meta, const char *path);

@@ -8,7 +8,7 @@
 #include "model.h"
 
 struct llm_layer_w {
-    struct llm_weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+    struct llm_weight attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, gate, up, down;
 };
 
 struct llm_model {

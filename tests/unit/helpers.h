@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "../../lib/llm.h"
@@ -56,6 +57,28 @@ static inline struct llm_model *llm_test_model(const char *rel, int n_threads)
     llm_status s = llm_model_open(&m, p, &mp);
     cr_assert_eq(s, LLM_OK, "%s: %s", rel, llm_error_detail(s));
     return m;
+}
+
+/* Multiply every f32 weight matrix of f by k, so that a random-weight model
+ * is far from linear: attention sharp, logits spread (0.02-std weights make
+ * every model nearly linear and every greedy choice a near tie). */
+static inline void llm_test_scale_weights(struct llm_file *f, float k)
+{
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        struct llm_tensor *t = &f->tensors[i];
+        if (t->type != LLM_TYPE_F32 || t->n_dims != 2)
+            continue;
+        const void *d;
+        cr_assert_eq(llm_tensor_bytes(f, t, &d), LLM_OK);
+        float *w = malloc(t->nbytes);
+        cr_assert(w);
+        memcpy(w, d, t->nbytes);
+        for (uint64_t j = 0; j < t->nbytes / 4; j++)
+            w[j] *= k;
+        cr_assert_eq(llm_file_own(f, w), LLM_OK);
+        t->data = w;
+        t->fill = NULL;
+    }
 }
 
 #endif

@@ -20,7 +20,10 @@ static const char *SMOL = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /* A model to test on: 0-3 stories260K as f32, q8_0, q4_1, q3z_g32; 4-6 a
  * synthetic llama whose matrices take the interleaved layout, as q4_0,
- * q8_0, f16; 7 SmolLM2 (NULL when it is absent or the data is). */
+ * q8_0, f16; 7 SmolLM2 (NULL when it is absent or the data is); 8 a
+ * synthetic mistral with a sliding window of 7 (shorter than most prompts,
+ * not a multiple of the block size), q8_0; 9 a synthetic qwen3 (per-head
+ * q/k norms, head size not hidden / heads), f32. */
 static struct llm_model *open_model(int which, int n_threads)
 {
     static const enum llm_type st[] = { LLM_TYPE_F32, LLM_TYPE_Q8_0, LLM_TYPE_Q4_1,
@@ -37,19 +40,24 @@ static struct llm_model *open_model(int which, int n_threads)
         cr_assert_eq(llm_import(&f, p, &io), LLM_OK);
         if (st[which] != LLM_TYPE_F32)
             cr_assert_eq(llm_file_convert(f, st[which]), LLM_OK);
-    } else if (which < 7) {
+    } else if (which < 7 || which > 7) {
         const char *dir = llm_test_tmpdir();
         char path[512];
         snprintf(path, sizeof path, "%s/shape.yaml", dir);
         FILE *fp = fopen(path, "w");
         cr_assert(fp);
-        fputs("architecture: llama\nembedding_length: 128\nfeed_forward_length: 256\n"
+        fputs(which == 8   ? "architecture: mistral\nsliding_window: 7\n"
+              : which == 9 ? "architecture: qwen3\nhead_dim: 48\n"
+                           : "architecture: llama\n",
+              fp);
+        fputs("embedding_length: 128\nfeed_forward_length: 256\n"
               "block_count: 2\nhead_count: 4\nhead_count_kv: 2\nvocab_size: 160\n"
               "context_length: 256\nrope_theta: 10000.0\nrms_norm_eps: 1e-5\n"
               "tie_embeddings: true\n",
               fp);
         fclose(fp);
-        s = llm_synthetic(&f, path, sy[which - 4], 3);
+        s = llm_synthetic(&f, path, which < 7 ? sy[which - 4] : which == 8 ? LLM_TYPE_Q8_0
+                                                                           : LLM_TYPE_F32, 3);
         cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
     } else {
         if (access(SMOL, R_OK))
@@ -221,6 +229,8 @@ Test(batch, alone_equals_batched_interleaved_q4_0) { check_alone_equals_batched(
 Test(batch, alone_equals_batched_interleaved_q8_0) { check_alone_equals_batched(5); }
 Test(batch, alone_equals_batched_f16) { check_alone_equals_batched(6); }
 Test(batch, alone_equals_batched_smollm2) { check_alone_equals_batched(7); }
+Test(batch, alone_equals_batched_sliding_window) { check_alone_equals_batched(8); }
+Test(batch, alone_equals_batched_qwen3_qk_norm) { check_alone_equals_batched(9); }
 
 /* A prompt of 100 tokens in chunks of 1, 7, 64 and all at once: every
  * position's logits are the same bits. */
@@ -261,6 +271,7 @@ Test(batch, chunked_prefill_stories260k_q3z) { check_chunks(3); }
 Test(batch, chunked_prefill_interleaved_q4_0) { check_chunks(4); }
 Test(batch, chunked_prefill_f16) { check_chunks(6); }
 Test(batch, chunked_prefill_smollm2) { check_chunks(7); }
+Test(batch, chunked_prefill_sliding_window) { check_chunks(8); }
 
 /* A prompt of 21 tokens (a partial last block of 16), forked into 4
  * sequences: its blocks are shared, not copied; the forks then take

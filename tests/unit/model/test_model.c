@@ -134,6 +134,8 @@ static double *ref_forward(struct llm_file *f, const struct llm_config *c, const
         double *wd = W(f, "blk.%d.ffn_down.weight", l);
         double *bq = W(f, "blk.%d.attn_q.bias", l), *bk = W(f, "blk.%d.attn_k.bias", l);
         double *bv = W(f, "blk.%d.attn_v.bias", l);
+        double *qn = W(f, "blk.%d.attn_q_norm.weight", l), *kn = W(f, "blk.%d.attn_k_norm.weight", l);
+        const int win = llm_config_layer_window(c, l);
         for (int t = 0; t < n; t++) {
             ref_rmsnorm(x + t * D, an, xb, D, c->rms_eps);
             ref_matvec(wq, xb, q + t * qd, qd, D);
@@ -143,6 +145,10 @@ static double *ref_forward(struct llm_file *f, const struct llm_config *c, const
                 q[t * qd + i] += bq[i];
             for (int64_t i = 0; bk && i < kd; i++)
                 k[t * kd + i] += bk[i], v[t * kd + i] += bv[i];
+            for (int h = 0; qn && h < c->n_heads; h++)
+                ref_rmsnorm(q + t * qd + h * hd, qn, q + t * qd + h * hd, hd, c->rms_eps);
+            for (int h = 0; kn && h < c->n_kv_heads; h++)
+                ref_rmsnorm(k + t * kd + h * hd, kn, k + t * kd + h * hd, hd, c->rms_eps);
             ref_rope(c, q + t * qd, c->n_heads, t);
             ref_rope(c, k + t * kd, c->n_kv_heads, t);
         }
@@ -150,18 +156,19 @@ static double *ref_forward(struct llm_file *f, const struct llm_config *c, const
             for (int h = 0; h < c->n_heads; h++) {
                 int g0 = h / (c->n_heads / c->n_kv_heads);
                 double mx = -1e300, sum = 0;
-                for (int p = 0; p <= t; p++) {
+                const int p0 = win && t >= win ? t - win + 1 : 0; /* the sliding window */
+                for (int p = p0; p <= t; p++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++)
                         d += q[t * qd + h * hd + e] * k[p * kd + g0 * hd + e];
                     sc[p] = d / sqrt((double)hd);
                     mx = fmax(mx, sc[p]);
                 }
-                for (int p = 0; p <= t; p++)
+                for (int p = p0; p <= t; p++)
                     sum += sc[p] = exp(sc[p] - mx);
                 for (int e = 0; e < hd; e++) {
                     double s = 0;
-                    for (int p = 0; p <= t; p++)
+                    for (int p = p0; p <= t; p++)
                         s += sc[p] / sum * v[p * kd + g0 * hd + e];
                     att[h * hd + e] = s;
                 }
@@ -178,7 +185,7 @@ static double *ref_forward(struct llm_file *f, const struct llm_config *c, const
             for (int64_t i = 0; i < D; i++)
                 x[t * D + i] += o[i];
         }
-        double *all[] = { an, wq, wk, wv, wo, fn, wg, wu, wd, bq, bk, bv };
+        double *all[] = { an, wq, wk, wv, wo, fn, wg, wu, wd, bq, bk, bv, qn, kn };
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             free(all[i]);
     }
@@ -260,7 +267,8 @@ static void check_against_ref(struct llm_file *f, int n, double tol, int n_threa
         sr += ref[i] * ref[i];
     }
     cr_assert(norm > 0.01, "degenerate logits (max %g)", norm);
-    cr_assert(err <= tol * norm, "max |logit - ref| = %g, max |ref| = %g", err, norm);
+    cr_assert(err <= tol * norm, "KV %s: max |logit - ref| = %g, max |ref| = %g",
+              llm_type_name(kv_type), err, norm);
     if (rms_tol > 0)
         cr_assert(sqrt(se / sr) <= rms_tol, "relative RMS error %g", sqrt(se / sr));
     /* token by token from scratch gives the same last logits */
@@ -275,43 +283,135 @@ static void check_against_ref(struct llm_file *f, int n, double tol, int n_threa
     llm_model_close(m);
 }
 
-/* Multiply every weight matrix so the model is far from linear. */
-static void scale_weights(struct llm_file *f, float k)
-{
-    for (size_t i = 0; i < f->n_tensors; i++) {
-        struct llm_tensor *t = &f->tensors[i];
-        if (t->type != LLM_TYPE_F32 || t->n_dims != 2)
-            continue;
-        const void *d;
-        cr_assert_eq(llm_tensor_bytes(f, t, &d), LLM_OK);
-        float *w = malloc(t->nbytes);
-        memcpy(w, d, t->nbytes);
-        for (uint64_t j = 0; j < t->nbytes / 4; j++)
-            w[j] *= k;
-        cr_assert_eq(llm_file_own(f, w), LLM_OK);
-        t->data = w;
-        t->fill = NULL;
-    }
-}
-
 Test(model, qwen2_gqa_neox_bias_matches_reference)
 {
     struct llm_file *f = synth(QWEN, LLM_TYPE_F32);
-    scale_weights(f, 12.0f);
+    llm_test_scale_weights(f, 12.0f);
     check_against_ref(f, 13, 2e-4, 1, LLM_TYPE_F32, 0);
 }
 
 Test(model, llama_mqa_head_dim_matches_reference_2_threads)
 {
     struct llm_file *f = synth(LLAMA, LLM_TYPE_F32);
-    scale_weights(f, 12.0f);
+    llm_test_scale_weights(f, 12.0f);
     check_against_ref(f, 21, 2e-4, 2, LLM_TYPE_F32, 0);
+}
+
+static const char *MISTRAL_SWA = "architecture: mistral\nsliding_window: 6\nhead_dim: 32\n"
+                                 "embedding_length: 64\nfeed_forward_length: 96\n"
+                                 "block_count: 2\nhead_count: 4\nhead_count_kv: 2\n"
+                                 "vocab_size: 80\ncontext_length: 128\nrope_theta: 10000.0\n"
+                                 "rms_norm_eps: 1e-5\ntie_embeddings: false\n";
+static const char *QWEN3 = "architecture: qwen3\nembedding_length: 48\nfeed_forward_length: 80\n"
+                           "block_count: 2\nhead_count: 4\nhead_count_kv: 2\nhead_dim: 16\n"
+                           "vocab_size: 96\ncontext_length: 64\nrope_theta: 1000000.0\n"
+                           "rms_norm_eps: 1e-6\ntie_embeddings: true\n";
+
+/* 21 tokens through a window of 6 in blocks of 4: windows that start
+ * inside a block, whole blocks skipped, the prompt's two halves. */
+Test(model, mistral_sliding_window_matches_reference)
+{
+    struct llm_file *f = synth(MISTRAL_SWA, LLM_TYPE_F32);
+    llm_test_scale_weights(f, 12.0f);
+    check_against_ref(f, 21, 2e-4, 2, LLM_TYPE_F32, 0);
+}
+
+/* Last logits of 32 tokens (t0 + i * 13) % 80 for i < 16, then the same
+ * 16 tokens for every t0, with the window set to `win`. */
+static void window_tail_logits(enum llm_type kv, int32_t win, int32_t t0, float *out)
+{
+    struct llm_file *f = synth(MISTRAL_SWA, LLM_TYPE_F32);
+    llm_test_scale_weights(f, 12.0f);
+    cr_assert_eq(llm_meta_set_i64(f->meta, "hparams.sliding_window", win), LLM_OK);
+    struct llm_model *m;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    cr_assert_eq(llm_model_from_file(&m, f, &mp), LLM_OK);
+    struct llm_context *ctx;
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = 64;
+    cp.block_size = kv == LLM_TYPE_Q4Z_CH ? 16 : 4; /* q4ch's least */
+    cp.kv_type_k = kv;
+    cp.kv_type_v = kv == LLM_TYPE_Q4Z_CH ? LLM_TYPE_Q4_0 : kv; /* q4ch is for keys */
+    llm_status s = llm_context_new(&ctx, m, &cp);
+    cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
+    int32_t tok[32];
+    for (int i = 0; i < 32; i++)
+        tok[i] = ((i < 16 ? t0 : 7) + i * 13) % 80;
+    cr_assert_eq(llm_decode(ctx, 0, tok, 10, 0, out, 0), LLM_OK);
+    cr_assert_eq(llm_decode(ctx, 0, tok + 10, 22, 10, out, 0), LLM_OK);
+    llm_context_free(ctx);
+    llm_model_close(m);
+}
+
+/* Every KV cache type reads the window's rows alone: with a window of 6
+ * and 2 layers the last token sees back 10 positions, so texts that
+ * differ only before the last 16 (whole blocks, which q4ch quantizes
+ * together) end in the same bits; without the window they do not. */
+Test(model, sliding_window_on_every_kv_type)
+{
+    const enum llm_type kt[] = { LLM_TYPE_F32,  LLM_TYPE_F16,      LLM_TYPE_BF16, LLM_TYPE_Q8_0,
+                                 LLM_TYPE_Q4_0, LLM_TYPE_FP8_E4M3, LLM_TYPE_Q4Z_CH };
+    float a[80], b[80];
+    for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++) {
+        window_tail_logits(kt[i], 6, 1, a);
+        window_tail_logits(kt[i], 6, 40, b);
+        cr_assert(!memcmp(a, b, sizeof a), "KV %s: tokens outside the window changed the logits",
+                  llm_type_name(kt[i]));
+        window_tail_logits(kt[i], 0, 1, a);
+        window_tail_logits(kt[i], 0, 40, b);
+        cr_assert(memcmp(a, b, sizeof a), "KV %s: without the window the test cannot fail",
+                  llm_type_name(kt[i]));
+    }
+}
+
+/* Close to the double-precision reference with a fp16 cache too. */
+Test(model, sliding_window_f16_kv_close_to_reference)
+{
+    struct llm_file *f = synth(MISTRAL_SWA, LLM_TYPE_F32);
+    llm_test_scale_weights(f, 12.0f);
+    check_against_ref(f, 19, 5e-3, 1, LLM_TYPE_F16, 0);
+}
+
+/* The window's own arithmetic: a model with a window at least its length
+ * gives the bits of the model without one. */
+Test(model, window_longer_than_the_text_changes_nothing)
+{
+    float a[80], b[80];
+    for (int w = 0; w < 2; w++) {
+        struct llm_file *f = synth(MISTRAL_SWA, LLM_TYPE_F32);
+        cr_assert_eq(llm_meta_set_i64(f->meta, "hparams.sliding_window", w ? 17 : 0), LLM_OK);
+        struct llm_model *m;
+        struct llm_model_params mp;
+        llm_model_params_default(&mp);
+        cr_assert_eq(llm_model_from_file(&m, f, &mp), LLM_OK);
+        struct llm_context *ctx;
+        struct llm_context_params cp;
+        llm_context_params_default(&cp);
+        cp.n_ctx = 64;
+        cr_assert_eq(llm_context_new(&ctx, m, &cp), LLM_OK);
+        int32_t tok[17];
+        for (int i = 0; i < 17; i++)
+            tok[i] = (i * 13 + 5) % 80;
+        cr_assert_eq(llm_decode(ctx, 0, tok, 17, 0, w ? b : a, 0), LLM_OK);
+        llm_context_free(ctx);
+        llm_model_close(m);
+    }
+    cr_assert(!memcmp(a, b, sizeof a), "a window of the whole text changed the logits");
+}
+
+Test(model, qwen3_qk_norm_head_dim_matches_reference)
+{
+    struct llm_file *f = synth(QWEN3, LLM_TYPE_F32);
+    llm_test_scale_weights(f, 12.0f);
+    check_against_ref(f, 13, 2e-4, 2, LLM_TYPE_F32, 0);
 }
 
 Test(model, f16_kv_cache_close_to_reference)
 {
     struct llm_file *f = synth(QWEN, LLM_TYPE_F32);
-    scale_weights(f, 12.0f);
+    llm_test_scale_weights(f, 12.0f);
     check_against_ref(f, 9, 5e-3, 1, LLM_TYPE_F16, 0);
 }
 
@@ -320,7 +420,7 @@ Test(model, rope_scaling_linear_yarn_llama3_match_reference)
     const char *types[] = { "linear", "yarn", "llama3" };
     for (int i = 0; i < 3; i++) {
         struct llm_file *f = synth(LLAMA, LLM_TYPE_F32);
-        scale_weights(f, 12.0f);
+        llm_test_scale_weights(f, 12.0f);
         cr_assert_eq(llm_meta_set_str(f->meta, "hparams.rope_scaling.type", types[i]), LLM_OK);
         cr_assert_eq(llm_meta_set_f64(f->meta, "hparams.rope_scaling.factor", 4.0), LLM_OK);
         cr_assert_eq(llm_meta_set_i64(f->meta, "hparams.rope_scaling.original_context_length", 32),
@@ -338,7 +438,7 @@ Test(model, quantized_weights_close_to_reference)
     enum llm_type types[] = { LLM_TYPE_Q8_0, LLM_TYPE_Q4_1, LLM_TYPE_Q4_0, LLM_TYPE_F16 };
     for (int i = 0; i < 4; i++) {
         struct llm_file *f = synth(LLAMA, LLM_TYPE_F32);
-        scale_weights(f, 6.0f);
+        llm_test_scale_weights(f, 6.0f);
         cr_assert_eq(llm_file_convert(f, types[i]), LLM_OK);
         check_against_ref(f, 11, 0.1, 2, LLM_TYPE_F32, 2e-2);
     }
@@ -379,7 +479,7 @@ Test(model, interleaved_q4_matches_row_layout)
         float *lg[2];
         for (int x16 = 0; x16 < 2; x16++) {
             struct llm_file *f = synth(LLAMA, LLM_TYPE_F32);
-            scale_weights(f, 6.0f);
+            llm_test_scale_weights(f, 6.0f);
             cr_assert_eq(llm_file_convert(f, types[ti]), LLM_OK);
             if (x16)
                 unsetenv("LLM_X16");
@@ -418,7 +518,7 @@ Test(model, interleaved_q4_matches_row_layout)
 Test(model, paged_sequences_are_independent)
 {
     struct llm_file *f = synth(QWEN, LLM_TYPE_F32);
-    scale_weights(f, 12.0f);
+    llm_test_scale_weights(f, 12.0f);
     struct llm_model *m;
     cr_assert_eq(llm_model_from_file(&m, f, NULL), LLM_OK);
     int32_t V = llm_model_config(m)->n_vocab;

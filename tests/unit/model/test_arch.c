@@ -1,0 +1,135 @@
+/* test_arch.c: each architecture against Hugging Face transformers.
+ *
+ * tests/unit/model/ref/NAME.yaml is a small shape of the architecture;
+ * NAME.txt holds what transformers computed on the same random weights
+ * (scripts/ref-transformers.py: our generator's model, loaded into the
+ * transformers class of the architecture): the logits of a 24-token prompt
+ * and 8 greedy tokens after it. The test rebuilds the model with the same
+ * generator, so CI needs no Python. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../lib/llm.h"
+#include "../helpers.h"
+
+#define N_PROMPT 24
+#define N_GEN 8
+
+struct ref {
+    int32_t prompt[N_PROMPT], greedy[N_GEN];
+    float *logits; /* (N_PROMPT, n_vocab) */
+};
+
+static void read_ids(FILE *fp, const char *word, int32_t *ids, int n, const char *path)
+{
+    char w[16];
+    cr_assert_eq(fscanf(fp, "%15s", w), 1, "%s: truncated", path);
+    cr_assert_str_eq(w, word, "%s: expected '%s'", path, word);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(fscanf(fp, "%d", &ids[i]), 1, "%s: %s id %d", path, word, i);
+}
+
+static void read_ref(const char *path, int32_t n_vocab, struct ref *r)
+{
+    FILE *fp = fopen(path, "r");
+    cr_assert(fp, "%s: cannot open", path);
+    int c;
+    while ((c = fgetc(fp)) == '#')
+        while ((c = fgetc(fp)) != '\n' && c != EOF)
+            ;
+    ungetc(c, fp);
+    read_ids(fp, "prompt", r->prompt, N_PROMPT, path);
+    read_ids(fp, "greedy", r->greedy, N_GEN, path);
+    r->logits = malloc(sizeof(float) * N_PROMPT * (size_t)n_vocab);
+    for (int i = 0; i < N_PROMPT * n_vocab; i++)
+        cr_assert_eq(fscanf(fp, "%f", &r->logits[i]), 1, "%s: logit %d", path, i);
+    cr_assert_eq(fscanf(fp, "%d", &c), EOF, "%s: more logits than the vocabulary", path);
+    fclose(fp);
+}
+
+static int32_t argmax(const float *l, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = i;
+    return b;
+}
+
+/* max |ours - transformers| / max |transformers| over the prompt's logits,
+ * and the greedy tokens; `window` >= 0 replaces the shape's window (the
+ * check that the test can fail). */
+static double run(const char *name, int64_t window, int32_t *greedy)
+{
+    char path[256];
+    snprintf(path, sizeof path, "tests/unit/model/ref/%s.yaml", name);
+    struct llm_file *f;
+    llm_status s = llm_synthetic(&f, path, LLM_TYPE_F32, 7);
+    cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
+    llm_test_scale_weights(f, 12.0f);
+    if (window >= 0)
+        cr_assert_eq(llm_meta_set_i64(f->meta, "hparams.sliding_window", window), LLM_OK);
+    struct llm_model *m;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    mp.n_threads = 2;
+    s = llm_model_from_file(&m, f, &mp);
+    cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
+    const int32_t V = llm_model_config(m)->n_vocab;
+    struct ref r;
+    snprintf(path, sizeof path, "tests/unit/model/ref/%s.txt", name);
+    read_ref(path, V, &r);
+    struct llm_context *c;
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = 64;
+    cp.block_size = 4;
+    cp.kv_type_k = cp.kv_type_v = LLM_TYPE_F32;
+    cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
+    float *lg = malloc(sizeof(float) * N_PROMPT * (size_t)V);
+    cr_assert_eq(llm_decode(c, 0, r.prompt, 10, 0, lg, 1), LLM_OK);
+    cr_assert_eq(llm_decode(c, 0, r.prompt + 10, N_PROMPT - 10, 10, lg + 10 * V, 1), LLM_OK);
+    double err = 0, norm = 0;
+    for (int i = 0; i < N_PROMPT * V; i++) {
+        err = fmax(err, fabs((double)lg[i] - r.logits[i]));
+        norm = fmax(norm, fabs((double)r.logits[i]));
+    }
+    int32_t t = argmax(lg + (N_PROMPT - 1) * V, V);
+    for (int i = 0; i < N_GEN; i++) {
+        greedy[i] = t;
+        cr_assert_eq(llm_decode(c, 0, &t, 1, N_PROMPT + i, lg, 0), LLM_OK);
+        t = argmax(lg, V);
+    }
+    for (int i = 0; window < 0 && i < N_GEN; i++)
+        cr_assert_eq(greedy[i], r.greedy[i], "%s: greedy token %d is %d, transformers %d", name,
+                     i, greedy[i], r.greedy[i]);
+    free(lg);
+    free(r.logits);
+    llm_context_free(c);
+    llm_model_close(m);
+    return err / norm;
+}
+
+/* float32 on both sides, summed in other orders: we see 1.6-1.7e-6 of the
+ * largest logit */
+#define TOL 1e-5
+
+Test(arch, mistral_sliding_window_matches_transformers)
+{
+    int32_t g[N_GEN];
+    double e = run("mistral-swa", -1, g);
+    cr_assert(e <= TOL, "mistral-swa: relative error %g", e);
+    /* without the window the same weights are far from transformers' */
+    e = run("mistral-swa", 0, g);
+    cr_assert(e > 100 * TOL, "mistral-swa without its window: relative error %g", e);
+}
+
+Test(arch, qwen3_matches_transformers)
+{
+    int32_t g[N_GEN];
+    double e = run("qwen3", -1, g);
+    cr_assert(e <= TOL, "qwen3: relative error %g", e);
+}
