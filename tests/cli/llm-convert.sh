@@ -192,6 +192,21 @@ t_gguf_export_with_type() {
     expect 0 "$CONVERT" --info "$TMP/h.gguf" && has "$TMP/out" 'name: "blk.0.ffn_up.weight", type: f16' &&
     has "$TMP/out" 'name: "blk.0.ffn_norm.weight", type: f32'
 }
+# a sliding window and qwen3's q/k norms survive .llm -> GGUF -> .llm, and the
+# window leaves as Mistral in a Hugging Face export
+t_window_and_qk_norms_round_trip() {
+    local y=tests/unit/model/ref
+    "$CONVERT" --synthetic $y/mistral-swa.yaml -o "$TMP/swa.llm" &&
+    "$CONVERT" "$TMP/swa.llm" -o "$TMP/swa.gguf" && "$CONVERT" "$TMP/swa.gguf" -o "$TMP/swa2.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/swa.gguf" && has "$TMP/out" "sliding_window: 5" || return 1
+    expect 0 "$CONVERT" --info "$TMP/swa2.llm" && has "$TMP/out" "sliding_window: 5" || return 1
+    [ "$(tensors "$TMP/swa.llm")" = "$(tensors "$TMP/swa2.llm")" ] || { echo "tensors differ"; return 1; }
+    "$CONVERT" --synthetic $y/qwen3.yaml -o "$TMP/q3.llm" && "$CONVERT" "$TMP/q3.llm" -o "$TMP/q3.gguf" &&
+    "$CONVERT" "$TMP/q3.gguf" -o "$TMP/q3b.llm" || return 1
+    expect 0 "$CONVERT" --info "$TMP/q3b.llm" && has "$TMP/out" "architecture: qwen3" &&
+    has "$TMP/out" 'name: "blk.2.attn_k_norm.weight", type: f32, shape: [32]' || return 1
+    [ "$(tensors "$TMP/q3.llm")" = "$(tensors "$TMP/q3b.llm")" ] || { echo "tensors differ"; return 1; }
+}
 t_unknown_shape() { expect 1 "$CONVERT" --synthetic no-such-shape -o "$TMP/x.llm" && has "$TMP/err" "no-such-shape"; }
 
 

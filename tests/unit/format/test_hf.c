@@ -974,3 +974,140 @@ Test(hf, tokenizer_json_malformed)
         llm_file_free(f);
     }
 }
+
+/* ---- qwen3 and mistral's window from config.json ------------------------ */
+
+/* A synthetic model's tensors under their Hugging Face names (no
+ * permutation: qwen3 keeps HF's order), written as model.safetensors. */
+static void write_hf_weights(struct llm_file *src, const char *dir)
+{
+    static const char *const names[][2] = {
+        { "attn_norm", "input_layernorm" },       { "attn_q_norm", "self_attn.q_norm" },
+        { "attn_k_norm", "self_attn.k_norm" },    { "attn_q", "self_attn.q_proj" },
+        { "attn_k", "self_attn.k_proj" },         { "attn_v", "self_attn.v_proj" },
+        { "attn_output", "self_attn.o_proj" },    { "ffn_norm", "post_attention_layernorm" },
+        { "ffn_gate", "mlp.gate_proj" },          { "ffn_up", "mlp.up_proj" },
+        { "ffn_down", "mlp.down_proj" },
+    };
+    struct llm_file *h;
+    cr_assert_eq(llm_file_new(&h, "hf", "hf"), LLM_OK);
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        const struct llm_tensor *t = &src->tensors[i];
+        char hn[LLM_MAX_NAME], base[64];
+        int l;
+        if (!strcmp(t->name, "token_embd.weight"))
+            snprintf(hn, sizeof hn, "model.embed_tokens.weight");
+        else if (!strcmp(t->name, "output_norm.weight"))
+            snprintf(hn, sizeof hn, "model.norm.weight");
+        else if (!strcmp(t->name, "output.weight"))
+            snprintf(hn, sizeof hn, "lm_head.weight");
+        else {
+            cr_assert_eq(sscanf(t->name, "blk.%d.%63[a-z_].weight", &l, base), 2, "%s", t->name);
+            size_t k = 0;
+            while (strcmp(names[k][0], base))
+                k++;
+            snprintf(hn, sizeof hn, "model.layers.%d.%s.weight", l, names[k][1]);
+        }
+        const void *d;
+        cr_assert_eq(llm_tensor_bytes(src, (struct llm_tensor *)t, &d), LLM_OK);
+        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, t->n_dims, t->ne, d, NULL), LLM_OK);
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_assert_eq(llm_safetensors_write(h, path), LLM_OK, "%s", llm_error_detail(-1));
+    llm_file_free(h);
+}
+
+static const char QWEN3_CONFIG[] =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\",\n"
+    " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 3,\n"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32,\n"
+    " \"vocab_size\": 96, \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-06,\n"
+    " \"rope_theta\": 1000000.0, \"tie_word_embeddings\": true, \"attention_bias\": false,\n"
+    " \"use_sliding_window\": %s, \"sliding_window\": 32, \"max_window_layers\": 28}\n";
+
+/* Qwen3 from a Hugging Face directory: the same model as the synthetic one
+ * it was written from (tests/unit/model/ref/qwen3.yaml, which
+ * test_arch.c checks against transformers), to the bit. */
+Test(hf, qwen3_directory_gives_the_synthetic_model)
+{
+    struct llm_file *src;
+    cr_assert_eq(llm_synthetic(&src, "tests/unit/model/ref/qwen3.yaml", LLM_TYPE_F32, 7), LLM_OK);
+    const char *dir = llm_test_tmpdir();
+    write_hf_weights(src, dir);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, QWEN3_CONFIG, "false");
+    write_text(dir, "config.json", cfg);
+    struct llm_file *f;
+    cr_assert_eq(llm_hf_open(&f, dir, NULL), LLM_OK, "%s", llm_error_detail(-1));
+    cr_expect_str_eq(meta_s(f, "architecture"), "qwen3");
+    cr_expect_str_eq(meta_s(f, "hparams.rope_type"), "neox");
+    cr_expect_eq(meta_i(f, "hparams.head_dim"), 32);
+    cr_expect(!llm_meta_get(f->meta, "hparams.sliding_window"), "an unused window imported");
+    float a[96], b[96];
+    int32_t tok[12];
+    for (int i = 0; i < 12; i++)
+        tok[i] = (i * 29 + 3) % 96;
+    struct llm_file *both[2] = { src, f };
+    for (int k = 0; k < 2; k++) {
+        struct llm_model *m;
+        struct llm_model_params mp;
+        llm_model_params_default(&mp);
+        cr_assert_eq(llm_model_from_file(&m, both[k], &mp), LLM_OK, "%s", llm_error_detail(-1));
+        struct llm_context *c;
+        struct llm_context_params cp;
+        llm_context_params_default(&cp);
+        cp.n_ctx = 32;
+        cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
+        cr_assert_eq(llm_decode(c, 0, tok, 12, 0, k ? b : a, 0), LLM_OK);
+        llm_context_free(c);
+        llm_model_close(m);
+    }
+    cr_assert(!memcmp(a, b, sizeof a), "the HF import differs from the synthetic model");
+
+    /* a window from max_window_layers on is refused, not run wrong */
+    snprintf(cfg, sizeof cfg, QWEN3_CONFIG, "true");
+    write_text(dir, "config.json", cfg);
+    expect_open_fails(dir, LLM_E_UNSUPPORTED, "use_sliding_window", NULL);
+    /* q/k norms on an architecture without them */
+    snprintf(cfg, sizeof cfg, QWEN3_CONFIG, "false");
+    char *p = strstr(cfg, "qwen3");
+    memcpy(p, "qwen2", 5);
+    p = strstr(cfg, "Qwen3");
+    memcpy(p, "Qwen2", 5);
+    write_text(dir, "config.json", cfg);
+    expect_open_fails(dir, LLM_E_FORMAT, "self_attn.q_norm", "has no q/k norms");
+}
+
+Test(hf, mistral_sliding_window_imported)
+{
+    struct llm_file *src;
+    cr_assert_eq(llm_synthetic(&src, "tests/unit/model/ref/mistral-swa.yaml", LLM_TYPE_F32, 7),
+                 LLM_OK);
+    const char *dir = llm_test_tmpdir();
+    write_hf_weights(src, dir);
+    llm_file_free(src);
+    static const char cfg[] =
+        "{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+        " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+        " \"head_dim\": 32, \"vocab_size\": 96, \"max_position_embeddings\": 128,\n"
+        " \"sliding_window\": %s}\n";
+    char text[512];
+    const char *windows[] = { "5", "null", "\"wide\"" };
+    for (int i = 0; i < 3; i++) {
+        snprintf(text, sizeof text, cfg, windows[i]);
+        write_text(dir, "config.json", text);
+        if (i == 2) {
+            expect_open_fails(dir, LLM_E_FORMAT, "sliding_window", "not an integer");
+            break;
+        }
+        struct llm_file *f;
+        cr_assert_eq(llm_hf_open(&f, dir, NULL), LLM_OK, "%s", llm_error_detail(-1));
+        cr_expect_str_eq(meta_s(f, "architecture"), "mistral");
+        if (i == 0)
+            cr_expect_eq(meta_i(f, "hparams.sliding_window"), 5);
+        else
+            cr_expect(!llm_meta_get(f->meta, "hparams.sliding_window"), "null is no window");
+        llm_file_free(f);
+    }
+}

@@ -41,7 +41,8 @@ static uint64_t count_from_hparams(struct llm_file *f)
     cr_assert_eq(llm_meta_get_str(f->meta, "architecture", &arch), LLM_OK);
     uint64_t attn = 2 * H * hd * nh + 2 * H * hd * nkv;
     uint64_t bias = strcmp(arch, "qwen2") == 0 ? hd * nh + 2 * hd * nkv : 0;
-    uint64_t layer = attn + bias + 3 * H * I + 2 * H;
+    uint64_t qk_norm = strcmp(arch, "qwen3") == 0 ? 2 * hd : 0;
+    uint64_t layer = attn + bias + qk_norm + 3 * H * I + 2 * H;
     return V * H * (tie ? 1 : 2) + L * layer + H;
 }
 
@@ -61,6 +62,9 @@ Test(synthetic, published_parameter_counts)
         {"llama-3-8b", 8030261248ull, 4096, 14336, 32, 32, 8, 128256, 8192, 0},
         {"mistral-7b", 7241732096ull, 4096, 14336, 32, 32, 8, 32000, 32768, 0},
         {"qwen2-0.5b", 494032768, 896, 4864, 24, 14, 2, 151936, 131072, 1},
+        /* 0.44B without the embedding, as the model card says */
+        {"qwen3-0.6b", 596049920, 1024, 3072, 28, 16, 8, 151936, 40960, 1},
+        {"mistral-7b-v0.1", 7241732096ull, 4096, 14336, 32, 32, 8, 32000, 32768, 0},
     };
     size_t n_names = 1;
     for (const char *p = llm_synthetic_shapes(); *p; p++)
