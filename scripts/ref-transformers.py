@@ -85,12 +85,24 @@ def hf_model(meta, tensors):
     cfg["head_dim"] = meta.get(f"{a}.attention.key_length", cfg["hidden_size"] // cfg["num_attention_heads"])
     swa = meta.get(f"{a}.attention.sliding_window", 0)
     permute = arch == "llama"
+    norm_shift = 0.0
     if arch == "llama":  # GGUF calls Mistral "llama"; the window says which
         conf = transformers.MistralConfig(sliding_window=swa or None, **cfg)
         cls = transformers.MistralForCausalLM
     elif arch == "qwen3":
         conf = transformers.Qwen3Config(use_sliding_window=False, attention_bias=False, **cfg)
         cls = transformers.Qwen3ForCausalLM
+    elif arch == "gemma3":
+        pattern = meta.get(f"{a}.attention.sliding_window_pattern", 6)
+        rope = {"full_attention": {"rope_type": "default", "rope_theta": cfg.pop("rope_theta")},
+                "sliding_attention": {"rope_type": "default",
+                                      "rope_theta": meta.get(f"{a}.rope.freq_base_swa", 10000.0)}}
+        conf = transformers.Gemma3TextConfig(
+            sliding_window=swa, sliding_window_pattern=pattern, rope_parameters=rope,
+            query_pre_attn_scalar=cfg["head_dim"], hidden_activation="gelu_pytorch_tanh",
+            final_logit_softcapping=None, attn_logit_softcapping=None, **cfg)
+        cls = transformers.Gemma3ForCausalLM
+        norm_shift = 1.0  # GGUF's Gemma norms hold 1 + the HF weight
     elif arch == "qwen2":
         conf = transformers.Qwen2Config(use_sliding_window=False, **cfg)
         cls = transformers.Qwen2ForCausalLM
@@ -104,10 +116,16 @@ def hf_model(meta, tensors):
         "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
         "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     }
+    if arch == "gemma3":
+        names.update({"ffn_norm": "pre_feedforward_layernorm",
+                      "post_attention_norm": "post_attention_layernorm",
+                      "post_ffw_norm": "post_feedforward_layernorm"})
     sd = {}
     for name, w in tensors.items():
         if w.ndim == 2:
             w = w * np.float32(SCALE)  # as the unit test's scale_weights, in float32
+        elif name.endswith("norm.weight"):
+            w = w - np.float32(norm_shift)  # exact: the weights lie in [0.5, 1.5)
         if name == "token_embd.weight":
             sd["model.embed_tokens.weight"] = w
             continue

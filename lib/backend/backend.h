@@ -120,6 +120,10 @@ struct llm_backend_ops {
                             float *out, float *probs);
     /* gate (m) = silu(gate) * up. */
     llm_status (*swiglu)(struct llm_backend *b, float *gate, const float *up, int64_t m);
+    /* gate (m) = gelu(gate) * up, GELU's tanh form (gemma). */
+    llm_status (*geglu)(struct llm_backend *b, float *gate, const float *up, int64_t m);
+    /* x (m) *= s. */
+    llm_status (*scale)(struct llm_backend *b, float *x, float s, int64_t m);
     /* x (m) += y. */
     llm_status (*add)(struct llm_backend *b, float *x, const float *y, int64_t m);
     /* y (n, width)[t][i] = x[t][perm[i]]: the input of an act-order weight. */

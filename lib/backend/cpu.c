@@ -628,6 +628,7 @@ struct ew_job {
     float *g;
     const float *u;
     int64_t m;
+    void (*range)(float *g, const float *u, int64_t lo, int64_t hi);
 };
 
 static void swiglu_range(float *g, const float *u, int64_t lo, int64_t hi)
@@ -636,21 +637,52 @@ static void swiglu_range(float *g, const float *u, int64_t lo, int64_t hi)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static void swiglu_run(int i, int nth, void *arg)
+/* GELU's tanh form, as transformers' gelu_pytorch_tanh and ggml_gelu */
+static void geglu_range(float *g, const float *u, int64_t lo, int64_t hi)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = lo; i < hi; i++) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
+
+static void ew_run(int i, int nth, void *arg)
 {
     struct ew_job *j = arg;
-    swiglu_range(j->g, j->u, j->m * i / nth, j->m * (i + 1) / nth);
+    j->range(j->g, j->u, j->m * i / nth, j->m * (i + 1) / nth);
+}
+
+/* An element-wise gate over threads when it is long enough to pay; each
+ * element's arithmetic is the same either way. */
+static llm_status ew_gate(struct llm_backend *b, float *gate, const float *up, int64_t m,
+                          void (*range)(float *, const float *, int64_t, int64_t))
+{
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    if (m < 32768 || llm_pool_size(cb->pool) == 1) {
+        range(gate, up, 0, m);
+    } else {
+        struct ew_job j = { gate, up, m, range };
+        llm_pool_run(cb->pool, ew_run, &j);
+    }
+    return LLM_OK;
 }
 
 static llm_status cpu_swiglu(struct llm_backend *b, float *gate, const float *up, int64_t m)
 {
-    struct cpu_backend *cb = (struct cpu_backend *)b;
-    if (m < 32768 || llm_pool_size(cb->pool) == 1) {
-        swiglu_range(gate, up, 0, m);
-    } else {
-        struct ew_job j = { gate, up, m };
-        llm_pool_run(cb->pool, swiglu_run, &j);
-    }
+    return ew_gate(b, gate, up, m, swiglu_range);
+}
+
+static llm_status cpu_geglu(struct llm_backend *b, float *gate, const float *up, int64_t m)
+{
+    return ew_gate(b, gate, up, m, geglu_range);
+}
+
+static llm_status cpu_scale(struct llm_backend *b, float *x, float s, int64_t m)
+{
+    (void)b;
+    for (int64_t i = 0; i < m; i++)
+        x[i] *= s;
     return LLM_OK;
 }
 
@@ -691,6 +723,8 @@ static const struct llm_backend_ops cpu_ops = {
     .kv_copy = cpu_kv_copy,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
+    .scale = cpu_scale,
     .add = cpu_add,
     .gather = cpu_gather,
 };

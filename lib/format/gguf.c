@@ -126,7 +126,7 @@ const char *llm_gguf_arch_rope_type(const char *arch)
     };
     static const char *const neox[] = {
         "falcon", "grok", "dbrx", "bert", "nomic-bert", "stablelm", "bitnet", "qwen",
-        "qwen2", "qwen2moe", "qwen3", "olmo2", "olmoe", "phi2", "phi3", "phimoe", "gemma", "gemma2",
+        "qwen2", "qwen2moe", "qwen3", "olmo2", "olmoe", "phi2", "phi3", "phimoe", "gemma", "gemma2", "gemma3",
         "starcoder2", "openelm", "gptneox", "codeshell", "nemotron", "exaone", "minicpm3",
     };
     if (!arch)
@@ -740,6 +740,7 @@ static const struct { const char *suffix, *path; enum vkind kind; } arch_keys[] 
     { "rope.dimension_count", "hparams.rope_dim", V_INT },
     { "attention.layer_norm_rms_epsilon", "hparams.rms_norm_eps", V_F32 },
     { "rope.freq_base", "hparams.rope_theta", V_F32 },
+    { "rope.freq_base_swa", "hparams.rope_theta_swa", V_F32 },
     { "rope.scaling.type", "hparams.rope_scaling.type", V_STR },
     { "rope.scaling.factor", "hparams.rope_scaling.factor", V_F32 },
     { "rope.scaling.original_context_length", "hparams.rope_scaling.original_context_length",

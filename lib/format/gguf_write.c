@@ -566,6 +566,11 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
         snprintf(key, sizeof key, "%s.rope.freq_base", arch);
         kv_f32(w, key, (float)d);
     }
+    LLM_TRY(get_f(w, m, "hparams.rope_theta_swa", &d, &have));
+    if (have) {
+        snprintf(key, sizeof key, "%s.rope.freq_base_swa", arch);
+        kv_f32(w, key, (float)d);
+    }
     LLM_TRY(get_s(w, m, "hparams.rope_scaling.type", &sv));
     /* llama.cpp knows the scaling types none, linear, yarn and longrope and
        aborts on any other name. llama3 scaling travels as the rope_freqs

@@ -6,8 +6,9 @@
  * written, tensor by tensor, and the bytes of a tensor do not depend on which
  * other tensors exist or on the order they are written in. Matrices are drawn
  * uniform with the standard deviation of a usual init (0.02) and converted to
- * the requested type; norms are 1 (qwen3's per-head q/k norms drawn from
- * [0.5, 1.5), so that their weights matter) and biases small, all f32.
+ * the requested type; norms are 1 (qwen3's per-head q/k norms and all of
+ * gemma3's drawn from [0.5, 1.5), so that their weights matter) and biases
+ * small, all f32.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -31,13 +32,15 @@
 
 struct syn_shape {
     const char *name;
-    const char *arch;   /* llama | mistral | qwen2 | qwen3 */
+    const char *arch;   /* llama | mistral | qwen2 | qwen3 | gemma3 */
     int64_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, ctx;
     int64_t head_dim;   /* 0: dim / n_heads */
     double rope_theta, rms_eps;
     int tie;
     int qkv_bias;
-    int64_t swa;        /* sliding window on every layer (0: none) */
+    int64_t swa;        /* sliding window (0: none) */
+    int64_t swa_pattern; /* 0: the architecture's (every layer; gemma3: 6) */
+    double rope_theta_swa; /* 0: the architecture's (gemma3: 10000) */
 };
 
 /* hparams from each model's published config (config.json / params.json) */
@@ -53,6 +56,7 @@ static const struct syn_shape shapes[] = {
     {"qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 1000000.0, 1e-6, 1, 0},
     {"mistral-7b-v0.1", "mistral", 4096, 14336, 32, 32, 8, 32000, 32768, 0, 10000.0, 1e-5, 0, 0,
      4096},
+    {"gemma3-270m", "gemma3", 640, 2048, 18, 4, 1, 262144, 32768, 256, 1000000.0, 1e-6, 1, 0, 512},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -66,7 +70,7 @@ struct syn_tensor {
 const char *llm_synthetic_shapes(void)
 {
     return "stories260k,stories15m,stories110m,smollm2-135m,llama-2-7b,llama-3-8b,"
-           "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1";
+           "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1,gemma3-270m";
 }
 
 /* ---- generator ------------------------------------------------------------- */
@@ -146,7 +150,8 @@ static const char *const yaml_keys[] = {
     "architecture",  "embedding_length", "feed_forward_length", "block_count",
     "head_count",    "head_count_kv",    "vocab_size",          "context_length",
     "rope_theta",    "rms_norm_eps",     "tie_embeddings",      "head_dim",
-    "attention_bias", "name",        "sliding_window",
+    "attention_bias", "name",        "sliding_window",      "sliding_window_pattern",
+    "rope_theta_swa",
 };
 
 static llm_status yaml_int(const struct llm_meta *root, const char *path, const char *key,
@@ -187,8 +192,8 @@ static llm_status yaml_bool(const struct llm_meta *root, const char *path, const
     return LLM_OK;
 }
 
-/* Keys: those of the named shapes; head_dim, attention_bias and
- * sliding_window optional. */
+/* Keys: those of the named shapes; head_dim, attention_bias,
+ * sliding_window, sliding_window_pattern and rope_theta_swa optional. */
 static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
                                   struct syn_shape *sh, char *arch, size_t arch_cap)
 {
@@ -209,8 +214,9 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
     LLM_CHECK(m, LLM_E_FORMAT, "%s: missing key 'architecture'", path);
     LLM_CHECK(m->kind == LLM_META_STR &&
                   (!strcmp(m->s, "llama") || !strcmp(m->s, "mistral") ||
-                   !strcmp(m->s, "qwen2") || !strcmp(m->s, "qwen3")),
-              LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral, qwen2 or qwen3",
+                   !strcmp(m->s, "qwen2") || !strcmp(m->s, "qwen3") || !strcmp(m->s, "gemma3")),
+              LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral, qwen2, qwen3 "
+              "or gemma3",
               path, m->line);
     snprintf(arch, arch_cap, "%s", m->s);
     sh->arch = arch;
@@ -233,6 +239,10 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
         LLM_TRY(yaml_bool(root, path, "attention_bias", &sh->qkv_bias));
     if (llm_meta_child(root, "sliding_window"))
         LLM_TRY(yaml_int(root, path, "sliding_window", &sh->swa));
+    if (llm_meta_child(root, "sliding_window_pattern"))
+        LLM_TRY(yaml_int(root, path, "sliding_window_pattern", &sh->swa_pattern));
+    if (llm_meta_child(root, "rope_theta_swa"))
+        LLM_TRY(yaml_float(root, path, "rope_theta_swa", &sh->rope_theta_swa));
     return LLM_OK;
 }
 
@@ -298,8 +308,10 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
                                   {sh->dim, kv_dim},    {q_dim, sh->dim},
                                   {sh->dim, sh->hidden}, {sh->hidden, sh->dim},
                                   {sh->dim, sh->hidden}};
-    const int qk_norm = !strcmp(sh->arch, "qwen3");
-    size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0) + (qk_norm ? 2 : 0);
+    const int gemma = !strcmp(sh->arch, "gemma3");
+    const int qk_norm = !strcmp(sh->arch, "qwen3") || gemma;
+    const int norm_init = gemma ? INIT_NORM : INIT_ONES;
+    size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0) + (qk_norm ? 2 : 0) + (gemma ? 2 : 0);
     size_t n = 3 + (size_t)sh->n_layers * per_layer, n_ctx = 0;
     struct syn_tensor *ctx = llm_calloc(n, sizeof *ctx);
     char name[LLM_MAX_NAME];
@@ -313,11 +325,11 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
                 sh->vocab));
     for (int64_t l = 0; l < sh->n_layers; l++) {
         snprintf(name, sizeof name, "blk.%lld.attn_norm.weight", (long long)l);
-        LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, INIT_ONES, sh->dim, 1));
+        LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, norm_init, sh->dim, 1));
         for (size_t i = 0; i < 7; i++) {
             if (i == 4) {
                 snprintf(name, sizeof name, "blk.%lld.ffn_norm.weight", (long long)l);
-                LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, INIT_ONES, sh->dim, 1));
+                LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, norm_init, sh->dim, 1));
             }
             snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)l, mat[i]);
             LLM_TRY(add(f, ctx, &n_ctx, seed, name, type, INIT_WEIGHT, mat_ne[i][0],
@@ -332,8 +344,13 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
             snprintf(name, sizeof name, "blk.%lld.attn_%c_norm.weight", (long long)l, "qk"[i]);
             LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, INIT_NORM, hd, 1));
         }
+        for (int i = 0; gemma && i < 2; i++) {
+            snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)l,
+                     i ? "post_ffw_norm" : "post_attention_norm");
+            LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, INIT_NORM, sh->dim, 1));
+        }
     }
-    LLM_TRY(add(f, ctx, &n_ctx, seed, "output_norm.weight", LLM_TYPE_F32, INIT_ONES, sh->dim,
+    LLM_TRY(add(f, ctx, &n_ctx, seed, "output_norm.weight", LLM_TYPE_F32, norm_init, sh->dim,
                 1));
     if (!sh->tie)
         LLM_TRY(add(f, ctx, &n_ctx, seed, "output.weight", type, INIT_WEIGHT, sh->dim,
@@ -355,9 +372,13 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
     LLM_TRY(llm_meta_set_f32(m, "hparams.rms_norm_eps", (float)sh->rms_eps));
     /* random weights fit either order; say what a real model of the arch uses */
     LLM_TRY(llm_meta_set_str(m, "hparams.rope_type",
-                             strncmp(sh->arch, "qwen", 4) == 0 ? "neox" : "norm"));
+                             strncmp(sh->arch, "qwen", 4) == 0 || gemma ? "neox" : "norm"));
     if (sh->swa)
         LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window", sh->swa));
+    if (sh->swa_pattern)
+        LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window_pattern", sh->swa_pattern));
+    if (sh->rope_theta_swa > 0)
+        LLM_TRY(llm_meta_set_f32(m, "hparams.rope_theta_swa", (float)sh->rope_theta_swa));
     LLM_TRY(llm_meta_set_bool(m, "hparams.tie_embeddings", sh->tie));
     LLM_TRY(llm_meta_set_str(m, "tokenizer.model", "none"));
     LLM_TRY(llm_meta_set_str(m, "source.format", "synthetic"));

@@ -2,6 +2,8 @@
  * layer.h; llm_model_layer runs them for llm_decode_batch. */
 #include "layer.h"
 
+#include <math.h>
+
 #include "../common/alloc.h"
 #include "model_impl.h"
 
@@ -97,9 +99,10 @@ static llm_status attention_stage(struct llm_context *c, int32_t l, const struct
         LLM_TRY(b->ops->rmsnorm(b, c->k, &L->k_norm, c->k, n * cf->n_kv_heads, cf->head_dim,
                                 cf->rms_eps));
     }
-    LLM_TRY(b->ops->rope(b, &c->ash, c->rope.n_dims, c->rope.neox, c->cs, c->q, c->k, n));
     struct llm_attn_shape sh = c->ash;
     sh.window = llm_config_layer_window(cf, l);
+    const float *cs = sh.window && c->cs_swa ? c->cs_swa : c->cs;
+    LLM_TRY(b->ops->rope(b, &c->ash, c->rope.n_dims, c->rope.neox, cs, c->q, c->k, n));
     return b->ops->attention(b, &sh, c->kv, l, sl, n_sl, c->q, c->k, c->v, att, probs);
 }
 
@@ -110,7 +113,7 @@ llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct ll
     LLM_TRY(check_rows(c, l, n));
     for (int32_t i = 0; i < n; i++)
         c->out_rows[i] = pos + i;
-    llm_rope_table(&c->rope, c->out_rows, n, c->cs);
+    llm_model_rope_tables(c, c->out_rows, n);
     /* every layer stores this run: the blocks are taken at the first, and
      * the length is set at each (the last layer's call ends the run) */
     if (l == 0 || llm_kv_len(c->kv, seq) < pos + n) {
@@ -124,6 +127,23 @@ llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct ll
     return LLM_OK;
 }
 
+void llm_model_rope_tables(struct llm_context *c, const int32_t *pos, int32_t n)
+{
+    llm_rope_table(&c->rope, pos, n, c->cs);
+    if (c->cs_swa)
+        llm_rope_table(&c->rope_swa, pos, n, c->cs_swa);
+}
+
+/* x += the branch output in c->xb2, RMS-normed first by `post` when the
+ * model has it (gemma) */
+static llm_status join(struct llm_context *c, const struct llm_weight *post, float *x, int32_t n)
+{
+    const struct llm_config *cf = &c->m->c;
+    if (post->data)
+        LLM_TRY(c->be->ops->rmsnorm(c->be, c->xb2, post, c->xb2, n, cf->dim, cf->rms_eps));
+    return c->be->ops->add(c->be, x, c->xb2, (int64_t)n * cf->dim);
+}
+
 llm_status llm_layer_attn_out(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
                               const float *att, float *x, int32_t n)
 {
@@ -131,7 +151,7 @@ llm_status llm_layer_attn_out(struct llm_context *c, int32_t l, const struct llm
     const struct llm_weight *wo[1] = { pick(lin ? lin->wo : NULL, &c->m->layers[l].wo) };
     float *out[1] = { c->xb2 };
     LLM_TRY(llm_model_matmul(c, 1, wo, NULL, att, out, n));
-    return c->be->ops->add(c->be, x, c->xb2, (int64_t)n * c->m->c.dim);
+    return join(c, &c->m->layers[l].post_attn_norm, x, n);
 }
 
 llm_status llm_layer_ffn_hidden(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
@@ -144,6 +164,8 @@ llm_status llm_layer_ffn_hidden(struct llm_context *c, int32_t l, const struct l
     const struct llm_weight *gu[2] = { pick(lin->gate, &L->gate), pick(lin->up, &L->up) };
     float *out[2] = { h, c->hb2 };
     LLM_TRY(llm_model_matmul(c, 2, gu, NULL, xb, out, n));
+    if (c->m->c.gemma)
+        return c->be->ops->geglu(c->be, h, c->hb2, (int64_t)n * c->m->c.ffn_dim);
     return c->be->ops->swiglu(c->be, h, c->hb2, (int64_t)n * c->m->c.ffn_dim);
 }
 
@@ -154,12 +176,16 @@ llm_status llm_layer_ffn_out(struct llm_context *c, int32_t l, const struct llm_
     const struct llm_weight *dn[1] = { pick(lin ? lin->down : NULL, &c->m->layers[l].down) };
     float *out[1] = { c->xb2 };
     LLM_TRY(llm_model_matmul(c, 1, dn, NULL, h, out, n));
-    return c->be->ops->add(c->be, x, c->xb2, (int64_t)n * c->m->c.dim);
+    return join(c, &c->m->layers[l].post_ffn_norm, x, n);
 }
 
 llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x)
 {
-    return c->be->ops->embed(c->be, &c->m->tok_embd, tokens, n, x);
+    LLM_TRY(c->be->ops->embed(c->be, &c->m->tok_embd, tokens, n, x));
+    const struct llm_config *cf = &c->m->c;
+    if (cf->gemma) /* as llama.cpp and transformers: sqrt(dim) in float */
+        return c->be->ops->scale(c->be, x, sqrtf((float)cf->dim), (int64_t)n * cf->dim);
+    return LLM_OK;
 }
 
 struct llm_backend *llm_context_backend(struct llm_context *c)

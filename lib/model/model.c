@@ -69,9 +69,10 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         return llm_error_set(LLM_E_FORMAT, "%s: metadata key 'architecture' is missing", path);
     if (!strcmp(s, "none"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: the file holds a tokenizer only, no model", path);
-    if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2") && strcmp(s, "qwen3"))
+    if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2") && strcmp(s, "qwen3") &&
+        strcmp(s, "gemma3"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, "
-                             "mistral, qwen2, qwen3)", path, s);
+                             "mistral, qwen2, qwen3, gemma3)", path, s);
     snprintf(c->arch, sizeof c->arch, "%s", s);
     const int64_t big = 1 << 20;
     LLM_TRY(get_int(m, path, "hparams.vocab_size", 0, 0, INT32_MAX, &c->n_vocab));
@@ -92,9 +93,15 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         return llm_error_set(LLM_E_FORMAT, "%s: rope_dim %d must be even and at most head_dim %d",
                              path, c->rope_dim, c->head_dim);
     LLM_TRY(get_int(m, path, "hparams.sliding_window", 0, 0, INT32_MAX, &c->swa_window));
-    LLM_TRY(get_int(m, path, "hparams.sliding_window_pattern", 1, 1, 4096, &c->swa_pattern));
-    c->rope_neox = !strncmp(c->arch, "qwen", 4);
-    c->qk_norm = !strcmp(c->arch, "qwen3");
+    c->gemma = !strcmp(c->arch, "gemma3");
+    /* Gemma 3: five local layers, then a global one, the local ones with
+     * RoPE base 10000 (llama.cpp's defaults, which its files leave out) */
+    LLM_TRY(get_int(m, path, "hparams.sliding_window_pattern", c->gemma ? 6 : 1, 1, 4096,
+                    &c->swa_pattern));
+    LLM_TRY(get_float(m, path, "hparams.rope_theta_swa", c->gemma ? 10000.0 : 0.0,
+                      &c->rope_theta_swa));
+    c->rope_neox = !strncmp(c->arch, "qwen", 4) || c->gemma;
+    c->qk_norm = !strcmp(c->arch, "qwen3") || c->gemma;
     if (!llm_meta_get_str(m, "hparams.rope_type", &s)) {
         if (strcmp(s, "norm") && strcmp(s, "neox"))
             return llm_error_set(LLM_E_FORMAT, "%s: hparams.rope_type '%s' (norm, neox)", path, s);
@@ -122,7 +129,7 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
     if (strcmp(c->rope_scaling, "none") && !(c->rope_factor > 0))
         return llm_error_set(LLM_E_FORMAT, "%s: rope scaling factor %g must be positive", path,
                              (double)c->rope_factor);
-    if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
+    if (!(c->rope_theta > 0) || !(c->rms_eps >= 0) || !(c->rope_theta_swa >= 0))
         return llm_error_set(LLM_E_FORMAT, "%s: rope_theta %g / rms_norm_eps %g out of range", path,
                              (double)c->rope_theta, (double)c->rms_eps);
     return LLM_OK;
@@ -296,6 +303,13 @@ static llm_status rope_init(struct llm_model *m)
         }
         m->inv_freq[i] = f;
     }
+    if (c->rope_theta_swa > 0 && c->swa_window > 0) {
+        m->inv_freq_swa = llm_calloc((size_t)(half ? half : 1), sizeof(float));
+        if (!m->inv_freq_swa)
+            return LLM_E_NOMEM;
+        for (int32_t i = 0; i < half; i++)
+            m->inv_freq_swa[i] = 1.0f / powf(c->rope_theta_swa, (float)(2 * i) / (float)c->rope_dim);
+    }
     return LLM_OK;
 }
 
@@ -350,6 +364,8 @@ static llm_status bind_all(struct llm_model *m)
                                  "architecture '%s' has no q/k norms", m->f->path, l,
                                  L->q_norm.data ? "q" : "k", c->arch);
         B(ffn_norm, "ffn_norm.weight", c->dim, 0, 0);
+        B(post_attn_norm, "post_attention_norm.weight", c->dim, 0, !c->gemma);
+        B(post_ffn_norm, "post_ffw_norm.weight", c->dim, 0, !c->gemma);
         B(gate, "ffn_gate.weight", c->dim, c->ffn_dim, 0);
         B(up, "ffn_up.weight", c->dim, c->ffn_dim, 0);
         B(down, "ffn_down.weight", c->ffn_dim, c->dim, 0);
@@ -501,6 +517,7 @@ void llm_model_close(struct llm_model *m)
     llm_tokenizer_free(m->tok);
     llm_free(m->layers);
     llm_free(m->inv_freq);
+    llm_free(m->inv_freq_swa);
     if (m->be)
         m->be->ops->destroy(m->be);
     if (!m->borrowed)
@@ -569,6 +586,7 @@ void llm_context_free(struct llm_context *c)
     }
     llm_kv_free(c->kv);
     llm_free(c->cs);
+    llm_free(c->cs_swa);
     llm_free(c->segs);
     llm_free(c->sl);
     llm_free(c->seen);
@@ -685,7 +703,10 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         c->sl = llm_malloc((size_t)nb * sizeof *c->sl);
         c->seen = llm_calloc((size_t)p.n_seq, 1);
         c->out_rows = llm_malloc((size_t)nb * sizeof *c->out_rows);
-        if (!c->cs || !c->segs || !c->sl || !c->seen || !c->out_rows)
+        if (m->inv_freq_swa)
+            c->cs_swa = llm_malloc((size_t)nb * (size_t)cf->rope_dim * sizeof(float));
+        if (!c->cs || !c->segs || !c->sl || !c->seen || !c->out_rows ||
+            (m->inv_freq_swa && !c->cs_swa))
             s = LLM_E_NOMEM;
     }
     if (s) {
@@ -695,6 +716,8 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
     c->logits_rows = 1;
     c->rope = (struct llm_rope){ .n_dims = cf->rope_dim, .neox = cf->rope_neox,
                                  .inv_freq = m->inv_freq, .mscale = m->mscale };
+    c->rope_swa = (struct llm_rope){ .n_dims = cf->rope_dim, .neox = cf->rope_neox,
+                                     .inv_freq = m->inv_freq_swa, .mscale = 1.0f };
     c->ash = (struct llm_attn_shape){ .n_heads = cf->n_heads, .n_kv_heads = cf->n_kv_heads,
                                       .head_dim = cf->head_dim,
                                       .scale = 1.0f / sqrtf((float)cf->head_dim) };
@@ -884,7 +907,7 @@ llm_status llm_decode_batch(struct llm_context *c, const struct llm_batch *b, fl
             c->sl[n_sl++] = (struct llm_seg){ .seq = sg->seq, .pos = sg->pos + (r0 - sg->row),
                                               .n = r1 - r0, .row = r0 - s0 };
         }
-        llm_rope_table(&c->rope, b->pos + s0, n, c->cs);
+        llm_model_rope_tables(c, b->pos + s0, n);
         LLM_TRY(llm_layer_embed(c, b->token + s0, n, c->x));
         for (int32_t l = 0; l < cf->n_layers; l++)
             LLM_TRY(llm_model_layer(c, l, c->sl, n_sl, n));
@@ -970,6 +993,8 @@ llm_status llm_model_id(struct llm_model *m, uint64_t *id)
         ID_ADD(st, c->swa_window);
         ID_ADD(st, c->swa_pattern);
     }
+    if (c->rope_theta_swa > 0)
+        ID_ADD(st, c->rope_theta_swa);
     void *buf = NULL;
     size_t cap = 0;
     llm_status s = LLM_OK;

@@ -20,7 +20,7 @@
 
 /* Hyper-parameters, from the metadata (format/file.h schema). */
 struct llm_config {
-    char arch[32];            /* llama, mistral, qwen2, qwen3 */
+    char arch[32];            /* llama, mistral, qwen2, qwen3, gemma3 */
     int32_t n_vocab;
     int32_t n_ctx_train;      /* context_length */
     int32_t dim;              /* embedding_length */
@@ -47,6 +47,11 @@ struct llm_config {
      * global). swa_window 0: every layer sees the whole sequence. */
     int32_t swa_window;
     int32_t swa_pattern;
+    float rope_theta_swa;     /* the local layers' RoPE base, unscaled (gemma3); 0: rope_theta */
+    /* Gemma: the embedding times sqrt(dim), GELU (tanh) gating instead of
+     * SiLU, and the outputs of attention and of the feed-forward RMS-normed
+     * (post_attention_norm, post_ffw_norm) before they join the residual. */
+    int gemma;
 };
 
 /* Positions a token of layer l attends to, counting itself: the window of

@@ -9,6 +9,7 @@
 
 struct llm_layer_w {
     struct llm_weight attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, gate, up, down;
+    struct llm_weight post_attn_norm, post_ffn_norm; /* gemma */
 };
 
 struct llm_model {
@@ -19,6 +20,7 @@ struct llm_model {
     struct llm_weight tok_embd, out_norm, output;
     struct llm_layer_w *layers; /* (n_layers) */
     float *inv_freq;            /* (rope_dim/2) */
+    float *inv_freq_swa;        /* (rope_dim/2) the local layers', or NULL: inv_freq */
     float mscale;
     uint64_t weight_bytes, n_params;
     int n_threads;
@@ -33,7 +35,7 @@ struct llm_context {
     void *kv_k, *kv_v;
     int32_t n_ctx, n_batch;
     int n_threads;
-    struct llm_rope rope;
+    struct llm_rope rope, rope_swa; /* rope_swa: the local layers' (inv_freq_swa) */
     struct llm_attn_shape ash;
     /* activations on the backend, n_batch rows each */
     float *x;       /* (n_batch, dim) residual stream */
@@ -48,6 +50,7 @@ struct llm_context {
     int32_t logits_rows;
     /* host scratch of a batch */
     float *cs;            /* (n_batch, rope_dim) the rope table of a slice */
+    float *cs_swa;        /* (n_batch, rope_dim) the local layers', when their base differs */
     struct llm_seg *segs; /* (n_seq) the runs of the batch */
     struct llm_seg *sl;   /* (n_batch) the runs of a slice */
     uint8_t *seen;        /* (n_seq) */
@@ -61,6 +64,8 @@ struct llm_context {
 llm_status llm_model_matmul(struct llm_context *c, int n_w, const struct llm_weight *const *W,
                             const struct llm_weight *const *bias, const float *X, float *const *Y,
                             int32_t n);
+/* c->cs (and c->cs_swa) for n tokens at positions pos[]. */
+void llm_model_rope_tables(struct llm_context *c, const int32_t *pos, int32_t n);
 /* One decoder layer over the n rows of a slice in c->x, whose runs are
  * sl[0 .. n_sl) and whose rope table is c->cs (the stages of layer.h). */
 llm_status llm_model_layer(struct llm_context *c, int32_t l, const struct llm_seg *sl,

@@ -41,8 +41,9 @@ static uint64_t count_from_hparams(struct llm_file *f)
     cr_assert_eq(llm_meta_get_str(f->meta, "architecture", &arch), LLM_OK);
     uint64_t attn = 2 * H * hd * nh + 2 * H * hd * nkv;
     uint64_t bias = strcmp(arch, "qwen2") == 0 ? hd * nh + 2 * hd * nkv : 0;
-    uint64_t qk_norm = strcmp(arch, "qwen3") == 0 ? 2 * hd : 0;
-    uint64_t layer = attn + bias + qk_norm + 3 * H * I + 2 * H;
+    int gemma = strcmp(arch, "gemma3") == 0;
+    uint64_t qk_norm = strcmp(arch, "qwen3") == 0 || gemma ? 2 * hd : 0;
+    uint64_t layer = attn + bias + qk_norm + 3 * H * I + (gemma ? 4 : 2) * H;
     return V * H * (tie ? 1 : 2) + L * layer + H;
 }
 
@@ -65,6 +66,8 @@ Test(synthetic, published_parameter_counts)
         /* 0.44B without the embedding, as the model card says */
         {"qwen3-0.6b", 596049920, 1024, 3072, 28, 16, 8, 151936, 40960, 1},
         {"mistral-7b-v0.1", 7241732096ull, 4096, 14336, 32, 32, 8, 32000, 32768, 0},
+        /* 170M embedding + 100M transformer, as the model card says */
+        {"gemma3-270m", 268098176, 640, 2048, 18, 4, 1, 262144, 32768, 1},
     };
     size_t n_names = 1;
     for (const char *p = llm_synthetic_shapes(); *p; p++)
