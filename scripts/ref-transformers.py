@@ -103,6 +103,14 @@ def hf_model(meta, tensors):
             final_logit_softcapping=None, attn_logit_softcapping=None, **cfg)
         cls = transformers.Gemma3ForCausalLM
         norm_shift = 1.0  # GGUF's Gemma norms hold 1 + the HF weight
+    elif arch == "gemma2":
+        conf = transformers.Gemma2Config(
+            sliding_window=swa, query_pre_attn_scalar=cfg["head_dim"],
+            hidden_activation="gelu_pytorch_tanh",
+            attn_logit_softcapping=meta.get(f"{a}.attn_logit_softcapping"),
+            final_logit_softcapping=meta.get(f"{a}.final_logit_softcapping"), **cfg)
+        cls = transformers.Gemma2ForCausalLM
+        norm_shift = 1.0
     elif arch == "qwen2":
         conf = transformers.Qwen2Config(use_sliding_window=False, **cfg)
         cls = transformers.Qwen2ForCausalLM
@@ -116,7 +124,7 @@ def hf_model(meta, tensors):
         "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
         "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     }
-    if arch == "gemma3":
+    if arch.startswith("gemma"):
         names.update({"ffn_norm": "pre_feedforward_layernorm",
                       "post_attention_norm": "post_attention_layernorm",
                       "post_ffw_norm": "post_feedforward_layernorm"})

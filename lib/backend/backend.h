@@ -56,7 +56,8 @@ void llm_rope_table(const struct llm_rope *r, const int32_t *pos, int32_t n, flo
 
 struct llm_attn_shape {
     int32_t n_heads, n_kv_heads, head_dim;
-    float scale;            /* 1/sqrt(head_dim) */
+    float scale;            /* 1/sqrt(head_dim), or of the model's query scalar */
+    float softcap;          /* scaled scores become softcap * tanh(s / softcap); 0: none */
     int32_t window;         /* a token at position i sees i - window + 1 .. i; 0: 0 .. i */
 };
 

@@ -374,8 +374,8 @@ static inline int32_t swa_start(int32_t len, int32_t swa)
  * first at position w0), every block before it quantized (kv.h). Each
  * token's arithmetic is the same whatever nt. */
 CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh,
-                              int32_t hd, float scale, const float *q, int64_t qs, int32_t nt,
-                              int32_t len0, int32_t swa, float *sc, int64_t cap, float *o,
+                              int32_t hd, float scale, float softcap, const float *q, int64_t qs,
+                              int32_t nt, int32_t len0, int32_t swa, float *sc, int64_t cap, float *o,
                               float *probs, int64_t pld, const uint16_t *win, int32_t w0)
 {
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
@@ -440,6 +440,8 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
         const int32_t li = len0 + i, lo = swa_start(li, swa);
         for (int32_t p = lo; p < li; p++) {
             si[p] *= scale;
+            if (softcap > 0) /* Gemma 2's soft-capping */
+                si[p] = softcap * tanhf(si[p] / softcap);
             mx = si[p] > mx ? si[p] : mx;
         }
         for (int32_t p = lo; p < li; p++) {
@@ -511,7 +513,7 @@ static void att_run(int ti, int nth, void *arg)
         for (int32_t h = (int32_t)(local % units) * j->per, e = h + j->per; h < e; h++) {
             int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
             float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
-            att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, j->q + qo, qs, nt,
+            att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, s->softcap, j->q + qo, qs, nt,
                       sg->pos + t0 + 1, s->window, sc, cap, j->out + qo, pr, pld,
                       j->win ? j->win + j->win_off[g] : NULL,
                       sg->pos / j->kv->p.block_size * j->kv->p.block_size);

@@ -741,6 +741,8 @@ static const struct { const char *suffix, *path; enum vkind kind; } arch_keys[] 
     { "attention.layer_norm_rms_epsilon", "hparams.rms_norm_eps", V_F32 },
     { "rope.freq_base", "hparams.rope_theta", V_F32 },
     { "rope.freq_base_swa", "hparams.rope_theta_swa", V_F32 },
+    { "attn_logit_softcapping", "hparams.attn_softcap", V_F32 },
+    { "final_logit_softcapping", "hparams.final_softcap", V_F32 },
     { "rope.scaling.type", "hparams.rope_scaling.type", V_STR },
     { "rope.scaling.factor", "hparams.rope_scaling.factor", V_F32 },
     { "rope.scaling.original_context_length", "hparams.rope_scaling.original_context_length",

@@ -566,10 +566,17 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
         snprintf(key, sizeof key, "%s.rope.freq_base", arch);
         kv_f32(w, key, (float)d);
     }
-    LLM_TRY(get_f(w, m, "hparams.rope_theta_swa", &d, &have));
-    if (have) {
-        snprintf(key, sizeof key, "%s.rope.freq_base_swa", arch);
-        kv_f32(w, key, (float)d);
+    static const char *const floats[][2] = {
+        { "hparams.rope_theta_swa", "rope.freq_base_swa" },
+        { "hparams.attn_softcap", "attn_logit_softcapping" },
+        { "hparams.final_softcap", "final_logit_softcapping" },
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        LLM_TRY(get_f(w, m, floats[i][0], &d, &have));
+        if (have) {
+            snprintf(key, sizeof key, "%s.%s", arch, floats[i][1]);
+            kv_f32(w, key, (float)d);
+        }
     }
     LLM_TRY(get_s(w, m, "hparams.rope_scaling.type", &sv));
     /* llama.cpp knows the scaling types none, linear, yarn and longrope and

@@ -7,7 +7,7 @@
  * other tensors exist or on the order they are written in. Matrices are drawn
  * uniform with the standard deviation of a usual init (0.02) and converted to
  * the requested type; norms are 1 (qwen3's per-head q/k norms and all of
- * gemma3's drawn from [0.5, 1.5), so that their weights matter) and biases
+ * Gemma's drawn from [0.5, 1.5), so that their weights matter) and biases
  * small, all f32.
  */
 #include <inttypes.h>
@@ -32,7 +32,7 @@
 
 struct syn_shape {
     const char *name;
-    const char *arch;   /* llama | mistral | qwen2 | qwen3 | gemma3 */
+    const char *arch;   /* llama | mistral | qwen2 | qwen3 | gemma2 | gemma3 */
     int64_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, ctx;
     int64_t head_dim;   /* 0: dim / n_heads */
     double rope_theta, rms_eps;
@@ -41,6 +41,7 @@ struct syn_shape {
     int64_t swa;        /* sliding window (0: none) */
     int64_t swa_pattern; /* 0: the architecture's (every layer; gemma3: 6) */
     double rope_theta_swa; /* 0: the architecture's (gemma3: 10000) */
+    double attn_softcap, final_softcap; /* 0: none */
 };
 
 /* hparams from each model's published config (config.json / params.json) */
@@ -56,6 +57,8 @@ static const struct syn_shape shapes[] = {
     {"qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 1000000.0, 1e-6, 1, 0},
     {"mistral-7b-v0.1", "mistral", 4096, 14336, 32, 32, 8, 32000, 32768, 0, 10000.0, 1e-5, 0, 0,
      4096},
+    {"gemma2-2b", "gemma2", 2304, 9216, 26, 8, 4, 256000, 8192, 256, 10000.0, 1e-6, 1, 0, 4096, 0,
+     0, 50.0, 30.0},
     {"gemma3-270m", "gemma3", 640, 2048, 18, 4, 1, 262144, 32768, 256, 1000000.0, 1e-6, 1, 0, 512},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
@@ -70,7 +73,7 @@ struct syn_tensor {
 const char *llm_synthetic_shapes(void)
 {
     return "stories260k,stories15m,stories110m,smollm2-135m,llama-2-7b,llama-3-8b,"
-           "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1,gemma3-270m";
+           "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1,gemma2-2b,gemma3-270m";
 }
 
 /* ---- generator ------------------------------------------------------------- */
@@ -151,7 +154,7 @@ static const char *const yaml_keys[] = {
     "head_count",    "head_count_kv",    "vocab_size",          "context_length",
     "rope_theta",    "rms_norm_eps",     "tie_embeddings",      "head_dim",
     "attention_bias", "name",        "sliding_window",      "sliding_window_pattern",
-    "rope_theta_swa",
+    "rope_theta_swa", "attn_softcap", "final_softcap",
 };
 
 static llm_status yaml_int(const struct llm_meta *root, const char *path, const char *key,
@@ -193,7 +196,8 @@ static llm_status yaml_bool(const struct llm_meta *root, const char *path, const
 }
 
 /* Keys: those of the named shapes; head_dim, attention_bias,
- * sliding_window, sliding_window_pattern and rope_theta_swa optional. */
+ * sliding_window, sliding_window_pattern, rope_theta_swa, attn_softcap
+ * and final_softcap optional. */
 static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
                                   struct syn_shape *sh, char *arch, size_t arch_cap)
 {
@@ -214,9 +218,10 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
     LLM_CHECK(m, LLM_E_FORMAT, "%s: missing key 'architecture'", path);
     LLM_CHECK(m->kind == LLM_META_STR &&
                   (!strcmp(m->s, "llama") || !strcmp(m->s, "mistral") ||
-                   !strcmp(m->s, "qwen2") || !strcmp(m->s, "qwen3") || !strcmp(m->s, "gemma3")),
-              LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral, qwen2, qwen3 "
-              "or gemma3",
+                   !strcmp(m->s, "qwen2") || !strcmp(m->s, "qwen3") || !strcmp(m->s, "gemma2") ||
+                   !strcmp(m->s, "gemma3")),
+              LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral, qwen2, qwen3, "
+              "gemma2 or gemma3",
               path, m->line);
     snprintf(arch, arch_cap, "%s", m->s);
     sh->arch = arch;
@@ -243,6 +248,10 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
         LLM_TRY(yaml_int(root, path, "sliding_window_pattern", &sh->swa_pattern));
     if (llm_meta_child(root, "rope_theta_swa"))
         LLM_TRY(yaml_float(root, path, "rope_theta_swa", &sh->rope_theta_swa));
+    if (llm_meta_child(root, "attn_softcap"))
+        LLM_TRY(yaml_float(root, path, "attn_softcap", &sh->attn_softcap));
+    if (llm_meta_child(root, "final_softcap"))
+        LLM_TRY(yaml_float(root, path, "final_softcap", &sh->final_softcap));
     return LLM_OK;
 }
 
@@ -308,8 +317,8 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
                                   {sh->dim, kv_dim},    {q_dim, sh->dim},
                                   {sh->dim, sh->hidden}, {sh->hidden, sh->dim},
                                   {sh->dim, sh->hidden}};
-    const int gemma = !strcmp(sh->arch, "gemma3");
-    const int qk_norm = !strcmp(sh->arch, "qwen3") || gemma;
+    const int gemma = !strncmp(sh->arch, "gemma", 5);
+    const int qk_norm = !strcmp(sh->arch, "qwen3") || !strcmp(sh->arch, "gemma3");
     const int norm_init = gemma ? INIT_NORM : INIT_ONES;
     size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0) + (qk_norm ? 2 : 0) + (gemma ? 2 : 0);
     size_t n = 3 + (size_t)sh->n_layers * per_layer, n_ctx = 0;
@@ -379,6 +388,10 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
         LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window_pattern", sh->swa_pattern));
     if (sh->rope_theta_swa > 0)
         LLM_TRY(llm_meta_set_f32(m, "hparams.rope_theta_swa", (float)sh->rope_theta_swa));
+    if (sh->attn_softcap > 0)
+        LLM_TRY(llm_meta_set_f32(m, "hparams.attn_softcap", (float)sh->attn_softcap));
+    if (sh->final_softcap > 0)
+        LLM_TRY(llm_meta_set_f32(m, "hparams.final_softcap", (float)sh->final_softcap));
     LLM_TRY(llm_meta_set_bool(m, "hparams.tie_embeddings", sh->tie));
     LLM_TRY(llm_meta_set_str(m, "tokenizer.model", "none"));
     LLM_TRY(llm_meta_set_str(m, "source.format", "synthetic"));

@@ -70,9 +70,9 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
     if (!strcmp(s, "none"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: the file holds a tokenizer only, no model", path);
     if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2") && strcmp(s, "qwen3") &&
-        strcmp(s, "gemma3"))
+        strcmp(s, "gemma2") && strcmp(s, "gemma3"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, "
-                             "mistral, qwen2, qwen3, gemma3)", path, s);
+                             "mistral, qwen2, qwen3, gemma2, gemma3)", path, s);
     snprintf(c->arch, sizeof c->arch, "%s", s);
     const int64_t big = 1 << 20;
     LLM_TRY(get_int(m, path, "hparams.vocab_size", 0, 0, INT32_MAX, &c->n_vocab));
@@ -93,15 +93,28 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         return llm_error_set(LLM_E_FORMAT, "%s: rope_dim %d must be even and at most head_dim %d",
                              path, c->rope_dim, c->head_dim);
     LLM_TRY(get_int(m, path, "hparams.sliding_window", 0, 0, INT32_MAX, &c->swa_window));
-    c->gemma = !strcmp(c->arch, "gemma3");
-    /* Gemma 3: five local layers, then a global one, the local ones with
-     * RoPE base 10000 (llama.cpp's defaults, which its files leave out) */
-    LLM_TRY(get_int(m, path, "hparams.sliding_window_pattern", c->gemma ? 6 : 1, 1, 4096,
+    const int g2 = !strcmp(c->arch, "gemma2"), g3 = !strcmp(c->arch, "gemma3");
+    c->gemma = g2 || g3;
+    /* llama.cpp's defaults, which its files leave out: Gemma 2 alternates
+     * local and global layers; Gemma 3 has five local layers, then a
+     * global one, the local ones with RoPE base 10000 */
+    LLM_TRY(get_int(m, path, "hparams.sliding_window_pattern", g2 ? 2 : g3 ? 6 : 1, 1, 4096,
                     &c->swa_pattern));
-    LLM_TRY(get_float(m, path, "hparams.rope_theta_swa", c->gemma ? 10000.0 : 0.0,
+    LLM_TRY(get_float(m, path, "hparams.rope_theta_swa", g3 ? 10000.0 : 0.0,
                       &c->rope_theta_swa));
+    LLM_TRY(get_float(m, path, "hparams.attn_softcap", 0.0, &c->attn_softcap));
+    LLM_TRY(get_float(m, path, "hparams.final_softcap", 0.0, &c->final_softcap));
+    /* the 27B Gemmas scale queries by hidden / heads, not the head size
+     * (query_pre_attn_scalar; llama.cpp tells them by their layer count) */
+    const int huge = (g2 && c->n_layers == 46) || (g3 && c->n_layers == 62);
+    LLM_TRY(get_float(m, path, "hparams.query_pre_attn_scalar",
+                      huge ? (double)c->dim / c->n_heads : (double)c->head_dim, &c->query_scalar));
+    if (!(c->attn_softcap >= 0) || !(c->final_softcap >= 0) || !(c->query_scalar > 0))
+        return llm_error_set(LLM_E_FORMAT, "%s: soft-capping %g / %g or query scalar %g out of "
+                             "range", path, (double)c->attn_softcap, (double)c->final_softcap,
+                             (double)c->query_scalar);
     c->rope_neox = !strncmp(c->arch, "qwen", 4) || c->gemma;
-    c->qk_norm = !strcmp(c->arch, "qwen3") || c->gemma;
+    c->qk_norm = !strcmp(c->arch, "qwen3") || g3;
     if (!llm_meta_get_str(m, "hparams.rope_type", &s)) {
         if (strcmp(s, "norm") && strcmp(s, "neox"))
             return llm_error_set(LLM_E_FORMAT, "%s: hparams.rope_type '%s' (norm, neox)", path, s);
@@ -720,7 +733,8 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
                                      .inv_freq = m->inv_freq_swa, .mscale = 1.0f };
     c->ash = (struct llm_attn_shape){ .n_heads = cf->n_heads, .n_kv_heads = cf->n_kv_heads,
                                       .head_dim = cf->head_dim,
-                                      .scale = 1.0f / sqrtf((float)cf->head_dim) };
+                                      .scale = 1.0f / sqrtf(cf->query_scalar),
+                                      .softcap = cf->attn_softcap };
     *out = c;
     return LLM_OK;
 }
@@ -806,8 +820,12 @@ static llm_status head_forward(struct llm_context *c, const int32_t *rows, int32
     const struct llm_weight *w[1] = { &c->m->output };
     float *y[1] = { c->logits };
     LLM_TRY(llm_model_matmul(c, 1, w, NULL, c->xb, y, n_rows));
-    return b->ops->download(b, dst, c->logits,
-                            (size_t)n_rows * (size_t)cf->n_vocab * sizeof(float));
+    LLM_TRY(b->ops->download(b, dst, c->logits,
+                             (size_t)n_rows * (size_t)cf->n_vocab * sizeof(float)));
+    const float cap = cf->final_softcap;
+    for (int64_t i = 0; cap > 0 && i < (int64_t)n_rows * cf->n_vocab; i++)
+        dst[i] = cap * tanhf(dst[i] / cap);
+    return LLM_OK;
 }
 
 /* The runs of a batch into c->segs, checked: each sequence one run of
@@ -995,6 +1013,12 @@ llm_status llm_model_id(struct llm_model *m, uint64_t *id)
     }
     if (c->rope_theta_swa > 0)
         ID_ADD(st, c->rope_theta_swa);
+    if (c->attn_softcap > 0 || c->final_softcap > 0) {
+        ID_ADD(st, c->attn_softcap);
+        ID_ADD(st, c->final_softcap);
+    }
+    if (c->query_scalar != (float)c->head_dim)
+        ID_ADD(st, c->query_scalar);
     void *buf = NULL;
     size_t cap = 0;
     llm_status s = LLM_OK;

@@ -20,7 +20,7 @@
 
 /* Hyper-parameters, from the metadata (format/file.h schema). */
 struct llm_config {
-    char arch[32];            /* llama, mistral, qwen2, qwen3, gemma3 */
+    char arch[32];            /* llama, mistral, qwen2, qwen3, gemma2, gemma3 */
     int32_t n_vocab;
     int32_t n_ctx_train;      /* context_length */
     int32_t dim;              /* embedding_length */
@@ -52,6 +52,9 @@ struct llm_config {
      * SiLU, and the outputs of attention and of the feed-forward RMS-normed
      * (post_attention_norm, post_ffw_norm) before they join the residual. */
     int gemma;
+    float attn_softcap;       /* scores become c * tanh(s / c) (gemma2); 0: none */
+    float final_softcap;      /* the logits likewise (gemma2); 0: none */
+    float query_scalar;       /* scores are scaled by 1/sqrt(this) (default head_dim) */
 };
 
 /* Positions a token of layer l attends to, counting itself: the window of

@@ -41,8 +41,8 @@ static uint64_t count_from_hparams(struct llm_file *f)
     cr_assert_eq(llm_meta_get_str(f->meta, "architecture", &arch), LLM_OK);
     uint64_t attn = 2 * H * hd * nh + 2 * H * hd * nkv;
     uint64_t bias = strcmp(arch, "qwen2") == 0 ? hd * nh + 2 * hd * nkv : 0;
-    int gemma = strcmp(arch, "gemma3") == 0;
-    uint64_t qk_norm = strcmp(arch, "qwen3") == 0 || gemma ? 2 * hd : 0;
+    int gemma = strncmp(arch, "gemma", 5) == 0;
+    uint64_t qk_norm = strcmp(arch, "qwen3") == 0 || strcmp(arch, "gemma3") == 0 ? 2 * hd : 0;
     uint64_t layer = attn + bias + qk_norm + 3 * H * I + (gemma ? 4 : 2) * H;
     return V * H * (tie ? 1 : 2) + L * layer + H;
 }
@@ -66,6 +66,7 @@ Test(synthetic, published_parameter_counts)
         /* 0.44B without the embedding, as the model card says */
         {"qwen3-0.6b", 596049920, 1024, 3072, 28, 16, 8, 151936, 40960, 1},
         {"mistral-7b-v0.1", 7241732096ull, 4096, 14336, 32, 32, 8, 32000, 32768, 0},
+        {"gemma2-2b", 2614341888ull, 2304, 9216, 26, 8, 4, 256000, 8192, 1},
         /* 170M embedding + 100M transformer, as the model card says */
         {"gemma3-270m", 268098176, 640, 2048, 18, 4, 1, 262144, 32768, 1},
     };

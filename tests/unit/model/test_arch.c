@@ -60,9 +60,9 @@ static int32_t argmax(const float *l, int32_t n)
 }
 
 /* max |ours - transformers| / max |transformers| over the prompt's logits,
- * and the greedy tokens; `window` >= 0 replaces the shape's window (the
- * check that the test can fail). */
-static double run(const char *name, int64_t window, int32_t *greedy)
+ * and the greedy tokens; `key` (when not NULL) set to 0 first: a feature
+ * taken away, the check that the test can fail. */
+static double run(const char *name, const char *key, int32_t *greedy)
 {
     char path[256];
     snprintf(path, sizeof path, "tests/unit/model/ref/%s.yaml", name);
@@ -70,8 +70,8 @@ static double run(const char *name, int64_t window, int32_t *greedy)
     llm_status s = llm_synthetic(&f, path, LLM_TYPE_F32, 7);
     cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
     llm_test_scale_weights(f, 12.0f);
-    if (window >= 0)
-        cr_assert_eq(llm_meta_set_i64(f->meta, "hparams.sliding_window", window), LLM_OK);
+    if (key)
+        cr_assert_eq(llm_meta_set_i64(f->meta, key, 0), LLM_OK);
     struct llm_model *m;
     struct llm_model_params mp;
     llm_model_params_default(&mp);
@@ -103,7 +103,7 @@ static double run(const char *name, int64_t window, int32_t *greedy)
         cr_assert_eq(llm_decode(c, 0, &t, 1, N_PROMPT + i, lg, 0), LLM_OK);
         t = argmax(lg, V);
     }
-    for (int i = 0; window < 0 && i < N_GEN; i++)
+    for (int i = 0; !key && i < N_GEN; i++)
         cr_assert_eq(greedy[i], r.greedy[i], "%s: greedy token %d is %d, transformers %d", name,
                      i, greedy[i], r.greedy[i]);
     free(lg);
@@ -120,25 +120,37 @@ static double run(const char *name, int64_t window, int32_t *greedy)
 Test(arch, mistral_sliding_window_matches_transformers)
 {
     int32_t g[N_GEN];
-    double e = run("mistral-swa", -1, g);
+    double e = run("mistral-swa", NULL, g);
     cr_assert(e <= TOL, "mistral-swa: relative error %g", e);
     /* without the window the same weights are far from transformers' */
-    e = run("mistral-swa", 0, g);
+    e = run("mistral-swa", "hparams.sliding_window", g);
     cr_assert(e > 100 * TOL, "mistral-swa without its window: relative error %g", e);
 }
 
 Test(arch, qwen3_matches_transformers)
 {
     int32_t g[N_GEN];
-    double e = run("qwen3", -1, g);
+    double e = run("qwen3", NULL, g);
     cr_assert(e <= TOL, "qwen3: relative error %g", e);
 }
 
 Test(arch, gemma3_matches_transformers)
 {
     int32_t g[N_GEN];
-    double e = run("gemma3", -1, g);
+    double e = run("gemma3", NULL, g);
     cr_assert(e <= TOL, "gemma3: relative error %g", e);
-    e = run("gemma3", 0, g); /* its local layers made global */
+    e = run("gemma3", "hparams.sliding_window", g); /* its local layers made global */
     cr_assert(e > 100 * TOL, "gemma3 without its window: relative error %g", e);
+}
+
+Test(arch, gemma2_matches_transformers)
+{
+    int32_t g[N_GEN];
+    double e = run("gemma2", NULL, g);
+    cr_assert(e <= TOL, "gemma2: relative error %g", e);
+    const char *off[] = { "hparams.sliding_window", "hparams.attn_softcap", "hparams.final_softcap" };
+    for (int i = 0; i < 3; i++) {
+        e = run("gemma2", off[i], g);
+        cr_assert(e > 100 * TOL, "gemma2 without %s: relative error %g", off[i], e);
+    }
 }
