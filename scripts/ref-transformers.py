@@ -111,6 +111,11 @@ def hf_model(meta, tensors):
             final_logit_softcapping=meta.get(f"{a}.final_logit_softcapping"), **cfg)
         cls = transformers.Gemma2ForCausalLM
         norm_shift = 1.0
+    elif arch == "phi3":
+        conf = transformers.Phi3Config(sliding_window=swa or None, pad_token_id=0,
+                                       original_max_position_embeddings=cfg["max_position_embeddings"],
+                                       **{k: v for k, v in cfg.items() if k != "head_dim"})
+        cls = transformers.Phi3ForCausalLM
     elif arch == "qwen2":
         conf = transformers.Qwen2Config(use_sliding_window=False, **cfg)
         cls = transformers.Qwen2ForCausalLM
@@ -124,6 +129,8 @@ def hf_model(meta, tensors):
         "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
         "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     }
+    if arch == "phi3":  # fused in its GGUF as in its HF checkpoints
+        names.update({"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"})
     if arch.startswith("gemma"):
         names.update({"ffn_norm": "pre_feedforward_layernorm",
                       "post_attention_norm": "post_attention_layernorm",

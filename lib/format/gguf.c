@@ -1097,43 +1097,109 @@ static llm_status fill_tensor(const struct llm_tensor *t, void *dst, void *ctx)
     return s;
 }
 
-static llm_status add_tensors(struct gguf *g)
+/* One tensor of the file (or one part of a fused one): in place when its
+ * type is ours and its bytes are aligned, else decoded on demand. */
+static llm_status add_tensor(struct gguf *g, enum llm_type target, const struct tinfo *ti)
 {
     struct llm_file *f = g->f;
+    const uint8_t *src = g->r.p + g->data_offset + ti->offset;
+    int kept = llm_type_from_ggml(ti->gtype);
+    enum llm_type type = kept >= 0 ? (enum llm_type)kept : target;
+    /* kept data is used in place unless a consumer could not load it
+       with aligned accesses (general.alignment below 32, or a buffer
+       that is not page-aligned) */
+    int in_place = kept >= 0 && (uintptr_t)src % 32 == 0;
+    struct llm_tensor *t;
+    LLM_TRY(llm_file_add_tensor(f, ti->name, type, ti->n_dims, ti->ne, in_place ? src : NULL, &t));
+    /* GGUF I32 tensors are weights, not our auxiliary int arrays */
+    t->flags &= ~(uint32_t)LLM_TENSOR_AUX;
+    if (in_place)
+        return LLM_OK;
+    struct fill_ctx *c = llm_calloc(1, sizeof *c);
+    if (!c)
+        return LLM_E_NOMEM;
+    c->src = src;
+    c->gtype = ti->gtype;
+    c->src_row = llm_ggml_row_bytes(ti->gtype, (uint64_t)ti->ne[0]);
+    c->copy = kept >= 0;
+    c->path = f->path;
+    LLM_TRY(llm_file_own(f, c));
+    t->fill = fill_tensor;
+    t->fill_ctx = c;
+    return LLM_OK;
+}
+
+/* Phi-3 fuses Q, K and V into attn_qkv, and the gate and up projections
+ * into ffn_up (gate first). Every other tool reads them apart, so they are
+ * split here into row ranges of the same bytes: n_parts (1: not fused)
+ * names and row counts. */
+static llm_status fused_parts(struct gguf *g, const struct tinfo *ti, char names[3][LLM_MAX_NAME],
+                              int64_t rows[3], int *n_parts)
+{
+    *n_parts = 1;
+    const char *arch = NULL;
+    int layer, end = 0;
+    char what[16];
+    if (llm_meta_get_str(g->f->meta, "architecture", &arch) || strcmp(arch, "phi3") ||
+        ti->n_dims != 2 || sscanf(ti->name, "blk.%d.%15[a-z_].weight%n", &layer, what, &end) != 2 ||
+        ti->name[end] != '\0')
+        return LLM_OK;
+    llm_error_clear();
+    int64_t dim = 0, heads = 0, kv = 0, hd = 0, ffn = 0;
+    llm_meta_get_i64(g->f->meta, "hparams.embedding_length", &dim);
+    llm_meta_get_i64(g->f->meta, "hparams.head_count", &heads);
+    llm_meta_get_i64(g->f->meta, "hparams.feed_forward_length", &ffn);
+    if (llm_meta_get_i64(g->f->meta, "hparams.head_count_kv", &kv))
+        kv = heads;
+    if (llm_meta_get_i64(g->f->meta, "hparams.head_dim", &hd))
+        hd = heads ? dim / heads : 0;
+    llm_error_clear();
+    static const char *const qkv[] = { "attn_q", "attn_k", "attn_v" },
+                             *const gu[] = { "ffn_gate", "ffn_up" };
+    const char *const *nm;
+    if (!strcmp(what, "attn_qkv")) {
+        rows[0] = heads * hd, rows[1] = rows[2] = kv * hd;
+        *n_parts = 3, nm = qkv;
+    } else if (!strcmp(what, "ffn_up") && ffn > 0 && ti->ne[1] == 2 * ffn) {
+        rows[0] = rows[1] = ffn;
+        *n_parts = 2, nm = gu;
+    } else {
+        return LLM_OK;
+    }
+    int64_t sum = 0;
+    for (int k = 0; k < *n_parts; k++) {
+        sum += rows[k];
+        snprintf(names[k], LLM_MAX_NAME, "blk.%d.%s.weight", layer, nm[k]);
+    }
+    if (sum != ti->ne[1])
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %lld rows, expected %lld (the "
+                             "fused projections of the hyper-parameters)", g->r.name, ti->name,
+                             (long long)ti->ne[1], (long long)sum);
+    return LLM_OK;
+}
+
+static llm_status add_tensors(struct gguf *g)
+{
     enum llm_type target = g->opts ? g->opts->dequant_type : LLM_TYPE_F16;
     const struct llm_type_traits *tt = llm_type_traits(target);
     if (!tt || tt->is_aux)
         return llm_error_set(LLM_E_INVALID, "%s: cannot decode tensors to type %s", g->r.name,
                              llm_type_name(target));
     for (size_t i = 0; i < g->n_tensors; i++) {
-        const struct tinfo *ti = &g->ti[i];
-        const uint8_t *src = g->r.p + g->data_offset + ti->offset;
-        int kept = llm_type_from_ggml(ti->gtype);
-        enum llm_type type = kept >= 0 ? (enum llm_type)kept : target;
-        /* kept data is used in place unless a consumer could not load it
-           with aligned accesses (general.alignment below 32, or a buffer
-           that is not page-aligned) */
-        int in_place = kept >= 0 && (uintptr_t)src % 32 == 0;
-        struct llm_tensor *t;
-        llm_status s = llm_file_add_tensor(f, ti->name, type, ti->n_dims, ti->ne,
-                                           in_place ? src : NULL, &t);
-        if (s)
-            return s;
-        /* GGUF I32 tensors are weights, not our auxiliary int arrays */
-        t->flags &= ~(uint32_t)LLM_TENSOR_AUX;
-        if (in_place)
-            continue;
-        struct fill_ctx *c = llm_calloc(1, sizeof *c);
-        if (!c)
-            return LLM_E_NOMEM;
-        c->src = src;
-        c->gtype = ti->gtype;
-        c->src_row = llm_ggml_row_bytes(ti->gtype, (uint64_t)ti->ne[0]);
-        c->copy = kept >= 0;
-        c->path = f->path;
-        LLM_TRY(llm_file_own(f, c));
-        t->fill = fill_tensor;
-        t->fill_ctx = c;
+        char names[3][LLM_MAX_NAME];
+        int64_t rows[3];
+        int n_parts;
+        LLM_TRY(fused_parts(g, &g->ti[i], names, rows, &n_parts));
+        int64_t row0 = 0;
+        for (int k = 0; k < n_parts; row0 += rows[k], k++) {
+            struct tinfo part = g->ti[i];
+            if (n_parts > 1) {
+                memcpy(part.name, names[k], strlen(names[k]) + 1); /* < LLM_MAX_NAME */
+                part.ne[1] = rows[k];
+                part.offset += (uint64_t)row0 * llm_ggml_row_bytes(part.gtype, (uint64_t)part.ne[0]);
+            }
+            LLM_TRY(add_tensor(g, target, &part));
+        }
     }
     return LLM_OK;
 }

@@ -332,6 +332,12 @@ struct otensor {
     uint64_t nbytes, offset;
     int n_head;            /* > 0: permute rows (Q/K) in groups of this many heads */
     const void *gen;       /* generated data */
+    /* Phi-3's fused tensors: the rows of parts[0 .. n_parts) one after the
+     * other (t is parts[0]), each part_bytes[k] long, under fused_name */
+    int n_parts;
+    struct llm_tensor *parts[3];
+    uint64_t part_bytes[3];
+    char fused_name[LLM_MAX_NAME];
 };
 
 enum { PERM_NONE, PERM_TO_NORM, PERM_TO_NEOX };
@@ -345,6 +351,7 @@ struct wctx {
     int perm;                /* PERM_* */
     int64_t head_count, head_count_kv;
     float *rope_freqs;       /* generated llama3 factors, or NULL */
+    int phi3;                /* fuse Q/K/V and gate/up as llama.cpp's phi3 reads them */
 };
 
 /* Q/K tensors of layer N, and the number of heads their rows hold. */
@@ -444,6 +451,67 @@ static llm_status llama3_freqs(struct wctx *c, int64_t *n_out)
     return LLM_OK;
 }
 
+/* Phi-3: llama.cpp reads Q, K and V as one attn_qkv and the gate and up
+ * projections as one ffn_up (gate first), which import split (gguf.c).
+ * 1: t leads a fused tensor (planned into o); -1: t is a later part of one
+ * (skipped); 0: t is written alone. */
+static int plan_fused(struct wctx *c, struct llm_tensor *t, struct otensor *o, llm_status *st)
+{
+    static const char *const groups[2][4] = { { "attn_qkv", "attn_q", "attn_k", "attn_v" },
+                                              { "ffn_up", "ffn_gate", "ffn_up", NULL } };
+    int layer, end = 0;
+    char what[16], name[LLM_MAX_NAME];
+    *st = LLM_OK;
+    if (!c->phi3 || sscanf(t->name, "blk.%d.%15[a-z_].weight%n", &layer, what, &end) != 2 ||
+        t->name[end] != '\0')
+        return 0;
+    for (int g = 0; g < 2; g++) {
+        int n = groups[g][3] ? 3 : 2;
+        for (int k = 0; k < n; k++) {
+            if (strcmp(what, groups[g][1 + k]))
+                continue;
+            if (k > 0)
+                return -1;
+            memset(o, 0, sizeof *o);
+            snprintf(o->fused_name, sizeof o->fused_name, "blk.%d.%s.weight", layer, groups[g][0]);
+            for (int j = 0; j < n && !*st; j++) {
+                snprintf(name, sizeof name, "blk.%d.%s.weight", layer, groups[g][1 + j]);
+                struct llm_tensor *p = llm_file_find(c->f, name);
+                struct otensor po;
+                memset(&po, 0, sizeof po);
+                if (!p)
+                    *st = llm_error_set(LLM_E_INVALID, "%s: tensor '%s' is missing (phi3 fuses "
+                                        "it into '%s')", c->name, name, o->fused_name);
+                else if (!(*st = plan_tensor(c, p, &po)) &&
+                         (p->n_dims != 2 || (j && (po.type != o->type || po.ne[0] != o->ne[0]))))
+                    *st = llm_error_set(LLM_E_UNSUPPORTED, "%s: tensor '%s' (%s, %lld wide) "
+                                        "cannot join '%s' (%s, %lld wide) in phi3's fused '%s', "
+                                        "one tensor of one type for llama.cpp", c->name, name,
+                                        llm_type_name(po.type), (long long)po.ne[0],
+                                        o->parts[0] ? o->parts[0]->name : "",
+                                        llm_type_name(o->type), (long long)o->ne[0],
+                                        o->fused_name);
+                if (*st)
+                    break;
+                if (j == 0) {
+                    *o = po;
+                    snprintf(o->fused_name, sizeof o->fused_name, "blk.%d.%s.weight", layer,
+                             groups[g][0]);
+                } else {
+                    o->ne[1] += po.ne[1];
+                    o->nbytes += po.nbytes;
+                }
+                o->parts[j] = p;
+                o->part_bytes[j] = po.nbytes;
+            }
+            o->n_parts = n;
+            o->name = o->fused_name;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static llm_status plan_tensors(struct wctx *c)
 {
     struct llm_file *f = c->f;
@@ -469,9 +537,21 @@ static llm_status plan_tensors(struct wctx *c)
         o->nbytes = (uint64_t)n_freqs * 4;
         o->gen = c->rope_freqs;
     }
-    for (size_t i = 0; i < f->n_tensors; i++)
-        if (!(f->tensors[i].flags & LLM_TENSOR_AUX))
+    const char *arch = NULL;
+    c->phi3 = llm_meta_get_str(f->meta, "architecture", &arch) == LLM_OK && !strcmp(arch, "phi3");
+    llm_error_clear();
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        if (f->tensors[i].flags & LLM_TENSOR_AUX)
+            continue;
+        llm_status st;
+        int r = plan_fused(c, &f->tensors[i], &c->ot[c->n_ot], &st);
+        if (st)
+            return st;
+        if (r > 0)
+            c->n_ot++;
+        else if (r == 0)
             LLM_TRY(plan_tensor(c, &f->tensors[i], &c->ot[c->n_ot++]));
+    }
     uint64_t off = 0;
     for (size_t i = 0; i < c->n_ot; i++) {
         c->ot[i].offset = off;
@@ -698,6 +778,16 @@ static void permute_rows(const struct otensor *o, int perm, const uint8_t *src, 
 
 static llm_status write_tensor(struct wctx *c, struct llm_out *out, const struct otensor *o)
 {
+    for (int k = 0; k < o->n_parts; k++) {
+        struct otensor part = *o;
+        part.n_parts = 0;
+        part.t = o->parts[k];
+        part.nbytes = o->part_bytes[k];
+        part.ne[1] = o->parts[k]->ne[1];
+        LLM_TRY(write_tensor(c, out, &part));
+    }
+    if (o->n_parts)
+        return LLM_OK;
     struct llm_tensor *t = o->t;
     if (!t)
         return llm_out_write(out, o->gen, (size_t)o->nbytes);

@@ -32,7 +32,7 @@
 
 struct syn_shape {
     const char *name;
-    const char *arch;   /* llama | mistral | qwen2 | qwen3 | gemma2 | gemma3 */
+    const char *arch;   /* llama | mistral | qwen2 | qwen3 | gemma2 | gemma3 | phi3 */
     int64_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, ctx;
     int64_t head_dim;   /* 0: dim / n_heads */
     double rope_theta, rms_eps;
@@ -60,6 +60,7 @@ static const struct syn_shape shapes[] = {
     {"gemma2-2b", "gemma2", 2304, 9216, 26, 8, 4, 256000, 8192, 256, 10000.0, 1e-6, 1, 0, 4096, 0,
      0, 50.0, 30.0},
     {"gemma3-270m", "gemma3", 640, 2048, 18, 4, 1, 262144, 32768, 256, 1000000.0, 1e-6, 1, 0, 512},
+    {"phi-3-mini-4k", "phi3", 3072, 8192, 32, 32, 32, 32064, 4096, 0, 10000.0, 1e-5, 0, 0, 2047},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -73,7 +74,8 @@ struct syn_tensor {
 const char *llm_synthetic_shapes(void)
 {
     return "stories260k,stories15m,stories110m,smollm2-135m,llama-2-7b,llama-3-8b,"
-           "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1,gemma2-2b,gemma3-270m";
+           "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1,gemma2-2b,gemma3-270m,"
+           "phi-3-mini-4k";
 }
 
 /* ---- generator ------------------------------------------------------------- */
@@ -219,9 +221,9 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
     LLM_CHECK(m->kind == LLM_META_STR &&
                   (!strcmp(m->s, "llama") || !strcmp(m->s, "mistral") ||
                    !strcmp(m->s, "qwen2") || !strcmp(m->s, "qwen3") || !strcmp(m->s, "gemma2") ||
-                   !strcmp(m->s, "gemma3")),
+                   !strcmp(m->s, "gemma3") || !strcmp(m->s, "phi3")),
               LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral, qwen2, qwen3, "
-              "gemma2 or gemma3",
+              "gemma2, gemma3 or phi3",
               path, m->line);
     snprintf(arch, arch_cap, "%s", m->s);
     sh->arch = arch;
@@ -381,7 +383,9 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
     LLM_TRY(llm_meta_set_f32(m, "hparams.rms_norm_eps", (float)sh->rms_eps));
     /* random weights fit either order; say what a real model of the arch uses */
     LLM_TRY(llm_meta_set_str(m, "hparams.rope_type",
-                             strncmp(sh->arch, "qwen", 4) == 0 || gemma ? "neox" : "norm"));
+                             strncmp(sh->arch, "qwen", 4) == 0 || gemma || !strcmp(sh->arch, "phi3")
+                                 ? "neox"
+                                 : "norm"));
     if (sh->swa)
         LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window", sh->swa));
     if (sh->swa_pattern)

@@ -70,9 +70,9 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
     if (!strcmp(s, "none"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: the file holds a tokenizer only, no model", path);
     if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2") && strcmp(s, "qwen3") &&
-        strcmp(s, "gemma2") && strcmp(s, "gemma3"))
+        strcmp(s, "gemma2") && strcmp(s, "gemma3") && strcmp(s, "phi3"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, "
-                             "mistral, qwen2, qwen3, gemma2, gemma3)", path, s);
+                             "mistral, qwen2, qwen3, gemma2, gemma3, phi3)", path, s);
     snprintf(c->arch, sizeof c->arch, "%s", s);
     const int64_t big = 1 << 20;
     LLM_TRY(get_int(m, path, "hparams.vocab_size", 0, 0, INT32_MAX, &c->n_vocab));
@@ -92,7 +92,11 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
     if (c->rope_dim % 2 || c->rope_dim > c->head_dim)
         return llm_error_set(LLM_E_FORMAT, "%s: rope_dim %d must be even and at most head_dim %d",
                              path, c->rope_dim, c->head_dim);
-    LLM_TRY(get_int(m, path, "hparams.sliding_window", 0, 0, INT32_MAX, &c->swa_window));
+    /* Phi-3 4k files from before the key: llama.cpp's default window */
+    const int phi3_4k = !strcmp(c->arch, "phi3") && c->n_ctx_train == 4096 &&
+                        (c->n_layers == 32 || c->n_layers == 40);
+    LLM_TRY(get_int(m, path, "hparams.sliding_window", phi3_4k ? 2047 : 0, 0, INT32_MAX,
+                    &c->swa_window));
     const int g2 = !strcmp(c->arch, "gemma2"), g3 = !strcmp(c->arch, "gemma3");
     c->gemma = g2 || g3;
     /* llama.cpp's defaults, which its files leave out: Gemma 2 alternates
@@ -113,7 +117,7 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         return llm_error_set(LLM_E_FORMAT, "%s: soft-capping %g / %g or query scalar %g out of "
                              "range", path, (double)c->attn_softcap, (double)c->final_softcap,
                              (double)c->query_scalar);
-    c->rope_neox = !strncmp(c->arch, "qwen", 4) || c->gemma;
+    c->rope_neox = !strncmp(c->arch, "qwen", 4) || c->gemma || !strcmp(c->arch, "phi3");
     c->qk_norm = !strcmp(c->arch, "qwen3") || g3;
     if (!llm_meta_get_str(m, "hparams.rope_type", &s)) {
         if (strcmp(s, "norm") && strcmp(s, "neox"))
@@ -351,6 +355,9 @@ static llm_status bind_all(struct llm_model *m)
     } else {
         c->tie_embeddings = 0;
     }
+    if (llm_file_find(m->f, "rope_factors_long.weight"))
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: LongRoPE (rope_factors_long.weight: Phi-3 "
+                             "128k, Phi-3.5) is not supported yet", m->f->path);
     m->layers = llm_calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers)
         return LLM_E_NOMEM;

@@ -20,7 +20,7 @@
 
 /* Hyper-parameters, from the metadata (format/file.h schema). */
 struct llm_config {
-    char arch[32];            /* llama, mistral, qwen2, qwen3, gemma2, gemma3 */
+    char arch[32];            /* llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3 */
     int32_t n_vocab;
     int32_t n_ctx_train;      /* context_length */
     int32_t dim;              /* embedding_length */

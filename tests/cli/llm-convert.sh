@@ -194,7 +194,7 @@ t_gguf_export_with_type() {
 }
 # a sliding window and qwen3's q/k norms survive .llm -> GGUF -> .llm, and the
 # window leaves as Mistral in a Hugging Face export
-t_window_and_qk_norms_round_trip() {
+t_architectures_round_trip_through_gguf() {
     local y=tests/unit/model/ref
     "$CONVERT" --synthetic $y/mistral-swa.yaml -o "$TMP/swa.llm" &&
     "$CONVERT" "$TMP/swa.llm" -o "$TMP/swa.gguf" && "$CONVERT" "$TMP/swa.gguf" -o "$TMP/swa2.llm" || return 1
@@ -206,6 +206,18 @@ t_window_and_qk_norms_round_trip() {
     expect 0 "$CONVERT" --info "$TMP/q3b.llm" && has "$TMP/out" "architecture: qwen3" &&
     has "$TMP/out" 'name: "blk.2.attn_k_norm.weight", type: f32, shape: [32]' || return 1
     [ "$(tensors "$TMP/q3.llm")" = "$(tensors "$TMP/q3b.llm")" ] || { echo "tensors differ"; return 1; }
+    # phi3: fused in the GGUF (as llama.cpp reads it), split again on import
+    "$CONVERT" --synthetic $y/phi3.yaml -o "$TMP/p3.llm" && "$CONVERT" "$TMP/p3.llm" -o "$TMP/p3.gguf" &&
+    "$CONVERT" "$TMP/p3.gguf" -o "$TMP/p3b.llm" || return 1
+    grep -qa "blk.0.attn_qkv.weight" "$TMP/p3.gguf" && ! grep -qa "blk.0.attn_k.weight" "$TMP/p3.gguf" ||
+        { echo "phi3 GGUF not fused"; return 1; }
+    [ "$(tensors "$TMP/p3.llm")" = "$(tensors "$TMP/p3b.llm")" ] || { echo "phi3 tensors differ"; return 1; }
+    # parts of different GGML types cannot be fused: refused, naming both, no file left
+    printf 'default:\n  method: rtn\n  bits: 8\n  group: 32\nrules:\n  - match: "blk.*.attn_k.weight"\n    method: rtn\n    bits: 4\n    group: 32\n    sym: true\n' >"$TMP/p3mix.yaml"
+    "$BIN/llm-quantize" -m "$TMP/p3.llm" -o "$TMP/p3mix.llm" --recipe "$TMP/p3mix.yaml" -q || return 1
+    expect 1 "$CONVERT" "$TMP/p3mix.llm" -o "$TMP/p3mix.gguf" &&
+    has "$TMP/err" "'blk.0.attn_k.weight' (q4_0, 64 wide) cannot join 'blk.0.attn_q.weight' (q8_0, 64 wide)" &&
+    [ ! -e "$TMP/p3mix.gguf" ]
 }
 t_unknown_shape() { expect 1 "$CONVERT" --synthetic no-such-shape -o "$TMP/x.llm" && has "$TMP/err" "no-such-shape"; }
 

@@ -154,3 +154,14 @@ Test(arch, gemma2_matches_transformers)
         cr_assert(e > 100 * TOL, "gemma2 without %s: relative error %g", off[i], e);
     }
 }
+
+/* transformers read the fused tensors of our GGUF export (qkv_proj and
+ * gate_up_proj as they are), so this checks their layout too */
+Test(arch, phi3_matches_transformers)
+{
+    int32_t g[N_GEN];
+    double e = run("phi3", NULL, g);
+    cr_assert(e <= TOL, "phi3: relative error %g", e);
+    e = run("phi3", "hparams.sliding_window", g);
+    cr_assert(e > 100 * TOL, "phi3 without its window: relative error %g", e);
+}
