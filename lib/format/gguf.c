@@ -1097,6 +1097,30 @@ static llm_status fill_tensor(const struct llm_tensor *t, void *dst, void *ctx)
     return s;
 }
 
+/* Phi-3 files from before the window had a key: llama.cpp b4748's
+ * defaults by shape, written down so that the window travels with the
+ * model. */
+static llm_status phi3_window(struct gguf *g)
+{
+    struct llm_meta *m = g->f->meta;
+    const char *arch = NULL;
+    int64_t v, layers = 0, ctx = 0, kv = 0;
+    if (llm_meta_get_str(m, "architecture", &arch) || strcmp(arch, "phi3") ||
+        !llm_meta_get_i64(m, "hparams.sliding_window", &v)) {
+        llm_error_clear();
+        return LLM_OK;
+    }
+    llm_meta_get_i64(m, "hparams.block_count", &layers);
+    llm_meta_get_i64(m, "hparams.context_length", &ctx);
+    llm_meta_get_i64(m, "hparams.head_count_kv", &kv);
+    llm_error_clear();
+    int64_t w = (layers == 32 || layers == 40) && ctx == 4096 ? 2047
+              : layers == 32 && kv == 32 && ctx == 131072 ? 262144
+              : layers == 40 && ctx == 131072            ? 131072
+                                                         : 0;
+    return w ? llm_meta_set_i64(m, "hparams.sliding_window", w) : LLM_OK;
+}
+
 /* One tensor of the file (or one part of a fused one): in place when its
  * type is ours and its bytes are aligned, else decoded on demand. */
 static llm_status add_tensor(struct gguf *g, enum llm_type target, const struct tinfo *ti)
@@ -1224,6 +1248,8 @@ llm_status llm_gguf_parse(struct llm_file **out, const uint8_t *data, size_t siz
         llm_file_set_checks(g.f, o);
         s = map_meta(&g);
     }
+    if (!s)
+        s = phi3_window(&g);
     if (!s)
         s = add_tensors(&g);
     llm_free(g.kv);

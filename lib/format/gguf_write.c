@@ -523,7 +523,7 @@ static llm_status plan_tensors(struct wctx *c)
         n_weights += !(f->tensors[i].flags & LLM_TENSOR_AUX);
     if (n_weights && rs && strcmp(rs, "llama3") == 0 && !llm_file_find(f, "rope_freqs.weight"))
         LLM_TRY(llama3_freqs(c, &n_freqs));
-    c->ot = llm_calloc(n_weights + 1, sizeof *c->ot);
+    c->ot = llm_calloc(n_weights + 2, sizeof *c->ot);
     if (!c->ot)
         return LLM_E_NOMEM;
     if (n_freqs) {
@@ -551,6 +551,13 @@ static llm_status plan_tensors(struct wctx *c)
             c->n_ot++;
         else if (r == 0)
             LLM_TRY(plan_tensor(c, &f->tensors[i], &c->ot[c->n_ot++]));
+    }
+    /* llama.cpp b4748's phi3 needs output.weight: a tied model writes its
+       embedding twice */
+    struct llm_tensor *emb = llm_file_find(f, "token_embd.weight");
+    if (c->phi3 && emb && !llm_file_find(f, "output.weight")) {
+        LLM_TRY(plan_tensor(c, emb, &c->ot[c->n_ot]));
+        c->ot[c->n_ot++].name = "output.weight";
     }
     uint64_t off = 0;
     for (size_t i = 0; i < c->n_ot; i++) {
@@ -623,6 +630,15 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
             continue;
         snprintf(key, sizeof key, "%s.%s", arch, counts[i].suffix);
         kv_u32(w, key, v);
+    }
+    /* llama.cpp b4748 refuses a phi3 file without a window: a window of
+       the whole context is none */
+    LLM_TRY(get_u32(w, m, "hparams.sliding_window", &v, &have));
+    if (!strcmp(arch, "phi3") && (!have || v == 0)) {
+        LLM_TRY(get_u32(w, m, "hparams.context_length", &v, &have));
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        if (have)
+            kv_u32(w, key, v);
     }
     LLM_TRY(get_u32(w, m, "hparams.embedding_length", &emb, &have_emb));
     LLM_TRY(get_u32(w, m, "hparams.head_count", &heads, &have_heads));

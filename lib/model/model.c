@@ -92,11 +92,7 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
     if (c->rope_dim % 2 || c->rope_dim > c->head_dim)
         return llm_error_set(LLM_E_FORMAT, "%s: rope_dim %d must be even and at most head_dim %d",
                              path, c->rope_dim, c->head_dim);
-    /* Phi-3 4k files from before the key: llama.cpp's default window */
-    const int phi3_4k = !strcmp(c->arch, "phi3") && c->n_ctx_train == 4096 &&
-                        (c->n_layers == 32 || c->n_layers == 40);
-    LLM_TRY(get_int(m, path, "hparams.sliding_window", phi3_4k ? 2047 : 0, 0, INT32_MAX,
-                    &c->swa_window));
+    LLM_TRY(get_int(m, path, "hparams.sliding_window", 0, 0, INT32_MAX, &c->swa_window));
     const int g2 = !strcmp(c->arch, "gemma2"), g3 = !strcmp(c->arch, "gemma3");
     c->gemma = g2 || g3;
     /* llama.cpp's defaults, which its files leave out: Gemma 2 alternates
