@@ -167,6 +167,9 @@ def hf_model(meta, tensors):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "bin"))
+    ap.add_argument("--save", metavar="DIR",
+                    help="also save each model as a Hugging Face directory DIR/NAME (to check "
+                         "llm-convert's import of real configs by hand)")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     names = args.names or sorted(f[:-5] for f in os.listdir(REF) if f.endswith(".yaml"))
@@ -179,6 +182,8 @@ def main():
                             "--seed", str(SEED), "-o", g, "-q"], check=True)
             meta, tensors = read_gguf(g)
         model, vocab = hf_model(meta, tensors)
+        if args.save:
+            model.save_pretrained(os.path.join(args.save, name))
         ids = prompt(vocab)
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0].numpy()

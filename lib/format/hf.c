@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../common/alloc.h"
+#include "../common/fp16.h"
 #include "../common/io.h"
 #include "file.h"
 #include "hf.h"
@@ -80,7 +81,9 @@ struct hf_cfg {
     const char *path;   /* DIR/config.json, for messages */
     int permute;        /* Q/K rows from half-split to interleaved order */
     int qkv_bias;       /* q/k/v biases required (qwen2; qwen3 with attention_bias) */
-    int qk_norm;        /* per-head q/k RMS norms required (qwen3) */
+    int qk_norm;        /* per-head q/k RMS norms required (qwen3, gemma3) */
+    int gemma;          /* post-norms, norms stored as 1 + w (GGUF's form) */
+    int fused;          /* qkv_proj and gate_up_proj (phi3) */
     int64_t swa;        /* sliding window (0: none) */
     int64_t V, ctx, H, I, L, nH, nKV, hd;
     int tie;
@@ -130,6 +133,9 @@ static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
         { "mistral", "MistralForCausalLM" },
         { "qwen2", "Qwen2ForCausalLM" },
         { "qwen3", "Qwen3ForCausalLM" },
+        { "gemma2", "Gemma2ForCausalLM" },
+        { "gemma3_text", "Gemma3ForCausalLM" },
+        { "phi3", "Phi3ForCausalLM" },
     };
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
     const char *cls = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
@@ -141,21 +147,25 @@ static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
         if (mt)
             return llm_error_set(LLM_E_UNSUPPORTED,
                                  "%s: model_type '%s' is not supported (llama, mistral, qwen2, "
-                                 "qwen3)",
+                                 "qwen3, gemma2, gemma3_text, phi3)",
                                  c->path, mt);
         if (cls)
             return llm_error_set(LLM_E_UNSUPPORTED,
                                  "%s: architecture '%s' is not supported (llama, mistral, "
-                                 "qwen2, qwen3)",
+                                 "qwen2, qwen3, gemma2, gemma3, phi3)",
                                  c->path, cls);
         return llm_error_set(LLM_E_FORMAT, "%s: missing key 'model_type'", c->path);
     }
     /* HF stores Q/K for rotate_half RoPE; GGUF llama (and our "norm" rope)
      * wants Meta's interleaved order, qwen2 and qwen3 keep the HF order
      * ("neox"). */
-    c->permute = strncmp(c->arch, "qwen", 4) != 0;
+    c->gemma = strncmp(c->arch, "gemma", 5) == 0;
+    if (strcmp(c->arch, "gemma3_text") == 0)
+        c->arch = "gemma3"; /* our name, GGUF's */
+    c->fused = strcmp(c->arch, "phi3") == 0;
+    c->permute = strcmp(c->arch, "llama") == 0 || strcmp(c->arch, "mistral") == 0;
     c->qkv_bias = strcmp(c->arch, "qwen2") == 0;
-    c->qk_norm = strcmp(c->arch, "qwen3") == 0;
+    c->qk_norm = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "gemma3") == 0;
     return LLM_OK;
 }
 
@@ -174,7 +184,7 @@ static llm_status read_window(const json_t *cfg, struct hf_cfg *c)
                                  "layers from max_window_layers on) is not supported", c->path);
         return LLM_OK;
     }
-    if (strcmp(c->arch, "mistral") != 0 || json_is_false(use))
+    if (json_is_false(use) || !(strcmp(c->arch, "mistral") == 0 || c->gemma || c->fused))
         return LLM_OK;
     return cfg_int(cfg, c, "sliding_window", 0, 0, &c->swa);
 }
@@ -220,6 +230,10 @@ static llm_status set_rope(struct llm_file *f, const json_t *cfg, const struct h
 {
     struct llm_meta *m = f->meta;
     json_t *rp = json_object_get(cfg, "rope_parameters");
+    /* transformers v5's Gemma 3: one set per layer type; the global layers'
+     * is the model's RoPE, the local layers' base is read in set_gemma */
+    if (json_is_object(rp) && json_is_object(json_object_get(rp, "full_attention")))
+        rp = json_object_get(rp, "full_attention");
     json_t *rs = json_object_get(cfg, "rope_scaling");
     if (!rs || json_is_null(rs))
         rs = rp;
@@ -281,6 +295,76 @@ static llm_status set_rope(struct llm_file *f, const json_t *cfg, const struct h
     return LLM_OK;
 }
 
+/* Gemma 2 and 3: the activation, the query scalar, the soft-caps, which
+ * layers are local and the local layers' RoPE base. */
+static llm_status set_gemma(struct llm_meta *m, const json_t *cfg, const struct hf_cfg *c)
+{
+    const char *act = json_string_value(json_object_get(cfg, "hidden_activation"));
+    if (!act)
+        act = json_string_value(json_object_get(cfg, "hidden_act"));
+    if (act && strcmp(act, "gelu_pytorch_tanh") != 0)
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: hidden_activation '%s' is not supported "
+                             "(gelu_pytorch_tanh)", c->path, act);
+    static const char *const keys[][2] = {
+        { "query_pre_attn_scalar", "hparams.query_pre_attn_scalar" },
+        { "attn_logit_softcapping", "hparams.attn_softcap" },
+        { "final_logit_softcapping", "hparams.final_softcap" },
+        { "rope_local_base_freq", "hparams.rope_theta_swa" },
+    };
+    double v;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int r = cfg_num(cfg, keys[i][0], c->path, "", &v);
+        if (r < 0)
+            return LLM_E_FORMAT;
+        if (r > 0 && !(v > 0))
+            return llm_error_set(LLM_E_FORMAT, "%s: key '%s' = %g is not positive", c->path,
+                                 keys[i][0], v);
+        if (r > 0)
+            LLM_TRY(llm_meta_set_f32(m, keys[i][1], (float)v));
+    }
+    json_t *rp = json_object_get(json_object_get(cfg, "rope_parameters"), "sliding_attention");
+    if (json_is_object(rp)) {
+        int r = cfg_num(rp, "rope_theta", c->path, "rope_parameters.sliding_attention.", &v);
+        if (r < 0)
+            return LLM_E_FORMAT;
+        if (r > 0)
+            LLM_TRY(llm_meta_set_f32(m, "hparams.rope_theta_swa", (float)v));
+    }
+    /* which layers are local: layer_types, else sliding_window_pattern,
+     * else the architecture's (model.c: 2 for gemma2, 6 for gemma3) */
+    json_t *lt = json_object_get(cfg, "layer_types");
+    int64_t pat = 0;
+    if (json_is_array(lt)) {
+        size_t n = json_array_size(lt), first_full = n;
+        if (n != (size_t)c->L)
+            return llm_error_set(LLM_E_FORMAT, "%s: layer_types has %zu entries, "
+                                 "num_hidden_layers is %lld", c->path, n, (long long)c->L);
+        for (size_t i = 0; i < n && first_full == n; i++) {
+            const char *t = json_string_value(json_array_get(lt, i));
+            if (t && !strcmp(t, "full_attention"))
+                first_full = i;
+        }
+        /* every layer local (1), every layer global (no window), or P - 1
+         * local layers then a global one */
+        pat = first_full == n ? 1 : (int64_t)first_full + 1;
+        for (size_t i = 0; i < n; i++) {
+            const char *t = json_string_value(json_array_get(lt, i));
+            int local = first_full != 0 && (pat == 1 || (int64_t)i % pat < pat - 1);
+            if (!t || strcmp(t, local ? "sliding_attention" : "full_attention"))
+                return llm_error_set(LLM_E_UNSUPPORTED, "%s: layer_types[%zu] is '%s': local "
+                                     "and global layers that do not repeat every %lld are not "
+                                     "supported", c->path, i, t ? t : "?", (long long)pat);
+        }
+        if (first_full == 0) /* no local layer */
+            return llm_meta_set_i64(m, "hparams.sliding_window", 0);
+    } else if (json_object_get(cfg, "sliding_window_pattern")) {
+        LLM_TRY(cfg_int(cfg, c, "sliding_window_pattern", 0, 0, &pat));
+    }
+    if (pat)
+        LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window_pattern", pat));
+    return LLM_OK;
+}
+
 static llm_status set_config_meta(struct llm_file *f, const json_t *cfg, const char *dir,
                                   const struct hf_cfg *c)
 {
@@ -313,6 +397,14 @@ static llm_status set_config_meta(struct llm_file *f, const json_t *cfg, const c
     LLM_TRY(llm_meta_set_f32(m, "hparams.rms_norm_eps", (float)eps));
     if (c->swa)
         LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window", c->swa));
+    if (c->gemma)
+        LLM_TRY(set_gemma(m, cfg, c));
+    double prf = 1;
+    if (cfg_num(cfg, "partial_rotary_factor", c->path, "", &prf) < 0)
+        return LLM_E_FORMAT;
+    if (prf != 1)
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: partial_rotary_factor %g (RoPE on part of "
+                             "each head) is not supported", c->path, prf);
     LLM_TRY(set_rope(f, cfg, c));
     LLM_TRY(llm_meta_set_str(m, "source.format", "hf"));
     LLM_TRY(llm_meta_set_str(m, "source.path", dir));
@@ -333,6 +425,7 @@ struct hf_w {
     uint64_t nbytes;
     int64_t order;           /* sort key: file position in GGUF order */
     uint64_t perm_heads;     /* 0: no permutation */
+    int plus_one;            /* a Gemma norm: stored as f32 1 + w */
     llm_fill_fn fill;        /* GPTQ/AWQ weights: made by hf_quant.c */
     void *fill_ctx;
 };
@@ -366,9 +459,14 @@ static const struct {
     { "mlp.down_proj", "ffn_down" },
     { "self_attn.q_norm", "attn_q_norm" },
     { "self_attn.k_norm", "attn_k_norm" },
+    { "pre_feedforward_layernorm", "ffn_norm" },
+    { "post_feedforward_layernorm", "post_ffw_norm" },
+    { "self_attn.qkv_proj", "attn_qkv" },
+    { "mlp.gate_up_proj", "ffn_gate_up" },
 };
-/* the slot of the first per-head norm: those two are qwen3's alone */
-#define SLOT_QK_NORM 9
+/* slots of the names some architectures alone have */
+enum { SLOT_POST_ATTN = 5, SLOT_QK_NORM = 9, SLOT_PRE_FFN = 11, SLOT_POST_FFN = 12,
+       SLOT_QKV = 13, SLOT_GATE_UP = 14 };
 #define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
 
 static int ends_with(const char *s, const char *suf)
@@ -380,7 +478,8 @@ static int ends_with(const char *s, const char *suf)
 /* HF name -> GGUF name. 1: mapped; 0: dropped; -1: unknown. *layer is -1
  * for tensors outside the blocks, *slot the position of the name within
  * its group, *bias whether it is a bias. */
-static int map_name(const char *hf, char *out, int64_t *layer, size_t *slot, int *bias)
+static int map_name(const struct hf_cfg *c, const char *hf, char *out, int64_t *layer,
+                    size_t *slot, int *bias)
 {
     *layer = -1;
     *bias = 0;
@@ -412,7 +511,15 @@ static int map_name(const char *hf, char *out, int64_t *layer, size_t *slot, int
             continue;
         if (strcmp(p + k, ".weight") == 0 || strcmp(p + k, ".bias") == 0) {
             *bias = p[k + 1] == 'b';
-            snprintf(out, LLM_MAX_NAME, "blk.%lld.%s.%s", (long long)l, layer_names[i].gguf,
+            /* Gemma's post_attention_layernorm follows attention; its
+             * pre_feedforward_layernorm is everyone else's ffn_norm */
+            const char *g = c->gemma && i == SLOT_POST_ATTN ? "post_attention_norm"
+                                                            : layer_names[i].gguf;
+            if (!c->gemma && (i == SLOT_PRE_FFN || i == SLOT_POST_FFN))
+                return -1;
+            if (!c->fused && (i == SLOT_QKV || i == SLOT_GATE_UP))
+                return -1;
+            snprintf(out, LLM_MAX_NAME, "blk.%lld.%s.%s", (long long)l, g,
                      *bias ? "bias" : "weight");
             *layer = l;
             *slot = i;
@@ -437,9 +544,11 @@ static uint32_t expected_ne(const struct hf_cfg *c, int64_t layer, size_t slot, 
         return 2;
     }
     /* rows (out) and columns (in) of each projection, by slot */
-    const int64_t rows[N_LAYER_NAMES] = { c->H, q, kv, kv, c->H, c->H, c->I, c->I, c->H,
-                                          c->hd, c->hd };
-    const int64_t cols[N_LAYER_NAMES] = { 0, c->H, c->H, c->H, q, 0, c->H, c->H, c->I, 0, 0 };
+    const int64_t rows[N_LAYER_NAMES] = { c->H,  q,     kv,   kv,          c->H,
+                                          c->H,  c->I,  c->I, c->H,        c->hd,
+                                          c->hd, c->H,  c->H, q + 2 * kv,  2 * c->I };
+    const int64_t cols[N_LAYER_NAMES] = { 0,    c->H, c->H, c->H, q, 0,    c->H, c->H,
+                                          c->I, 0,    0,    0,    0, c->H, c->H };
     if (bias || !cols[slot]) {
         ne[0] = rows[slot];
         return 1;
@@ -495,7 +604,7 @@ static llm_status collect_quant(struct hf_load *ld, const struct llm_st_entry *e
     int bias;
     LLM_CHECK(blen < LLM_MAX_NAME, LLM_E_FORMAT, "%s: tensor name of %zu bytes", shard, blen);
     snprintf(hf, sizeof hf, "%.*s.weight", (int)blen, e->name);
-    if (map_name(hf, gname, &layer, &slot, &bias) != 1 ||
+    if (map_name(c, hf, gname, &layer, &slot, &bias) != 1 || slot >= SLOT_QKV ||
         expected_ne(c, layer, slot, 0, ne) != 2)
         return llm_error_set(LLM_E_UNSUPPORTED,
                              "%s: tensor '%s': not a quantized linear layer of %s", shard,
@@ -509,6 +618,44 @@ static llm_status collect_quant(struct hf_load *ld, const struct llm_st_entry *e
                          : 0;
     return llm_hfq_add(ld->q, e, part, shard, gname, ne[0], ne[1], heads,
                        w_order(layer, slot, 0));
+}
+
+/* Phi-3's qkv_proj and gate_up_proj (the last entry of ld->w) into the
+ * row ranges every other tool reads: attn_q, attn_k, attn_v; ffn_gate,
+ * ffn_up (gate first), the same bytes. */
+static llm_status split_fused(struct hf_load *ld, int64_t layer, size_t slot)
+{
+    const struct hf_cfg *c = ld->c;
+    const int n = slot == SLOT_QKV ? 3 : 2;
+    const size_t slots[2][3] = { { 1, 2, 3 }, { 6, 7, 0 } };
+    const int64_t rows[2][3] = { { c->nH * c->hd, c->nKV * c->hd, c->nKV * c->hd },
+                                 { c->I, c->I, 0 } };
+    struct hf_w whole = ld->w[ld->n - 1];
+    ld->n--;
+    uint64_t row_bytes = whole.nbytes / (uint64_t)whole.ne[1], off = 0;
+    llm_status s = LLM_OK;
+    for (int k = 0; k < n && !s; k++) {
+        const int g = slot == SLOT_QKV ? 0 : 1;
+        s = llm_grow((void **)&ld->w, &ld->cap, ld->n + 1, sizeof *ld->w);
+        if (s)
+            break;
+        struct hf_w *w = &ld->w[ld->n];
+        *w = whole;
+        if (!(w->src = llm_strdup(whole.src))) {
+            s = LLM_E_NOMEM;
+            break;
+        }
+        ld->n++;
+        snprintf(w->name, sizeof w->name, "blk.%lld.%s.weight", (long long)layer,
+                 layer_names[slots[g][k]].gguf);
+        w->ne[1] = rows[g][k];
+        w->data = whole.data + off;
+        w->nbytes = row_bytes * (uint64_t)rows[g][k];
+        w->order = w_order(layer, slots[g][k], 0);
+        off += w->nbytes;
+    }
+    llm_free(whole.src);
+    return s;
 }
 
 static llm_status collect(const struct llm_st_entry *e, void *vctx)
@@ -525,7 +672,7 @@ static llm_status collect(const struct llm_st_entry *e, void *vctx)
     int64_t layer;
     size_t slot;
     int bias;
-    int r = map_name(e->name, gname, &layer, &slot, &bias);
+    int r = map_name(c, e->name, gname, &layer, &slot, &bias);
     if (r == 0)
         return LLM_OK;
     if (r < 0)
@@ -568,6 +715,10 @@ static llm_status collect(const struct llm_st_entry *e, void *vctx)
     w->order = w_order(layer, slot, bias);
     if (c->permute && (slot == 1 || slot == 2) && layer >= 0)
         w->perm_heads = (uint64_t)(slot == 1 ? c->nH : c->nKV);
+    /* GGUF (and so .llm) holds Gemma's norms as 1 + w, llama.cpp's form */
+    w->plus_one = c->gemma && strstr(gname, "norm.weight") != NULL;
+    if (layer >= 0 && (slot == SLOT_QKV || slot == SLOT_GATE_UP))
+        return split_fused(ld, layer, slot);
     return LLM_OK;
 }
 
@@ -635,6 +786,8 @@ static int have(const struct hf_load *ld, const char *name)
     return 0;
 }
 
+/* Each layer's tensors by their GGUF names, each with the Hugging Face
+ * name to report when it is missing. */
 static llm_status check_complete(struct hf_load *ld, const char *dir, struct hf_cfg *c)
 {
     char name[LLM_MAX_NAME];
@@ -642,25 +795,41 @@ static llm_status check_complete(struct hf_load *ld, const char *dir, struct hf_
         return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.embed_tokens.weight'", dir);
     if (!have(ld, "output_norm.weight"))
         return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.norm.weight'", dir);
+    static const struct { const char *gguf, *hf, *fused; } req[] = {
+        { "attn_norm.weight", "input_layernorm.weight", NULL },
+        { "attn_q.weight", "self_attn.q_proj.weight", "self_attn.qkv_proj.weight" },
+        { "attn_k.weight", "self_attn.k_proj.weight", "self_attn.qkv_proj.weight" },
+        { "attn_v.weight", "self_attn.v_proj.weight", "self_attn.qkv_proj.weight" },
+        { "attn_output.weight", "self_attn.o_proj.weight", NULL },
+        { "ffn_gate.weight", "mlp.gate_proj.weight", "mlp.gate_up_proj.weight" },
+        { "ffn_up.weight", "mlp.up_proj.weight", "mlp.gate_up_proj.weight" },
+        { "ffn_down.weight", "mlp.down_proj.weight", NULL },
+        { "attn_q.bias", "self_attn.q_proj.bias", NULL },     /* 8: qkv_bias */
+        { "attn_k.bias", "self_attn.k_proj.bias", NULL },
+        { "attn_v.bias", "self_attn.v_proj.bias", NULL },
+        { "attn_q_norm.weight", "self_attn.q_norm.weight", NULL }, /* 11: qk_norm */
+        { "attn_k_norm.weight", "self_attn.k_norm.weight", NULL },
+        { "ffn_norm.weight", "post_attention_layernorm.weight", NULL }, /* 13: not gemma */
+        { "ffn_norm.weight", "pre_feedforward_layernorm.weight", NULL }, /* 14: gemma */
+        { "post_attention_norm.weight", "post_attention_layernorm.weight", NULL },
+        { "post_ffw_norm.weight", "post_feedforward_layernorm.weight", NULL },
+    };
+    for (int64_t l = 0; l < c->L && !c->qk_norm; l++)
+        for (size_t i = 11; i < 13; i++) {
+            snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, req[i].gguf);
+            if (have(ld, name))
+                return llm_error_set(LLM_E_FORMAT, "%s: tensor 'model.layers.%lld.%s': %s has "
+                                     "no q/k norms", dir, (long long)l, req[i].hf, c->arch);
+        }
     for (int64_t l = 0; l < c->L; l++)
-        for (size_t i = 0; i < N_LAYER_NAMES + 3; i++) {
-            int bias = i >= N_LAYER_NAMES;
-            size_t slot = bias ? i - N_LAYER_NAMES + 1 : i; /* q, k, v biases */
-            if (bias && !c->qkv_bias)
-                continue;
-            snprintf(name, sizeof name, "blk.%lld.%s.%s", (long long)l, layer_names[slot].gguf,
-                     bias ? "bias" : "weight");
-            if (!bias && slot >= SLOT_QK_NORM && !c->qk_norm) {
-                if (have(ld, name))
-                    return llm_error_set(LLM_E_FORMAT, "%s: tensor 'model.layers.%lld.%s.weight':"
-                                         " %s has no q/k norms", dir, (long long)l,
-                                         layer_names[slot].hf, c->arch);
-                continue;
-            }
-            if (!have(ld, name))
-                return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.layers.%lld.%s.%s'",
-                                     dir, (long long)l, layer_names[slot].hf,
-                                     bias ? "bias" : "weight");
+        for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+            int want = i < 8 || (i < 11 ? c->qkv_bias : i < 13 ? c->qk_norm
+                                                     : i == 13 ? !c->gemma : c->gemma);
+            snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, req[i].gguf);
+            if (want && !have(ld, name))
+                return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.layers.%lld.%s'",
+                                     dir, (long long)l,
+                                     c->fused && req[i].fused ? req[i].fused : req[i].hf);
         }
     /* Without lm_head the output layer is the embedding, as in llama.cpp. */
     if (!have(ld, "output.weight"))
@@ -687,6 +856,31 @@ static llm_status fill_copy(const struct llm_tensor *t, void *dst, void *ctx)
     return LLM_OK;
 }
 
+struct plus_one_ctx {
+    const uint8_t *src;
+    int type;           /* the source's: F32, F16 or BF16 */
+};
+
+/* A Gemma norm as f32 1 + w, the sum in float as llama.cpp's converter
+ * makes it (HF's Gemma computes x * (1 + w) in float too). */
+static llm_status fill_plus_one(const struct llm_tensor *t, void *dst, void *vctx)
+{
+    const struct plus_one_ctx *p = vctx;
+    float *out = dst;
+    for (int64_t i = 0; i < t->ne[0]; i++) {
+        float v;
+        uint16_t h;
+        if (p->type == LLM_TYPE_F32) {
+            memcpy(&v, p->src + 4 * i, 4);
+        } else {
+            memcpy(&h, p->src + 2 * i, 2);
+            v = p->type == LLM_TYPE_F16 ? llm_fp16_to_fp32(h) : llm_bf16_to_fp32(h);
+        }
+        out[i] = v + 1.0f;
+    }
+    return LLM_OK;
+}
+
 static llm_status add_weights(struct hf_load *ld, const struct hf_cfg *c)
 {
     qsort(ld->w, ld->n, sizeof *ld->w, w_cmp);
@@ -702,6 +896,18 @@ static llm_status add_weights(struct hf_load *ld, const struct hf_cfg *c)
                                         NULL, &t));
             t->fill = w->fill;
             t->fill_ctx = w->fill_ctx;
+            continue;
+        }
+        if (w->plus_one) {
+            LLM_TRY(llm_file_add_tensor(ld->f, w->name, LLM_TYPE_F32, w->n_dims, w->ne, NULL, &t));
+            struct plus_one_ctx *p = llm_malloc(sizeof *p);
+            if (!p)
+                return LLM_E_NOMEM;
+            p->src = w->data;
+            p->type = w->type;
+            LLM_TRY(llm_file_own(ld->f, p));
+            t->fill = fill_plus_one;
+            t->fill_ctx = p;
             continue;
         }
         LLM_TRY(llm_file_add_tensor(ld->f, w->name, (enum llm_type)w->type, w->n_dims, w->ne,

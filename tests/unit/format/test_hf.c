@@ -977,10 +977,14 @@ Test(hf, tokenizer_json_malformed)
 
 /* ---- qwen3 and mistral's window from config.json ------------------------ */
 
-/* A synthetic model's tensors under their Hugging Face names (no
- * permutation: qwen3 keeps HF's order), written as model.safetensors. */
-static void write_hf_weights(struct llm_file *src, const char *dir)
+/* A synthetic model's tensors under their Hugging Face names, written as
+ * model.safetensors, in the form of `arch`'s checkpoints: no Q/K
+ * permutation (the neox architectures), Gemma's norms as w - 1 (exact for
+ * the generator's weights in [0.5, 1.5)) and its post-norms, Phi-3's fused
+ * qkv_proj and gate_up_proj. */
+static void write_hf_weights(struct llm_file *src, const char *dir, const char *arch)
 {
+    const int gemma = !strncmp(arch, "gemma", 5), phi3 = !strcmp(arch, "phi3");
     static const char *const names[][2] = {
         { "attn_norm", "input_layernorm" },       { "attn_q_norm", "self_attn.q_norm" },
         { "attn_k_norm", "self_attn.k_norm" },    { "attn_q", "self_attn.q_proj" },
@@ -988,13 +992,16 @@ static void write_hf_weights(struct llm_file *src, const char *dir)
         { "attn_output", "self_attn.o_proj" },    { "ffn_norm", "post_attention_layernorm" },
         { "ffn_gate", "mlp.gate_proj" },          { "ffn_up", "mlp.up_proj" },
         { "ffn_down", "mlp.down_proj" },
+        /* gemma's */
+        { "post_attention_norm", "post_attention_layernorm" },
+        { "post_ffw_norm", "post_feedforward_layernorm" },
     };
     struct llm_file *h;
     cr_assert_eq(llm_file_new(&h, "hf", "hf"), LLM_OK);
     for (size_t i = 0; i < src->n_tensors; i++) {
         const struct llm_tensor *t = &src->tensors[i];
         char hn[LLM_MAX_NAME], base[64];
-        int l;
+        int l = -1;
         if (!strcmp(t->name, "token_embd.weight"))
             snprintf(hn, sizeof hn, "model.embed_tokens.weight");
         else if (!strcmp(t->name, "output_norm.weight"))
@@ -1006,16 +1013,72 @@ static void write_hf_weights(struct llm_file *src, const char *dir)
             size_t k = 0;
             while (strcmp(names[k][0], base))
                 k++;
-            snprintf(hn, sizeof hn, "model.layers.%d.%s.weight", l, names[k][1]);
+            const char *n = gemma && !strcmp(base, "ffn_norm") ? "pre_feedforward_layernorm"
+                                                               : names[k][1];
+            snprintf(hn, sizeof hn, "model.layers.%d.%s.weight", l, n);
         }
         const void *d;
         cr_assert_eq(llm_tensor_bytes(src, (struct llm_tensor *)t, &d), LLM_OK);
-        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, t->n_dims, t->ne, d, NULL), LLM_OK);
+        int64_t ne[LLM_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        if (phi3 && l >= 0 && (!strcmp(base, "attn_k") || !strcmp(base, "attn_v") ||
+                               !strcmp(base, "ffn_up")))
+            continue; /* joined to attn_q or ffn_gate below */
+        if (phi3 && l >= 0 && (!strcmp(base, "attn_q") || !strcmp(base, "ffn_gate"))) {
+            const int qkv = base[0] == 'a';
+            const char *more[2] = { qkv ? "attn_k" : "ffn_up", qkv ? "attn_v" : NULL };
+            uint8_t *cat = llm_malloc((size_t)t->nbytes * 3);
+            memcpy(cat, d, (size_t)t->nbytes);
+            uint64_t off = t->nbytes;
+            for (int k = 0; k < 2 && more[k]; k++) {
+                char nm[LLM_MAX_NAME];
+                snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, more[k]);
+                struct llm_tensor *o = llm_file_find(src, nm);
+                const void *od;
+                cr_assert_eq(llm_tensor_bytes(src, o, &od), LLM_OK);
+                memcpy(cat + off, od, (size_t)o->nbytes);
+                off += o->nbytes;
+                ne[1] += o->ne[1];
+            }
+            cr_assert_eq(llm_file_own(h, cat), LLM_OK);
+            snprintf(hn, sizeof hn, "model.layers.%d.%s.weight", l,
+                     qkv ? "self_attn.qkv_proj" : "mlp.gate_up_proj");
+            d = cat;
+        }
+        if (gemma && strstr(t->name, "norm.weight")) {
+            float *w = llm_malloc((size_t)t->nbytes);
+            memcpy(w, d, (size_t)t->nbytes);
+            for (int64_t e = 0; e < t->ne[0]; e++)
+                w[e] -= 1.0f;
+            cr_assert_eq(llm_file_own(h, w), LLM_OK);
+            d = w;
+        }
+        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, t->n_dims, ne, d, NULL), LLM_OK);
     }
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cr_assert_eq(llm_safetensors_write(h, path), LLM_OK, "%s", llm_error_detail(-1));
     llm_file_free(h);
+}
+
+/* The last logits of 12 tokens of the model in f. */
+static void last_logits(struct llm_file *f, float *out)
+{
+    int32_t tok[12];
+    for (int i = 0; i < 12; i++)
+        tok[i] = (i * 29 + 3) % 96;
+    struct llm_model *m;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    cr_assert_eq(llm_model_from_file_borrowed(&m, f, &mp), LLM_OK, "%s", llm_error_detail(-1));
+    struct llm_context *c;
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = 32;
+    cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
+    cr_assert_eq(llm_decode(c, 0, tok, 12, 0, out, 0), LLM_OK);
+    llm_context_free(c);
+    llm_model_close(m);
 }
 
 static const char QWEN3_CONFIG[] =
@@ -1034,7 +1097,7 @@ Test(hf, qwen3_directory_gives_the_synthetic_model)
     struct llm_file *src;
     cr_assert_eq(llm_synthetic(&src, "tests/unit/model/ref/qwen3.yaml", LLM_TYPE_F32, 7), LLM_OK);
     const char *dir = llm_test_tmpdir();
-    write_hf_weights(src, dir);
+    write_hf_weights(src, dir, "qwen3");
     char cfg[1024];
     snprintf(cfg, sizeof cfg, QWEN3_CONFIG, "false");
     write_text(dir, "config.json", cfg);
@@ -1045,25 +1108,11 @@ Test(hf, qwen3_directory_gives_the_synthetic_model)
     cr_expect_eq(meta_i(f, "hparams.head_dim"), 32);
     cr_expect(!llm_meta_get(f->meta, "hparams.sliding_window"), "an unused window imported");
     float a[96], b[96];
-    int32_t tok[12];
-    for (int i = 0; i < 12; i++)
-        tok[i] = (i * 29 + 3) % 96;
-    struct llm_file *both[2] = { src, f };
-    for (int k = 0; k < 2; k++) {
-        struct llm_model *m;
-        struct llm_model_params mp;
-        llm_model_params_default(&mp);
-        cr_assert_eq(llm_model_from_file(&m, both[k], &mp), LLM_OK, "%s", llm_error_detail(-1));
-        struct llm_context *c;
-        struct llm_context_params cp;
-        llm_context_params_default(&cp);
-        cp.n_ctx = 32;
-        cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
-        cr_assert_eq(llm_decode(c, 0, tok, 12, 0, k ? b : a, 0), LLM_OK);
-        llm_context_free(c);
-        llm_model_close(m);
-    }
+    last_logits(src, a);
+    last_logits(f, b);
     cr_assert(!memcmp(a, b, sizeof a), "the HF import differs from the synthetic model");
+    llm_file_free(f);
+    llm_file_free(src);
 
     /* a window from max_window_layers on is refused, not run wrong */
     snprintf(cfg, sizeof cfg, QWEN3_CONFIG, "true");
@@ -1079,13 +1128,98 @@ Test(hf, qwen3_directory_gives_the_synthetic_model)
     expect_open_fails(dir, LLM_E_FORMAT, "self_attn.q_norm", "has no q/k norms");
 }
 
+/* Gemma 2 and 3 and Phi-3 directories in the form transformers v5 writes
+ * (scripts/ref-transformers.py --save: the same configs, whose models
+ * match transformers' logits): the synthetic model each was written from,
+ * to the bit. */
+static void check_family(const char *name, const char *arch, const char *config)
+{
+    char path[256];
+    snprintf(path, sizeof path, "tests/unit/model/ref/%s.yaml", name);
+    struct llm_file *src;
+    cr_assert_eq(llm_synthetic(&src, path, LLM_TYPE_F32, 7), LLM_OK);
+    const char *dir = llm_test_tmpdir();
+    write_hf_weights(src, dir, arch);
+    write_text(dir, "config.json", config);
+    struct llm_file *f;
+    cr_assert_eq(llm_hf_open(&f, dir, NULL), LLM_OK, "%s: %s", name, llm_error_detail(-1));
+    float a[96], b[96];
+    last_logits(src, a);
+    last_logits(f, b);
+    cr_assert(!memcmp(a, b, sizeof a), "%s: the HF import differs from the synthetic model", name);
+    llm_file_free(f);
+    llm_file_free(src);
+}
+
+#define FAMILY_COMMON                                                                          \
+    " \"hidden_size\": 64, \"intermediate_size\": 128, \"vocab_size\": 96,\n"                 \
+    " \"max_position_embeddings\": 128, \"num_attention_heads\": 4, \"sliding_window\": %d,\n"
+
+Test(hf, gemma2_gemma3_phi3_directories_give_the_synthetic_models)
+{
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\": [\"Gemma2ForCausalLM\"], \"model_type\": \"gemma2\",\n" FAMILY_COMMON
+             " \"num_hidden_layers\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32,\n"
+             " \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, \"query_pre_attn_scalar\": 32,\n"
+             " \"attn_logit_softcapping\": 50.0, \"final_logit_softcapping\": 30.0,\n"
+             " \"hidden_activation\": \"gelu_pytorch_tanh\", \"tie_word_embeddings\": true,\n"
+             " \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\",\n"
+             "                 \"full_attention\"]}\n", 5);
+    check_family("gemma2", "gemma2", cfg);
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\": [\"Gemma3ForCausalLM\"], \"model_type\": \"gemma3_text\",\n"
+             FAMILY_COMMON
+             " \"num_hidden_layers\": 4, \"num_key_value_heads\": 1, \"head_dim\": 32,\n"
+             " \"rms_norm_eps\": 1e-06, \"query_pre_attn_scalar\": 32,\n"
+             " \"attn_logit_softcapping\": null, \"final_logit_softcapping\": null,\n"
+             " \"hidden_activation\": \"gelu_pytorch_tanh\", \"tie_word_embeddings\": true,\n"
+             " \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"full_attention\",\n"
+             "                 \"sliding_attention\"],\n"
+             " \"rope_parameters\": {\"full_attention\": {\"rope_theta\": 1000000.0,\n"
+             "                    \"rope_type\": \"default\"}, \"sliding_attention\":\n"
+             "                    {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}}}\n", 5);
+    check_family("gemma3", "gemma3", cfg);
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\": [\"Phi3ForCausalLM\"], \"model_type\": \"phi3\",\n" FAMILY_COMMON
+             " \"num_hidden_layers\": 3, \"num_key_value_heads\": 4, \"rms_norm_eps\": 1e-05,\n"
+             " \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}\n", 4);
+    check_family("phi3", "phi3", cfg);
+}
+
+Test(hf, gemma_and_phi3_configs_refused_by_name)
+{
+    struct llm_file *src;
+    cr_assert_eq(llm_synthetic(&src, "tests/unit/model/ref/gemma3.yaml", LLM_TYPE_F32, 7), LLM_OK);
+    const char *dir = llm_test_tmpdir();
+    write_hf_weights(src, dir, "gemma3");
+    llm_file_free(src);
+    static const struct { const char *extra, *sub; llm_status s; } bad[] = {
+        { "\"hidden_activation\": \"relu\"", "hidden_activation 'relu'", LLM_E_UNSUPPORTED },
+        { "\"layer_types\": [\"sliding_attention\", \"full_attention\", \"full_attention\", "
+          "\"sliding_attention\"]", "layer_types[2]", LLM_E_UNSUPPORTED },
+        { "\"layer_types\": [\"full_attention\"]", "layer_types has 1 entries", LLM_E_FORMAT },
+        { "\"query_pre_attn_scalar\": -1", "query_pre_attn_scalar", LLM_E_FORMAT },
+        { "\"partial_rotary_factor\": 0.75", "partial_rotary_factor", LLM_E_UNSUPPORTED },
+    };
+    char cfg[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cfg, sizeof cfg,
+                 "{\"model_type\": \"gemma3_text\",\n" FAMILY_COMMON
+                 " \"num_hidden_layers\": 4, \"num_key_value_heads\": 1, \"head_dim\": 32,\n"
+                 " %s}\n", 5, bad[i].extra);
+        write_text(dir, "config.json", cfg);
+        expect_open_fails(dir, bad[i].s, bad[i].sub, NULL);
+    }
+}
+
 Test(hf, mistral_sliding_window_imported)
 {
     struct llm_file *src;
     cr_assert_eq(llm_synthetic(&src, "tests/unit/model/ref/mistral-swa.yaml", LLM_TYPE_F32, 7),
                  LLM_OK);
     const char *dir = llm_test_tmpdir();
-    write_hf_weights(src, dir);
+    write_hf_weights(src, dir, "mistral");
     llm_file_free(src);
     static const char cfg[] =
         "{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
