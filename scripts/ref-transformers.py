@@ -86,9 +86,28 @@ def hf_model(meta, tensors):
     swa = meta.get(f"{a}.attention.sliding_window", 0)
     permute = arch == "llama"
     norm_shift = 0.0
-    if arch == "llama":  # GGUF calls Mistral "llama"; the window says which
+    experts = meta.get(f"{a}.expert_count", 0)
+    moe = dict(num_experts_per_tok=meta.get(f"{a}.expert_used_count", 0))
+    if arch == "llama" and experts:  # and Mixtral too: the experts say which
+        conf = transformers.MixtralConfig(sliding_window=swa or None, num_local_experts=experts,
+                                          **moe, **cfg)
+        cls = transformers.MixtralForCausalLM
+    elif arch == "llama":  # GGUF calls Mistral "llama"; the window says which
         conf = transformers.MistralConfig(sliding_window=swa or None, **cfg)
         cls = transformers.MistralForCausalLM
+    elif arch == "qwen2moe":
+        conf = transformers.Qwen2MoeConfig(
+            use_sliding_window=False, num_experts=experts, norm_topk_prob=False,
+            moe_intermediate_size=meta[f"{a}.expert_feed_forward_length"],
+            shared_expert_intermediate_size=meta[f"{a}.expert_shared_feed_forward_length"],
+            decoder_sparse_step=1, qkv_bias=True, **moe, **cfg)
+        cls = transformers.Qwen2MoeForCausalLM
+    elif arch == "qwen3moe":
+        conf = transformers.Qwen3MoeConfig(
+            use_sliding_window=False, num_experts=experts, norm_topk_prob=True,
+            moe_intermediate_size=meta[f"{a}.expert_feed_forward_length"],
+            decoder_sparse_step=1, attention_bias=False, **moe, **cfg)
+        cls = transformers.Qwen3MoeForCausalLM
     elif arch == "qwen3":
         conf = transformers.Qwen3Config(use_sliding_window=False, attention_bias=False, **cfg)
         cls = transformers.Qwen3ForCausalLM
@@ -129,6 +148,11 @@ def hf_model(meta, tensors):
         "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
         "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     }
+    if experts:
+        names.update({"ffn_gate_inp": "mlp.gate", "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+                      "ffn_up_shexp": "mlp.shared_expert.up_proj",
+                      "ffn_down_shexp": "mlp.shared_expert.down_proj",
+                      "ffn_gate_inp_shexp": "mlp.shared_expert_gate"})
     if arch == "phi3":  # fused in its GGUF as in its HF checkpoints
         names.update({"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"})
     if arch.startswith("gemma"):
@@ -136,7 +160,21 @@ def hf_model(meta, tensors):
                       "post_attention_norm": "post_attention_layernorm",
                       "post_ffw_norm": "post_feedforward_layernorm"})
     sd = {}
-    for name, w in tensors.items():
+    for name, w in list(tensors.items()):
+        if name.endswith("_exps.weight"):  # (E, rows, cols): HF v5's fused experts
+            w = w * np.float32(SCALE)
+            layer = name.split(".")[1]
+            if "ffn_down" in name:
+                sd[f"model.layers.{layer}.mlp.experts.down_proj"] = w
+            elif "ffn_gate" in name:
+                up = tensors[f"blk.{layer}.ffn_up_exps.weight"] * np.float32(SCALE)
+                sd[f"model.layers.{layer}.mlp.experts.gate_up_proj"] = np.concatenate([w, up], 1)
+            continue
+        if name == "ffn_gate_inp_shexp" or name.endswith("ffn_gate_inp_shexp.weight"):
+            w = w.reshape(1, -1)  # one row: a Linear(hidden, 1); a vector, so not scaled
+            _, layer, base, kind = name.split(".")
+            sd[f"model.layers.{layer}.{names[base]}.{kind}"] = w
+            continue
         if w.ndim == 2:
             w = w * np.float32(SCALE)  # as the unit test's scale_weights, in float32
         elif name.endswith("norm.weight"):

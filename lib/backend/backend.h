@@ -127,6 +127,19 @@ struct llm_backend_ops {
     llm_status (*scale)(struct llm_backend *b, float *x, float s, int64_t m);
     /* x (m) += y. */
     llm_status (*add)(struct llm_backend *b, float *x, const float *y, int64_t m);
+    /* y (n, width)[i] = x[rows[i]] (rows: host memory): the tokens an
+     * expert reads. */
+    llm_status (*get_rows)(struct llm_backend *b, const float *x, const int32_t *rows, float *y,
+                           int32_t n, int64_t width);
+    /* y[rows[i]] = x (n, width)[i] (rows: host memory): an expert's outputs
+     * to their tokens' slots. */
+    llm_status (*set_rows)(struct llm_backend *b, const float *x, const int32_t *rows, float *y,
+                           int32_t n, int64_t width);
+    /* out (n, width)[t] (+)= sum over j < k, in order, of w[t k + j] *
+     * y[t k + j] (w: host memory; accumulate 0: out is overwritten): a
+     * token's experts, in the same order whatever else is in the batch. */
+    llm_status (*combine)(struct llm_backend *b, float *out, const float *y, const float *w,
+                          int32_t n, int32_t k, int64_t width, int accumulate);
     /* y (n, width)[t][i] = x[t][perm[i]]: the input of an act-order weight. */
     llm_status (*gather)(struct llm_backend *b, const float *x, const int32_t *perm, float *y,
                          int32_t n, int64_t width);

@@ -680,6 +680,42 @@ static llm_status cpu_geglu(struct llm_backend *b, float *gate, const float *up,
     return ew_gate(b, gate, up, m, geglu_range);
 }
 
+static llm_status cpu_get_rows(struct llm_backend *b, const float *x, const int32_t *rows,
+                               float *y, int32_t n, int64_t width)
+{
+    (void)b;
+    for (int32_t i = 0; i < n; i++)
+        memcpy(y + (int64_t)i * width, x + (int64_t)rows[i] * width, (size_t)width * sizeof(float));
+    return LLM_OK;
+}
+
+static llm_status cpu_set_rows(struct llm_backend *b, const float *x, const int32_t *rows,
+                               float *y, int32_t n, int64_t width)
+{
+    (void)b;
+    for (int32_t i = 0; i < n; i++)
+        memcpy(y + (int64_t)rows[i] * width, x + (int64_t)i * width, (size_t)width * sizeof(float));
+    return LLM_OK;
+}
+
+static llm_status cpu_combine(struct llm_backend *b, float *out, const float *y, const float *w,
+                              int32_t n, int32_t k, int64_t width, int accumulate)
+{
+    (void)b;
+    for (int32_t t = 0; t < n; t++) {
+        float *o = out + (int64_t)t * width;
+        if (!accumulate)
+            memset(o, 0, (size_t)width * sizeof(float));
+        for (int32_t j = 0; j < k; j++) {
+            const float wj = w[(int64_t)t * k + j];
+            const float *yj = y + ((int64_t)t * k + j) * width;
+            for (int64_t i = 0; i < width; i++)
+                o[i] += wj * yj[i];
+        }
+    }
+    return LLM_OK;
+}
+
 static llm_status cpu_scale(struct llm_backend *b, float *x, float s, int64_t m)
 {
     (void)b;
@@ -727,6 +763,9 @@ static const struct llm_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .scale = cpu_scale,
+    .get_rows = cpu_get_rows,
+    .set_rows = cpu_set_rows,
+    .combine = cpu_combine,
     .add = cpu_add,
     .gather = cpu_gather,
 };

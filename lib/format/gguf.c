@@ -126,7 +126,7 @@ const char *llm_gguf_arch_rope_type(const char *arch)
     };
     static const char *const neox[] = {
         "falcon", "grok", "dbrx", "bert", "nomic-bert", "stablelm", "bitnet", "qwen",
-        "qwen2", "qwen2moe", "qwen3", "olmo2", "olmoe", "phi2", "phi3", "phimoe", "gemma", "gemma2", "gemma3",
+        "qwen2", "qwen2moe", "qwen3", "qwen3moe", "olmo2", "olmoe", "phi2", "phi3", "phimoe", "gemma", "gemma2", "gemma3",
         "starcoder2", "openelm", "gptneox", "codeshell", "nemotron", "exaone", "minicpm3",
     };
     if (!arch)
@@ -742,6 +742,11 @@ static const struct { const char *suffix, *path; enum vkind kind; } arch_keys[] 
     { "rope.freq_base", "hparams.rope_theta", V_F32 },
     { "rope.freq_base_swa", "hparams.rope_theta_swa", V_F32 },
     { "attn_logit_softcapping", "hparams.attn_softcap", V_F32 },
+    { "expert_count", "hparams.expert_count", V_INT },
+    { "expert_used_count", "hparams.expert_used_count", V_INT },
+    { "expert_feed_forward_length", "hparams.expert_feed_forward_length", V_INT },
+    { "expert_shared_feed_forward_length", "hparams.expert_shared_feed_forward_length", V_INT },
+    { "expert_weights_norm", "hparams.expert_weights_norm", V_BOOL },
     { "final_logit_softcapping", "hparams.final_softcap", V_F32 },
     { "rope.scaling.type", "hparams.rope_scaling.type", V_STR },
     { "rope.scaling.factor", "hparams.rope_scaling.factor", V_F32 },

@@ -601,7 +601,8 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
     const struct llm_meta *arch_node, *name, *sv;
     LLM_TRY(get_s(w, m, "architecture", &arch_node));
     const char *arch = arch_node ? arch_node->s : "none";
-    if (strcmp(arch, "mistral") == 0)
+    /* GGUF calls Mistral and Mixtral "llama" (Mixtral: with experts) */
+    if (strcmp(arch, "mistral") == 0 || strcmp(arch, "mixtral") == 0)
         arch = "llama";
     kv_str(w, "general.architecture", arch, strlen(arch));
     LLM_TRY(get_s(w, m, "name", &name));
@@ -620,6 +621,10 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
         { "hparams.rope_dim", "rope.dimension_count" },
         { "hparams.sliding_window", "attention.sliding_window" },
         { "hparams.sliding_window_pattern", "attention.sliding_window_pattern" },
+        { "hparams.expert_count", "expert_count" },
+        { "hparams.expert_used_count", "expert_used_count" },
+        { "hparams.expert_feed_forward_length", "expert_feed_forward_length" },
+        { "hparams.expert_shared_feed_forward_length", "expert_shared_feed_forward_length" },
     };
     char key[512];
     uint32_t v, emb = 0, heads = 0, hd = 0;
@@ -639,6 +644,12 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         if (have)
             kv_u32(w, key, v);
+    }
+    int norm;
+    LLM_TRY(get_b(w, m, "hparams.expert_weights_norm", &norm, &have));
+    if (have) {
+        snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+        kv_bool(w, key, norm);
     }
     LLM_TRY(get_u32(w, m, "hparams.embedding_length", &emb, &have_emb));
     LLM_TRY(get_u32(w, m, "hparams.head_count", &heads, &have_heads));

@@ -32,7 +32,8 @@
 
 struct syn_shape {
     const char *name;
-    const char *arch;   /* llama | mistral | qwen2 | qwen3 | gemma2 | gemma3 | phi3 */
+    const char *arch;   /* llama | mistral | qwen2 | qwen3 | gemma2 | gemma3 | phi3 |
+                           mixtral | qwen2moe | qwen3moe */
     int64_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, ctx;
     int64_t head_dim;   /* 0: dim / n_heads */
     double rope_theta, rms_eps;
@@ -42,6 +43,8 @@ struct syn_shape {
     int64_t swa_pattern; /* 0: the architecture's (every layer; gemma3: 6) */
     double rope_theta_swa; /* 0: the architecture's (gemma3: 10000) */
     double attn_softcap, final_softcap; /* 0: none */
+    int64_t n_expert, n_expert_used, expert_ff, shared_ff; /* mixture of experts */
+    int expert_norm;    /* -1: the architecture's */
 };
 
 /* hparams from each model's published config (config.json / params.json) */
@@ -61,6 +64,17 @@ static const struct syn_shape shapes[] = {
      0, 50.0, 30.0},
     {"gemma3-270m", "gemma3", 640, 2048, 18, 4, 1, 262144, 32768, 256, 1000000.0, 1e-6, 1, 0, 512},
     {"phi-3-mini-4k", "phi3", 3072, 8192, 32, 32, 32, 32064, 4096, 0, 10000.0, 1e-5, 0, 0, 2047},
+    {.name = "mixtral-8x7b", .arch = "mixtral", .dim = 4096, .hidden = 14336, .n_layers = 32,
+     .n_heads = 32, .n_kv_heads = 8, .vocab = 32000, .ctx = 32768, .rope_theta = 1000000.0,
+     .rms_eps = 1e-5, .n_expert = 8, .n_expert_used = 2, .expert_ff = 14336, .expert_norm = -1},
+    {.name = "qwen1.5-moe-a2.7b", .arch = "qwen2moe", .dim = 2048, .hidden = 5632,
+     .n_layers = 24, .n_heads = 16, .n_kv_heads = 16, .vocab = 151936, .ctx = 8192,
+     .rope_theta = 1000000.0, .rms_eps = 1e-6, .qkv_bias = 1, .n_expert = 60,
+     .n_expert_used = 4, .expert_ff = 1408, .shared_ff = 5632, .expert_norm = -1},
+    {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .dim = 2048, .hidden = 6144, .n_layers = 48,
+     .n_heads = 32, .n_kv_heads = 4, .head_dim = 128, .vocab = 151936, .ctx = 40960,
+     .rope_theta = 1000000.0, .rms_eps = 1e-6, .n_expert = 128, .n_expert_used = 8,
+     .expert_ff = 768, .expert_norm = -1},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -75,7 +89,7 @@ const char *llm_synthetic_shapes(void)
 {
     return "stories260k,stories15m,stories110m,smollm2-135m,llama-2-7b,llama-3-8b,"
            "mistral-7b,qwen2-0.5b,qwen3-0.6b,mistral-7b-v0.1,gemma2-2b,gemma3-270m,"
-           "phi-3-mini-4k";
+           "phi-3-mini-4k,mixtral-8x7b,qwen1.5-moe-a2.7b,qwen3-30b-a3b";
 }
 
 /* ---- generator ------------------------------------------------------------- */
@@ -156,7 +170,8 @@ static const char *const yaml_keys[] = {
     "head_count",    "head_count_kv",    "vocab_size",          "context_length",
     "rope_theta",    "rms_norm_eps",     "tie_embeddings",      "head_dim",
     "attention_bias", "name",        "sliding_window",      "sliding_window_pattern",
-    "rope_theta_swa", "attn_softcap", "final_softcap",
+    "rope_theta_swa", "attn_softcap", "final_softcap", "expert_count", "expert_used_count",
+    "expert_feed_forward_length", "expert_shared_feed_forward_length", "expert_weights_norm",
 };
 
 static llm_status yaml_int(const struct llm_meta *root, const char *path, const char *key,
@@ -198,8 +213,8 @@ static llm_status yaml_bool(const struct llm_meta *root, const char *path, const
 }
 
 /* Keys: those of the named shapes; head_dim, attention_bias,
- * sliding_window, sliding_window_pattern, rope_theta_swa, attn_softcap
- * and final_softcap optional. */
+ * sliding_window, sliding_window_pattern, rope_theta_swa, attn_softcap,
+ * final_softcap and the experts' keys optional. */
 static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
                                   struct syn_shape *sh, char *arch, size_t arch_cap)
 {
@@ -221,9 +236,10 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
     LLM_CHECK(m->kind == LLM_META_STR &&
                   (!strcmp(m->s, "llama") || !strcmp(m->s, "mistral") ||
                    !strcmp(m->s, "qwen2") || !strcmp(m->s, "qwen3") || !strcmp(m->s, "gemma2") ||
-                   !strcmp(m->s, "gemma3") || !strcmp(m->s, "phi3")),
+                   !strcmp(m->s, "gemma3") || !strcmp(m->s, "phi3") || !strcmp(m->s, "mixtral") ||
+                   !strcmp(m->s, "qwen2moe") || !strcmp(m->s, "qwen3moe")),
               LLM_E_FORMAT, "%s:%zu: key 'architecture': expected llama, mistral, qwen2, qwen3, "
-              "gemma2, gemma3 or phi3",
+              "gemma2, gemma3, phi3, mixtral, qwen2moe or qwen3moe",
               path, m->line);
     snprintf(arch, arch_cap, "%s", m->s);
     sh->arch = arch;
@@ -241,7 +257,8 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
     if (llm_meta_child(root, "head_dim"))
         LLM_TRY(yaml_int(root, path, "head_dim", &sh->head_dim));
     /* qwen2 has q/k/v biases by definition */
-    sh->qkv_bias = !strcmp(arch, "qwen2");
+    sh->qkv_bias = !strcmp(arch, "qwen2") || !strcmp(arch, "qwen2moe");
+    sh->expert_norm = -1;
     if (llm_meta_child(root, "attention_bias"))
         LLM_TRY(yaml_bool(root, path, "attention_bias", &sh->qkv_bias));
     if (llm_meta_child(root, "sliding_window"))
@@ -254,6 +271,22 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
         LLM_TRY(yaml_float(root, path, "attn_softcap", &sh->attn_softcap));
     if (llm_meta_child(root, "final_softcap"))
         LLM_TRY(yaml_float(root, path, "final_softcap", &sh->final_softcap));
+    static const char *const ek[] = { "expert_count", "expert_used_count",
+                                      "expert_feed_forward_length",
+                                      "expert_shared_feed_forward_length" };
+    int64_t *ev[] = { &sh->n_expert, &sh->n_expert_used, &sh->expert_ff, &sh->shared_ff };
+    for (size_t i = 0; i < 4; i++)
+        if (llm_meta_child(root, ek[i]))
+            LLM_TRY(yaml_int(root, path, ek[i], ev[i]));
+    if (llm_meta_child(root, "expert_weights_norm"))
+        LLM_TRY(yaml_bool(root, path, "expert_weights_norm", &sh->expert_norm));
+    const int moe_arch = !strcmp(arch, "mixtral") || strstr(arch, "moe") != NULL;
+    LLM_CHECK(moe_arch == (sh->n_expert > 0) &&
+                  (!sh->n_expert || (sh->n_expert_used >= 1 && sh->n_expert_used <= sh->n_expert)),
+              LLM_E_FORMAT, "%s: %s needs expert_count and expert_used_count (1..expert_count) "
+              "exactly when the architecture has experts", path, arch);
+    if (sh->n_expert && !sh->expert_ff)
+        sh->expert_ff = sh->hidden;
     return LLM_OK;
 }
 
@@ -291,20 +324,30 @@ static llm_status check_shape(const struct syn_shape *sh)
     return LLM_OK;
 }
 
-static llm_status add(struct llm_file *f, struct syn_tensor *ctx, size_t *n_ctx, uint64_t seed,
-                      const char *name, enum llm_type type, int init, int64_t ne0, int64_t ne1)
+/* A tensor of ne0 x ne1 (x ne2 when ne2 > 1; a vector when ne1 is 1 and it
+ * is not a weight matrix). */
+static llm_status add3(struct llm_file *f, struct syn_tensor *ctx, size_t *n_ctx, uint64_t seed,
+                       const char *name, enum llm_type type, int init, int64_t ne0, int64_t ne1,
+                       int64_t ne2)
 {
-    int64_t ne[2] = {ne0, ne1};
+    int64_t ne[3] = {ne0, ne1, ne2};
     struct llm_tensor *t;
     struct syn_tensor *st = &ctx[(*n_ctx)++];
     uint64_t h = fnv1a64(name) ^ seed;
 
     st->seed = splitmix64(&h);
     st->init = init;
-    LLM_TRY(llm_file_add_tensor(f, name, type, init == INIT_WEIGHT ? 2 : 1, ne, NULL, &t));
+    LLM_TRY(llm_file_add_tensor(f, name, type, ne2 > 1 ? 3 : init == INIT_WEIGHT ? 2 : 1, ne, NULL,
+                                &t));
     t->fill = syn_fill;
     t->fill_ctx = st;
     return LLM_OK;
+}
+
+static llm_status add(struct llm_file *f, struct syn_tensor *ctx, size_t *n_ctx, uint64_t seed,
+                      const char *name, enum llm_type type, int init, int64_t ne0, int64_t ne1)
+{
+    return add3(f, ctx, n_ctx, seed, name, type, init, ne0, ne1, 1);
 }
 
 static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm_type type,
@@ -320,9 +363,12 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
                                   {sh->dim, sh->hidden}, {sh->hidden, sh->dim},
                                   {sh->dim, sh->hidden}};
     const int gemma = !strncmp(sh->arch, "gemma", 5);
-    const int qk_norm = !strcmp(sh->arch, "qwen3") || !strcmp(sh->arch, "gemma3");
+    const int qk_norm = !strcmp(sh->arch, "qwen3") || !strcmp(sh->arch, "gemma3") ||
+                        !strcmp(sh->arch, "qwen3moe");
+    const int moe = sh->n_expert > 0, shared = moe && sh->shared_ff > 0;
     const int norm_init = gemma ? INIT_NORM : INIT_ONES;
-    size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0) + (qk_norm ? 2 : 0) + (gemma ? 2 : 0);
+    size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0) + (qk_norm ? 2 : 0) + (gemma ? 2 : 0) +
+                       (moe ? 1 : 0) + (shared ? 4 : 0);
     size_t n = 3 + (size_t)sh->n_layers * per_layer, n_ctx = 0;
     struct syn_tensor *ctx = llm_calloc(n, sizeof *ctx);
     char name[LLM_MAX_NAME];
@@ -341,6 +387,31 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
             if (i == 4) {
                 snprintf(name, sizeof name, "blk.%lld.ffn_norm.weight", (long long)l);
                 LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, norm_init, sh->dim, 1));
+            }
+            if (moe && i >= 4) { /* the experts: 3-D, and the router */
+                const int64_t ne0 = i == 5 ? sh->expert_ff : sh->dim,
+                              ne1 = i == 5 ? sh->dim : sh->expert_ff;
+                snprintf(name, sizeof name, "blk.%lld.%s_exps.weight", (long long)l, mat[i]);
+                LLM_TRY(add3(f, ctx, &n_ctx, seed, name, type, INIT_WEIGHT, ne0, ne1,
+                             sh->n_expert));
+                if (i == 4) {
+                    snprintf(name, sizeof name, "blk.%lld.ffn_gate_inp.weight", (long long)l);
+                    LLM_TRY(add(f, ctx, &n_ctx, seed, name, type, INIT_WEIGHT, sh->dim,
+                                sh->n_expert));
+                }
+                if (shared) { /* qwen2moe's shared expert and its gate's row */
+                    const int64_t s0 = i == 5 ? sh->shared_ff : sh->dim,
+                                  s1 = i == 5 ? sh->dim : sh->shared_ff;
+                    snprintf(name, sizeof name, "blk.%lld.%s_shexp.weight", (long long)l, mat[i]);
+                    LLM_TRY(add(f, ctx, &n_ctx, seed, name, type, INIT_WEIGHT, s0, s1));
+                    if (i == 4) {
+                        snprintf(name, sizeof name, "blk.%lld.ffn_gate_inp_shexp.weight",
+                                 (long long)l);
+                        LLM_TRY(add(f, ctx, &n_ctx, seed, name, LLM_TYPE_F32, INIT_BIAS, sh->dim,
+                                    1));
+                    }
+                }
+                continue;
             }
             snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)l, mat[i]);
             LLM_TRY(add(f, ctx, &n_ctx, seed, name, type, INIT_WEIGHT, mat_ne[i][0],
@@ -396,6 +467,16 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
         LLM_TRY(llm_meta_set_f32(m, "hparams.attn_softcap", (float)sh->attn_softcap));
     if (sh->final_softcap > 0)
         LLM_TRY(llm_meta_set_f32(m, "hparams.final_softcap", (float)sh->final_softcap));
+    if (moe) {
+        LLM_TRY(llm_meta_set_i64(m, "hparams.expert_count", sh->n_expert));
+        LLM_TRY(llm_meta_set_i64(m, "hparams.expert_used_count", sh->n_expert_used));
+        LLM_TRY(llm_meta_set_i64(m, "hparams.expert_feed_forward_length", sh->expert_ff));
+        if (shared)
+            LLM_TRY(llm_meta_set_i64(m, "hparams.expert_shared_feed_forward_length",
+                                     sh->shared_ff));
+        if (sh->expert_norm >= 0)
+            LLM_TRY(llm_meta_set_bool(m, "hparams.expert_weights_norm", sh->expert_norm));
+    }
     LLM_TRY(llm_meta_set_bool(m, "hparams.tie_embeddings", sh->tie));
     LLM_TRY(llm_meta_set_str(m, "tokenizer.model", "none"));
     LLM_TRY(llm_meta_set_str(m, "source.format", "synthetic"));

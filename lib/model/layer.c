@@ -3,6 +3,7 @@
 #include "layer.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "../common/alloc.h"
 #include "model_impl.h"
@@ -158,6 +159,9 @@ llm_status llm_layer_ffn_hidden(struct llm_context *c, int32_t l, const struct l
                                 const float *xb, float *h, int32_t n)
 {
     LLM_TRY(check_rows(c, l, n));
+    if (c->m->c.n_expert)
+        return llm_error_set(LLM_E_UNSUPPORTED, "layer %d: mixture-of-experts feed-forwards have "
+                             "no single hidden stage (calibrating them is not supported yet)", l);
     const struct llm_layer_w *L = &c->m->layers[l];
     if (!lin)
         lin = &no_lin;
@@ -193,6 +197,102 @@ struct llm_backend *llm_context_backend(struct llm_context *c)
     return c->be;
 }
 
+/* The router's choice for n tokens from their logits r (n, ld): each
+ * token's n_expert_used best experts by softmax probability (ties to the
+ * lower index), best first, into sel, and their probabilities into w,
+ * renormalized over the chosen ones when the model says so. r is
+ * overwritten with the probabilities. Softmax in float, as transformers
+ * computes it. */
+static void route(const struct llm_config *cf, float *r, int64_t ld, int32_t n, int32_t *sel,
+                  float *w)
+{
+    const int32_t E = cf->n_expert, K = cf->n_expert_used;
+    for (int32_t t = 0; t < n; t++) {
+        float *p = r + (int64_t)t * ld, mx = p[0], sum = 0.0f;
+        for (int32_t e = 1; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        for (int32_t e = 0; e < E; e++)
+            sum += p[e] = expf(p[e] - mx);
+        for (int32_t e = 0; e < E; e++)
+            p[e] /= sum;
+        int32_t *st = sel + (int64_t)t * K;
+        float *wt = w + (int64_t)t * K, chosen = 0.0f;
+        for (int32_t k = 0; k < K; k++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int32_t j = 0; j < k && !taken; j++)
+                    taken = st[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = e;
+            }
+            st[k] = best;
+            chosen += wt[k] = p[best];
+        }
+        for (int32_t k = 0; cf->expert_norm && k < K; k++)
+            wt[k] /= chosen;
+    }
+}
+
+/* A mixture-of-experts feed-forward of the n rows of xb into c->xb2, then
+ * joined to x: the tokens grouped by expert, so that each chosen expert's
+ * matrices are read once for all its tokens; each token's outputs summed
+ * in its own order of experts, so its bits do not depend on the batch. */
+static llm_status moe_ffn(struct llm_context *c, int32_t l, const float *xb, float *x, int32_t n)
+{
+    struct llm_backend *b = c->be;
+    const struct llm_config *cf = &c->m->c;
+    const struct llm_layer_w *L = &c->m->layers[l];
+    const int32_t E = cf->n_expert, K = cf->n_expert_used;
+    const struct llm_weight *rw[1] = { &L->router };
+    float *ro[1] = { c->moe_r };
+    LLM_TRY(llm_model_matmul(c, 1, rw, NULL, xb, ro, n));
+    LLM_TRY(b->ops->download(b, c->moe_rh, c->moe_r, (size_t)n * (size_t)E * sizeof(float)));
+    route(cf, c->moe_rh, E, n, c->moe_sel, c->moe_w);
+    /* the (token, rank) pairs sorted by expert: rows to read, slots to fill */
+    int32_t *cnt = c->moe_count;
+    memset(cnt, 0, (size_t)(E + 1) * sizeof *cnt);
+    for (int64_t i = 0; i < (int64_t)n * K; i++)
+        cnt[c->moe_sel[i] + 1]++;
+    for (int32_t e = 0; e < E; e++)
+        cnt[e + 1] += cnt[e];
+    for (int64_t i = 0; i < (int64_t)n * K; i++) {
+        const int32_t at = cnt[c->moe_sel[i]]++;
+        c->moe_rows[at] = (int32_t)(i / K);
+        c->moe_slot[at] = (int32_t)i;
+    }
+    /* cnt[e] is now the end of expert e's pairs */
+    for (int32_t e = 0, start = 0; e < E; start = cnt[e], e++) {
+        const int32_t m = cnt[e] - start;
+        if (!m)
+            continue;
+        LLM_TRY(b->ops->get_rows(b, xb, c->moe_rows + start, c->moe_x, m, cf->dim));
+        const struct llm_weight *gu[2] = { &L->exp_gate[e], &L->exp_up[e] };
+        float *h[2] = { c->hb, c->hb2 };
+        LLM_TRY(llm_model_matmul(c, 2, gu, NULL, c->moe_x, h, m));
+        LLM_TRY(b->ops->swiglu(b, c->hb, c->hb2, (int64_t)m * cf->expert_ffn_dim));
+        const struct llm_weight *dn[1] = { &L->exp_down[e] };
+        float *o[1] = { c->moe_o };
+        LLM_TRY(llm_model_matmul(c, 1, dn, NULL, c->hb, o, m));
+        LLM_TRY(b->ops->set_rows(b, c->moe_o, c->moe_slot + start, c->moe_y, m, cf->dim));
+    }
+    LLM_TRY(b->ops->combine(b, c->xb2, c->moe_y, c->moe_w, n, K, cf->dim, 0));
+    if (L->sh_gate.data) { /* qwen2moe's shared expert, gated by sigmoid(x . g) */
+        const struct llm_weight *gu[2] = { &L->sh_gate, &L->sh_up }, *g[1] = { &L->sh_gate_inp },
+                                *dn[1] = { &L->sh_down };
+        float *h[2] = { c->hb, c->hb2 }, *o[1] = { c->moe_o }, *go[1] = { c->moe_r };
+        LLM_TRY(llm_model_matmul(c, 2, gu, NULL, xb, h, n));
+        LLM_TRY(b->ops->swiglu(b, c->hb, c->hb2, (int64_t)n * cf->shared_ffn_dim));
+        LLM_TRY(llm_model_matmul(c, 1, dn, NULL, c->hb, o, n));
+        LLM_TRY(llm_model_matmul(c, 1, g, NULL, xb, go, n));
+        LLM_TRY(b->ops->download(b, c->moe_rh, c->moe_r, (size_t)n * sizeof(float)));
+        for (int32_t t = 0; t < n; t++)
+            c->moe_rh[t] = 1.0f / (1.0f + expf(-c->moe_rh[t]));
+        LLM_TRY(b->ops->combine(b, c->xb2, c->moe_o, c->moe_rh, n, 1, cf->dim, 1));
+    }
+    return join(c, &L->post_ffn_norm, x, n);
+}
+
 llm_status llm_model_layer(struct llm_context *c, int32_t l, const struct llm_seg *sl,
                            int32_t n_sl, int32_t n)
 {
@@ -200,6 +300,8 @@ llm_status llm_model_layer(struct llm_context *c, int32_t l, const struct llm_se
     LLM_TRY(attention_stage(c, l, &no_lin, c->xb, sl, n_sl, n, c->att, NULL));
     LLM_TRY(llm_layer_attn_out(c, l, NULL, c->att, c->x, n));
     LLM_TRY(llm_layer_norm(c, l, LLM_NORM_FFN, c->x, c->xb, n));
+    if (c->m->c.n_expert)
+        return moe_ffn(c, l, c->xb, c->x, n);
     LLM_TRY(llm_layer_ffn_hidden(c, l, NULL, c->xb, c->hb, n));
     return llm_layer_ffn_out(c, l, NULL, c->hb, c->x, n);
 }

@@ -69,10 +69,15 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         return llm_error_set(LLM_E_FORMAT, "%s: metadata key 'architecture' is missing", path);
     if (!strcmp(s, "none"))
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: the file holds a tokenizer only, no model", path);
-    if (strcmp(s, "llama") && strcmp(s, "mistral") && strcmp(s, "qwen2") && strcmp(s, "qwen3") &&
-        strcmp(s, "gemma2") && strcmp(s, "gemma3") && strcmp(s, "phi3"))
+    static const char *const archs[] = { "llama", "mistral", "qwen2",   "qwen3",    "gemma2",
+                                         "gemma3", "phi3",   "mixtral", "qwen2moe", "qwen3moe" };
+    size_t ai = 0;
+    while (ai < sizeof archs / sizeof archs[0] && strcmp(s, archs[ai]))
+        ai++;
+    if (ai == sizeof archs / sizeof archs[0])
         return llm_error_set(LLM_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, "
-                             "mistral, qwen2, qwen3, gemma2, gemma3, phi3)", path, s);
+                             "mistral, qwen2, qwen3, gemma2, gemma3, phi3, mixtral, qwen2moe, "
+                             "qwen3moe)", path, s);
     snprintf(c->arch, sizeof c->arch, "%s", s);
     const int64_t big = 1 << 20;
     LLM_TRY(get_int(m, path, "hparams.vocab_size", 0, 0, INT32_MAX, &c->n_vocab));
@@ -114,7 +119,28 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
                              "range", path, (double)c->attn_softcap, (double)c->final_softcap,
                              (double)c->query_scalar);
     c->rope_neox = !strncmp(c->arch, "qwen", 4) || c->gemma || !strcmp(c->arch, "phi3");
-    c->qk_norm = !strcmp(c->arch, "qwen3") || g3;
+    c->qk_norm = !strcmp(c->arch, "qwen3") || !strcmp(c->arch, "qwen3moe") || g3;
+    LLM_TRY(get_int(m, path, "hparams.expert_count", 0, 0, 4096, &c->n_expert));
+    LLM_TRY(get_int(m, path, "hparams.expert_used_count", c->n_expert ? -1 : 0, 0, 4096,
+                    &c->n_expert_used));
+    LLM_TRY(get_int(m, path, "hparams.expert_feed_forward_length", c->ffn_dim, 1, big,
+                    &c->expert_ffn_dim));
+    LLM_TRY(get_int(m, path, "hparams.expert_shared_feed_forward_length", 0, 0, big,
+                    &c->shared_ffn_dim));
+    /* Mixtral and Qwen3-MoE renormalize the chosen experts' weights,
+     * Qwen1.5/2-MoE does not (llama.cpp's and transformers' defaults) */
+    c->expert_norm = strcmp(c->arch, "qwen2moe") != 0;
+    int en = 0;
+    if (llm_meta_get_bool(m, "hparams.expert_weights_norm", &en) == LLM_OK)
+        c->expert_norm = en;
+    llm_error_clear();
+    const int moe_arch = !strcmp(c->arch, "mixtral") || strstr(c->arch, "moe") != NULL;
+    if (c->n_expert && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
+        return llm_error_set(LLM_E_FORMAT, "%s: expert_used_count %d of expert_count %d", path,
+                             c->n_expert_used, c->n_expert);
+    if (moe_arch != (c->n_expert > 0) && strcmp(c->arch, "llama"))
+        return llm_error_set(LLM_E_FORMAT, "%s: architecture '%s' with expert_count %d", path,
+                             c->arch, c->n_expert);
     if (!llm_meta_get_str(m, "hparams.rope_type", &s)) {
         if (strcmp(s, "norm") && strcmp(s, "neox"))
             return llm_error_set(LLM_E_FORMAT, "%s: hparams.rope_type '%s' (norm, neox)", path, s);
@@ -264,6 +290,43 @@ static llm_status bind(struct llm_model *m, struct llm_weight *w, const char *na
     return LLM_OK;
 }
 
+/* The n_expert matrices (rows, ne0) of the 3-D tensor blk.<l>.<nm>.weight
+ * {ne0, rows, n_expert}: views of its rows. A decode step reads
+ * n_expert_used of them, so the bytes read per token count that share. */
+static llm_status bind_experts(struct llm_model *m, int32_t l, const char *nm, int64_t ne0,
+                               int64_t rows, struct llm_weight **out)
+{
+    const struct llm_config *c = &m->c;
+    char name[LLM_MAX_NAME];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", l, nm);
+    struct llm_tensor *t = llm_file_find(m->f, name);
+    if (t && (t->n_dims != 3 || t->ne[1] != rows || t->ne[2] != c->n_expert))
+        return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': %s [%lld, %lld, %lld], expected "
+                             "[%lld, %lld, %d]", m->f->path, name, llm_type_name(t->type),
+                             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                             (long long)ne0, (long long)rows, c->n_expert);
+    struct llm_weight all;
+    uint64_t before = m->weight_bytes;
+    LLM_TRY(bind(m, &all, name, ne0, rows * c->n_expert, 0));
+    if (all.perm)
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: tensor '%s': act-order experts are not "
+                             "supported", m->f->path, name);
+    m->weight_bytes = before + (m->weight_bytes - before) / (uint64_t)c->n_expert *
+                                   (uint64_t)c->n_expert_used;
+    struct llm_weight *w = llm_calloc((size_t)c->n_expert, sizeof *w);
+    if (!w)
+        return LLM_E_NOMEM;
+    LLM_TRY(llm_file_own(m->f, w));
+    const uint64_t bytes = llm_type_row_bytes(all.type, (uint64_t)ne0) * (uint64_t)rows;
+    for (int32_t e = 0; e < c->n_expert; e++) {
+        w[e] = all;
+        w[e].rows = rows;
+        w[e].data = (const uint8_t *)all.data + bytes * (uint64_t)e;
+    }
+    *out = w;
+    return LLM_OK;
+}
+
 static llm_status rope_init(struct llm_model *m)
 {
     const struct llm_config *c = &m->c;
@@ -382,9 +445,21 @@ static llm_status bind_all(struct llm_model *m)
         B(ffn_norm, "ffn_norm.weight", c->dim, 0, 0);
         B(post_attn_norm, "post_attention_norm.weight", c->dim, 0, !c->gemma);
         B(post_ffn_norm, "post_ffw_norm.weight", c->dim, 0, !c->gemma);
-        B(gate, "ffn_gate.weight", c->dim, c->ffn_dim, 0);
-        B(up, "ffn_up.weight", c->dim, c->ffn_dim, 0);
-        B(down, "ffn_down.weight", c->ffn_dim, c->dim, 0);
+        const int moe = c->n_expert > 0;
+        B(gate, "ffn_gate.weight", c->dim, c->ffn_dim, moe);
+        B(up, "ffn_up.weight", c->dim, c->ffn_dim, moe);
+        B(down, "ffn_down.weight", c->ffn_dim, c->dim, moe);
+        if (moe) {
+            B(router, "ffn_gate_inp.weight", c->dim, c->n_expert, 0);
+            LLM_TRY(bind_experts(m, l, "ffn_gate_exps", c->dim, c->expert_ffn_dim, &L->exp_gate));
+            LLM_TRY(bind_experts(m, l, "ffn_up_exps", c->dim, c->expert_ffn_dim, &L->exp_up));
+            LLM_TRY(bind_experts(m, l, "ffn_down_exps", c->expert_ffn_dim, c->dim, &L->exp_down));
+            const int sh = c->shared_ffn_dim > 0;
+            B(sh_gate_inp, "ffn_gate_inp_shexp.weight", c->dim, 0, !sh);
+            B(sh_gate, "ffn_gate_shexp.weight", c->dim, c->shared_ffn_dim, !sh);
+            B(sh_up, "ffn_up_shexp.weight", c->dim, c->shared_ffn_dim, !sh);
+            B(sh_down, "ffn_down_shexp.weight", c->shared_ffn_dim, c->dim, !sh);
+        }
         if (L->bq.data || L->bk.data || L->bv.data)
             c->qkv_bias = 1;
         share_perm(&L->wq, &L->wk);
@@ -401,17 +476,26 @@ void llm_model_params_default(struct llm_model_params *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The weight matrices of the products: i = 0 the output head, then 7 per
- * layer; NULL past the end. */
+/* The weight matrices of the products: i = 0 the output head, then per
+ * layer 7 (and with experts the router, the shared expert's 3 and each
+ * expert's 3); NULL past the end. */
 static struct llm_weight *matrix(struct llm_model *m, int64_t i)
 {
     if (i == 0)
         return &m->output;
-    if (--i >= 7 * (int64_t)m->c.n_layers)
+    const int64_t E = m->c.n_expert, per = 7 + (E ? 4 + 3 * E : 0);
+    if (--i >= per * (int64_t)m->c.n_layers)
         return NULL;
-    struct llm_layer_w *L = &m->layers[i / 7];
-    struct llm_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
-    return lw[i % 7];
+    struct llm_layer_w *L = &m->layers[i / per];
+    struct llm_weight *lw[11] = { &L->wq,     &L->wk,      &L->wv,    &L->wo,
+                                  &L->gate,   &L->up,      &L->down,  &L->router,
+                                  &L->sh_gate, &L->sh_up,  &L->sh_down };
+    i %= per;
+    if (i < 11)
+        return lw[i];
+    i -= 11;
+    struct llm_weight *ex[3] = { L->exp_gate, L->exp_up, L->exp_down };
+    return &ex[i % 3][i / 3];
 }
 
 static void drop_pages(void *ctx, const void *p, size_t n)
@@ -590,8 +674,9 @@ void llm_context_free(struct llm_context *c)
     if (!c)
         return;
     if (c->be) {
-        float **bufs[] = { &c->x, &c->xb, &c->xb2, &c->q, &c->k, &c->v, &c->att, &c->hb,
-                           &c->hb2, &c->logits, &c->xp };
+        float **bufs[] = { &c->x,   &c->xb,     &c->xb2,    &c->q,     &c->k,     &c->v,
+                           &c->att, &c->hb,     &c->hb2,    &c->logits, &c->xp,   &c->moe_x,
+                           &c->moe_o, &c->moe_y, &c->moe_r };
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i])
                 c->be->ops->release(c->be, *bufs[i]);
@@ -603,6 +688,12 @@ void llm_context_free(struct llm_context *c)
     llm_kv_free(c->kv);
     llm_free(c->cs);
     llm_free(c->cs_swa);
+    llm_free(c->moe_rh);
+    llm_free(c->moe_rows);
+    llm_free(c->moe_slot);
+    llm_free(c->moe_sel);
+    llm_free(c->moe_w);
+    llm_free(c->moe_count);
     llm_free(c->segs);
     llm_free(c->sl);
     llm_free(c->seen);
@@ -702,17 +793,42 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         s = llm_kv_new_with(&c->kv, &kp, c->kv_k, c->kv_v);
     int64_t nb = c->n_batch, qd = (int64_t)cf->n_heads * cf->head_dim,
             kd = (int64_t)cf->n_kv_heads * cf->head_dim;
+    /* the feed-forward's hidden rows: dense, an expert's or the shared one's */
+    int64_t hw = cf->ffn_dim;
+    if (cf->n_expert && cf->expert_ffn_dim > hw)
+        hw = cf->expert_ffn_dim;
+    if (cf->shared_ffn_dim > hw)
+        hw = cf->shared_ffn_dim;
     float **acts[] = { &c->x, &c->xb, &c->xb2, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2 };
-    int64_t widths[] = { cf->dim, cf->dim, cf->dim, qd, kd, kd, qd, cf->ffn_dim, cf->ffn_dim };
+    int64_t widths[] = { cf->dim, cf->dim, cf->dim, qd, kd, kd, qd, hw, hw };
     for (size_t i = 0; !s && i < sizeof acts / sizeof acts[0]; i++)
         s = act_alloc(c, acts[i], nb, widths[i]);
     if (!s)
         s = act_alloc(c, &c->logits, 1, cf->n_vocab);
     int64_t xpw = cf->dim > qd ? cf->dim : qd;
-    if (cf->ffn_dim > xpw)
-        xpw = cf->ffn_dim;
+    if (hw > xpw)
+        xpw = hw;
     if (!s)
         s = act_alloc(c, &c->xp, nb, xpw);
+    if (!s && cf->n_expert) {
+        const int64_t K = cf->n_expert_used, E = cf->n_expert;
+        s = act_alloc(c, &c->moe_x, nb, cf->dim);
+        if (!s)
+            s = act_alloc(c, &c->moe_o, nb, cf->dim);
+        if (!s)
+            s = act_alloc(c, &c->moe_y, nb * K, cf->dim);
+        if (!s)
+            s = act_alloc(c, &c->moe_r, nb, E + 1);
+        c->moe_rh = llm_malloc((size_t)(nb * (E + 1)) * sizeof(float));
+        c->moe_rows = llm_malloc((size_t)(nb * K) * sizeof(int32_t));
+        c->moe_slot = llm_malloc((size_t)(nb * K) * sizeof(int32_t));
+        c->moe_sel = llm_malloc((size_t)(nb * K) * sizeof(int32_t));
+        c->moe_w = llm_malloc((size_t)(nb * K) * sizeof(float));
+        c->moe_count = llm_malloc((size_t)(E + 1) * sizeof(int32_t));
+        if (!s && (!c->moe_rh || !c->moe_rows || !c->moe_slot || !c->moe_sel || !c->moe_w ||
+                   !c->moe_count))
+            s = LLM_E_NOMEM;
+    }
     if (!s) {
         c->cs = llm_malloc((size_t)nb * (size_t)(cf->rope_dim ? cf->rope_dim : 1) * sizeof(float));
         c->segs = llm_malloc((size_t)p.n_seq * sizeof *c->segs);

@@ -20,7 +20,8 @@
 
 /* Hyper-parameters, from the metadata (format/file.h schema). */
 struct llm_config {
-    char arch[32];            /* llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3 */
+    char arch[32];            /* llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3,
+                                 mixtral, qwen2moe, qwen3moe */
     int32_t n_vocab;
     int32_t n_ctx_train;      /* context_length */
     int32_t dim;              /* embedding_length */
@@ -55,6 +56,14 @@ struct llm_config {
     float attn_softcap;       /* scores become c * tanh(s / c) (gemma2); 0: none */
     float final_softcap;      /* the logits likewise (gemma2); 0: none */
     float query_scalar;       /* scores are scaled by 1/sqrt(this) (default head_dim) */
+    /* Mixture of experts (n_expert > 0): each token's feed-forward is the
+     * sum of n_expert_used experts', weighted by the router's softmax over
+     * all experts (renormalized over the chosen ones when expert_norm), plus
+     * a shared expert gated by a sigmoid when shared_ffn_dim > 0. */
+    int32_t n_expert, n_expert_used;
+    int32_t expert_ffn_dim;   /* each expert's hidden width */
+    int32_t shared_ffn_dim;   /* the shared expert's (qwen2moe); 0: none */
+    int expert_norm;
 };
 
 /* Positions a token of layer l attends to, counting itself: the window of

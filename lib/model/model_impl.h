@@ -10,6 +10,12 @@
 struct llm_layer_w {
     struct llm_weight attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, gate, up, down;
     struct llm_weight post_attn_norm, post_ffn_norm; /* gemma */
+    /* mixture of experts: the router (n_expert, dim); expert e's matrices
+     * are views of rows of the 3-D ffn_{gate,up,down}_exps tensors; the
+     * shared expert and its gate's row (qwen2moe) */
+    struct llm_weight router;
+    struct llm_weight *exp_gate, *exp_up, *exp_down; /* (n_expert) each */
+    struct llm_weight sh_gate_inp, sh_gate, sh_up, sh_down;
 };
 
 struct llm_model {
@@ -46,6 +52,17 @@ struct llm_context {
     float *att;     /* (n_batch, n_heads*head_dim) */
     float *hb, *hb2; /* (n_batch, ffn_dim) */
     float *xp;      /* (n_batch, max(dim, q dim, ffn_dim)) gathered input of act-order weights */
+    /* mixture of experts */
+    float *moe_x;   /* (n_batch, dim) the rows an expert reads */
+    float *moe_o;   /* (n_batch, dim) its output, then the shared expert's */
+    float *moe_y;   /* (n_batch * n_expert_used, dim) each token's experts' outputs, in its order */
+    float *moe_r;   /* (n_batch, n_expert) router logits (+1 column: the shared gate) */
+    float *moe_rh;  /* host copy of moe_r */
+    int32_t *moe_rows;  /* (n_batch * n_expert_used) host: expert-sorted token rows */
+    int32_t *moe_slot;  /* (n_batch * n_expert_used) host: their rows of moe_y */
+    int32_t *moe_sel;   /* (n_batch * n_expert_used) host: each token's experts, best first */
+    float *moe_w;       /* (n_batch * n_expert_used) host: their weights */
+    int32_t *moe_count; /* (n_expert + 1) host */
     float *logits;  /* (logits_rows, n_vocab) */
     int32_t logits_rows;
     /* host scratch of a batch */

@@ -321,6 +321,12 @@ static llm_status plan(struct qctx *q)
         return llm_error_set(LLM_E_INVALID, "%s: the model was quantized already (method %s); "
                              "quantize the float model, or pass --allow-requantize", path, prev);
     llm_error_clear();
+    int64_t experts = 0;
+    if (!llm_meta_get_i64(in->meta, "hparams.expert_count", &experts) && experts > 0)
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: mixture-of-experts models are not supported "
+                             "by llm-quantize yet (their experts would stay float); llm-convert "
+                             "--type converts every weight by round-to-nearest", path);
+    llm_error_clear();
     q->t = llm_calloc(in->n_tensors + 16 * (size_t)nl + 4, sizeof *q->t);
     if (!q->t)
         return LLM_E_NOMEM;

@@ -212,6 +212,16 @@ t_architectures_round_trip_through_gguf() {
     grep -qa "blk.0.attn_qkv.weight" "$TMP/p3.gguf" && ! grep -qa "blk.0.attn_k.weight" "$TMP/p3.gguf" ||
         { echo "phi3 GGUF not fused"; return 1; }
     [ "$(tensors "$TMP/p3.llm")" = "$(tensors "$TMP/p3b.llm")" ] || { echo "phi3 tensors differ"; return 1; }
+    # mixtures of experts: 3-D expert tensors and the expert keys; Mixtral is
+    # "llama" with experts in GGUF
+    for a in qwen3moe mixtral; do
+        "$CONVERT" --synthetic $y/$a.yaml -o "$TMP/$a.llm" && "$CONVERT" "$TMP/$a.llm" -o "$TMP/$a.gguf" &&
+        "$CONVERT" "$TMP/$a.gguf" -o "$TMP/${a}b.llm" || return 1
+        expect 0 "$CONVERT" --info "$TMP/${a}b.llm" && has "$TMP/out" "expert_used_count:" &&
+        has "$TMP/out" 'name: "blk.2.ffn_down_exps.weight", type: f32, shape: [' || return 1
+        [ "$(tensors "$TMP/$a.llm")" = "$(tensors "$TMP/${a}b.llm")" ] || { echo "$a tensors differ"; return 1; }
+    done
+    expect 0 "$CONVERT" --info "$TMP/mixtralb.llm" && has "$TMP/out" "architecture: llama" || return 1
     # parts of different GGML types cannot be fused: refused, naming both, no file left
     printf 'default:\n  method: rtn\n  bits: 8\n  group: 32\nrules:\n  - match: "blk.*.attn_k.weight"\n    method: rtn\n    bits: 4\n    group: 32\n    sym: true\n' >"$TMP/p3mix.yaml"
     "$BIN/llm-quantize" -m "$TMP/p3.llm" -o "$TMP/p3mix.llm" --recipe "$TMP/p3mix.yaml" -q || return 1

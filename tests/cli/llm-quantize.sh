@@ -562,3 +562,11 @@ t_quantize_report_keeps_links_and_fifos() {
     [ -p "$TMP/r.fifo" ] && has "$TMP/r-from-fifo.json" '"tensors"' &&
     expect 2 "$QUANT" -m "$TMP/q-base.llm" -o - --report -
 }
+
+# mixtures of experts: refused, not quantized in part (the experts would stay float)
+t_quantize_refuses_mixture_of_experts() {
+    "$CONVERT" --synthetic tests/unit/model/ref/qwen3moe.yaml -o "$TMP/moe.llm" || return 1
+    expect 1 "$QUANT" -m "$TMP/moe.llm" -o "$TMP/moe-q.llm" --bits 4 &&
+    has "$TMP/err" "mixture-of-experts models are not supported by llm-quantize yet" &&
+    [ ! -e "$TMP/moe-q.llm" ]
+}

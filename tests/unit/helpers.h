@@ -59,14 +59,14 @@ static inline struct llm_model *llm_test_model(const char *rel, int n_threads)
     return m;
 }
 
-/* Multiply every f32 weight matrix of f by k, so that a random-weight model
+/* Multiply every f32 weight matrix (and 3-D expert tensor) of f by k, so that a random-weight model
  * is far from linear: attention sharp, logits spread (0.02-std weights make
  * every model nearly linear and every greedy choice a near tie). */
 static inline void llm_test_scale_weights(struct llm_file *f, float k)
 {
     for (size_t i = 0; i < f->n_tensors; i++) {
         struct llm_tensor *t = &f->tensors[i];
-        if (t->type != LLM_TYPE_F32 || t->n_dims != 2)
+        if (t->type != LLM_TYPE_F32 || t->n_dims < 2) /* matrices, and experts' (3-D) */
             continue;
         const void *d;
         cr_assert_eq(llm_tensor_bytes(f, t, &d), LLM_OK);

@@ -42,8 +42,23 @@ static uint64_t count_from_hparams(struct llm_file *f)
     uint64_t attn = 2 * H * hd * nh + 2 * H * hd * nkv;
     uint64_t bias = strcmp(arch, "qwen2") == 0 ? hd * nh + 2 * hd * nkv : 0;
     int gemma = strncmp(arch, "gemma", 5) == 0;
-    uint64_t qk_norm = strcmp(arch, "qwen3") == 0 || strcmp(arch, "gemma3") == 0 ? 2 * hd : 0;
-    uint64_t layer = attn + bias + qk_norm + 3 * H * I + (gemma ? 4 : 2) * H;
+    uint64_t qk_norm = strcmp(arch, "qwen3") == 0 || strcmp(arch, "gemma3") == 0 ||
+                               strcmp(arch, "qwen3moe") == 0
+                           ? 2 * hd
+                           : 0;
+    if (strcmp(arch, "qwen2moe") == 0)
+        bias = hd * nh + 2 * hd * nkv;
+    uint64_t ffn = 3 * H * I;
+    int64_t E = 0, ef = 0, sf = 0;
+    if (llm_meta_get_i64(f->meta, "hparams.expert_count", &E) == LLM_OK) {
+        ef = meta_i(f, "hparams.expert_feed_forward_length");
+        llm_meta_get_i64(f->meta, "hparams.expert_shared_feed_forward_length", &sf);
+        /* the experts, the router, the shared expert and its gate's row */
+        ffn = (uint64_t)E * 3 * H * (uint64_t)ef + (uint64_t)E * H +
+              (sf ? 3 * H * (uint64_t)sf + H : 0);
+    }
+    llm_error_clear();
+    uint64_t layer = attn + bias + qk_norm + ffn + (gemma ? 4 : 2) * H;
     return V * H * (tie ? 1 : 2) + L * layer + H;
 }
 
@@ -68,6 +83,9 @@ Test(synthetic, published_parameter_counts)
         {"mistral-7b-v0.1", 7241732096ull, 4096, 14336, 32, 32, 8, 32000, 32768, 0},
         {"gemma2-2b", 2614341888ull, 2304, 9216, 26, 8, 4, 256000, 8192, 1},
         {"phi-3-mini-4k", 3821079552ull, 3072, 8192, 32, 32, 32, 32064, 4096, 0},
+        {"mixtral-8x7b", 46702792704ull, 4096, 14336, 32, 32, 8, 32000, 32768, 0},
+        {"qwen1.5-moe-a2.7b", 14315784192ull, 2048, 5632, 24, 16, 16, 151936, 8192, 0},
+        {"qwen3-30b-a3b", 30532122624ull, 2048, 6144, 48, 32, 4, 151936, 40960, 0},
         /* 170M embedding + 100M transformer, as the model card says */
         {"gemma3-270m", 268098176, 640, 2048, 18, 4, 1, 262144, 32768, 1},
     };

@@ -70,8 +70,10 @@ static double run(const char *name, const char *key, int32_t *greedy)
     llm_status s = llm_synthetic(&f, path, LLM_TYPE_F32, 7);
     cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
     llm_test_scale_weights(f, 12.0f);
-    if (key)
-        cr_assert_eq(llm_meta_set_i64(f->meta, key, 0), LLM_OK);
+    if (key) /* a flag (expert_weights_norm) to false, a number to 0 */
+        cr_assert_eq(strstr(key, "_norm") ? llm_meta_set_bool(f->meta, key, 0)
+                                          : llm_meta_set_i64(f->meta, key, 0),
+                     LLM_OK);
     struct llm_model *m;
     struct llm_model_params mp;
     llm_model_params_default(&mp);
@@ -113,7 +115,7 @@ static double run(const char *name, const char *key, int32_t *greedy)
     return err / norm;
 }
 
-/* float32 on both sides, summed in other orders: we see 0.4-1.7e-6 of the
+/* float32 on both sides, summed in other orders: we see 0.4-3.8e-6 of the
  * largest logit */
 #define TOL 1e-5
 
@@ -164,4 +166,19 @@ Test(arch, phi3_matches_transformers)
     cr_assert(e <= TOL, "phi3: relative error %g", e);
     e = run("phi3", "hparams.sliding_window", g);
     cr_assert(e > 100 * TOL, "phi3 without its window: relative error %g", e);
+}
+
+/* mixtures of experts: 4, 6 and 8 experts, 2 or 3 per token, the weights
+ * renormalized or not, qwen2moe's shared expert */
+Test(arch, mixtral_qwen2moe_qwen3moe_match_transformers)
+{
+    int32_t g[N_GEN];
+    const char *names[] = { "mixtral", "qwen2moe", "qwen3moe" };
+    for (int i = 0; i < 3; i++) {
+        double e = run(names[i], NULL, g);
+        cr_assert(e <= TOL, "%s: relative error %g", names[i], e);
+    }
+    /* renormalizing the chosen experts' weights or not matters */
+    double e = run("qwen3moe", "hparams.expert_weights_norm", g);
+    cr_assert(e > 100 * TOL, "qwen3moe without renormalizing: relative error %g", e);
 }

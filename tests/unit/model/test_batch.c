@@ -23,7 +23,9 @@ static const char *SMOL = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
  * q8_0, f16; 7 SmolLM2 (NULL when it is absent or the data is); 8 a
  * synthetic mistral with a sliding window of 7 (shorter than most prompts,
  * not a multiple of the block size), q8_0; 9 a synthetic qwen3 (per-head
- * q/k norms, head size not hidden / heads), f32. */
+ * q/k norms, head size not hidden / heads), f32; 10 a synthetic qwen2moe
+ * (6 experts, 2 a token, a shared expert), q8_0: tokens grouped by expert
+ * differently in every batch. */
 static struct llm_model *open_model(int which, int n_threads)
 {
     static const enum llm_type st[] = { LLM_TYPE_F32, LLM_TYPE_Q8_0, LLM_TYPE_Q4_1,
@@ -46,9 +48,12 @@ static struct llm_model *open_model(int which, int n_threads)
         snprintf(path, sizeof path, "%s/shape.yaml", dir);
         FILE *fp = fopen(path, "w");
         cr_assert(fp);
-        fputs(which == 8   ? "architecture: mistral\nsliding_window: 7\n"
-              : which == 9 ? "architecture: qwen3\nhead_dim: 48\n"
-                           : "architecture: llama\n",
+        fputs(which == 8    ? "architecture: mistral\nsliding_window: 7\n"
+              : which == 9  ? "architecture: qwen3\nhead_dim: 48\n"
+              : which == 10 ? "architecture: qwen2moe\nexpert_count: 6\nexpert_used_count: 2\n"
+                              "expert_feed_forward_length: 64\n"
+                              "expert_shared_feed_forward_length: 96\n"
+                            : "architecture: llama\n",
               fp);
         fputs("embedding_length: 128\nfeed_forward_length: 256\n"
               "block_count: 2\nhead_count: 4\nhead_count_kv: 2\nvocab_size: 160\n"
@@ -56,8 +61,8 @@ static struct llm_model *open_model(int which, int n_threads)
               "tie_embeddings: true\n",
               fp);
         fclose(fp);
-        s = llm_synthetic(&f, path, which < 7 ? sy[which - 4] : which == 8 ? LLM_TYPE_Q8_0
-                                                                           : LLM_TYPE_F32, 3);
+        s = llm_synthetic(&f, path,
+                          which < 7 ? sy[which - 4] : which == 9 ? LLM_TYPE_F32 : LLM_TYPE_Q8_0, 3);
         cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
     } else {
         if (access(SMOL, R_OK))
@@ -231,6 +236,7 @@ Test(batch, alone_equals_batched_f16) { check_alone_equals_batched(6); }
 Test(batch, alone_equals_batched_smollm2) { check_alone_equals_batched(7); }
 Test(batch, alone_equals_batched_sliding_window) { check_alone_equals_batched(8); }
 Test(batch, alone_equals_batched_qwen3_qk_norm) { check_alone_equals_batched(9); }
+Test(batch, alone_equals_batched_mixture_of_experts) { check_alone_equals_batched(10); }
 
 /* A prompt of 100 tokens in chunks of 1, 7, 64 and all at once: every
  * position's logits are the same bits. */
