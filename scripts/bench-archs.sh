@@ -2,7 +2,10 @@
 # bench-archs.sh: prefill and decode speed of a ~110M random model of each
 # architecture, against our Llama path and against llama.cpp's llama-bench
 # where llama.cpp b4748 runs the architecture (llama, mistral as llama,
-# qwen2, gemma2, phi3; not qwen3 nor gemma3, which came after it). ROUNDS
+# qwen2, gemma2, phi3, mixtral as llama, qwen2moe; not qwen3, gemma3 nor
+# qwen3moe, which came after it). The mixtures of experts have the dense
+# shape's active parameters (2 of 8 experts of the llama shape's width; 4
+# of 16 half as wide), so "vs llama" is their cost per active parameter. ROUNDS
 # rounds alternate the programs (each -r 3); medians per model and test.
 # The closing note's architecture table was measured this way.
 #
@@ -10,7 +13,8 @@
 #
 # DIR (default build/bench-archs) receives the models (q8_0 .llm, exported
 # to GGUF). Environment: THREADS (2), ROUNDS (3), TYPE (q8_0), TESTS
-# ("-p 128" and "-n 64", one per line). Without LLAMA_BENCH only ours run.
+# ("-p 128" and "-n 64", one per line), ARCHS (all of them). Without
+# LLAMA_BENCH only ours run.
 set -eu
 lb=${LLAMA_BENCH:-}
 dir=${1:-build/bench-archs}
@@ -46,9 +50,16 @@ head_count: 12"
     gemma3) printf '%s\n' "architecture: gemma3" "sliding_window: 256" "$wide" "head_count_kv: 4" \
         "head_dim: 64" "$common" ;;
     phi3) printf '%s\n' "architecture: phi3" "$wide" "head_count_kv: 12" "$common" ;;
+    mixtral) printf '%s\n' "architecture: mixtral" "expert_count: 8" "expert_used_count: 2" \
+        "expert_feed_forward_length: 1024" "$wide" "head_count_kv: 4" "$common" ;;
+    qwen2moe) printf '%s\n' "architecture: qwen2moe" "expert_count: 8" "expert_used_count: 2" \
+        "expert_feed_forward_length: 512" "expert_shared_feed_forward_length: 1024" "$wide" \
+        "head_count_kv: 12" "$common" ;;
+    qwen3moe) printf '%s\n' "architecture: qwen3moe" "expert_count: 16" "expert_used_count: 4" \
+        "expert_feed_forward_length: 512" "$wide" "head_count_kv: 4" "head_dim: 64" "$common" ;;
     esac
 }
-archs="llama mistral qwen2 qwen3 gemma2 gemma3 phi3"
+archs=${ARCHS:-"llama mistral qwen2 qwen3 gemma2 gemma3 phi3 mixtral qwen2moe qwen3moe"}
 for a in $archs; do
     [ -r "$dir/$a.gguf" ] && continue
     shape "$a" >"$dir/$a.yaml"
@@ -67,7 +78,7 @@ echo "$tests" | while read -r test; do
     while [ $r -lt "$rounds" ]; do
         r=$((r + 1))
         for a in $archs; do
-            case $a in qwen3 | gemma3) peer= ;; *) peer=$lb ;; esac
+            case $a in qwen3 | gemma3 | qwen3moe) peer= ;; *) peer=$lb ;; esac
             if [ -n "$peer" ]; then
                 # shellcheck disable=SC2086
                 v=$("$peer" -m "$dir/$a.gguf" $theirs -t "$threads" -r 3 -o csv 2>/dev/null | tr -d '"' |

@@ -552,10 +552,10 @@ static llm_status plan_tensors(struct wctx *c)
         else if (r == 0)
             LLM_TRY(plan_tensor(c, &f->tensors[i], &c->ot[c->n_ot++]));
     }
-    /* llama.cpp b4748's phi3 needs output.weight: a tied model writes its
-       embedding twice */
+    /* llama.cpp b4748's phi3 and qwen2moe need output.weight: a tied model
+       writes its embedding twice */
     struct llm_tensor *emb = llm_file_find(f, "token_embd.weight");
-    if (c->phi3 && emb && !llm_file_find(f, "output.weight")) {
+    if ((c->phi3 || !strcmp(arch, "qwen2moe")) && emb && !llm_file_find(f, "output.weight")) {
         LLM_TRY(plan_tensor(c, emb, &c->ot[c->n_ot]));
         c->ot[c->n_ot++].name = "output.weight";
     }
@@ -629,10 +629,20 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
     char key[512];
     uint32_t v, emb = 0, heads = 0, hd = 0;
     int have, have_emb = 0, have_heads = 0, have_hd = 0;
+    /* llama.cpp's llama with experts (Mixtral) reads their width from
+       feed_forward_length */
+    uint32_t eff = 0;
+    int have_eff = 0;
+    if (!strcmp(arch, "llama"))
+        LLM_TRY(get_u32(w, m, "hparams.expert_feed_forward_length", &eff, &have_eff));
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         LLM_TRY(get_u32(w, m, counts[i].path, &v, &have));
         if (!have)
             continue;
+        if (have_eff && !strcmp(counts[i].suffix, "expert_feed_forward_length"))
+            continue;
+        if (have_eff && !strcmp(counts[i].suffix, "feed_forward_length"))
+            v = eff;
         snprintf(key, sizeof key, "%s.%s", arch, counts[i].suffix);
         kv_u32(w, key, v);
     }
