@@ -22,7 +22,7 @@ static const struct llm_opt opts[] = {
     { OPT_SUMS, "checksums", LLM_ARG_NONE, NULL, "with --info: print each tensor's XXH3-64 (reads all data)", NULL },
     { OPT_VERIFY, "verify", LLM_ARG_NONE, NULL, "check every checksum of each .llm FILE", NULL },
     { OPT_SYNTH, "synthetic", LLM_ARG_REQUIRED, "SHAPE", "make a random-weight model of SHAPE (a name or a YAML file)",
-      "stories260k stories15m stories110m smollm2-135m llama-2-7b llama-3-8b mistral-7b qwen2-0.5b qwen3-0.6b mistral-7b-v0.1 gemma2-2b gemma3-270m phi-3-mini-4k" },
+      "stories260k stories15m stories110m smollm2-135m llama-2-7b llama-3-8b mistral-7b qwen2-0.5b qwen3-0.6b mistral-7b-v0.1 gemma2-2b gemma3-270m phi-3-mini-4k mixtral-8x7b qwen1.5-moe-a2.7b qwen3-30b-a3b" },
     { OPT_SEED, "seed", LLM_ARG_REQUIRED, "N", "seed for --synthetic (default: 1)", NULL },
 };
 

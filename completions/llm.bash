@@ -260,7 +260,7 @@ _llm_convert()
             return
             ;;
         --synthetic)
-            _llm_words 'stories260k stories15m stories110m smollm2-135m llama-2-7b llama-3-8b mistral-7b qwen2-0.5b qwen3-0.6b mistral-7b-v0.1 gemma2-2b gemma3-270m phi-3-mini-4k'
+            _llm_words 'stories260k stories15m stories110m smollm2-135m llama-2-7b llama-3-8b mistral-7b qwen2-0.5b qwen3-0.6b mistral-7b-v0.1 gemma2-2b gemma3-270m phi-3-mini-4k mixtral-8x7b qwen1.5-moe-a2.7b qwen3-30b-a3b'
             return
             ;;
         --seed)

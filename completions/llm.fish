@@ -67,7 +67,7 @@ complete -c llm-convert -l info -d 'print metadata, tensors and totals of each F
 complete -c llm-convert -l json -d 'with --info: print JSON instead of YAML'
 complete -c llm-convert -l checksums -d 'with --info: print each tensor\'s XXH3-64 (reads all data)'
 complete -c llm-convert -l verify -d 'check every checksum of each .llm FILE'
-complete -c llm-convert -l synthetic -x -a 'stories260k stories15m stories110m smollm2-135m llama-2-7b llama-3-8b mistral-7b qwen2-0.5b qwen3-0.6b mistral-7b-v0.1 gemma2-2b gemma3-270m phi-3-mini-4k' -d 'make a random-weight model of SHAPE (a name or a YAML file)'
+complete -c llm-convert -l synthetic -x -a 'stories260k stories15m stories110m smollm2-135m llama-2-7b llama-3-8b mistral-7b qwen2-0.5b qwen3-0.6b mistral-7b-v0.1 gemma2-2b gemma3-270m phi-3-mini-4k mixtral-8x7b qwen1.5-moe-a2.7b qwen3-30b-a3b' -d 'make a random-weight model of SHAPE (a name or a YAML file)'
 complete -c llm-convert -l seed -x -d 'seed for --synthetic (default: 1)'
 complete -c llm-convert -s h -l help -d 'print this help and exit'
 complete -c llm-convert -s V -l version -d 'print the version and exit'

@@ -87,6 +87,10 @@ struct hf_cfg {
     int64_t swa;        /* sliding window (0: none) */
     int64_t V, ctx, H, I, L, nH, nKV, hd;
     int tie;
+    /* mixtures of experts: count, used per token, an expert's width, the
+     * shared expert's (0: none), renormalize (-1: the architecture's) */
+    int64_t E, K, EI, S;
+    int enorm;
 };
 
 /* An int key: absent or null gives `def` (or an error when required). */
@@ -136,6 +140,9 @@ static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
         { "gemma2", "Gemma2ForCausalLM" },
         { "gemma3_text", "Gemma3ForCausalLM" },
         { "phi3", "Phi3ForCausalLM" },
+        { "mixtral", "MixtralForCausalLM" },
+        { "qwen2_moe", "Qwen2MoeForCausalLM" },
+        { "qwen3_moe", "Qwen3MoeForCausalLM" },
     };
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
     const char *cls = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
@@ -147,12 +154,14 @@ static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
         if (mt)
             return llm_error_set(LLM_E_UNSUPPORTED,
                                  "%s: model_type '%s' is not supported (llama, mistral, qwen2, "
-                                 "qwen3, gemma2, gemma3_text, phi3)",
+                                 "qwen3, gemma2, gemma3_text, phi3, mixtral, qwen2_moe, "
+                                 "qwen3_moe)",
                                  c->path, mt);
         if (cls)
             return llm_error_set(LLM_E_UNSUPPORTED,
                                  "%s: architecture '%s' is not supported (llama, mistral, "
-                                 "qwen2, qwen3, gemma2, gemma3, phi3)",
+                                 "qwen2, qwen3, gemma2, gemma3, phi3, mixtral, qwen2_moe, "
+                                 "qwen3_moe)",
                                  c->path, cls);
         return llm_error_set(LLM_E_FORMAT, "%s: missing key 'model_type'", c->path);
     }
@@ -160,12 +169,19 @@ static llm_status read_arch(const json_t *cfg, struct hf_cfg *c)
      * wants Meta's interleaved order, qwen2 and qwen3 keep the HF order
      * ("neox"). */
     c->gemma = strncmp(c->arch, "gemma", 5) == 0;
+    /* our names, GGUF's */
     if (strcmp(c->arch, "gemma3_text") == 0)
-        c->arch = "gemma3"; /* our name, GGUF's */
+        c->arch = "gemma3";
+    else if (strcmp(c->arch, "qwen2_moe") == 0)
+        c->arch = "qwen2moe";
+    else if (strcmp(c->arch, "qwen3_moe") == 0)
+        c->arch = "qwen3moe";
     c->fused = strcmp(c->arch, "phi3") == 0;
-    c->permute = strcmp(c->arch, "llama") == 0 || strcmp(c->arch, "mistral") == 0;
-    c->qkv_bias = strcmp(c->arch, "qwen2") == 0;
-    c->qk_norm = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "gemma3") == 0;
+    c->permute = strcmp(c->arch, "llama") == 0 || strcmp(c->arch, "mistral") == 0 ||
+                 strcmp(c->arch, "mixtral") == 0;
+    c->qkv_bias = strcmp(c->arch, "qwen2") == 0 || strcmp(c->arch, "qwen2moe") == 0;
+    c->qk_norm = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "gemma3") == 0 ||
+                 strcmp(c->arch, "qwen3moe") == 0;
     return LLM_OK;
 }
 
@@ -184,9 +200,51 @@ static llm_status read_window(const json_t *cfg, struct hf_cfg *c)
                                  "layers from max_window_layers on) is not supported", c->path);
         return LLM_OK;
     }
-    if (json_is_false(use) || !(strcmp(c->arch, "mistral") == 0 || c->gemma || c->fused))
+    if (json_is_false(use) || !(strcmp(c->arch, "mistral") == 0 || strcmp(c->arch, "mixtral") == 0 ||
+                                c->gemma || c->fused))
         return LLM_OK;
     return cfg_int(cfg, c, "sliding_window", 0, 0, &c->swa);
+}
+
+/* Mixtral's num_local_experts (its experts as wide as intermediate_size),
+ * Qwen-MoE's num_experts and moe_intermediate_size (and the shared
+ * expert's width); every layer a mixture, as llama.cpp runs them. */
+static llm_status read_experts(const json_t *cfg, struct hf_cfg *c)
+{
+    c->enorm = -1;
+    const int mixtral = strcmp(c->arch, "mixtral") == 0;
+    if (!mixtral && !strstr(c->arch, "moe"))
+        return LLM_OK;
+    /* the hub's Mixtral and Qwen configs, and transformers v5's name */
+    const char *ek = json_object_get(cfg, "num_experts") ? "num_experts" : "num_local_experts";
+    if (!json_object_get(cfg, ek))
+        ek = mixtral ? "num_local_experts" : "num_experts";
+    LLM_TRY(cfg_int(cfg, c, ek, 1, 0, &c->E));
+    LLM_TRY(cfg_int(cfg, c, "num_experts_per_tok", 1, 0, &c->K));
+    LLM_CHECK(c->K <= c->E, LLM_E_FORMAT, "%s: num_experts_per_tok %lld exceeds the %lld experts",
+              c->path, (long long)c->K, (long long)c->E);
+    if (mixtral) {
+        c->EI = c->I;
+        return LLM_OK;
+    }
+    LLM_TRY(cfg_int(cfg, c, "moe_intermediate_size", 1, 0, &c->EI));
+    if (strcmp(c->arch, "qwen2moe") == 0)
+        LLM_TRY(cfg_int(cfg, c, "shared_expert_intermediate_size", 0, 0, &c->S));
+    int64_t step = 1;
+    LLM_TRY(cfg_int(cfg, c, "decoder_sparse_step", 0, 1, &step));
+    json_t *dense = json_object_get(cfg, "mlp_only_layers");
+    if (step != 1 || (json_is_array(dense) && json_array_size(dense) > 0))
+        return llm_error_set(LLM_E_UNSUPPORTED, "%s: dense layers among the experts "
+                             "(decoder_sparse_step %lld, mlp_only_layers) are not supported",
+                             c->path, (long long)step);
+    json_t *nt = json_object_get(cfg, "norm_topk_prob");
+    if (nt && !json_is_null(nt) && !json_is_boolean(nt))
+        return llm_error_set(LLM_E_FORMAT, "%s: key 'norm_topk_prob' is not a boolean", c->path);
+    if (json_is_boolean(nt))
+        c->enorm = json_is_true(nt);
+    else if (strcmp(c->arch, "qwen3moe") == 0) /* transformers' defaults */
+        c->enorm = 0;
+    return LLM_OK;
 }
 
 static llm_status read_config(const json_t *cfg, struct hf_cfg *c)
@@ -222,6 +280,7 @@ static llm_status read_config(const json_t *cfg, struct hf_cfg *c)
         return llm_error_set(LLM_E_FORMAT, "%s: key 'attention_bias' is not a boolean", c->path);
     if (c->qk_norm && json_is_true(ab))
         c->qkv_bias = 1;
+    LLM_TRY(read_experts(cfg, c));
     return read_window(cfg, c);
 }
 
@@ -397,6 +456,15 @@ static llm_status set_config_meta(struct llm_file *f, const json_t *cfg, const c
     LLM_TRY(llm_meta_set_f32(m, "hparams.rms_norm_eps", (float)eps));
     if (c->swa)
         LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window", c->swa));
+    if (c->E) {
+        LLM_TRY(llm_meta_set_i64(m, "hparams.expert_count", c->E));
+        LLM_TRY(llm_meta_set_i64(m, "hparams.expert_used_count", c->K));
+        LLM_TRY(llm_meta_set_i64(m, "hparams.expert_feed_forward_length", c->EI));
+        if (c->S)
+            LLM_TRY(llm_meta_set_i64(m, "hparams.expert_shared_feed_forward_length", c->S));
+        if (c->enorm >= 0)
+            LLM_TRY(llm_meta_set_bool(m, "hparams.expert_weights_norm", c->enorm));
+    }
     if (c->gemma)
         LLM_TRY(set_gemma(m, cfg, c));
     double prf = 1;
@@ -443,6 +511,15 @@ struct hf_load {
     struct hf_w *w;
     size_t n, cap;
     struct llm_hfq *q;       /* GPTQ/AWQ checkpoint, or NULL */
+    struct moe_piece *pieces; /* (L, 3, E): each expert's gate, up, down, or NULL */
+};
+
+/* One expert's matrix: its own tensor (experts.N.gate_proj) or rows of a
+ * tensor of all experts (transformers v5's experts.gate_up_proj). */
+struct moe_piece {
+    const uint8_t *data; /* NULL: not seen */
+    int type;
+    const char *shard;
 };
 
 static const struct {
@@ -658,12 +735,225 @@ static llm_status split_fused(struct hf_load *ld, int64_t layer, size_t slot)
     return s;
 }
 
+/* A plain tensor of a mixture-of-experts layer (the router, the shared
+ * expert): name and expected shape. 0: not one. */
+static int moe_plain(const struct hf_cfg *c, const char *rest, int64_t layer, char *gname,
+                     uint32_t *nd, int64_t *ne, int *slot)
+{
+    static const struct { const char *hf, *gguf; int kind; } names[] = {
+        { "block_sparse_moe.gate.weight", "ffn_gate_inp", 0 },
+        { "mlp.gate.weight", "ffn_gate_inp", 0 },
+        { "mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp", 1 },
+        { "mlp.shared_expert.up_proj.weight", "ffn_up_shexp", 1 },
+        { "mlp.shared_expert.down_proj.weight", "ffn_down_shexp", 2 },
+        { "mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp", 3 },
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(rest, names[i].hf))
+            continue;
+        snprintf(gname, LLM_MAX_NAME, "blk.%lld.%s.weight", (long long)layer, names[i].gguf);
+        const int k = names[i].kind;
+        *slot = (int)i;
+        *nd = k == 3 ? 1 : 2;
+        ne[0] = k == 2 ? c->S : c->H;
+        ne[1] = k == 0 ? c->E : k == 1 ? c->S : k == 2 ? c->H : 1;
+        return k > 0 && !c->S ? 0 : 1;
+    }
+    return 0;
+}
+
+/* Experts' matrices: experts.N.{gate,up,down}_proj (Qwen), experts.N.w1,
+ * w3, w2 (Mixtral), or v5's experts.gate_up_proj and experts.down_proj
+ * holding every expert. 1: taken (or an error set in *st); 0: not one. */
+static int moe_expert(struct hf_load *ld, const struct llm_st_entry *e, const char *rest,
+                      int64_t layer, const char *shard, llm_status *st)
+{
+    const struct hf_cfg *c = ld->c;
+    static const char *const kinds[][3] = { { "gate_proj.weight", "up_proj.weight",
+                                              "down_proj.weight" },
+                                            { "w1.weight", "w3.weight", "w2.weight" } };
+    const char *p = rest;
+    const int mixtral = !strncmp(p, "block_sparse_moe.experts.", 25);
+    if (!mixtral && strncmp(p, "mlp.experts.", 12))
+        return 0;
+    p += mixtral ? 25 : 12;
+    *st = LLM_OK;
+    const size_t es = e->type == LLM_TYPE_F32 ? 4 : 2;
+    struct moe_piece *lp = ld->pieces + layer * 3 * c->E;
+    int64_t want[3];
+    uint32_t nd;
+    if (!mixtral && (!strcmp(p, "gate_up_proj") || !strcmp(p, "down_proj"))) {
+        const int down = p[0] == 'd';
+        nd = 3;
+        want[0] = down ? c->EI : c->H, want[1] = down ? c->H : 2 * c->EI, want[2] = c->E;
+        if (e->n_dims != nd || memcmp(e->ne, want, sizeof want)) {
+            *st = llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': not [%lld, %lld, %lld]", shard,
+                                e->name, (long long)want[2], (long long)want[1],
+                                (long long)want[0]);
+            return 1;
+        }
+        const uint64_t rows = (uint64_t)c->EI * (down ? 0 : 1), one = (uint64_t)want[0] * es;
+        for (int64_t x = 0; x < c->E; x++)
+            for (int k = down ? 2 : 0; k < (down ? 3 : 2); k++)
+                lp[k * c->E + x] = (struct moe_piece){
+                    e->data + (uint64_t)x * (uint64_t)want[1] * one + (k == 1 ? rows * one : 0),
+                    e->type, shard };
+        return 1;
+    }
+    int64_t x = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++)
+        x = x * 10 + (*p - '0');
+    if (!digits || *p != '.')
+        return 0;
+    p++;
+    for (int k = 0; k < 3; k++) {
+        if (strcmp(p, kinds[mixtral][k]))
+            continue;
+        if (x >= c->E) {
+            *st = llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': expert %lld of %lld", shard,
+                                e->name, (long long)x, (long long)c->E);
+            return 1;
+        }
+        want[0] = k == 2 ? c->EI : c->H, want[1] = k == 2 ? c->H : c->EI;
+        if (e->n_dims != 2 || e->ne[0] != want[0] || e->ne[1] != want[1]) {
+            *st = llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': not [%lld, %lld]", shard, e->name,
+                                (long long)want[1], (long long)want[0]);
+            return 1;
+        }
+        lp[k * c->E + x] = (struct moe_piece){ e->data, e->type, shard };
+        return 1;
+    }
+    return 0;
+}
+
+/* A mixture-of-experts layer's tensor: the router, the shared expert (into
+ * ld->w) or an expert's piece (into ld->pieces). 1: taken. */
+static int collect_moe(struct hf_load *ld, const struct llm_st_entry *e, const char *shard,
+                       llm_status *st)
+{
+    const struct hf_cfg *c = ld->c;
+    static const char prefix[] = "model.layers.";
+    *st = LLM_OK;
+    if (!c->E || strncmp(e->name, prefix, sizeof prefix - 1))
+        return 0;
+    const char *p = e->name + sizeof prefix - 1;
+    int64_t l = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++)
+        l = l * 10 + (*p - '0');
+    if (!digits || *p != '.' || l >= c->L)
+        return 0;
+    p++;
+    if (e->type < 0) {
+        if (strstr(p, "experts") || strstr(p, "gate"))
+            *st = llm_error_set(LLM_E_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported "
+                                "(F32, F16 and BF16 only)", shard, e->name, e->dtype);
+        return *st != LLM_OK;
+    }
+    if (moe_expert(ld, e, p, l, shard, st))
+        return 1;
+    char gname[LLM_MAX_NAME];
+    uint32_t nd;
+    int64_t ne[LLM_MAX_DIMS] = { 1, 1, 1, 1 };
+    int slot;
+    if (!moe_plain(c, p, l, gname, &nd, ne, &slot))
+        return 0;
+    /* the shared gate is a Linear(hidden, 1): a row, kept as a vector */
+    const int vec = nd == 1;
+    if (e->n_dims != (vec ? 2 : nd) || e->ne[0] != ne[0] || e->ne[1] != (vec ? 1 : ne[1])) {
+        *st = llm_error_set(LLM_E_FORMAT, "%s: tensor '%s': not [%lld, %lld]", shard, e->name,
+                            (long long)(vec ? 1 : ne[1]), (long long)ne[0]);
+        return 1;
+    }
+    if ((*st = llm_grow((void **)&ld->w, &ld->cap, ld->n + 1, sizeof *ld->w)))
+        return 1;
+    struct hf_w *w = &ld->w[ld->n];
+    memset(w, 0, sizeof *w);
+    if (!(w->src = llm_strdup(e->name))) {
+        *st = LLM_E_NOMEM;
+        return 1;
+    }
+    ld->n++;
+    memcpy(w->name, gname, sizeof gname);
+    w->shard = ld->cur;
+    w->type = e->type;
+    w->n_dims = nd;
+    memcpy(w->ne, ne, sizeof w->ne);
+    w->data = e->data;
+    w->nbytes = e->nbytes;
+    w->order = l * 64 + 40 + slot; /* after the layer's own tensors */
+    return 1;
+}
+
+struct moe_fill {
+    const struct moe_piece *p; /* (E) */
+    int64_t n;
+    uint64_t bytes;            /* of one expert's matrix */
+};
+
+static llm_status fill_experts(const struct llm_tensor *t, void *dst, void *vctx)
+{
+    (void)t;
+    const struct moe_fill *m = vctx;
+    for (int64_t i = 0; i < m->n; i++)
+        memcpy((uint8_t *)dst + (uint64_t)i * m->bytes, m->p[i].data, (size_t)m->bytes);
+    return LLM_OK;
+}
+
+/* Each layer's ffn_{gate,up,down}_exps: the experts' pieces one after the
+ * other, all of them there and of one dtype. */
+static llm_status add_experts(struct hf_load *ld, const char *dir)
+{
+    const struct hf_cfg *c = ld->c;
+    static const char *const gg[3] = { "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps" };
+    for (int64_t l = 0; l < c->L; l++)
+        for (int k = 0; k < 3; k++) {
+            const struct moe_piece *p = ld->pieces + (l * 3 + k) * c->E;
+            for (int64_t x = 0; x < c->E; x++) {
+                if (!p[x].data)
+                    return llm_error_set(LLM_E_FORMAT, "%s: layer %lld: expert %lld's %s is "
+                                         "missing", dir, (long long)l, (long long)x,
+                                         k == 0 ? "gate" : k == 1 ? "up" : "down projection");
+                if (p[x].type != p[0].type)
+                    return llm_error_set(LLM_E_UNSUPPORTED, "%s: layer %lld: experts of "
+                                         "different dtypes", dir, (long long)l);
+            }
+            struct moe_fill *m = llm_malloc(sizeof *m);
+            if (!m)
+                return LLM_E_NOMEM;
+            LLM_TRY(llm_file_own(ld->f, m));
+            const uint64_t es = p[0].type == LLM_TYPE_F32 ? 4 : 2;
+            *m = (struct moe_fill){ p, c->E, (uint64_t)c->H * (uint64_t)c->EI * es };
+            LLM_TRY(llm_grow((void **)&ld->w, &ld->cap, ld->n + 1, sizeof *ld->w));
+            struct hf_w *w = &ld->w[ld->n];
+            memset(w, 0, sizeof *w);
+            snprintf(w->name, sizeof w->name, "blk.%lld.%s.weight", (long long)l, gg[k]);
+            if (!(w->src = llm_strdup(w->name)))
+                return LLM_E_NOMEM;
+            ld->n++;
+            w->type = p[0].type;
+            w->n_dims = 3;
+            w->ne[0] = k == 2 ? c->EI : c->H;
+            w->ne[1] = k == 2 ? c->H : c->EI;
+            w->ne[2] = c->E;
+            w->ne[3] = 1;
+            w->order = l * 64 + 50 + k;
+            w->fill = fill_experts;
+            w->fill_ctx = m;
+        }
+    return LLM_OK;
+}
+
 static llm_status collect(const struct llm_st_entry *e, void *vctx)
 {
     struct hf_load *ld = vctx;
     const struct hf_cfg *c = ld->c;
     const char *shard = ld->shards[ld->cur];
     LLM_TRY(check_index(ld, e->name, shard));
+    llm_status ms;
+    if (!ld->q && collect_moe(ld, e, shard, &ms))
+        return ms;
     size_t blen;
     int part = ld->q ? llm_hfq_part(e->name, &blen) : -1;
     if (part >= 0)
@@ -825,12 +1115,29 @@ static llm_status check_complete(struct hf_load *ld, const char *dir, struct hf_
         for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
             int want = i < 8 || (i < 11 ? c->qkv_bias : i < 13 ? c->qk_norm
                                                      : i == 13 ? !c->gemma : c->gemma);
+            if (c->E && i >= 5 && i < 8) /* the experts take the feed-forward's place */
+                want = 0;
             snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, req[i].gguf);
             if (want && !have(ld, name))
                 return llm_error_set(LLM_E_FORMAT, "%s: missing tensor 'model.layers.%lld.%s'",
                                      dir, (long long)l,
                                      c->fused && req[i].fused ? req[i].fused : req[i].hf);
         }
+    for (int64_t l = 0; l < c->L && c->E; l++) {
+        static const char *const moe[][2] = {
+            { "ffn_gate_inp.weight", "the router (mlp.gate or block_sparse_moe.gate)" },
+            { "ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight" },
+            { "ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight" },
+            { "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight" },
+            { "ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight" },
+        };
+        for (size_t i = 0; i < (c->S ? 5u : 1u); i++) {
+            snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, moe[i][0]);
+            if (!have(ld, name))
+                return llm_error_set(LLM_E_FORMAT, "%s: layer %lld: missing %s", dir,
+                                     (long long)l, moe[i][1]);
+        }
+    }
     /* Without lm_head the output layer is the embedding, as in llama.cpp. */
     if (!have(ld, "output.weight"))
         c->tie = 1;
@@ -1006,8 +1313,18 @@ static llm_status load_weights(struct llm_file *f, const char *dir, struct hf_cf
                 s = llm_error_set(LLM_E_FORMAT, "%s: weight_map is empty", ipath);
         }
     }
+    if (!s && c->E) {
+        /* the file's: the experts' fills read them when it is written */
+        ld.pieces = llm_calloc((size_t)(c->L * 3 * c->E), sizeof *ld.pieces);
+        s = ld.pieces ? llm_file_own(f, ld.pieces) : LLM_E_NOMEM;
+        if (!s && q)
+            s = llm_error_set(LLM_E_UNSUPPORTED, "%s: GPTQ/AWQ mixtures of experts are not "
+                              "supported", dir);
+    }
     if (!s)
         s = scan_shards(&ld);
+    if (!s && c->E)
+        s = add_experts(&ld, dir);
     if (!s && q)
         s = add_quant(&ld);
     if (!s)

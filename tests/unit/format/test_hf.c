@@ -982,9 +982,91 @@ Test(hf, tokenizer_json_malformed)
  * permutation (the neox architectures), Gemma's norms as w - 1 (exact for
  * the generator's weights in [0.5, 1.5)) and its post-norms, Phi-3's fused
  * qkv_proj and gate_up_proj. */
-static void write_hf_weights(struct llm_file *src, const char *dir, const char *arch)
+/* The inverse of llm_hf_permute_qk: GGUF's interleaved Q/K rows back to
+ * Hugging Face's halves. */
+static void *unpermute_qk(const struct llm_tensor *t, const void *d, int64_t heads)
+{
+    const int64_t rows = t->ne[1], hd = rows / heads, half = hd / 2;
+    const size_t rb = (size_t)t->nbytes / (size_t)rows;
+    uint8_t *out = llm_malloc((size_t)t->nbytes);
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t i = 0; i < half; i++)
+            for (int64_t j = 0; j < 2; j++)
+                memcpy(out + (size_t)(h * hd + j * half + i) * rb,
+                       (const uint8_t *)d + (size_t)(h * hd + 2 * i + j) * rb, rb);
+    return out;
+}
+
+/* A mixture-of-experts tensor in the form of `arch`'s checkpoints: each
+ * expert its own tensor (v4), or v5's experts.gate_up_proj and
+ * experts.down_proj; the router; the shared expert. 1: written. */
+static int write_moe(struct llm_file *h, struct llm_file *src, const struct llm_tensor *t,
+                     const void *d, int l, const char *base, const char *arch, int v5)
+{
+    const int mixtral = !strcmp(arch, "mixtral");
+    char hn[LLM_MAX_NAME];
+    static const char *const plain[][2] = {
+        { "ffn_gate_inp", "mlp.gate" },
+        { "ffn_gate_shexp", "mlp.shared_expert.gate_proj" },
+        { "ffn_up_shexp", "mlp.shared_expert.up_proj" },
+        { "ffn_down_shexp", "mlp.shared_expert.down_proj" },
+        { "ffn_gate_inp_shexp", "mlp.shared_expert_gate" },
+    };
+    for (size_t i = 0; i < 5; i++) {
+        if (strcmp(base, plain[i][0]))
+            continue;
+        snprintf(hn, sizeof hn, "model.layers.%d.%s.weight", l,
+                 mixtral && i == 0 ? "block_sparse_moe.gate" : plain[i][1]);
+        int64_t ne[LLM_MAX_DIMS] = { t->ne[0], t->ne[1], 1, 1 };
+        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, 2, ne, d, NULL), LLM_OK);
+        return 1;
+    }
+    const int k = !strcmp(base, "ffn_gate_exps") ? 0 : !strcmp(base, "ffn_up_exps") ? 1
+                : !strcmp(base, "ffn_down_exps") ? 2 : -1;
+    if (k < 0)
+        return 0;
+    const int64_t E = t->ne[2];
+    const size_t one = (size_t)t->nbytes / (size_t)E;
+    if (v5) { /* (E, 2I, H) of gate then up per expert; (E, H, I) */
+        if (k == 1)
+            return 1; /* joined with the gate */
+        int64_t ne[LLM_MAX_DIMS] = { t->ne[0], t->ne[1] * (k == 0 ? 2 : 1), E, 1 };
+        uint8_t *cat = llm_malloc(one * (size_t)E * (k == 0 ? 2 : 1));
+        char un[LLM_MAX_NAME];
+        snprintf(un, sizeof un, "blk.%d.ffn_up_exps.weight", l);
+        const void *ud = NULL;
+        if (k == 0)
+            cr_assert_eq(llm_tensor_bytes(src, llm_file_find(src, un), &ud), LLM_OK);
+        for (int64_t x = 0; x < E; x++) {
+            uint8_t *o = cat + (size_t)x * one * (k == 0 ? 2 : 1);
+            memcpy(o, (const uint8_t *)d + (size_t)x * one, one);
+            if (k == 0)
+                memcpy(o + one, (const uint8_t *)ud + (size_t)x * one, one);
+        }
+        cr_assert_eq(llm_file_own(h, cat), LLM_OK);
+        snprintf(hn, sizeof hn, "model.layers.%d.mlp.experts.%s", l,
+                 k == 0 ? "gate_up_proj" : "down_proj");
+        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, 3, ne, cat, NULL), LLM_OK);
+        return 1;
+    }
+    static const char *const q[3] = { "gate_proj", "up_proj", "down_proj" },
+                             *const m[3] = { "w1", "w3", "w2" };
+    for (int64_t x = 0; x < E; x++) {
+        snprintf(hn, sizeof hn, "model.layers.%d.%s.%lld.%s.weight", l,
+                 mixtral ? "block_sparse_moe.experts" : "mlp.experts", (long long)x,
+                 mixtral ? m[k] : q[k]);
+        int64_t ne[LLM_MAX_DIMS] = { t->ne[0], t->ne[1], 1, 1 };
+        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, 2, ne,
+                                         (const uint8_t *)d + (size_t)x * one, NULL),
+                     LLM_OK);
+    }
+    return 1;
+}
+
+static void write_hf_weights_v(struct llm_file *src, const char *dir, const char *arch, int v5)
 {
     const int gemma = !strncmp(arch, "gemma", 5), phi3 = !strcmp(arch, "phi3");
+    const int permute = !strcmp(arch, "mixtral");
     static const char *const names[][2] = {
         { "attn_norm", "input_layernorm" },       { "attn_q_norm", "self_attn.q_norm" },
         { "attn_k_norm", "self_attn.k_norm" },    { "attn_q", "self_attn.q_proj" },
@@ -1009,13 +1091,19 @@ static void write_hf_weights(struct llm_file *src, const char *dir, const char *
         else if (!strcmp(t->name, "output.weight"))
             snprintf(hn, sizeof hn, "lm_head.weight");
         else {
-            cr_assert_eq(sscanf(t->name, "blk.%d.%63[a-z_].weight", &l, base), 2, "%s", t->name);
+            char kind[16];
+            cr_assert_eq(sscanf(t->name, "blk.%d.%63[a-z_].%15s", &l, base, kind), 3, "%s",
+                         t->name);
+            const void *md;
+            cr_assert_eq(llm_tensor_bytes(src, (struct llm_tensor *)t, &md), LLM_OK);
+            if (write_moe(h, src, t, md, l, base, arch, v5))
+                continue;
             size_t k = 0;
             while (strcmp(names[k][0], base))
                 k++;
             const char *n = gemma && !strcmp(base, "ffn_norm") ? "pre_feedforward_layernorm"
                                                                : names[k][1];
-            snprintf(hn, sizeof hn, "model.layers.%d.%s.weight", l, n);
+            snprintf(hn, sizeof hn, "model.layers.%d.%s.%s", l, n, kind);
         }
         const void *d;
         cr_assert_eq(llm_tensor_bytes(src, (struct llm_tensor *)t, &d), LLM_OK);
@@ -1045,6 +1133,13 @@ static void write_hf_weights(struct llm_file *src, const char *dir, const char *
                      qkv ? "self_attn.qkv_proj" : "mlp.gate_up_proj");
             d = cat;
         }
+        if (permute && l >= 0 && (!strcmp(base, "attn_q") || !strcmp(base, "attn_k"))) {
+            int64_t heads = meta_i(src, base[5] == 'q' ? "hparams.head_count"
+                                                       : "hparams.head_count_kv");
+            void *u = unpermute_qk(t, d, heads);
+            cr_assert_eq(llm_file_own(h, u), LLM_OK);
+            d = u;
+        }
         if (gemma && strstr(t->name, "norm.weight")) {
             float *w = llm_malloc((size_t)t->nbytes);
             memcpy(w, d, (size_t)t->nbytes);
@@ -1053,12 +1148,18 @@ static void write_hf_weights(struct llm_file *src, const char *dir, const char *
             cr_assert_eq(llm_file_own(h, w), LLM_OK);
             d = w;
         }
-        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, t->n_dims, ne, d, NULL), LLM_OK);
+        cr_assert_eq(llm_file_add_tensor(h, hn, t->type, t->n_dims, ne, d, NULL), LLM_OK, "%s: %s",
+                     hn, llm_error_detail(-1));
     }
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cr_assert_eq(llm_safetensors_write(h, path), LLM_OK, "%s", llm_error_detail(-1));
     llm_file_free(h);
+}
+
+static void write_hf_weights(struct llm_file *src, const char *dir, const char *arch)
+{
+    write_hf_weights_v(src, dir, arch, 0);
 }
 
 /* The last logits of 12 tokens of the model in f. */
@@ -1243,5 +1344,90 @@ Test(hf, mistral_sliding_window_imported)
         else
             cr_expect(!llm_meta_get(f->meta, "hparams.sliding_window"), "null is no window");
         llm_file_free(f);
+    }
+}
+
+/* Mixtures of experts from Hugging Face directories, each expert its own
+ * tensor (the hub's checkpoints) and in transformers v5's fused form: the
+ * synthetic model each was written from, to the bit (test_arch.c checks
+ * those models against transformers). */
+static void check_moe(const char *name, const char *config, int v5)
+{
+    char path[256];
+    snprintf(path, sizeof path, "tests/unit/model/ref/%s.yaml", name);
+    struct llm_file *src;
+    cr_assert_eq(llm_synthetic(&src, path, LLM_TYPE_F32, 7), LLM_OK);
+    const char *dir = llm_test_tmpdir();
+    write_hf_weights_v(src, dir, name, v5);
+    write_text(dir, "config.json", config);
+    struct llm_file *f;
+    cr_assert_eq(llm_hf_open(&f, dir, NULL), LLM_OK, "%s: %s", name, llm_error_detail(-1));
+    float a[96], b[96];
+    last_logits(src, a);
+    last_logits(f, b);
+    cr_assert(!memcmp(a, b, sizeof a), "%s (v5 %d): the HF import differs", name, v5);
+    llm_file_free(f);
+    llm_file_free(src);
+}
+
+Test(hf, mixtures_of_experts_give_the_synthetic_models)
+{
+    static const char mixtral[] =
+        "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 96,\n"
+        " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+        " \"head_dim\": 32, \"vocab_size\": 96, \"max_position_embeddings\": 128,\n"
+        " \"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000.0, \"sliding_window\": null,\n"
+        " \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"tie_word_embeddings\": false}\n";
+    static const char qwen2moe[] =
+        "{\"model_type\": \"qwen2_moe\", \"hidden_size\": 64, \"intermediate_size\": 80,\n"
+        " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 4,\n"
+        " \"vocab_size\": 96, \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-06,\n"
+        " \"rope_theta\": 1000000.0, \"num_experts\": 6, \"num_experts_per_tok\": 2,\n"
+        " \"moe_intermediate_size\": 48, \"shared_expert_intermediate_size\": 80,\n"
+        " \"norm_topk_prob\": false, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [],\n"
+        " \"use_sliding_window\": false, \"tie_word_embeddings\": false}\n";
+    static const char qwen3moe[] =
+        "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+        " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+        " \"head_dim\": 32, \"vocab_size\": 96, \"max_position_embeddings\": 128,\n"
+        " \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"num_experts\": 8,\n"
+        " \"num_experts_per_tok\": 3, \"moe_intermediate_size\": 32, \"norm_topk_prob\": true,\n"
+        " \"tie_word_embeddings\": false}\n";
+    check_moe("mixtral", mixtral, 0);
+    check_moe("qwen2moe", qwen2moe, 0);
+    check_moe("qwen3moe", qwen3moe, 0);
+    check_moe("qwen3moe", qwen3moe, 1);
+    check_moe("qwen2moe", qwen2moe, 1);
+}
+
+Test(hf, mixture_of_experts_damage_named)
+{
+    struct llm_file *src;
+    cr_assert_eq(llm_synthetic(&src, "tests/unit/model/ref/qwen3moe.yaml", LLM_TYPE_F32, 7),
+                 LLM_OK);
+    const char *dir = llm_test_tmpdir();
+    write_hf_weights_v(src, dir, "qwen3moe", 0);
+    llm_file_free(src);
+    static const char base[] =
+        "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+        " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+        " \"head_dim\": 32, \"vocab_size\": 96, \"max_position_embeddings\": 128,\n"
+        " \"moe_intermediate_size\": 32, %s}\n";
+    static const struct { const char *keys, *sub; llm_status s; } bad[] = {
+        { "\"num_experts\": 8, \"num_experts_per_tok\": 9", "num_experts_per_tok 9", LLM_E_FORMAT },
+        { "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2",
+          "dense layers among the experts", LLM_E_UNSUPPORTED },
+        { "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"mlp_only_layers\": [1]",
+          "dense layers among the experts", LLM_E_UNSUPPORTED },
+        { "\"num_experts\": 9, \"num_experts_per_tok\": 2", "mlp.gate.weight': not [9, 64]",
+          LLM_E_FORMAT },
+        { "\"num_experts\": 7, \"num_experts_per_tok\": 2", "expert 7 of 7", LLM_E_FORMAT },
+        { "\"num_experts_per_tok\": 2", "missing key 'num_experts'", LLM_E_FORMAT },
+    };
+    char cfg[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cfg, sizeof cfg, base, bad[i].keys);
+        write_text(dir, "config.json", cfg);
+        expect_open_fails(dir, bad[i].s, bad[i].sub, NULL);
     }
 }
