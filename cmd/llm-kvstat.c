@@ -10,7 +10,7 @@ enum { OPT_PRESET = 256, OPT_CONFIG, OPT_KV_TYPE, OPT_KV_TYPE_K, OPT_KV_TYPE_V, 
 
 static const struct llm_opt opts[] = {
     { OPT_PRESET, "preset", LLM_ARG_REQUIRED, "NAME", "use the published shape of NAME (see --list-presets)",
-      "llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k" },
+      "llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b mixtral-8x7b qwen3-0.6b qwen3-30b-a3b gemma2-2b gemma3-270m phi-3-mini-4k qwen2-0.5b qwen2-7b smollm2-135m stories260k" },
     { OPT_CONFIG, "config", LLM_ARG_REQUIRED, "FILE", "read the shape from a Hugging Face config.json (or DIR/config.json)", "file" },
     { OPT_KV_TYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV element type: f32, f16, bf16, fp8, int8, q8, q4 or q4ch (keys per channel, values q4) (default: f16)", "f32 f16 bf16 fp8 int8 q8 q4 q4ch" },
     { OPT_KV_TYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "the keys' type alone (as llm-run's option)", "f32 f16 bf16 fp8 int8 q8 q4 q4ch" },

@@ -284,7 +284,7 @@ _llm_kvstat()
     if ! _llm_options_ended; then
         case $prev in
         --preset)
-            _llm_words 'llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k'
+            _llm_words 'llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b mixtral-8x7b qwen3-0.6b qwen3-30b-a3b gemma2-2b gemma3-270m phi-3-mini-4k qwen2-0.5b qwen2-7b smollm2-135m stories260k'
             return
             ;;
         --config)

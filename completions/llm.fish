@@ -74,7 +74,7 @@ complete -c llm-convert -s V -l version -d 'print the version and exit'
 complete -c llm-convert -s v -l verbose -d 'more messages on stderr (repeatable)'
 complete -c llm-convert -s q -l quiet -d 'fewer messages on stderr'
 
-complete -c llm-kvstat -l preset -x -a 'llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b qwen2-0.5b qwen2-7b smollm2-135m stories260k' -d 'use the published shape of NAME (see --list-presets)'
+complete -c llm-kvstat -l preset -x -a 'llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b llama-3.1-8b mistral-7b mixtral-8x7b qwen3-0.6b qwen3-30b-a3b gemma2-2b gemma3-270m phi-3-mini-4k qwen2-0.5b qwen2-7b smollm2-135m stories260k' -d 'use the published shape of NAME (see --list-presets)'
 complete -c llm-kvstat -l config -r -F -d 'read the shape from a Hugging Face config.json (or DIR/config.json)'
 complete -c llm-kvstat -l kv-type -x -a 'f32 f16 bf16 fp8 int8 q8 q4 q4ch' -d 'KV element type: f32, f16, bf16, fp8, int8, q8, q4 or q4ch (keys per channel, values q4) (default: f16)'
 complete -c llm-kvstat -l kv-type-k -x -a 'f32 f16 bf16 fp8 int8 q8 q4 q4ch' -d 'the keys\' type alone (as llm-run\'s option)'

@@ -33,6 +33,11 @@ conv "$gen/tiny-f16.llm" "$tiny" --type f16
 conv "$gen/tiny-q4_0.llm" "$tiny" --type q4_0
 conv "$gen/tiny-q8ch-zstd.llm" "$tiny" --type q8_ch --compress
 conv "$gen/tiny.gguf" "$tiny"
+# every architecture's small shape as GGUF (phi3's fused tensors, the
+# experts' 3-D tensors and keys, windows, soft-caps)
+for y in tests/unit/model/ref/*.yaml; do
+    conv "$gen/arch-$(basename "$y" .yaml).gguf" --synthetic "$y" --type f16
+done
 if [ -r "$data/llama2c/stories260K.bin" ] && [ -r "$data/llama2c/tok512.bin" ]; then
     conv "$gen/s260-q4_0.llm" "$data/llama2c/stories260K.bin" --tokenizer "$data/llama2c/tok512.bin" --type q4_0
 fi
@@ -46,7 +51,10 @@ for t in tests/fuzz/fuzz_*.c; do
     [ -d "tests/fuzz/seeds/$name" ] && cp -n tests/fuzz/seeds/"$name"/* "$corpus"/ 2>/dev/null || true
     maxlen=65536
     case $name in
-    fuzz_gguf) cp -n "$data"/gguf/*.gguf "$corpus"/ 2>/dev/null || true ;;
+    fuzz_gguf | fuzz_model)
+        maxlen=524288 # the architectures' seeds, up to 450 KB
+        cp -n "$data"/gguf/*.gguf "$corpus"/ 2>/dev/null || true
+        cp -n "$gen"/arch-*.gguf "$corpus"/ ;;
     fuzz_head)
         cp -n "$data"/gguf/*.gguf "$gen"/tiny.gguf "$gen"/tiny-f16.llm "$corpus"/ 2>/dev/null || true
         for f in tests/fuzz/seeds/fuzz_gguf/* tests/fuzz/seeds/fuzz_llama2c/*; do

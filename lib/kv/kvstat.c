@@ -96,6 +96,12 @@ static const struct {
     { "llama-3-70b", 80, 64, 8, 128, 8192 },
     { "llama-3.1-8b", 32, 32, 8, 128, 131072 },
     { "mistral-7b", 32, 32, 8, 128, 32768 },
+    { "mixtral-8x7b", 32, 32, 8, 128, 32768 },
+    { "qwen3-0.6b", 28, 16, 8, 128, 40960 },
+    { "qwen3-30b-a3b", 48, 32, 4, 128, 40960 },
+    { "gemma2-2b", 26, 8, 4, 256, 8192 },
+    { "gemma3-270m", 18, 4, 1, 256, 32768 },
+    { "phi-3-mini-4k", 32, 32, 32, 96, 4096 },
     { "qwen2-0.5b", 24, 14, 2, 64, 131072 },
     { "qwen2-7b", 28, 28, 4, 128, 131072 },
     { "smollm2-135m", 30, 9, 3, 64, 8192 },
@@ -106,6 +112,7 @@ static const struct {
 const char *llm_kvstat_presets(void)
 {
     return "llama-2-7b,llama-2-13b,llama-2-70b,llama-3-8b,llama-3-70b,llama-3.1-8b,mistral-7b,"
+           "mixtral-8x7b,qwen3-0.6b,qwen3-30b-a3b,gemma2-2b,gemma3-270m,phi-3-mini-4k,"
            "qwen2-0.5b,qwen2-7b,smollm2-135m,stories260k";
 }
 
