@@ -24,6 +24,7 @@ type=${TYPE:-q8_0}
 tests=${TESTS:-"-p 128
 -n 64"}
 make --no-print-directory bin/llm-bench bin/llm-convert >/dev/null
+. scripts/bench-models.sh
 mkdir -p "$dir"
 # name, llama.cpp runs it (1/0), then the YAML lines; every shape has the
 # stories110m sizes (768 wide, 2048 feed-forward, 32000 tokens) except
@@ -81,15 +82,12 @@ echo "$tests" | while read -r test; do
             case $a in qwen3 | gemma3 | qwen3moe) peer= ;; *) peer=$lb ;; esac
             if [ -n "$peer" ]; then
                 # shellcheck disable=SC2086
-                v=$("$peer" -m "$dir/$a.gguf" $theirs -t "$threads" -r 3 -o csv 2>/dev/null | tr -d '"' |
-                    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next } { print $(h["avg_ts"]) }')
+                v=$(peer_tps "$dir/$a.gguf" $theirs)
                 [ -n "$v" ] || { echo "bench-archs: llama-bench gave no figure for $a $theirs" >&2; exit 1; }
                 echo "$a $test llama.cpp $v" >>"$out"
             fi
             # shellcheck disable=SC2086
-            v=$(bin/llm-bench -m "$dir/$a.llm" $ours -t "$threads" -r 3 -o csv 2>/dev/null |
-                awk -F, -v c="$col" 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
-                    index($(h["test"]), c) == 1 { print $(h["median_ts"]) }')
+            v=$(ours_tps "$dir/$a.llm" "$col" $ours)
             [ -n "$v" ] || { echo "bench-archs: llm-bench gave no figure for $a $ours" >&2; exit 1; }
             echo "$a $test llm-tools $v" >>"$out"
         done

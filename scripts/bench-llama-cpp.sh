@@ -40,14 +40,11 @@ echo "$tests" | while read -r test; do
             if [ "$m" = smol ]; then g=$smol l=$dir/smollm2.llm name=smollm2-q4_1
             else g=$m.gguf l=$m.llm name=$(basename "$m"); fi
             # shellcheck disable=SC2086
-            v=$("$lb" -m "$g" $theirs -t "$threads" -r 3 -o csv 2>/dev/null | tr -d '"' |
-                awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next } { print $(h["avg_ts"]) }')
+            v=$(peer_tps "$g" $theirs)
             [ -n "$v" ] || { echo "bench-llama-cpp: llama-bench gave no figure for $g $theirs" >&2; exit 1; }
             echo "$name $test llama.cpp $v" >>"$out"
             # shellcheck disable=SC2086
-            v=$(bin/llm-bench -m "$l" $ours -t "$threads" -r 3 -o csv 2>/dev/null |
-                awk -F, -v c="$col" 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
-                    index($(h["test"]), c) == 1 { print $(h["median_ts"]) }')
+            v=$(ours_tps "$l" "$col" $ours)
             [ -n "$v" ] || { echo "bench-llama-cpp: llm-bench gave no figure for $l $ours" >&2; exit 1; }
             echo "$name $test llm-tools $v" >>"$out"
         done

@@ -1,4 +1,5 @@
-# bench-models.sh: sourced by bench-llama-cpp.sh and bench-batched.sh.
+# bench-models.sh: sourced by bench-llama-cpp.sh, bench-batched.sh and
+# bench-archs.sh.
 # bench_models DIR TYPES makes the models both compare against llama.cpp,
 # once, in DIR: a stories110m-shaped synthetic model per type of TYPES
 # (.llm, exported to GGUF for llama.cpp), and SmolLM2-135M-Instruct Q4_1
@@ -20,4 +21,21 @@ bench_models() {
         [ -r "$1/smollm2.llm" ] || bin/llm-convert "$smol" -o "$1/smollm2.llm" -q
         models="$models smol"
     fi
+}
+
+# peer_tps GGUF ARGS...: llama-bench's mean tokens/s ($lb, $threads), empty
+# when it gave none; ours_tps LLM COL ARGS...: llm-bench's median for the
+# test named COL* (pp or tg)
+peer_tps() {
+    g=$1
+    shift
+    "$lb" -m "$g" "$@" -t "$threads" -r 3 -o csv 2>/dev/null | tr -d '"' |
+        awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next } { print $(h["avg_ts"]) }'
+}
+ours_tps() {
+    l=$1 c=$2
+    shift 2
+    bin/llm-bench -m "$l" "$@" -t "$threads" -r 3 -o csv 2>/dev/null |
+        awk -F, -v c="$c" 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+            index($(h["test"]), c) == 1 { print $(h["median_ts"]) }'
 }

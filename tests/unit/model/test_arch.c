@@ -50,15 +50,6 @@ static void read_ref(const char *path, int32_t n_vocab, struct ref *r)
     fclose(fp);
 }
 
-static int32_t argmax(const float *l, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return b;
-}
-
 /* max |ours - transformers| / max |transformers| over the prompt's logits,
  * and the greedy tokens; `key` (when not NULL) set to 0 first: a feature
  * taken away, the check that the test can fail. */
@@ -99,11 +90,11 @@ static double run(const char *name, const char *key, int32_t *greedy)
         err = fmax(err, fabs((double)lg[i] - r.logits[i]));
         norm = fmax(norm, fabs((double)r.logits[i]));
     }
-    int32_t t = argmax(lg + (N_PROMPT - 1) * V, V);
+    int32_t t = (int32_t)llm_argmax(lg + (N_PROMPT - 1) * V, V);
     for (int i = 0; i < N_GEN; i++) {
         greedy[i] = t;
         cr_assert_eq(llm_decode(c, 0, &t, 1, N_PROMPT + i, lg, 0), LLM_OK);
-        t = argmax(lg, V);
+        t = (int32_t)llm_argmax(lg, V);
     }
     for (int i = 0; !key && i < N_GEN; i++)
         cr_assert_eq(greedy[i], r.greedy[i], "%s: greedy token %d is %d, transformers %d", name,
