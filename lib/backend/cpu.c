@@ -639,14 +639,11 @@ static void swiglu_range(float *g, const float *u, int64_t lo, int64_t hi)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* GELU's tanh form, as transformers' gelu_pytorch_tanh and ggml_gelu */
+/* GELU's tanh form, as transformers' gelu_pytorch_tanh and ggml_gelu
+ * (ops/vec.h: every element the same arithmetic wherever the range cuts) */
 static void geglu_range(float *g, const float *u, int64_t lo, int64_t hi)
 {
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    for (int64_t i = lo; i < hi; i++) {
-        const float x = g[i];
-        g[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * u[i];
-    }
+    llm_vec_geglu(g + lo, u + lo, hi - lo);
 }
 
 static void ew_run(int i, int nth, void *arg)

@@ -4,6 +4,7 @@
  * caps both). */
 #include "vec.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "../common/fp16.h"
@@ -233,6 +234,49 @@ void llm_vec_to_f16_ref(const float *x, uint16_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = llm_fp32_to_fp16(x[i]);
+}
+
+/* Cephes' expf: n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts),
+ * exp(r) by its degree-6 polynomial, times 2^n; x clamped to
+ * [-87, 88] so that the result is a normal float. */
+#define EXP_LO (-87.0f)
+#define EXP_HI 88.0f
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_C1 0.693359375f
+#define EXP_C2 (-2.12194440e-4f)
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_C 0.044715f
+
+static float exp_poly(float x)
+{
+    x = x < EXP_LO ? EXP_LO : x > EXP_HI ? EXP_HI : x;
+    const float n = nearbyintf(x * EXP_LOG2E);
+    const float r = x - n * EXP_C1 - n * EXP_C2;
+    float p = EXP_P0;
+    p = p * r + EXP_P1;
+    p = p * r + EXP_P2;
+    p = p * r + EXP_P3;
+    p = p * r + EXP_P4;
+    p = p * r + EXP_P5;
+    p = p * (r * r) + r + 1.0f;
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, 4);
+    return p * two_n;
+}
+
+void llm_vec_geglu_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i], z = GELU_K * (x + GELU_C * (x * x * x));
+        g[i] = x / (1.0f + exp_poly(-2.0f * z)) * u[i];
+    }
 }
 
 #ifdef VEC_X86
@@ -663,6 +707,49 @@ static T_AVX2 void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
     llm_vec_to_f16_ref(x + i, y + i, n - i);
 }
 
+/* 8 elements of llm_vec_geglu_ref's arithmetic, operation for operation
+ * (no fused multiply-adds: the reference rounds each step) */
+static T_AVX2 __m256 geglu8(__m256 x, __m256 u)
+{
+    const __m256 z = _mm256_mul_ps(
+        _mm256_set1_ps(GELU_K),
+        _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(GELU_C),
+                                       _mm256_mul_ps(_mm256_mul_ps(x, x), x))));
+    __m256 a = _mm256_mul_ps(_mm256_set1_ps(-2.0f), z);
+    a = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(EXP_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_sub_ps(_mm256_sub_ps(a, _mm256_mul_ps(n, _mm256_set1_ps(EXP_C1))),
+                                   _mm256_mul_ps(n, _mm256_set1_ps(EXP_C2)));
+    __m256 p = _mm256_set1_ps(EXP_P0);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(EXP_P1));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(EXP_P2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(EXP_P3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(EXP_P4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(EXP_P5));
+    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
+                      _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256 ex = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), ex)), u);
+}
+
+/* AVX-512 takes it too: the loop is bound by the divisions */
+static T_AVX2 void geglu_avx2(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, geglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) { /* the tail through the same arithmetic */
+        float tg[8] = { 0 }, tu[8] = { 0 };
+        memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(tg, geglu8(_mm256_loadu_ps(tg), _mm256_loadu_ps(tu)));
+        memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
+    }
+}
+
 #define VEC_DISPATCH(avx512, avx2, ref, ...) \
     switch (llm_matmul_isa()) {              \
     case LLM_ISA_AVX512:                     \
@@ -682,6 +769,11 @@ static T_AVX2 void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
 void llm_vec_to_f16(const float *x, uint16_t *y, int64_t n)
 {
     VEC_DISPATCH(to_f16_avx2, to_f16_avx2, llm_vec_to_f16_ref, x, y, n)
+}
+
+void llm_vec_geglu(float *g, const float *u, int64_t n)
+{
+    VEC_DISPATCH(geglu_avx2, geglu_avx2, llm_vec_geglu_ref, g, u, n)
 }
 
 void llm_vec_dots_f32(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n, float *s)

@@ -21,6 +21,16 @@
 void llm_vec_to_f16(const float *x, uint16_t *y, int64_t n);
 void llm_vec_to_f16_ref(const float *x, uint16_t *y, int64_t n);
 
+/* Gemma's gate: g[i] = gelu(g[i]) * u[i], GELU's tanh form computed as
+ * x / (1 + exp(-2 k (x + 0.044715 x^3))) with k = sqrt(2/pi) (the same
+ * function: 0.5 (1 + tanh z) = 1 / (1 + exp(-2z))) and exp by a degree-6
+ * polynomial after range reduction (Cephes' expf): within 4e-7 of the
+ * exact value relative to max(|x|, 1) |u|. Every element goes through the
+ * same arithmetic wherever it lies in g (a tail is padded to the vector
+ * width), so a token's row does not depend on the batch. */
+void llm_vec_geglu(float *g, const float *u, int64_t n);
+void llm_vec_geglu_ref(float *g, const float *u, int64_t n);
+
 /* m rows of a KV block, ldk (ldv) elements apart:
  * s[r] = sum_i q[i] K[r ldk + i] for r < m; s (m), q (n)
  * y[i] += sum_r w[r] V[r ldv + i] for i < n; y (n), w (m) */

@@ -567,3 +567,43 @@ Test(vec, to_f16_is_the_reference_rounding, .fini = restore)
             }
     }
 }
+
+/* Gemma's GELU gate: within 4e-7 of the exact tanh form (relative to
+ * max(|x|, 1) |u|) over -30..30 and the extremes, the SIMD variant the
+ * reference's bits, and each element's bits the same at any position and
+ * length (the tails). */
+Test(vec, geglu_close_to_exact_and_the_same_anywhere, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    enum { N = 4001 };
+    static float x[N], u[N], g[N], ref[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = -30.0f + 60.0f * (float)i / (N - 1);
+        u[i] = 0.5f + (float)(i % 7) * 0.25f;
+    }
+    x[0] = -1e30f, x[1] = 1e30f, x[2] = 0.0f, x[3] = -0.0f, x[4] = 1e-30f, x[5] = -3.5f;
+    memcpy(ref, x, sizeof x);
+    llm_vec_geglu_ref(ref, u, N);
+    for (int i = 0; i < N; i++) {
+        const double xd = x[i], z = sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd);
+        const double want = 0.5 * xd * (1.0 + tanh(z)) * u[i];
+        const double tol = 4e-7 * fmax(fabs(xd), 1.0) * u[i];
+        cr_assert(fabs(ref[i] - want) <= tol, "x %g: %.9g, exact %.9g", xd, ref[i], want);
+    }
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        memcpy(g, x, sizeof x);
+        llm_vec_geglu(g, u, N);
+        cr_assert(!memcmp(g, ref, sizeof g), "isa %d: not the reference's bits", is[ii]);
+        for (size_t li = 0; li < N_LENS; li++) /* short rows at odd offsets: the tails */
+            for (int off = 0; off < 9; off += 4) {
+                float t[300];
+                memcpy(t, x + 100 + off, (size_t)lens[li] * sizeof(float));
+                llm_vec_geglu(t, u + 100 + off, lens[li]);
+                cr_assert(!memcmp(t, ref + 100 + off, (size_t)lens[li] * sizeof(float)),
+                          "isa %d: %lld elements at %d differ", is[ii], (long long)lens[li],
+                          100 + off);
+            }
+    }
+}
