@@ -131,8 +131,16 @@ def hf_model(meta, tensors):
         cls = transformers.Gemma2ForCausalLM
         norm_shift = 1.0
     elif arch == "phi3":
+        orig = cfg["max_position_embeddings"]
+        extra = {}
+        if "rope_factors_long.weight" in tensors:  # LongRoPE
+            orig = meta[f"{a}.rope.scaling.original_context_length"]
+            extra["rope_scaling"] = {
+                "rope_type": "longrope", "rope_theta": cfg["rope_theta"],
+                "long_factor": tensors.pop("rope_factors_long.weight").tolist(),
+                "short_factor": tensors.pop("rope_factors_short.weight").tolist()}
         conf = transformers.Phi3Config(sliding_window=swa or None, pad_token_id=0,
-                                       original_max_position_embeddings=cfg["max_position_embeddings"],
+                                       original_max_position_embeddings=orig, **extra,
                                        **{k: v for k, v in cfg.items() if k != "head_dim"})
         cls = transformers.Phi3ForCausalLM
     elif arch == "qwen2":

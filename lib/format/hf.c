@@ -4,6 +4,7 @@
  * generation_config.json; the tokenizer is in hf_tokenizer.c, GPTQ/AWQ
  * packed weights in hf_quant.c. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +285,62 @@ static llm_status read_config(const json_t *cfg, struct hf_cfg *c)
     return read_window(cfg, c);
 }
 
+/* Phi-3's LongRoPE ("su" in its first configs): long_factor and
+ * short_factor, one per rotary pair, become the tensors GGUF has
+ * (rope_factors_long/short.weight); cos and sin are scaled by
+ * attention_factor, or by transformers' default
+ * sqrt(1 + ln(factor) / ln(original length)). */
+static llm_status set_longrope(struct llm_file *f, const json_t *cfg, const json_t *rs,
+                               const struct hf_cfg *c)
+{
+    struct llm_meta *m = f->meta;
+    double orig = 0, attn = 0;
+    int r = cfg_num(rs, "original_max_position_embeddings", c->path, "rope_scaling.", &orig);
+    if (r == 0)
+        r = cfg_num(cfg, "original_max_position_embeddings", c->path, "", &orig);
+    if (r < 0)
+        return LLM_E_FORMAT;
+    if (r == 0 || !(orig >= 2 && orig <= (double)MAX_HPARAM))
+        return llm_error_set(LLM_E_FORMAT, "%s: LongRoPE needs original_max_position_embeddings "
+                             "(2..%lld)", c->path, (long long)MAX_HPARAM);
+    const double factor = (double)c->ctx / orig;
+    r = cfg_num(rs, "attention_factor", c->path, "rope_scaling.", &attn);
+    if (r < 0)
+        return LLM_E_FORMAT;
+    if (r == 0)
+        attn = factor <= 1 ? 1.0 : sqrt(1 + log(factor) / log(orig));
+    static const char *const keys[2][2] = { { "short_factor", "rope_factors_short.weight" },
+                                            { "long_factor", "rope_factors_long.weight" } };
+    const int64_t half = c->hd / 2;
+    for (int k = 0; k < 2; k++) {
+        json_t *a = json_object_get(rs, keys[k][0]);
+        if (!json_is_array(a) || (int64_t)json_array_size(a) != half)
+            return llm_error_set(LLM_E_FORMAT, "%s: rope_scaling.%s is not an array of %lld "
+                                 "numbers (head_dim / 2)", c->path, keys[k][0], (long long)half);
+        float *v = llm_malloc((size_t)half * sizeof *v);
+        if (!v)
+            return LLM_E_NOMEM;
+        llm_status s = llm_file_own(f, v);
+        if (s) {
+            llm_free(v);
+            return s;
+        }
+        for (int64_t i = 0; i < half; i++) {
+            json_t *x = json_array_get(a, (size_t)i);
+            if (!json_is_number(x) || !(json_number_value(x) > 0) || !isfinite(json_number_value(x)))
+                return llm_error_set(LLM_E_FORMAT, "%s: rope_scaling.%s[%lld] is not a positive "
+                                     "number", c->path, keys[k][0], (long long)i);
+            v[i] = (float)json_number_value(x);
+        }
+        int64_t ne[LLM_MAX_DIMS] = { half, 1, 1, 1 };
+        LLM_TRY(llm_file_add_tensor(f, keys[k][1], LLM_TYPE_F32, 1, ne, v, NULL));
+    }
+    LLM_TRY(llm_meta_set_str(m, "hparams.rope_scaling.type", "longrope"));
+    LLM_TRY(llm_meta_set_f32(m, "hparams.rope_scaling.factor", (float)factor));
+    LLM_TRY(llm_meta_set_f32(m, "hparams.rope_scaling.attn_factor", (float)attn));
+    return llm_meta_set_i64(m, "hparams.rope_scaling.original_context_length", (int64_t)orig);
+}
+
 /* rope_scaling (or v5-style rope_parameters) to hparams.rope_scaling.* */
 static llm_status set_rope(struct llm_file *f, const json_t *cfg, const struct hf_cfg *c)
 {
@@ -313,6 +370,8 @@ static llm_status set_rope(struct llm_file *f, const json_t *cfg, const struct h
         type = json_string_value(json_object_get(rs, "type"));
     if (!type || strcmp(type, "default") == 0)
         return LLM_OK;
+    if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0)
+        return set_longrope(f, cfg, rs, c);
     if (strcmp(type, "linear") != 0 && strcmp(type, "yarn") != 0 &&
         strcmp(type, "llama3") != 0 && strcmp(type, "dynamic") != 0)
         return llm_error_set(LLM_E_UNSUPPORTED,

@@ -45,6 +45,7 @@ struct syn_shape {
     double attn_softcap, final_softcap; /* 0: none */
     int64_t n_expert, n_expert_used, expert_ff, shared_ff; /* mixture of experts */
     int expert_norm;    /* -1: the architecture's */
+    int64_t longrope_ctx; /* LongRoPE's original context (> 0: factor tensors) */
 };
 
 /* hparams from each model's published config (config.json / params.json) */
@@ -78,7 +79,7 @@ static const struct syn_shape shapes[] = {
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
-enum syn_init { INIT_WEIGHT, INIT_ONES, INIT_BIAS, INIT_NORM };
+enum syn_init { INIT_WEIGHT, INIT_ONES, INIT_BIAS, INIT_NORM, INIT_LONG };
 
 struct syn_tensor {
     uint64_t seed;  /* generator seed of this tensor */
@@ -140,10 +141,13 @@ static llm_status syn_fill(const struct llm_tensor *t, void *dst, void *ctx)
         if (st->init == INIT_ONES) {
             for (int64_t i = 0; i < ne0; i++)
                 row[i] = 1.0f;
-        } else if (st->init == INIT_NORM) {
-            gen_row(&state, 0.5f, row, ne0);
+        } else if (st->init == INIT_NORM || st->init == INIT_LONG) {
+            /* norms and LongRoPE's short factors in [0.5, 1.5), its long
+             * ones in [1, 5) */
+            const float half = st->init == INIT_LONG ? 2.0f : 0.5f;
+            gen_row(&state, half, row, ne0);
             for (int64_t i = 0; i < ne0; i++)
-                row[i] += 1.0f;
+                row[i] += st->init == INIT_LONG ? 3.0f : 1.0f;
         } else {
             gen_row(&state, st->init == INIT_BIAS ? a * 0.1f : a, row, ne0);
         }
@@ -172,6 +176,7 @@ static const char *const yaml_keys[] = {
     "attention_bias", "name",        "sliding_window",      "sliding_window_pattern",
     "rope_theta_swa", "attn_softcap", "final_softcap", "expert_count", "expert_used_count",
     "expert_feed_forward_length", "expert_shared_feed_forward_length", "expert_weights_norm",
+    "longrope_original_context",
 };
 
 static llm_status yaml_int(const struct llm_meta *root, const char *path, const char *key,
@@ -280,6 +285,8 @@ static llm_status shape_from_yaml(const struct llm_meta *root, const char *path,
             LLM_TRY(yaml_int(root, path, ek[i], ev[i]));
     if (llm_meta_child(root, "expert_weights_norm"))
         LLM_TRY(yaml_bool(root, path, "expert_weights_norm", &sh->expert_norm));
+    if (llm_meta_child(root, "longrope_original_context"))
+        LLM_TRY(yaml_int(root, path, "longrope_original_context", &sh->longrope_ctx));
     const int moe_arch = !strcmp(arch, "mixtral") || strstr(arch, "moe") != NULL;
     LLM_CHECK(moe_arch == (sh->n_expert > 0) &&
                   (!sh->n_expert || (sh->n_expert_used >= 1 && sh->n_expert_used <= sh->n_expert)),
@@ -369,7 +376,7 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
     const int norm_init = gemma ? INIT_NORM : INIT_ONES;
     size_t per_layer = 9 + (sh->qkv_bias ? 3 : 0) + (qk_norm ? 2 : 0) + (gemma ? 2 : 0) +
                        (moe ? 1 : 0) + (shared ? 4 : 0);
-    size_t n = 3 + (size_t)sh->n_layers * per_layer, n_ctx = 0;
+    size_t n = 5 + (size_t)sh->n_layers * per_layer, n_ctx = 0;
     struct syn_tensor *ctx = llm_calloc(n, sizeof *ctx);
     char name[LLM_MAX_NAME];
     struct llm_meta *m = f->meta;
@@ -437,6 +444,12 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
     if (!sh->tie)
         LLM_TRY(add(f, ctx, &n_ctx, seed, "output.weight", type, INIT_WEIGHT, sh->dim,
                     sh->vocab));
+    if (sh->longrope_ctx > 0) { /* Phi-3's LongRoPE: a factor per rotary pair */
+        LLM_TRY(add(f, ctx, &n_ctx, seed, "rope_factors_short.weight", LLM_TYPE_F32, INIT_NORM,
+                    hd / 2, 1));
+        LLM_TRY(add(f, ctx, &n_ctx, seed, "rope_factors_long.weight", LLM_TYPE_F32, INIT_LONG,
+                    hd / 2, 1));
+    }
 
     LLM_TRY(llm_meta_set_str(m, "architecture", sh->arch));
     snprintf(name, sizeof name, "synthetic %s", shape_arg);
@@ -463,6 +476,17 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
         LLM_TRY(llm_meta_set_i64(m, "hparams.sliding_window_pattern", sh->swa_pattern));
     if (sh->rope_theta_swa > 0)
         LLM_TRY(llm_meta_set_f32(m, "hparams.rope_theta_swa", (float)sh->rope_theta_swa));
+    if (sh->longrope_ctx > 0) { /* transformers' attention factor for it */
+        const double factor = (double)sh->ctx / (double)sh->longrope_ctx;
+        LLM_TRY(llm_meta_set_str(m, "hparams.rope_scaling.type", "longrope"));
+        LLM_TRY(llm_meta_set_f32(m, "hparams.rope_scaling.factor", (float)factor));
+        LLM_TRY(llm_meta_set_i64(m, "hparams.rope_scaling.original_context_length",
+                                 sh->longrope_ctx));
+        LLM_TRY(llm_meta_set_f32(m, "hparams.rope_scaling.attn_factor",
+                                 factor <= 1 ? 1.0f
+                                             : (float)sqrt(1 + log(factor) /
+                                                                   log((double)sh->longrope_ctx))));
+    }
     if (sh->attn_softcap > 0)
         LLM_TRY(llm_meta_set_f32(m, "hparams.attn_softcap", (float)sh->attn_softcap));
     if (sh->final_softcap > 0)

@@ -10,6 +10,10 @@ llm_status llm_kvstate_info(struct llm_context *c, struct llm_state_info *in)
     const struct llm_kv *kv = llm_context_kv(c);
     memset(in, 0, sizeof *in);
     LLM_TRY(llm_model_id(m, &in->model_id));
+    /* LongRoPE's long factors (a context past the original length) rotate
+     * keys otherwise: such a state is another model's to a short context */
+    if (llm_context_rope_long(c))
+        in->model_id ^= 0x4c6f6e67526f5045ull; /* "LongRoPE" */
     in->kv_type_k = kv->p.type_k;
     in->kv_type_v = kv->p.type_v;
     in->n_layers = cf->n_layers;

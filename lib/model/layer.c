@@ -128,6 +128,11 @@ llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct ll
     return LLM_OK;
 }
 
+int llm_context_rope_long(const struct llm_context *c)
+{
+    return c->rope_long;
+}
+
 void llm_model_rope_tables(struct llm_context *c, const int32_t *pos, int32_t n)
 {
     llm_rope_table(&c->rope, pos, n, c->cs);

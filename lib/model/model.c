@@ -151,7 +151,8 @@ llm_status llm_config_from_meta(struct llm_config *c, const struct llm_meta *m, 
         c->tie_embeddings = tie;
     snprintf(c->rope_scaling, sizeof c->rope_scaling, "none");
     if (!llm_meta_get_str(m, "hparams.rope_scaling.type", &s)) {
-        if (strcmp(s, "none") && strcmp(s, "linear") && strcmp(s, "yarn") && strcmp(s, "llama3"))
+        if (strcmp(s, "none") && strcmp(s, "linear") && strcmp(s, "yarn") && strcmp(s, "llama3") &&
+            strcmp(s, "longrope"))
             return llm_error_set(LLM_E_UNSUPPORTED, "%s: rope scaling '%s' is not supported (none, "
                                  "linear, yarn, llama3)", path, s);
         snprintf(c->rope_scaling, sizeof c->rope_scaling, "%s", s);
@@ -335,12 +336,25 @@ static llm_status rope_init(struct llm_model *m)
     if (!m->inv_freq)
         return LLM_E_NOMEM;
     m->mscale = 1.0f;
-    const float *freqs = NULL;
+    const float *freqs = NULL, *long_freqs = NULL;
     struct llm_tensor *t = llm_file_find(m->f, "rope_freqs.weight");
     if (t) {
         struct llm_weight w;
         LLM_TRY(bind(m, &w, "rope_freqs.weight", half, 0, 0));
         freqs = w.data;
+    }
+    /* LongRoPE (Phi-3 128k, Phi-3.5): frequencies divided by the short
+     * factors, or the long ones in a context longer than the original
+     * (llama.cpp's choice; llm_context_new makes it), and cos and sin
+     * scaled by the attention factor in both */
+    if (!strcmp(c->rope_scaling, "longrope") || llm_file_find(m->f, "rope_factors_long.weight")) {
+        struct llm_weight ws, wl;
+        LLM_TRY(bind(m, &ws, "rope_factors_short.weight", half, 0, 0));
+        LLM_TRY(bind(m, &wl, "rope_factors_long.weight", half, 0, 0));
+        freqs = ws.data, long_freqs = wl.data;
+        m->inv_freq_long = llm_calloc((size_t)(half ? half : 1), sizeof(float));
+        if (!m->inv_freq_long)
+            return LLM_E_NOMEM;
     }
     const char *sc = c->rope_scaling;
     float factor = c->rope_factor;
@@ -378,7 +392,16 @@ static llm_status rope_init(struct llm_model *m)
             f = (f / factor) * (1 - ramp) + f * ramp;
         }
         m->inv_freq[i] = f;
+        if (long_freqs) {
+            const float base = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+            if (!(long_freqs[i] > 0))
+                return llm_error_set(LLM_E_FORMAT, "%s: rope_factors_long.weight[%d] = %g is not "
+                                     "positive", m->f->path, i, (double)long_freqs[i]);
+            m->inv_freq_long[i] = base / long_freqs[i];
+        }
     }
+    if (long_freqs)
+        m->mscale = c->rope_attn_factor;
     if (c->rope_theta_swa > 0 && c->swa_window > 0) {
         m->inv_freq_swa = llm_calloc((size_t)(half ? half : 1), sizeof(float));
         if (!m->inv_freq_swa)
@@ -414,9 +437,6 @@ static llm_status bind_all(struct llm_model *m)
     } else {
         c->tie_embeddings = 0;
     }
-    if (llm_file_find(m->f, "rope_factors_long.weight"))
-        return llm_error_set(LLM_E_UNSUPPORTED, "%s: LongRoPE (rope_factors_long.weight: Phi-3 "
-                             "128k, Phi-3.5) is not supported yet", m->f->path);
     m->layers = llm_calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers)
         return LLM_E_NOMEM;
@@ -618,6 +638,7 @@ void llm_model_close(struct llm_model *m)
     llm_free(m->layers);
     llm_free(m->inv_freq);
     llm_free(m->inv_freq_swa);
+    llm_free(m->inv_freq_long);
     if (m->be)
         m->be->ops->destroy(m->be);
     if (!m->borrowed)
@@ -846,8 +867,10 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         return s;
     }
     c->logits_rows = 1;
+    c->rope_long = m->inv_freq_long && c->n_ctx > cf->rope_orig_ctx;
     c->rope = (struct llm_rope){ .n_dims = cf->rope_dim, .neox = cf->rope_neox,
-                                 .inv_freq = m->inv_freq, .mscale = m->mscale };
+                                 .inv_freq = c->rope_long ? m->inv_freq_long : m->inv_freq,
+                                 .mscale = m->mscale };
     c->rope_swa = (struct llm_rope){ .n_dims = cf->rope_dim, .neox = cf->rope_neox,
                                      .inv_freq = m->inv_freq_swa, .mscale = 1.0f };
     c->ash = (struct llm_attn_shape){ .n_heads = cf->n_heads, .n_kv_heads = cf->n_kv_heads,

@@ -120,6 +120,9 @@ void llm_context_params_default(struct llm_context_params *p);
 llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
                            const struct llm_context_params *p);
 void llm_context_free(struct llm_context *c);
+/* Does the context rotate with LongRoPE's long factors (its n_ctx past the
+ * model's original context length; llama.cpp's choice)? */
+int llm_context_rope_long(const struct llm_context *c);
 
 /* A batch: n tokens from any number of sequences, each token with its own
  * position and sequence id. The tokens of a sequence are one run of

@@ -27,6 +27,7 @@ struct llm_model {
     struct llm_layer_w *layers; /* (n_layers) */
     float *inv_freq;            /* (rope_dim/2) */
     float *inv_freq_swa;        /* (rope_dim/2) the local layers', or NULL: inv_freq */
+    float *inv_freq_long;       /* (rope_dim/2) LongRoPE's long factors', or NULL */
     float mscale;
     uint64_t weight_bytes, n_params;
     int n_threads;
@@ -42,6 +43,7 @@ struct llm_context {
     int32_t n_ctx, n_batch;
     int n_threads;
     struct llm_rope rope, rope_swa; /* rope_swa: the local layers' (inv_freq_swa) */
+    int rope_long;                  /* LongRoPE's long factors: n_ctx past the original */
     struct llm_attn_shape ash;
     /* activations on the backend, n_batch rows each */
     float *x;       /* (n_batch, dim) residual stream */

@@ -585,9 +585,13 @@ Test(hf, bad_directories)
     expect_open_fails(d, LLM_E_FORMAT, "model.layers.4", "num_hidden_layers is 4");
     write_text(d, "config.json", stories_config);
 
+    edit_config(d, "\"rope_theta\": 10000.0", "\"rope_scaling\": {\"type\": \"mrope\", "
+                                              "\"factor\": 2}");
+    expect_open_fails(d, LLM_E_UNSUPPORTED, "config.json", "mrope");
+    write_text(d, "config.json", stories_config);
     edit_config(d, "\"rope_theta\": 10000.0", "\"rope_scaling\": {\"type\": \"longrope\", "
                                               "\"factor\": 2}");
-    expect_open_fails(d, LLM_E_UNSUPPORTED, "config.json", "longrope");
+    expect_open_fails(d, LLM_E_FORMAT, "config.json", "LongRoPE needs original_max_position");
     write_text(d, "config.json", stories_config);
 
     /* a damaged model.safetensors */
@@ -1090,6 +1094,8 @@ static void write_hf_weights_v(struct llm_file *src, const char *dir, const char
             snprintf(hn, sizeof hn, "model.norm.weight");
         else if (!strcmp(t->name, "output.weight"))
             snprintf(hn, sizeof hn, "lm_head.weight");
+        else if (!strncmp(t->name, "rope_factors_", 13))
+            continue; /* LongRoPE's: config.json's */
         else {
             char kind[16];
             cr_assert_eq(sscanf(t->name, "blk.%d.%63[a-z_].%15s", &l, base, kind), 3, "%s",
@@ -1430,4 +1436,52 @@ Test(hf, mixture_of_experts_damage_named)
         write_text(dir, "config.json", cfg);
         expect_open_fails(dir, bad[i].s, bad[i].sub, NULL);
     }
+}
+
+/* Phi-3's LongRoPE from config.json (rope_scaling, the factors as arrays):
+ * the synthetic model's tensors and keys, and its bits */
+Test(hf, phi3_longrope_config_gives_the_synthetic_model)
+{
+    struct llm_file *src;
+    cr_assert_eq(llm_synthetic(&src, "tests/unit/model/ref/phi3-longrope.yaml", LLM_TYPE_F32, 7),
+                 LLM_OK);
+    const char *dir = llm_test_tmpdir();
+    write_hf_weights(src, dir, "phi3");
+    char fac[2][512];
+    const char *names[2] = { "rope_factors_short.weight", "rope_factors_long.weight" };
+    for (int k = 0; k < 2; k++) {
+        const void *d;
+        struct llm_tensor *t = llm_file_find(src, names[k]);
+        cr_assert_eq(llm_tensor_bytes(src, t, &d), LLM_OK);
+        int n = 0;
+        for (int64_t i = 0; i < t->ne[0]; i++) /* %.9g: the same float back */
+            n += snprintf(fac[k] + n, sizeof fac[k] - (size_t)n, "%s%.9g", i ? ", " : "",
+                          (double)((const float *)d)[i]);
+    }
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "{\"model_type\": \"phi3\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+             " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 96,\n"
+             " \"max_position_embeddings\": 128, \"original_max_position_embeddings\": 16,\n"
+             " \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"sliding_window\": null,\n"
+             " \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [%s],\n"
+             "                  \"long_factor\": [%s]}}\n", fac[0], fac[1]);
+    write_text(dir, "config.json", cfg);
+    struct llm_file *f;
+    cr_assert_eq(llm_hf_open(&f, dir, NULL), LLM_OK, "%s", llm_error_detail(-1));
+    cr_expect_str_eq(meta_s(f, "hparams.rope_scaling.type"), "longrope");
+    cr_expect_eq(meta_i(f, "hparams.rope_scaling.original_context_length"), 16);
+    float a[96], b[96];
+    last_logits(src, a);
+    last_logits(f, b);
+    cr_assert(!memcmp(a, b, sizeof a), "the HF import differs from the synthetic model");
+    llm_file_free(f);
+    llm_file_free(src);
+    /* a factor array of the wrong length */
+    char *p = strstr(cfg, "\"long_factor\": [");
+    cr_assert(p);
+    p = strchr(p, ',');
+    memmove(p, strchr(p + 1, ','), strlen(strchr(p + 1, ',')) + 1);
+    write_text(dir, "config.json", cfg);
+    expect_open_fails(dir, LLM_E_FORMAT, "rope_scaling.long_factor is not an array of 8", NULL);
 }

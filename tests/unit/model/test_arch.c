@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../../../lib/llm.h"
+#include "../../../lib/model/kvstate.h"
 #include "../helpers.h"
 
 #define N_PROMPT 24
@@ -172,4 +173,47 @@ Test(arch, mixtral_qwen2moe_qwen3moe_match_transformers)
     /* renormalizing the chosen experts' weights or not matters */
     double e = run("qwen3moe", "hparams.expert_weights_norm", g);
     cr_assert(e > 100 * TOL, "qwen3moe without renormalizing: relative error %g", e);
+}
+
+/* LongRoPE with its long factors: the context (64) and transformers'
+ * text (24) are both past the original length (16) */
+Test(arch, phi3_longrope_matches_transformers)
+{
+    int32_t g[N_GEN];
+    double e = run("phi3-longrope", NULL, g);
+    cr_assert(e <= TOL, "phi3-longrope: relative error %g", e);
+}
+
+/* A context no longer than the original length takes the short factors,
+ * and its states are not another context's */
+Test(arch, longrope_short_context_takes_the_short_factors)
+{
+    struct llm_file *f;
+    cr_assert_eq(llm_synthetic(&f, "tests/unit/model/ref/phi3-longrope.yaml", LLM_TYPE_F32, 7),
+                 LLM_OK);
+    struct llm_model *m;
+    struct llm_model_params mp;
+    llm_model_params_default(&mp);
+    cr_assert_eq(llm_model_from_file(&m, f, &mp), LLM_OK);
+    float a[96], b[96];
+    int32_t tok[10];
+    uint64_t id[2];
+    for (int i = 0; i < 10; i++)
+        tok[i] = (i * 37 + 11) % 96;
+    for (int k = 0; k < 2; k++) {
+        struct llm_context *c;
+        struct llm_context_params cp;
+        llm_context_params_default(&cp);
+        cp.n_ctx = k ? 64 : 16;
+        cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
+        cr_assert_eq(llm_context_rope_long(c), k);
+        cr_assert_eq(llm_decode(c, 0, tok, 10, 0, k ? b : a, 0), LLM_OK);
+        struct llm_state_info in;
+        cr_assert_eq(llm_kvstate_info(c, &in), LLM_OK);
+        id[k] = in.model_id;
+        llm_context_free(c);
+    }
+    cr_assert(memcmp(a, b, sizeof a), "the long factors changed nothing");
+    cr_assert_neq(id[0], id[1], "a long context's states would load into a short one");
+    llm_model_close(m);
 }
