@@ -1239,23 +1239,29 @@ Test(hf, qwen3_directory_gives_the_synthetic_model)
  * (scripts/ref-transformers.py --save: the same configs, whose models
  * match transformers' logits): the synthetic model each was written from,
  * to the bit. */
-static void check_family(const char *name, const char *arch, const char *config)
+static void check_family_v(const char *name, const char *arch, const char *config, int v5)
 {
     char path[256];
     snprintf(path, sizeof path, "tests/unit/model/ref/%s.yaml", name);
     struct llm_file *src;
     cr_assert_eq(llm_synthetic(&src, path, LLM_TYPE_F32, 7), LLM_OK);
     const char *dir = llm_test_tmpdir();
-    write_hf_weights(src, dir, arch);
+    write_hf_weights_v(src, dir, arch, v5);
     write_text(dir, "config.json", config);
     struct llm_file *f;
     cr_assert_eq(llm_hf_open(&f, dir, NULL), LLM_OK, "%s: %s", name, llm_error_detail(-1));
     float a[96], b[96];
     last_logits(src, a);
     last_logits(f, b);
-    cr_assert(!memcmp(a, b, sizeof a), "%s: the HF import differs from the synthetic model", name);
+    cr_assert(!memcmp(a, b, sizeof a), "%s (v5 %d): the HF import differs from the synthetic "
+              "model", name, v5);
     llm_file_free(f);
     llm_file_free(src);
+}
+
+static void check_family(const char *name, const char *arch, const char *config)
+{
+    check_family_v(name, arch, config, 0);
 }
 
 #define FAMILY_COMMON                                                                          \
@@ -1359,21 +1365,7 @@ Test(hf, mistral_sliding_window_imported)
  * those models against transformers). */
 static void check_moe(const char *name, const char *config, int v5)
 {
-    char path[256];
-    snprintf(path, sizeof path, "tests/unit/model/ref/%s.yaml", name);
-    struct llm_file *src;
-    cr_assert_eq(llm_synthetic(&src, path, LLM_TYPE_F32, 7), LLM_OK);
-    const char *dir = llm_test_tmpdir();
-    write_hf_weights_v(src, dir, name, v5);
-    write_text(dir, "config.json", config);
-    struct llm_file *f;
-    cr_assert_eq(llm_hf_open(&f, dir, NULL), LLM_OK, "%s: %s", name, llm_error_detail(-1));
-    float a[96], b[96];
-    last_logits(src, a);
-    last_logits(f, b);
-    cr_assert(!memcmp(a, b, sizeof a), "%s (v5 %d): the HF import differs", name, v5);
-    llm_file_free(f);
-    llm_file_free(src);
+    check_family_v(name, name, config, v5);
 }
 
 Test(hf, mixtures_of_experts_give_the_synthetic_models)
