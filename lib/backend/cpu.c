@@ -585,7 +585,7 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
         const struct llm_seg *g = &seg[i];
         llm_kv_store_host(kv, layer, g->seq, g->pos, g->n, k + (int64_t)g->row * kd,
                           v + (int64_t)g->row * kd);
-        const int32_t seen = s->window > 0 && g->pos + g->n > s->window ? s->window : g->pos + g->n;
+        const int32_t end = g->pos + g->n, seen = end - swa_start(end, s->window);
         work += 2.0 * g->n * s->n_heads * (double)seen * s->head_dim;
         groups += (g->n + ATT_GROUP - 1) / ATT_GROUP;
     }

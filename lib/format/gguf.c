@@ -1158,39 +1158,55 @@ static llm_status add_tensor(struct gguf *g, enum llm_type target, const struct 
     return LLM_OK;
 }
 
+/* Phi-3's fused row counts, read once: Q, K (= V) and the feed-forward's;
+ * all 0 for another architecture. */
+struct fused_rows {
+    int64_t q, kv, ffn;
+};
+
+static void phi3_rows(struct gguf *g, struct fused_rows *fr)
+{
+    const struct llm_meta *m = g->f->meta;
+    const char *arch = NULL;
+    memset(fr, 0, sizeof *fr);
+    if (llm_meta_get_str(m, "architecture", &arch) || strcmp(arch, "phi3")) {
+        llm_error_clear();
+        return;
+    }
+    int64_t dim = 0, heads = 0, kv = 0, hd = 0;
+    llm_meta_get_i64(m, "hparams.embedding_length", &dim);
+    llm_meta_get_i64(m, "hparams.head_count", &heads);
+    llm_meta_get_i64(m, "hparams.feed_forward_length", &fr->ffn);
+    if (llm_meta_get_i64(m, "hparams.head_count_kv", &kv))
+        kv = heads;
+    if (llm_meta_get_i64(m, "hparams.head_dim", &hd))
+        hd = heads ? dim / heads : 0;
+    llm_error_clear();
+    fr->q = heads * hd, fr->kv = kv * hd;
+}
+
 /* Phi-3 fuses Q, K and V into attn_qkv, and the gate and up projections
  * into ffn_up (gate first). Every other tool reads them apart, so they are
  * split here into row ranges of the same bytes: n_parts (1: not fused)
  * names and row counts. */
-static llm_status fused_parts(struct gguf *g, const struct tinfo *ti, char names[3][LLM_MAX_NAME],
-                              int64_t rows[3], int *n_parts)
+static llm_status fused_parts(struct gguf *g, const struct fused_rows *fr, const struct tinfo *ti,
+                              char names[3][LLM_MAX_NAME], int64_t rows[3], int *n_parts)
 {
     *n_parts = 1;
-    const char *arch = NULL;
     int layer, end = 0;
     char what[16];
-    if (llm_meta_get_str(g->f->meta, "architecture", &arch) || strcmp(arch, "phi3") ||
-        ti->n_dims != 2 || sscanf(ti->name, "blk.%d.%15[a-z_].weight%n", &layer, what, &end) != 2 ||
+    if (!fr->q || ti->n_dims != 2 ||
+        sscanf(ti->name, "blk.%d.%15[a-z_].weight%n", &layer, what, &end) != 2 ||
         ti->name[end] != '\0')
         return LLM_OK;
-    llm_error_clear();
-    int64_t dim = 0, heads = 0, kv = 0, hd = 0, ffn = 0;
-    llm_meta_get_i64(g->f->meta, "hparams.embedding_length", &dim);
-    llm_meta_get_i64(g->f->meta, "hparams.head_count", &heads);
-    llm_meta_get_i64(g->f->meta, "hparams.feed_forward_length", &ffn);
-    if (llm_meta_get_i64(g->f->meta, "hparams.head_count_kv", &kv))
-        kv = heads;
-    if (llm_meta_get_i64(g->f->meta, "hparams.head_dim", &hd))
-        hd = heads ? dim / heads : 0;
-    llm_error_clear();
     static const char *const qkv[] = { "attn_q", "attn_k", "attn_v" },
                              *const gu[] = { "ffn_gate", "ffn_up" };
     const char *const *nm;
     if (!strcmp(what, "attn_qkv")) {
-        rows[0] = heads * hd, rows[1] = rows[2] = kv * hd;
+        rows[0] = fr->q, rows[1] = rows[2] = fr->kv;
         *n_parts = 3, nm = qkv;
-    } else if (!strcmp(what, "ffn_up") && ffn > 0 && ti->ne[1] == 2 * ffn) {
-        rows[0] = rows[1] = ffn;
+    } else if (!strcmp(what, "ffn_up") && fr->ffn > 0 && ti->ne[1] == 2 * fr->ffn) {
+        rows[0] = rows[1] = fr->ffn;
         *n_parts = 2, nm = gu;
     } else {
         return LLM_OK;
@@ -1214,11 +1230,13 @@ static llm_status add_tensors(struct gguf *g)
     if (!tt || tt->is_aux)
         return llm_error_set(LLM_E_INVALID, "%s: cannot decode tensors to type %s", g->r.name,
                              llm_type_name(target));
+    struct fused_rows fr;
+    phi3_rows(g, &fr);
     for (size_t i = 0; i < g->n_tensors; i++) {
         char names[3][LLM_MAX_NAME];
         int64_t rows[3];
         int n_parts;
-        LLM_TRY(fused_parts(g, &g->ti[i], names, rows, &n_parts));
+        LLM_TRY(fused_parts(g, &fr, &g->ti[i], names, rows, &n_parts));
         int64_t row0 = 0;
         for (int k = 0; k < n_parts; row0 += rows[k], k++) {
             struct tinfo part = g->ti[i];

@@ -457,59 +457,58 @@ static llm_status llama3_freqs(struct wctx *c, int64_t *n_out)
  * (skipped); 0: t is written alone. */
 static int plan_fused(struct wctx *c, struct llm_tensor *t, struct otensor *o, llm_status *st)
 {
+    /* the fused name, then its parts in order */
     static const char *const groups[2][4] = { { "attn_qkv", "attn_q", "attn_k", "attn_v" },
                                               { "ffn_up", "ffn_gate", "ffn_up", NULL } };
-    int layer, end = 0;
+    int layer, end = 0, g = -1, k = -1;
     char what[16], name[LLM_MAX_NAME];
     *st = LLM_OK;
     if (!c->phi3 || sscanf(t->name, "blk.%d.%15[a-z_].weight%n", &layer, what, &end) != 2 ||
         t->name[end] != '\0')
         return 0;
-    for (int g = 0; g < 2; g++) {
-        int n = groups[g][3] ? 3 : 2;
-        for (int k = 0; k < n; k++) {
-            if (strcmp(what, groups[g][1 + k]))
-                continue;
-            if (k > 0)
-                return -1;
-            memset(o, 0, sizeof *o);
-            snprintf(o->fused_name, sizeof o->fused_name, "blk.%d.%s.weight", layer, groups[g][0]);
-            for (int j = 0; j < n && !*st; j++) {
-                snprintf(name, sizeof name, "blk.%d.%s.weight", layer, groups[g][1 + j]);
-                struct llm_tensor *p = llm_file_find(c->f, name);
-                struct otensor po;
-                memset(&po, 0, sizeof po);
-                if (!p)
-                    *st = llm_error_set(LLM_E_INVALID, "%s: tensor '%s' is missing (phi3 fuses "
-                                        "it into '%s')", c->name, name, o->fused_name);
-                else if (!(*st = plan_tensor(c, p, &po)) &&
-                         (p->n_dims != 2 || (j && (po.type != o->type || po.ne[0] != o->ne[0]))))
-                    *st = llm_error_set(LLM_E_UNSUPPORTED, "%s: tensor '%s' (%s, %lld wide) "
-                                        "cannot join '%s' (%s, %lld wide) in phi3's fused '%s', "
-                                        "one tensor of one type for llama.cpp", c->name, name,
-                                        llm_type_name(po.type), (long long)po.ne[0],
-                                        o->parts[0] ? o->parts[0]->name : "",
-                                        llm_type_name(o->type), (long long)o->ne[0],
-                                        o->fused_name);
-                if (*st)
-                    break;
-                if (j == 0) {
-                    *o = po;
-                    snprintf(o->fused_name, sizeof o->fused_name, "blk.%d.%s.weight", layer,
-                             groups[g][0]);
-                } else {
-                    o->ne[1] += po.ne[1];
-                    o->nbytes += po.nbytes;
-                }
-                o->parts[j] = p;
-                o->part_bytes[j] = po.nbytes;
-            }
-            o->n_parts = n;
-            o->name = o->fused_name;
+    for (int gi = 0; gi < 2 && g < 0; gi++)
+        for (int ki = 0; ki < 3 && groups[gi][1 + ki] && g < 0; ki++)
+            if (!strcmp(what, groups[gi][1 + ki]))
+                g = gi, k = ki;
+    if (g < 0)
+        return 0;
+    if (k > 0)
+        return -1;
+    memset(o, 0, sizeof *o);
+    for (int jj = 0; jj < 3 && groups[g][1 + jj]; jj++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", layer, groups[g][1 + jj]);
+        struct llm_tensor *p = llm_file_find(c->f, name);
+        struct otensor po;
+        memset(&po, 0, sizeof po);
+        if (!p) {
+            *st = llm_error_set(LLM_E_INVALID, "%s: tensor '%s' is missing (phi3 fuses it into "
+                                "'blk.%d.%s.weight')", c->name, name, layer, groups[g][0]);
             return 1;
         }
+        if ((*st = plan_tensor(c, p, &po)))
+            return 1;
+        if (p->n_dims != 2 || (jj && (po.type != o->type || po.ne[0] != o->ne[0]))) {
+            *st = llm_error_set(LLM_E_UNSUPPORTED, "%s: tensor '%s' (%s, %lld wide) cannot join "
+                                "'%s' (%s, %lld wide) in phi3's fused 'blk.%d.%s.weight', one "
+                                "tensor of one type for llama.cpp", c->name, name,
+                                llm_type_name(po.type), (long long)po.ne[0],
+                                jj ? o->parts[0]->name : "", llm_type_name(o->type),
+                                (long long)o->ne[0], layer, groups[g][0]);
+            return 1;
+        }
+        if (jj == 0) {
+            *o = po;
+        } else {
+            o->ne[1] += po.ne[1];
+            o->nbytes += po.nbytes;
+        }
+        o->parts[jj] = p;
+        o->part_bytes[jj] = po.nbytes;
+        o->n_parts = jj + 1;
     }
-    return 0;
+    snprintf(o->fused_name, sizeof o->fused_name, "blk.%d.%s.weight", layer, groups[g][0]);
+    o->name = o->fused_name;
+    return 1;
 }
 
 static llm_status plan_tensors(struct wctx *c)

@@ -290,6 +290,12 @@ static llm_status read_config(const json_t *cfg, struct hf_cfg *c)
  * (rope_factors_long/short.weight); cos and sin are scaled by
  * attention_factor, or by transformers' default
  * sqrt(1 + ln(factor) / ln(original length)). */
+double llm_longrope_attn_factor(double ctx, double orig)
+{
+    const double factor = ctx / orig;
+    return factor <= 1 ? 1.0 : sqrt(1 + log(factor) / log(orig));
+}
+
 static llm_status set_longrope(struct llm_file *f, const json_t *cfg, const json_t *rs,
                                const struct hf_cfg *c)
 {
@@ -308,7 +314,7 @@ static llm_status set_longrope(struct llm_file *f, const json_t *cfg, const json
     if (r < 0)
         return LLM_E_FORMAT;
     if (r == 0)
-        attn = factor <= 1 ? 1.0 : sqrt(1 + log(factor) / log(orig));
+        attn = llm_longrope_attn_factor((double)c->ctx, orig);
     static const char *const keys[2][2] = { { "short_factor", "rope_factors_short.weight" },
                                             { "long_factor", "rope_factors_long.weight" } };
     const int64_t half = c->hd / 2;
@@ -851,12 +857,17 @@ static int moe_expert(struct hf_load *ld, const struct llm_st_entry *e, const ch
                                 (long long)want[0]);
             return 1;
         }
-        const uint64_t rows = (uint64_t)c->EI * (down ? 0 : 1), one = (uint64_t)want[0] * es;
-        for (int64_t x = 0; x < c->E; x++)
-            for (int k = down ? 2 : 0; k < (down ? 3 : 2); k++)
-                lp[k * c->E + x] = (struct moe_piece){
-                    e->data + (uint64_t)x * (uint64_t)want[1] * one + (k == 1 ? rows * one : 0),
-                    e->type, shard };
+        /* expert x's rows start at x * per; gate_up's up half EI rows on */
+        const uint64_t row = (uint64_t)want[0] * es, per = (uint64_t)want[1] * row;
+        for (int64_t x = 0; x < c->E; x++) {
+            const uint8_t *at = e->data + (uint64_t)x * per;
+            if (down) {
+                lp[2 * c->E + x] = (struct moe_piece){ at, e->type, shard };
+            } else {
+                lp[x] = (struct moe_piece){ at, e->type, shard };
+                lp[c->E + x] = (struct moe_piece){ at + (uint64_t)c->EI * row, e->type, shard };
+            }
+        }
         return 1;
     }
     int64_t x = 0;

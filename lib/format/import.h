@@ -37,6 +37,9 @@ llm_status llm_gguf_open(struct llm_file **out, const char *path, const struct l
 llm_status llm_llama2c_open(struct llm_file **out, const char *path,
                             const struct llm_import_opts *o);
 llm_status llm_hf_open(struct llm_file **out, const char *dir, const struct llm_import_opts *o);
+/* LongRoPE's scale of cos and sin when a config gives none (transformers'
+ * default): sqrt(1 + ln(f) / ln(orig)) for f = ctx / orig > 1, else 1. */
+double llm_longrope_attn_factor(double ctx, double orig);
 llm_status llm_safetensors_open(struct llm_file **out, const char *path,
                                 const struct llm_import_opts *o);
 

@@ -483,9 +483,8 @@ static llm_status build(struct llm_file *f, const struct syn_shape *sh, enum llm
         LLM_TRY(llm_meta_set_i64(m, "hparams.rope_scaling.original_context_length",
                                  sh->longrope_ctx));
         LLM_TRY(llm_meta_set_f32(m, "hparams.rope_scaling.attn_factor",
-                                 factor <= 1 ? 1.0f
-                                             : (float)sqrt(1 + log(factor) /
-                                                                   log((double)sh->longrope_ctx))));
+                                 (float)llm_longrope_attn_factor((double)sh->ctx,
+                                                                 (double)sh->longrope_ctx)));
     }
     if (sh->attn_softcap > 0)
         LLM_TRY(llm_meta_set_f32(m, "hparams.attn_softcap", (float)sh->attn_softcap));

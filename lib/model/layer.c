@@ -128,11 +128,6 @@ llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct ll
     return LLM_OK;
 }
 
-int llm_context_rope_long(const struct llm_context *c)
-{
-    return c->rope_long;
-}
-
 void llm_model_rope_tables(struct llm_context *c, const int32_t *pos, int32_t n)
 {
     llm_rope_table(&c->rope, pos, n, c->cs);
@@ -206,8 +201,8 @@ struct llm_backend *llm_context_backend(struct llm_context *c)
  * token's n_expert_used best experts by softmax probability (ties to the
  * lower index), best first, into sel, and their probabilities into w,
  * renormalized over the chosen ones when the model says so. r is
- * overwritten with the probabilities. Softmax in float, as transformers
- * computes it. */
+ * overwritten (the probabilities, -1 where chosen). Softmax in float, as
+ * transformers computes it. */
 static void route(const struct llm_config *cf, float *r, int64_t ld, int32_t n, int32_t *sel,
                   float *w)
 {
@@ -223,16 +218,13 @@ static void route(const struct llm_config *cf, float *r, int64_t ld, int32_t n, 
         int32_t *st = sel + (int64_t)t * K;
         float *wt = w + (int64_t)t * K, chosen = 0.0f;
         for (int32_t k = 0; k < K; k++) {
-            int32_t best = -1;
-            for (int32_t e = 0; e < E; e++) {
-                int taken = 0;
-                for (int32_t j = 0; j < k && !taken; j++)
-                    taken = st[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
+            int32_t best = 0;
+            for (int32_t e = 1; e < E; e++)
+                if (p[e] > p[best])
                     best = e;
-            }
             st[k] = best;
             chosen += wt[k] = p[best];
+            p[best] = -1.0f; /* below every probability: not chosen again */
         }
         for (int32_t k = 0; cf->expert_norm && k < K; k++)
             wt[k] /= chosen;

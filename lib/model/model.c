@@ -328,6 +328,15 @@ static llm_status bind_experts(struct llm_model *m, int32_t l, const char *nm, i
     return LLM_OK;
 }
 
+/* A RoPE frequency factor (rope_freqs, LongRoPE's) divides a frequency. */
+static llm_status factor_ok(const struct llm_model *m, const char *name, float v, int32_t i)
+{
+    if (v > 0)
+        return LLM_OK;
+    return llm_error_set(LLM_E_FORMAT, "%s: %s[%d] = %g is not positive", m->f->path, name, i,
+                         (double)v);
+}
+
 static llm_status rope_init(struct llm_model *m)
 {
     const struct llm_config *c = &m->c;
@@ -337,6 +346,7 @@ static llm_status rope_init(struct llm_model *m)
         return LLM_E_NOMEM;
     m->mscale = 1.0f;
     const float *freqs = NULL, *long_freqs = NULL;
+    const char *freqs_name = "rope_freqs.weight";
     struct llm_tensor *t = llm_file_find(m->f, "rope_freqs.weight");
     if (t) {
         struct llm_weight w;
@@ -352,6 +362,7 @@ static llm_status rope_init(struct llm_model *m)
         LLM_TRY(bind(m, &ws, "rope_factors_short.weight", half, 0, 0));
         LLM_TRY(bind(m, &wl, "rope_factors_long.weight", half, 0, 0));
         freqs = ws.data, long_freqs = wl.data;
+        freqs_name = "rope_factors_short.weight";
         m->inv_freq_long = llm_calloc((size_t)(half ? half : 1), sizeof(float));
         if (!m->inv_freq_long)
             return LLM_E_NOMEM;
@@ -369,11 +380,10 @@ static llm_status rope_init(struct llm_model *m)
         m->mscale = c->rope_attn_factor * (1.0f + 0.1f * logf(factor));
     }
     for (int32_t i = 0; i < half; i++) {
-        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+        const float base = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+        float f = base;
         if (freqs) {
-            if (!(freqs[i] > 0))
-                return llm_error_set(LLM_E_FORMAT, "%s: rope_freqs.weight[%d] = %g is not positive",
-                                     m->f->path, i, (double)freqs[i]);
+            LLM_TRY(factor_ok(m, freqs_name, freqs[i], i));
             f /= freqs[i];
         } else if (!strcmp(sc, "linear")) {
             f /= factor;
@@ -393,10 +403,7 @@ static llm_status rope_init(struct llm_model *m)
         }
         m->inv_freq[i] = f;
         if (long_freqs) {
-            const float base = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
-            if (!(long_freqs[i] > 0))
-                return llm_error_set(LLM_E_FORMAT, "%s: rope_factors_long.weight[%d] = %g is not "
-                                     "positive", m->f->path, i, (double)long_freqs[i]);
+            LLM_TRY(factor_ok(m, "rope_factors_long.weight", long_freqs[i], i));
             m->inv_freq_long[i] = base / long_freqs[i];
         }
     }
@@ -879,6 +886,11 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
                                       .softcap = cf->attn_softcap };
     *out = c;
     return LLM_OK;
+}
+
+int llm_context_rope_long(const struct llm_context *c)
+{
+    return c->rope_long;
 }
 
 llm_status llm_context_fork(struct llm_context *c, int32_t src, int32_t dst, int32_t n)

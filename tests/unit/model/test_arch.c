@@ -111,78 +111,67 @@ static double run(const char *name, const char *key, int32_t *greedy)
  * largest logit */
 #define TOL 1e-5
 
-Test(arch, mistral_sliding_window_matches_transformers)
+/* The shape `name` matches transformers (and its greedy tokens, in run). */
+static void expect_match(const char *name)
 {
     int32_t g[N_GEN];
-    double e = run("mistral-swa", NULL, g);
-    cr_assert(e <= TOL, "mistral-swa: relative error %g", e);
-    /* without the window the same weights are far from transformers' */
-    e = run("mistral-swa", "hparams.sliding_window", g);
-    cr_assert(e > 100 * TOL, "mistral-swa without its window: relative error %g", e);
+    double e = run(name, NULL, g);
+    cr_assert(e <= TOL, "%s: relative error %g", name, e);
 }
 
-Test(arch, qwen3_matches_transformers)
+/* Without `key` (set to 0) the same weights are far from transformers':
+ * the test can fail. */
+static void expect_far_without(const char *name, const char *key)
 {
     int32_t g[N_GEN];
-    double e = run("qwen3", NULL, g);
-    cr_assert(e <= TOL, "qwen3: relative error %g", e);
+    double e = run(name, key, g);
+    cr_assert(e > 100 * TOL, "%s without %s: relative error %g", name, key, e);
 }
+
+Test(arch, mistral_sliding_window_matches_transformers)
+{
+    expect_match("mistral-swa");
+    expect_far_without("mistral-swa", "hparams.sliding_window");
+}
+
+Test(arch, qwen3_matches_transformers) { expect_match("qwen3"); }
 
 Test(arch, gemma3_matches_transformers)
 {
-    int32_t g[N_GEN];
-    double e = run("gemma3", NULL, g);
-    cr_assert(e <= TOL, "gemma3: relative error %g", e);
-    e = run("gemma3", "hparams.sliding_window", g); /* its local layers made global */
-    cr_assert(e > 100 * TOL, "gemma3 without its window: relative error %g", e);
+    expect_match("gemma3");
+    expect_far_without("gemma3", "hparams.sliding_window"); /* its local layers made global */
 }
 
 Test(arch, gemma2_matches_transformers)
 {
-    int32_t g[N_GEN];
-    double e = run("gemma2", NULL, g);
-    cr_assert(e <= TOL, "gemma2: relative error %g", e);
-    const char *off[] = { "hparams.sliding_window", "hparams.attn_softcap", "hparams.final_softcap" };
-    for (int i = 0; i < 3; i++) {
-        e = run("gemma2", off[i], g);
-        cr_assert(e > 100 * TOL, "gemma2 without %s: relative error %g", off[i], e);
-    }
+    expect_match("gemma2");
+    expect_far_without("gemma2", "hparams.sliding_window");
+    expect_far_without("gemma2", "hparams.attn_softcap");
+    expect_far_without("gemma2", "hparams.final_softcap");
 }
 
 /* transformers read the fused tensors of our GGUF export (qkv_proj and
  * gate_up_proj as they are), so this checks their layout too */
 Test(arch, phi3_matches_transformers)
 {
-    int32_t g[N_GEN];
-    double e = run("phi3", NULL, g);
-    cr_assert(e <= TOL, "phi3: relative error %g", e);
-    e = run("phi3", "hparams.sliding_window", g);
-    cr_assert(e > 100 * TOL, "phi3 without its window: relative error %g", e);
+    expect_match("phi3");
+    expect_far_without("phi3", "hparams.sliding_window");
 }
 
 /* mixtures of experts: 4, 6 and 8 experts, 2 or 3 per token, the weights
  * renormalized or not, qwen2moe's shared expert */
 Test(arch, mixtral_qwen2moe_qwen3moe_match_transformers)
 {
-    int32_t g[N_GEN];
-    const char *names[] = { "mixtral", "qwen2moe", "qwen3moe" };
-    for (int i = 0; i < 3; i++) {
-        double e = run(names[i], NULL, g);
-        cr_assert(e <= TOL, "%s: relative error %g", names[i], e);
-    }
+    expect_match("mixtral");
+    expect_match("qwen2moe");
+    expect_match("qwen3moe");
     /* renormalizing the chosen experts' weights or not matters */
-    double e = run("qwen3moe", "hparams.expert_weights_norm", g);
-    cr_assert(e > 100 * TOL, "qwen3moe without renormalizing: relative error %g", e);
+    expect_far_without("qwen3moe", "hparams.expert_weights_norm");
 }
 
 /* LongRoPE with its long factors: the context (64) and transformers'
  * text (24) are both past the original length (16) */
-Test(arch, phi3_longrope_matches_transformers)
-{
-    int32_t g[N_GEN];
-    double e = run("phi3-longrope", NULL, g);
-    cr_assert(e <= TOL, "phi3-longrope: relative error %g", e);
-}
+Test(arch, phi3_longrope_matches_transformers) { expect_match("phi3-longrope"); }
 
 /* A context no longer than the original length takes the short factors,
  * and its states are not another context's */
