@@ -706,7 +706,10 @@ static llm_status write_meta(struct wctx *c, struct kvw *w)
             kv_str(w, key, sv->s, sv->slen);
         }
         LLM_TRY(get_f(w, m, "hparams.rope_scaling.factor", &d, &have));
-        if (have) {
+        /* LongRoPE's scaling is its factor tensors: llama.cpp would read a
+         * factor as linear scaling on top of them (1/factor on every
+         * position), so its converter writes none, nor does this */
+        if (have && !(sv && !strcmp(sv->s, "longrope"))) {
             snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
             kv_f32(w, key, (float)d);
         }

@@ -228,6 +228,9 @@ t_architectures_round_trip_through_gguf() {
     expect 0 "$CONVERT" --info "$TMP/p3lb.llm" && has "$TMP/out" "original_context_length: 16" &&
     has "$TMP/out" 'name: "rope_factors_long.weight", type: f32, shape: [8]' || return 1
     [ "$(tensors "$TMP/p3l.llm")" = "$(tensors "$TMP/p3lb.llm")" ] || { echo "longrope tensors differ"; return 1; }
+    # no rope.scaling.factor for LongRoPE: llama.cpp would scale every position by 1/factor on
+    # top of the factor tensors
+    ! grep -qa "rope.scaling.factor" "$TMP/p3l.gguf" || { echo "longrope GGUF has a scaling factor"; return 1; }
     # parts of different GGML types cannot be fused: refused, naming both, no file left
     printf 'default:\n  method: rtn\n  bits: 8\n  group: 32\nrules:\n  - match: "blk.*.attn_k.weight"\n    method: rtn\n    bits: 4\n    group: 32\n    sym: true\n' >"$TMP/p3mix.yaml"
     "$BIN/llm-quantize" -m "$TMP/p3.llm" -o "$TMP/p3mix.llm" --recipe "$TMP/p3mix.yaml" -q || return 1

@@ -33,7 +33,8 @@ static void read_ids(FILE *fp, const char *word, int32_t *ids, int n, const char
         cr_assert_eq(fscanf(fp, "%d", &ids[i]), 1, "%s: %s id %d", path, word, i);
 }
 
-static void read_ref(const char *path, int32_t n_vocab, struct ref *r)
+/* A reference file, past its '#' comment lines. */
+static FILE *open_ref(const char *path)
 {
     FILE *fp = fopen(path, "r");
     cr_assert(fp, "%s: cannot open", path);
@@ -42,6 +43,13 @@ static void read_ref(const char *path, int32_t n_vocab, struct ref *r)
         while ((c = fgetc(fp)) != '\n' && c != EOF)
             ;
     ungetc(c, fp);
+    return fp;
+}
+
+static void read_ref(const char *path, int32_t n_vocab, struct ref *r)
+{
+    FILE *fp = open_ref(path);
+    int c;
     read_ids(fp, "prompt", r->prompt, N_PROMPT, path);
     read_ids(fp, "greedy", r->greedy, N_GEN, path);
     r->logits = malloc(sizeof(float) * N_PROMPT * (size_t)n_vocab);
@@ -205,4 +213,27 @@ Test(arch, longrope_short_context_takes_the_short_factors)
     cr_assert(memcmp(a, b, sizeof a), "the long factors changed nothing");
     cr_assert_neq(id[0], id[1], "a long context's states would load into a short one");
     llm_model_close(m);
+}
+
+/* llama.cpp b4748 on our GGUF export of the same weights
+ * (scripts/greedy-llama-cpp.sh --save wrote NAME.llamacpp): its greedy
+ * tokens are ours, for each shape it runs as the architecture defines it.
+ * Not mistral-swa (b4748 reads no window for llama: its file records how
+ * it differs), gemma2 (b4748 needs 26, 42 or 46 layers), nor the shapes
+ * that came after it. */
+Test(arch, greedy_matches_llama_cpp)
+{
+    static const char *const names[] = { "phi3", "phi3-longrope", "mixtral", "qwen2moe" };
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/unit/model/ref/%s.llamacpp", names[k]);
+        FILE *fp = open_ref(path);
+        int32_t want[N_GEN], got[N_GEN];
+        read_ids(fp, "greedy", want, N_GEN, path);
+        fclose(fp);
+        run(names[k], NULL, got);
+        for (int i = 0; i < N_GEN; i++)
+            cr_assert_eq(got[i], want[i], "%s: greedy token %d is %d, llama.cpp %d", names[k], i,
+                         got[i], want[i]);
+    }
 }
