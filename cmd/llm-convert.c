@@ -15,7 +15,7 @@ static const struct llm_opt opts[] = {
     { OPT_TO, "to", LLM_ARG_REQUIRED, "FORMAT", "output format: llm, gguf; gptq, gptq_v2, awq write a HF directory (default: from the file name, else llm)", "llm gguf gptq gptq_v2 awq" },
     { OPT_DEQUANT, "dequant", LLM_ARG_NONE, NULL, "with --to gptq/gptq_v2/awq: write what cannot stay quantized as f16", NULL },
     { OPT_COMPRESS, "compress", LLM_ARG_OPTIONAL, "LEVEL", "zstd-compress each tensor (.llm; default level 3)", NULL },
-    { OPT_TOKENIZER, "tokenizer", LLM_ARG_REQUIRED, "FILE", "llama2.c tokenizer.bin for a llama2.c checkpoint", "file" },
+    { OPT_TOKENIZER, "tokenizer", LLM_ARG_REQUIRED, "FILE", "llama2.c tokenizer.bin for a llama2.c checkpoint or a --synthetic model", "file" },
     { OPT_META, "meta", LLM_ARG_REQUIRED, "KEY=VALUE", "set user.KEY in the metadata (repeatable)", NULL },
     { OPT_INFO, "info", LLM_ARG_NONE, NULL, "print metadata, tensors and totals of each FILE", NULL },
     { OPT_JSON, "json", LLM_ARG_NONE, NULL, "with --info: print JSON instead of YAML", NULL },
@@ -31,7 +31,7 @@ static struct llm_cli cli = {
     .synopsis = "[OPTIONS] IN -o OUT\n"
                 "--info [--json] [--checksums] FILE...\n"
                 "--verify FILE...\n"
-                "--synthetic SHAPE [--type TYPE] [--seed N] -o OUT\n"
+                "--synthetic SHAPE [--type TYPE] [--seed N] [--tokenizer FILE] -o OUT\n"
                 "IN --to gptq|gptq_v2|awq [--dequant] -o DIR",
     .summary = "Convert GGUF, llama2.c and Hugging Face models (float, GPTQ, AWQ) to .llm, and\n"
                ".llm to GGUF or to GPTQ/AWQ directories; inspect, verify and make synthetic models.",
@@ -77,11 +77,13 @@ static llm_status set_user_meta(struct llm_file *f, const struct args *a)
 
 /* --tokenizer names the separate vocabulary of a llama2.c checkpoint; any
  * other input carries its own, so the option would be ignored: refuse it. */
-static llm_status check_tokenizer_opt(const struct args *a, const struct llm_file *f)
+static llm_status check_tokenizer_opt(const struct args *a, struct llm_file *f)
 {
+    if (a->tokenizer && !strcmp(f->format, "synthetic"))
+        return llm_llama2c_tokenizer_open(f, a->tokenizer);
     if (a->tokenizer && strcmp(f->format, "llama2c") != 0)
-        return llm_error_set(LLM_E_INVALID, "%s: --tokenizer applies to llama2.c checkpoints, not to "
-                             "%s files", f->path, f->format);
+        return llm_error_set(LLM_E_INVALID, "%s: --tokenizer applies to llama2.c checkpoints and "
+                             "synthetic models, not to %s files", f->path, f->format);
     return LLM_OK;
 }
 
@@ -266,8 +268,8 @@ int main(int argc, char **argv)
     if ((a.info || a.verify) && (a.n_meta || a.have_type || a.compress || a.to || a.dequant))
         return llm_cli_usage(&cli, "--meta, --type, --compress, --to and --dequant make no sense with %s",
                              a.info ? "--info" : "--verify");
-    if (a.tokenizer && (a.verify || a.synth))
-        return llm_cli_usage(&cli, "--tokenizer goes with a llama2.c checkpoint");
+    if (a.tokenizer && a.verify)
+        return llm_cli_usage(&cli, "--tokenizer goes with a llama2.c checkpoint or --synthetic");
     if ((a.json || a.sums) && !a.info)
         return llm_cli_usage(&cli, "%s goes with --info", a.json ? "--json" : "--checksums");
     if (a.info || a.verify) {

@@ -168,6 +168,11 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
         json_num(f, t->awq_ratio);
         fprintf(f, ", \"fp8_scale\": %s",
                 t->fp8_scale < 0 ? "null" : t->fp8_scale ? "\"tensor\"" : "\"channel\"");
+        if (t->expert >= 0)
+            fprintf(f, ", \"expert\": %d", t->expert);
+        if (t->tokens >= 0)
+            fprintf(f, ", \"tokens\": %lld, \"fallback\": %s", (long long)t->tokens,
+                    t->fallback ? "\"rtn\"" : "null");
         fprintf(f, ", \"seconds\": %.4f}", t->seconds);
     }
     fputs(r->n ? "\n  ]\n}\n" : "]\n}\n", f);
@@ -435,11 +440,16 @@ int main(int argc, char **argv)
         s = write_report(report, &rep, in, out);
     for (size_t i = 0; !s && cli.verbose > 0 && i < rep.n; i++) {
         const struct llm_qtensor_report *e = &rep.t[i];
-        fprintf(stderr, "%-28s %-4s %s -> %-8s weight mse %.3g", e->name,
-                llm_qmethod_name(e->method), llm_type_name(e->from), llm_type_name(e->to),
-                e->weight_err);
+        char name[LLM_MAX_NAME + 16];
+        snprintf(name, sizeof name, e->expert >= 0 ? "%s[%d]" : "%s", e->name, (int)e->expert);
+        fprintf(stderr, "%-28s %-4s %s -> %-8s weight mse %.3g", name,
+                e->fallback ? "rtn" : llm_qmethod_name(e->method), llm_type_name(e->from),
+                llm_type_name(e->to), e->weight_err);
         if (e->out_err_after >= 0)
             fprintf(stderr, ", output mse %.3g (rtn %.3g)", e->out_err_after, e->out_err_before);
+        if (e->tokens >= 0)
+            fprintf(stderr, ", %lld tokens%s", (long long)e->tokens,
+                    e->fallback ? ": too few, rounded to nearest" : "");
         fputc('\n', stderr);
     }
     if (!s && cli.verbose >= 0 && strcmp(out, "-"))

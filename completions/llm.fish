@@ -61,7 +61,7 @@ complete -c llm-convert -s t -l type -x -a 'f32 f16 bf16 q8_0 q8_g64 q8_g128 q8_
 complete -c llm-convert -l to -x -a 'llm gguf gptq gptq_v2 awq' -d 'output format: llm, gguf; gptq, gptq_v2, awq write a HF directory (default: from the file name, else llm)'
 complete -c llm-convert -l dequant -d 'with --to gptq/gptq_v2/awq: write what cannot stay quantized as f16'
 complete -c llm-convert -l compress -d 'zstd-compress each tensor (.llm; default level 3)'
-complete -c llm-convert -l tokenizer -r -F -d 'llama2.c tokenizer.bin for a llama2.c checkpoint'
+complete -c llm-convert -l tokenizer -r -F -d 'llama2.c tokenizer.bin for a llama2.c checkpoint or a --synthetic model'
 complete -c llm-convert -l meta -x -d 'set user.KEY in the metadata (repeatable)'
 complete -c llm-convert -l info -d 'print metadata, tensors and totals of each FILE'
 complete -c llm-convert -l json -d 'with --info: print JSON instead of YAML'

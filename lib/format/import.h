@@ -81,6 +81,10 @@ llm_status llm_llama2c_head(const uint8_t *d, size_t n, int eof, uint64_t *need,
 /* llama2.c tokenizer.bin with n_tokens entries, into f's vocabulary. */
 llm_status llm_llama2c_tokenizer_parse(struct llm_file *f, const uint8_t *data, size_t size,
                                        const char *name, uint32_t n_tokens);
+/* The llama2.c tokenizer.bin at path into f's vocabulary, of the size of
+ * f's hparams.vocab_size (a llama2.c checkpoint's, or a synthetic model's:
+ * a random model that tokenizes real text, for calibration tests). */
+llm_status llm_llama2c_tokenizer_open(struct llm_file *f, const char *path);
 /* SentencePiece ModelProto (tokenizer.model), into f's vocabulary. */
 llm_status llm_spm_parse(struct llm_file *f, const uint8_t *data, size_t size, const char *name);
 

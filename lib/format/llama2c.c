@@ -653,7 +653,7 @@ out:
 
 /* ---- files ----------------------------------------------------------------- */
 
-static llm_status open_tokenizer(struct llm_file *f, const char *path)
+llm_status llm_llama2c_tokenizer_open(struct llm_file *f, const char *path)
 {
     struct llm_map m;
     int64_t vocab;
@@ -682,7 +682,7 @@ llm_status llm_llama2c_open(struct llm_file **out, const char *path,
     }
     s = llm_file_add_map(f, &m);
     if (s == LLM_OK && o && o->tokenizer_path)
-        s = open_tokenizer(f, o->tokenizer_path);
+        s = llm_llama2c_tokenizer_open(f, o->tokenizer_path);
     if (s != LLM_OK) {
         llm_file_free(f);
         return s;

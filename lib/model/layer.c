@@ -160,8 +160,8 @@ llm_status llm_layer_ffn_hidden(struct llm_context *c, int32_t l, const struct l
 {
     LLM_TRY(check_rows(c, l, n));
     if (c->m->c.n_expert)
-        return llm_error_set(LLM_E_UNSUPPORTED, "layer %d: mixture-of-experts feed-forwards have "
-                             "no single hidden stage (calibrating them is not supported yet)", l);
+        return llm_error_set(LLM_E_INVALID, "layer %d: a mixture-of-experts feed-forward has "
+                             "no single hidden stage (llm_layer_moe)", l);
     const struct llm_layer_w *L = &c->m->layers[l];
     if (!lin)
         lin = &no_lin;
@@ -235,12 +235,17 @@ static void route(const struct llm_config *cf, float *r, int64_t ld, int32_t n, 
  * joined to x: the tokens grouped by expert, so that each chosen expert's
  * matrices are read once for all its tokens; each token's outputs summed
  * in its own order of experts, so its bits do not depend on the batch. */
-static llm_status moe_ffn(struct llm_context *c, int32_t l, const float *xb, float *x, int32_t n)
+llm_status llm_layer_moe(struct llm_context *c, int32_t l, const struct llm_moe_lin *lin,
+                         llm_moe_tap tap, void *arg, const float *xb, float *x, int32_t n)
 {
+    LLM_TRY(check_rows(c, l, n));
     struct llm_backend *b = c->be;
     const struct llm_config *cf = &c->m->c;
     const struct llm_layer_w *L = &c->m->layers[l];
     const int32_t E = cf->n_expert, K = cf->n_expert_used;
+    if (!E)
+        return llm_error_set(LLM_E_INVALID, "layer %d has no experts", l);
+    static const struct llm_moe_lin none;
     const struct llm_weight *rw[1] = { &L->router };
     float *ro[1] = { c->moe_r };
     LLM_TRY(llm_model_matmul(c, 1, rw, NULL, xb, ro, n));
@@ -263,23 +268,34 @@ static llm_status moe_ffn(struct llm_context *c, int32_t l, const float *xb, flo
         const int32_t m = cnt[e] - start;
         if (!m)
             continue;
+        const struct llm_moe_lin *my = lin ? &lin[e] : &none;
         LLM_TRY(b->ops->get_rows(b, xb, c->moe_rows + start, c->moe_x, m, cf->dim));
-        const struct llm_weight *gu[2] = { &L->exp_gate[e], &L->exp_up[e] };
+        if (tap)
+            LLM_TRY(tap(arg, e, 0, c->moe_x, m));
+        const struct llm_weight *gu[2] = { pick(my->gate, &L->exp_gate[e]),
+                                           pick(my->up, &L->exp_up[e]) };
         float *h[2] = { c->hb, c->hb2 };
         LLM_TRY(llm_model_matmul(c, 2, gu, NULL, c->moe_x, h, m));
         LLM_TRY(b->ops->swiglu(b, c->hb, c->hb2, (int64_t)m * cf->expert_ffn_dim));
-        const struct llm_weight *dn[1] = { &L->exp_down[e] };
+        if (tap)
+            LLM_TRY(tap(arg, e, 1, c->hb, m));
+        const struct llm_weight *dn[1] = { pick(my->down, &L->exp_down[e]) };
         float *o[1] = { c->moe_o };
         LLM_TRY(llm_model_matmul(c, 1, dn, NULL, c->hb, o, m));
         LLM_TRY(b->ops->set_rows(b, c->moe_o, c->moe_slot + start, c->moe_y, m, cf->dim));
     }
     LLM_TRY(b->ops->combine(b, c->xb2, c->moe_y, c->moe_w, n, K, cf->dim, 0));
     if (L->sh_gate.data) { /* qwen2moe's shared expert, gated by sigmoid(x . g) */
-        const struct llm_weight *gu[2] = { &L->sh_gate, &L->sh_up }, *g[1] = { &L->sh_gate_inp },
-                                *dn[1] = { &L->sh_down };
+        const struct llm_moe_lin *my = lin ? &lin[E] : &none;
+        const struct llm_weight *gu[2] = { pick(my->gate, &L->sh_gate), pick(my->up, &L->sh_up) },
+                                *g[1] = { &L->sh_gate_inp }, *dn[1] = { pick(my->down, &L->sh_down) };
         float *h[2] = { c->hb, c->hb2 }, *o[1] = { c->moe_o }, *go[1] = { c->moe_r };
+        if (tap)
+            LLM_TRY(tap(arg, E, 0, xb, n));
         LLM_TRY(llm_model_matmul(c, 2, gu, NULL, xb, h, n));
         LLM_TRY(b->ops->swiglu(b, c->hb, c->hb2, (int64_t)n * cf->shared_ffn_dim));
+        if (tap)
+            LLM_TRY(tap(arg, E, 1, c->hb, n));
         LLM_TRY(llm_model_matmul(c, 1, dn, NULL, c->hb, o, n));
         LLM_TRY(llm_model_matmul(c, 1, g, NULL, xb, go, n));
         LLM_TRY(b->ops->download(b, c->moe_rh, c->moe_r, (size_t)n * sizeof(float)));
@@ -298,7 +314,7 @@ llm_status llm_model_layer(struct llm_context *c, int32_t l, const struct llm_se
     LLM_TRY(llm_layer_attn_out(c, l, NULL, c->att, c->x, n));
     LLM_TRY(llm_layer_norm(c, l, LLM_NORM_FFN, c->x, c->xb, n));
     if (c->m->c.n_expert)
-        return moe_ffn(c, l, c->xb, c->x, n);
+        return llm_layer_moe(c, l, NULL, NULL, NULL, c->xb, c->x, n);
     LLM_TRY(llm_layer_ffn_hidden(c, l, NULL, c->xb, c->hb, n));
     return llm_layer_ffn_out(c, l, NULL, c->hb, c->x, n);
 }

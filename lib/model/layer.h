@@ -59,6 +59,27 @@ llm_status llm_layer_ffn_hidden(struct llm_context *c, int32_t l, const struct l
 llm_status llm_layer_ffn_out(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
                              const float *h, float *x, int32_t n);
 
+/* Mixture-of-experts feed-forwards (the model's n_expert > 0), which take
+ * the place of ffn_hidden and ffn_out. The linears of expert e, 0 ..
+ * n_expert - 1, and at n_expert qwen2moe's shared expert; NULL entries are
+ * the model's. */
+struct llm_moe_lin {
+    const struct llm_weight *gate, *up, *down;
+};
+/* What llm_layer_moe shows its caller of each expert e that receives
+ * tokens: the m rows going into its gate and up (down == 0: x (m, dim)),
+ * then those going into its down (down == 1: x (m, the expert's ffn)), the
+ * tokens in row order; the shared expert (e = n_expert) gets every row. */
+typedef llm_status (*llm_moe_tap)(void *arg, int32_t e, int down, const float *x, int32_t m);
+
+/* x (n, dim) += layer l's mixture of experts of normed xb (n, dim): the
+ * router's choice, each chosen expert's output weighted, the shared
+ * expert's gated: the forward pass's own computation, with lin (n_expert +
+ * 1 entries, or NULL) over the model's weights; tap (may be NULL) sees the
+ * inputs of each expert's linears. The router's weights are the model's. */
+llm_status llm_layer_moe(struct llm_context *c, int32_t l, const struct llm_moe_lin *lin,
+                         llm_moe_tap tap, void *arg, const float *xb, float *x, int32_t n);
+
 /* The embedding rows of tokens (n) into x (n, dim). */
 llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x);
 

@@ -197,6 +197,11 @@ struct lin {
     int64_t rows, cols;
     const float *colscale; /* AWQ: columns were multiplied by these (cols), or NULL */
     const float *rowscale; /* AWQ: rows were divided by these (rows), or NULL */
+    /* an expert of a 3-D tensor of experts: rows row0 .. row0 + rows - 1 of
+     * t, the report's entry `expert`; a view (W and W0 point into the
+     * whole tensor's lin, lin_free leaves them); -1 and 0 otherwise */
+    int32_t expert;
+    int64_t row0;
 };
 
 static llm_status lin_load(struct qctx *q, struct lin *L, const char *fmt, int layer)
@@ -204,6 +209,7 @@ static llm_status lin_load(struct qctx *q, struct lin *L, const char *fmt, int l
     char name[LLM_MAX_NAME];
     snprintf(name, sizeof name, fmt, layer);
     memset(L, 0, sizeof *L);
+    L->expert = -1;
     L->t = llm_q_find(q, name);
     if (!L->t || !L->t->in)
         return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s' is missing", q->in->path, name);
@@ -245,7 +251,7 @@ static llm_status out_err_blocks(struct qctx *q, const float *D, int64_t rows, i
 static llm_status lin_report(struct qctx *q, struct lin *L, const float *const *H, int nh,
                              double seconds, double awq_ratio)
 {
-    struct llm_qtensor_report *e = llm_q_report(q, L->t);
+    struct llm_qtensor_report *e = llm_q_report(q, L->t, L->expert);
     int64_t n = L->rows * L->cols;
     float *D = llm_malloc((size_t)n * sizeof(float));
     float *row = llm_malloc((size_t)L->cols * sizeof(float));
@@ -434,7 +440,8 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
         const struct llm_quantize_params *p = q->p;
         int64_t c = L->cols;
         float *Hc = llm_malloc((size_t)(c * c) * sizeof(float));
-        t->data = llm_malloc((size_t)t->nbytes);
+        if (!t->data) /* an expert's rows go into the whole tensor's */
+            t->data = llm_malloc((size_t)t->nbytes);
         int32_t *perm = llm_malloc((size_t)c * sizeof(int32_t));
         int32_t *order = nh > 1 ? llm_malloc((size_t)c * sizeof(int32_t)) : NULL;
         if (!Hc || !t->data || !perm || (nh > 1 && !order)) {
@@ -444,6 +451,8 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
             return LLM_E_NOMEM;
         }
         llm_status s = order ? shared_order(H, nh, c, order) : LLM_OK;
+        uint8_t *out = (uint8_t *)t->data + llm_type_row_bytes(t->to, (uint64_t)c) *
+                                                 (uint64_t)L->row0;
         struct llm_gptq_params gp = { .type = t->to, .damp = p->damp,
                                       .block_size = p->block_size, .act_order = p->act_order,
                                       .static_groups = p->static_groups,
@@ -453,8 +462,8 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
         gp.scale = llm_q_fp8_tensor_scale(t, L->W, L->rows * c);
         if (!s)
             s = t->to == LLM_TYPE_FP8_E4M3 && t->spec.per_tensor == LLM_FP8_SCALE_AUTO
-                    ? fp8_auto_scope(L, H, D, nh, &gp, Hc, perm, t->data)
-                    : gptq_blocks(L->W, L->rows, c, H, D, nh, &gp, Hc, perm, t->data, NULL);
+                    ? fp8_auto_scope(L, H, D, nh, &gp, Hc, perm, out)
+                    : gptq_blocks(L->W, L->rows, c, H, D, nh, &gp, Hc, perm, out, NULL);
         llm_free(Hc);
         llm_free(order);
         if (s) {
@@ -477,7 +486,7 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
             llm_free(perm);
         }
     } else {
-        LLM_TRY(llm_q_quantize_plain(q, t, L->W, L->rows, L->cols));
+        LLM_TRY(llm_q_quantize_plain(q, t, L->expert, L->W, L->row0, L->rows, L->cols));
     }
     LLM_TRY(lin_report(q, L, H, nh, llm_q_now() - t0, -1));
     llm_q_progress(q, L->rows * L->cols);
@@ -767,6 +776,212 @@ static llm_status residual(struct qctx *q, int32_t l, int is_down, const struct 
                    : llm_layer_attn_out(q->ctx, l, &lin, in, x, n);
 }
 
+/* ---- mixtures of experts ------------------------------------------------ */
+
+struct awq_in;
+static void awq_in_free(struct awq_in *a, int64_t n);
+
+/* The feed-forward of a mixture-of-experts block: the 3-D tensors of the
+ * experts' gate, up and down (and the shared expert's matrices), loaded as
+ * float, with a view per expert; the Hessians of one kind of input (gate
+ * and up's, or down's) of every expert, collected through the forward
+ * pass's tap. Expert e is index e, the shared expert index E. */
+enum { MG, MU, MD, NM };
+struct moe {
+    struct qctx *q;
+    int32_t E, n_ex;         /* experts; views (E, or E + 1 with a shared expert) */
+    struct lin all[NM];      /* the experts' tensors (E * rows, cols) */
+    struct lin sh[NM];       /* the shared expert's (t NULL: none) */
+    struct lin *v;           /* (n_ex, NM) the views */
+    struct llm_weight *w;    /* (n_ex, NM) float weights of the views (W, or W0 for
+                              * the float stream) */
+    struct llm_moe_lin *ml;  /* (n_ex) pointing into w */
+    struct hacc *h;          /* (n_ex) Hessians being collected */
+    int64_t *tokens;         /* (n_ex) tokens routed to each */
+    int down;                /* 0: collect gate and up's inputs, 1: down's */
+    struct awq_in *ain;      /* AWQ: (n_ex, 2) each expert's inputs of gate and up, of down */
+    int64_t stride;          /* AWQ: every stride-th token of an expert is sampled */
+};
+
+static const char *const moe_fmt[NM] = { "blk.%d.ffn_gate_exps.weight", "blk.%d.ffn_up_exps.weight",
+                                          "blk.%d.ffn_down_exps.weight" };
+static const char *const sh_fmt[NM] = { "blk.%d.ffn_gate_shexp.weight", "blk.%d.ffn_up_shexp.weight",
+                                         "blk.%d.ffn_down_shexp.weight" };
+
+static void moe_free(struct moe *mo)
+{
+    for (int i = 0; i < NM; i++) {
+        lin_free(&mo->all[i]);
+        lin_free(&mo->sh[i]);
+    }
+    for (int32_t e = 0; mo->h && e < mo->n_ex; e++)
+        hacc_free(&mo->h[e]);
+    awq_in_free(mo->ain, mo->ain ? 2 * mo->n_ex : 0);
+    llm_free(mo->v);
+    llm_free(mo->w);
+    llm_free(mo->ml);
+    llm_free(mo->h);
+    llm_free(mo->tokens);
+    memset(mo, 0, sizeof *mo);
+}
+
+static llm_status moe_load(struct qctx *q, int32_t l, struct moe *mo)
+{
+    const struct llm_config *cf = &q->m->c;
+    memset(mo, 0, sizeof *mo);
+    mo->q = q;
+    mo->E = cf->n_expert;
+    mo->n_ex = mo->E + (cf->shared_ffn_dim > 0);
+    for (int i = 0; i < NM; i++) {
+        LLM_TRY(lin_load(q, &mo->all[i], moe_fmt[i], l));
+        if (mo->n_ex > mo->E)
+            LLM_TRY(lin_load(q, &mo->sh[i], sh_fmt[i], l));
+    }
+    mo->v = llm_calloc((size_t)mo->n_ex * NM, sizeof *mo->v);
+    mo->w = llm_calloc((size_t)mo->n_ex * NM, sizeof *mo->w);
+    mo->ml = llm_calloc((size_t)mo->n_ex, sizeof *mo->ml);
+    mo->h = llm_calloc((size_t)mo->n_ex, sizeof *mo->h);
+    mo->tokens = llm_calloc((size_t)mo->n_ex, sizeof *mo->tokens);
+    if (!mo->v || !mo->w || !mo->ml || !mo->h || !mo->tokens)
+        return LLM_E_NOMEM;
+    for (int32_t e = 0; e < mo->n_ex; e++)
+        for (int i = 0; i < NM; i++) {
+            struct lin *V = &mo->v[e * NM + i];
+            if (e == mo->E) {
+                *V = mo->sh[i];
+            } else {
+                const struct lin *A = &mo->all[i];
+                int64_t rows = A->rows / mo->E;
+                *V = *A;
+                V->rows = rows;
+                V->row0 = e * rows;
+                V->W = A->W + V->row0 * A->cols;
+                V->W0 = A->W0 + V->row0 * A->cols;
+            }
+            V->expert = e == mo->E ? -1 : e;
+        }
+    return LLM_OK;
+}
+
+/* The views' weights for llm_layer_moe: the values being quantized (or,
+ * float0, the original ones, for GPTAQ's float stream). */
+static const struct llm_moe_lin *moe_lin(struct moe *mo, int float0)
+{
+    for (int32_t e = 0; e < mo->n_ex; e++) {
+        struct llm_weight *w = &mo->w[e * NM];
+        for (int i = 0; i < NM; i++) {
+            const struct lin *V = &mo->v[e * NM + i];
+            w[i] = fw(float0 ? V->W0 : V->W, V->rows, V->cols);
+        }
+        mo->ml[e] = (struct llm_moe_lin){ .gate = &w[MG], .up = &w[MU], .down = &w[MD] };
+    }
+    return mo->ml;
+}
+
+static llm_status moe_tap(void *arg, int32_t e, int down, const float *x, int32_t m)
+{
+    struct moe *mo = arg;
+    if (down != mo->down)
+        return LLM_OK;
+    mo->tokens[e] += m;
+    return hacc_add(mo->q, &mo->h[e], x, m);
+}
+
+/* Every chunk of the stream X through layer l's FFN norm and experts,
+ * with the views' weights: with collect, each expert's inputs of kind
+ * mo->down go into its Hessian and X is left alone; without, the branch is
+ * added to X (and with GPTAQ the float experts' to Xf). */
+static llm_status moe_pass(struct qctx *q, int32_t l, struct moe *mo, int collect)
+{
+    const int64_t dim = q->m->c.dim;
+    llm_status s = LLM_OK;
+    const struct llm_moe_lin *ml = moe_lin(mo, 0);
+    for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
+        float *X = q->X + k.row0 * dim;
+        s = llm_layer_norm(q->ctx, l, LLM_NORM_FFN, X, q->xb, k.n);
+        if (!s && collect) /* the branch's sum goes to scratch */
+            memcpy(q->xb2, X, (size_t)(k.n * dim) * sizeof(float));
+        if (!s)
+            s = llm_layer_moe(q->ctx, l, ml, collect ? moe_tap : NULL, mo, q->xb,
+                              collect ? q->xb2 : X, k.n);
+    }
+    if (s || collect || !q->Xf)
+        return s;
+    ml = moe_lin(mo, 1);
+    for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
+        float *X = q->Xf + k.row0 * dim;
+        s = llm_layer_norm(q->ctx, l, LLM_NORM_FFN, X, q->xb, k.n);
+        if (!s)
+            s = llm_layer_moe(q->ctx, l, ml, NULL, NULL, q->xb, X, k.n);
+    }
+    return s;
+}
+
+/* Quantize linear V of an expert on its Hessian H, or, routed fewer
+ * tokens than it has inputs, by round to nearest (the fallback, in the
+ * report with the token count). */
+static llm_status moe_quant(struct qctx *q, struct lin *V, const float *H, int64_t tokens)
+{
+    const int fallback = tokens < (int64_t)LLM_MOE_MIN_TOKENS_PER_INPUT * V->cols;
+    if (fallback) {
+        double t0 = llm_q_now();
+        LLM_TRY(llm_q_quantize_plain(q, V->t, V->expert, V->W, V->row0, V->rows, V->cols));
+        LLM_TRY(lin_report(q, V, &H, 1, llm_q_now() - t0, -1));
+        llm_q_progress(q, V->rows * V->cols);
+    } else {
+        LLM_TRY(quant_lin(q, V, H, NULL));
+    }
+    struct llm_qtensor_report *r = llm_q_report(q, V->t, V->expert);
+    r->tokens = tokens;
+    r->fallback = fallback;
+    return LLM_OK;
+}
+
+/* Collect one kind of the experts' inputs (mo->down), then quantize the
+ * linears that read them: gate and up, or down. */
+static llm_status moe_collect_quant(struct qctx *q, int32_t l, struct moe *mo, int down)
+{
+    const struct llm_config *cf = &q->m->c;
+    llm_status s = LLM_OK;
+    mo->down = down;
+    for (int32_t e = 0; !s && e < mo->n_ex; e++) {
+        int64_t cols = !down ? cf->dim : e == mo->E ? cf->shared_ffn_dim : cf->expert_ffn_dim;
+        hacc_free(&mo->h[e]);
+        s = hacc_init(&mo->h[e], cols, q->nb);
+        mo->tokens[e] = 0;
+    }
+    if (!s)
+        s = moe_pass(q, l, mo, 1);
+    for (int32_t e = 0; !s && e < mo->n_ex; e++) {
+        float *H = NULL;
+        s = hacc_mean(&mo->h[e], &H, NULL);
+        for (int i = down ? MD : MG; !s && i <= (down ? MD : MU); i++)
+            s = moe_quant(q, &mo->v[e * NM + i], H, mo->tokens[e]);
+        llm_free(H);
+        hacc_free(&mo->h[e]);
+    }
+    return s;
+}
+
+/* GPTQ of the experts, true-sequential as a dense FFN: gate and up on
+ * each expert's routed inputs, down on its hidden state from the
+ * quantized gate and up, then the quantized branch added to the stream.
+ * With GPTAQ the float stream goes through the float experts, but the
+ * experts get no cross term: the two streams route tokens differently. */
+static llm_status gptq_moe(struct qctx *q, int32_t l)
+{
+    struct moe mo;
+    llm_status s = moe_load(q, l, &mo);
+    if (!s)
+        s = moe_collect_quant(q, l, &mo, 0);
+    if (!s)
+        s = moe_collect_quant(q, l, &mo, 1);
+    if (!s)
+        s = moe_pass(q, l, &mo, 0);
+    moe_free(&mo);
+    return s;
+}
+
 static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
 {
     const struct llm_config *cf = &q->m->c;
@@ -839,6 +1054,8 @@ static llm_status gptq_block(struct qctx *q, int32_t l, struct lin *L)
     }
     if (s)
         return s;
+    if (cf->n_expert)
+        return gptq_moe(q, l);
     s = normed_hessian(q, l, LLM_NORM_FFN, &H, &D);
     for (int i = LG; !s && i <= LU; i++)
         s = quant_lin(q, &L[i], H, D);
@@ -898,6 +1115,15 @@ struct awq_in {
     int64_t ns, cap;
 };
 
+static void awq_in_free(struct awq_in *a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        hacc_free(&a[i].h);
+        llm_free(a[i].sample);
+    }
+    llm_free(a);
+}
+
 /* Quantize L with AWQ's grid rule (after scaling and clipping). */
 static llm_status awq_pack(struct lin *L)
 {
@@ -906,7 +1132,8 @@ static llm_status awq_pack(struct lin *L)
     LLM_TRY(llm_qgrid_of(t->to, &g));
     int64_t gs = g.group ? g.group : L->cols, ng = (L->cols + gs - 1) / gs;
     uint64_t rb = llm_type_row_bytes(t->to, (uint64_t)L->cols);
-    t->data = llm_malloc((size_t)t->nbytes);
+    if (!t->data) /* an expert's rows go into the whole tensor's */
+        t->data = llm_malloc((size_t)t->nbytes);
     uint8_t *codes = llm_malloc((size_t)L->cols);
     struct llm_qgroup *gp = llm_malloc((size_t)ng * sizeof *gp);
     llm_status s = t->data && codes && gp ? LLM_OK : LLM_E_NOMEM;
@@ -920,7 +1147,8 @@ static llm_status awq_pack(struct lin *L)
                 w[j] = llm_qgrid_value(&g, &gp[k], codes[j]);
             }
         }
-        s = llm_qgrid_pack_row(&g, codes, gp, L->cols, (uint8_t *)t->data + rb * (uint64_t)i);
+        s = llm_qgrid_pack_row(&g, codes, gp, L->cols,
+                               (uint8_t *)t->data + rb * (uint64_t)(L->row0 + i));
     }
     llm_free(codes);
     llm_free(gp);
@@ -981,6 +1209,180 @@ static llm_status awq_group(struct qctx *q, struct awq_in *in, struct lin *L, in
     return LLM_OK;
 }
 
+/* AWQ of a mixture of experts. The float block's pass collects, for each
+ * expert, the Gram matrix and a sample of the inputs of its gate and up
+ * (the tokens routed to it) and of its down (awq_moe_tap). Then, as
+ * AutoAWQ's Mixtral and Qwen-MoE recipes: one scale for the gate and up
+ * of every expert (and the shared expert), searched on the FFN norm's
+ * output over all tokens and folded into that norm, the router (and the
+ * shared expert's gate) taking s into its columns so that the routing
+ * stays the same; a scale per expert for its down, searched on that
+ * expert's hidden state and folded into its up; a clip search per expert
+ * on its own inputs. An expert routed too few tokens keeps the common
+ * scale (the norm carries it) but gets no scale or clip of its own and
+ * is rounded to nearest (the report's fallback). */
+static llm_status awq_moe_tap(void *arg, int32_t e, int down, const float *x, int32_t m)
+{
+    struct moe *mo = arg;
+    struct awq_in *a = &mo->ain[e * 2 + down];
+    const int64_t w = a->h.cols, seen = a->h.n;
+    LLM_TRY(hacc_add(mo->q, &a->h, x, m));
+    for (int32_t i = 0; i < m; i++)
+        if ((seen + i) % mo->stride == 0 && a->ns < a->cap)
+            memcpy(a->sample + a->ns++ * w, x + (int64_t)i * w, (size_t)w * sizeof(float));
+    if (!down)
+        mo->tokens[e] += m;
+    return LLM_OK;
+}
+
+static llm_status awq_moe_begin(struct qctx *q, int32_t l, struct moe *mo, int64_t stride,
+                                int64_t cap)
+{
+    const struct llm_config *cf = &q->m->c;
+    LLM_TRY(moe_load(q, l, mo));
+    mo->stride = stride;
+    mo->ain = llm_calloc((size_t)(2 * mo->n_ex), sizeof *mo->ain);
+    if (!mo->ain)
+        return LLM_E_NOMEM;
+    for (int32_t e = 0; e < mo->n_ex; e++)
+        for (int k = 0; k < 2; k++) {
+            struct awq_in *a = &mo->ain[e * 2 + k];
+            int64_t cols = !k ? cf->dim : e == mo->E ? cf->shared_ffn_dim : cf->expert_ffn_dim;
+            LLM_TRY(hacc_init(&a->h, cols, q->nb));
+            a->cap = cap;
+            a->sample = llm_malloc((size_t)(cap * cols) * sizeof(float));
+            if (!a->sample)
+                return LLM_E_NOMEM;
+        }
+    return LLM_OK;
+}
+
+/* The common scale of every gate and up (when all are awq), searched on
+ * gu (the norm's output over all tokens); folded into norm, the routers'
+ * columns (router (n_expert, dim), shgate (dim) or NULL) and each
+ * expert's sample. */
+static llm_status awq_moe_common(struct qctx *q, struct moe *mo, struct awq_in *gu, float *norm,
+                                 float *router, float *shgate, float *s, double *ratio)
+{
+    const int64_t dim = gu->h.cols;
+    const int nw = 2 * mo->n_ex;
+    *ratio = -1;
+    for (int32_t e = 0; e < mo->n_ex; e++)
+        for (int i = MG; i <= MU; i++)
+            if (mo->v[e * NM + i].t->spec.method != LLM_QM_AWQ)
+                return LLM_OK;
+    const float **W = llm_malloc((size_t)nw * sizeof *W);
+    int64_t *rows = llm_malloc((size_t)nw * sizeof *rows);
+    float *x_mean = llm_malloc((size_t)dim * sizeof(float)), *G = NULL;
+    llm_status st = W && rows && x_mean ? LLM_OK : LLM_E_NOMEM;
+    for (int32_t e = 0; !st && e < mo->n_ex; e++)
+        for (int i = MG; i <= MU; i++) {
+            W[2 * e + i] = mo->v[e * NM + i].W;
+            rows[2 * e + i] = mo->v[e * NM + i].rows;
+        }
+    if (!st)
+        st = hacc_mean(&gu->h, &G, x_mean);
+    struct llm_awq_scale_result r;
+    if (!st)
+        st = llm_awq_search_scale_gram(mo->v[MG].t->to, G, 1, dim, x_mean, nw, W, rows,
+                                       q->p->awq_grid, q->p->awq_duo, s, &r, NULL, n_threads(q));
+    llm_free(W);
+    llm_free(rows);
+    llm_free(x_mean);
+    llm_free(G);
+    if (st)
+        return st;
+    llm_awq_fold_norm(norm, NULL, s, dim);
+    llm_awq_scale_cols(router, mo->E, dim, s);
+    if (shgate)
+        llm_awq_scale_cols(shgate, 1, dim, s);
+    for (int32_t e = 0; e < mo->n_ex; e++) {
+        for (int i = MG; i <= MU; i++) {
+            struct lin *V = &mo->v[e * NM + i];
+            llm_awq_scale_cols(V->W, V->rows, V->cols, s);
+            V->colscale = s;
+        }
+        div_cols(mo->ain[2 * e].sample, mo->ain[2 * e].ns, dim, s);
+    }
+    *ratio = r.ratio;
+    return LLM_OK;
+}
+
+/* Expert e's own scale for its down (folded into its up), clips and
+ * quantization; sd (its ffn) receives the scale. */
+static llm_status awq_moe_expert(struct qctx *q, struct moe *mo, int32_t e, float *sd,
+                                 double ratio_gu)
+{
+    struct lin *V = &mo->v[e * NM];
+    struct awq_in *in = &mo->ain[2 * e];
+    const int64_t tokens = mo->tokens[e];
+    const int fallback = tokens < (int64_t)LLM_MOE_MIN_TOKENS_PER_INPUT * V[MG].cols ||
+                         tokens < (int64_t)LLM_MOE_MIN_TOKENS_PER_INPUT * V[MD].cols;
+    double t0 = llm_q_now(), ratio_d = -1;
+    float *G[2] = { 0 };
+    llm_status s = hacc_mean(&in[0].h, &G[0], NULL);
+    if (!s)
+        s = hacc_mean(&in[1].h, &G[1], NULL);
+    struct awq_in *din = &in[1];
+    if (!s && !fallback && V[MU].t->spec.method == LLM_QM_AWQ &&
+        V[MD].t->spec.method == LLM_QM_AWQ) {
+        struct lin two[2] = { V[MU], V[MD] };
+        s = awq_group(q, din, two, 1, 1, NULL, &two[0], NULL, sd, &ratio_d);
+        V[MU].rowscale = two[0].rowscale;
+        V[MD].colscale = two[1].colscale;
+    }
+    for (int i = 0; i < NM && !s; i++) {
+        double ti = llm_q_now();
+        struct awq_in *ai = &in[i == MD];
+        if (V[i].t->spec.method == LLM_QM_AWQ && !fallback) {
+            if (q->p->awq_clip)
+                s = llm_awq_search_clip(V[i].t->to, ai->sample, ai->ns, V[i].cols, V[i].W,
+                                        V[i].rows, q->p->awq_grid, 0.5f, NULL, NULL,
+                                        n_threads(q));
+            if (!s)
+                s = awq_pack(&V[i]);
+        } else {
+            s = llm_q_quantize_plain(q, V[i].t, V[i].expert, V[i].W, V[i].row0, V[i].rows,
+                                     V[i].cols);
+        }
+        if (!s)
+            s = lin_report(q, &V[i], (const float *const *)&G[i == MD], 1,
+                           llm_q_now() - ti + (i == 0 ? ti - t0 : 0),
+                           i == MD ? ratio_d : ratio_gu);
+        struct llm_qtensor_report *r = llm_q_report(q, V[i].t, V[i].expert);
+        r->tokens = tokens;
+        r->fallback = fallback && V[i].t->spec.method == LLM_QM_AWQ;
+        llm_q_progress(q, V[i].rows * V[i].cols);
+    }
+    llm_free(G[0]);
+    llm_free(G[1]);
+    return s;
+}
+
+/* The router's weights as float (n_expert, dim), and the shared
+ * expert's gate (dim) or NULL, for AWQ to scale. */
+static llm_status router_copy(struct qctx *q, int32_t l, float **router, float **shgate)
+{
+    const struct llm_config *cf = &q->m->c;
+    const struct llm_layer_w *LW = &q->m->layers[l];
+    *router = llm_malloc((size_t)(cf->n_expert * cf->dim) * sizeof(float));
+    if (!*router)
+        return LLM_E_NOMEM;
+    for (int32_t e = 0; e < cf->n_expert; e++)
+        LLM_TRY(llm_dequantize_row(LW->router.type,
+                                   (const uint8_t *)LW->router.data +
+                                       llm_type_row_bytes(LW->router.type, (uint64_t)cf->dim) *
+                                           (uint64_t)e,
+                                   *router + (int64_t)e * cf->dim, cf->dim));
+    *shgate = NULL;
+    if (!LW->sh_gate_inp.data)
+        return LLM_OK;
+    *shgate = llm_malloc((size_t)cf->dim * sizeof(float));
+    if (!*shgate)
+        return LLM_E_NOMEM;
+    return llm_dequantize_row(LW->sh_gate_inp.type, LW->sh_gate_inp.data, *shgate, cf->dim);
+}
+
 static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
 {
     const struct llm_config *cf = &q->m->c;
@@ -999,6 +1401,19 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
     float *att = llm_malloc((size_t)(q->nb * qd) * sizeof(float));
     float *sc[NGIN] = { 0 };
     llm_status s = attn_norm && ffn_norm && att ? LLM_OK : LLM_E_NOMEM;
+    /* a mixture of experts: its tensors, inputs and routers */
+    struct moe mo = { 0 };
+    float *router = NULL, *shgate = NULL, *sd = NULL;
+    const int moe = cf->n_expert > 0;
+    if (!s && moe) {
+        s = awq_moe_begin(q, l, &mo, stride, cap);
+        if (!s)
+            s = router_copy(q, l, &router, &shgate);
+        int64_t ffw = cf->expert_ffn_dim > cf->shared_ffn_dim ? cf->expert_ffn_dim
+                                                               : cf->shared_ffn_dim;
+        if (!s && !(sd = llm_malloc((size_t)ffw * sizeof(float))))
+            s = LLM_E_NOMEM;
+    }
     for (int i = 0; !s && i < NGIN; i++) {
         s = hacc_init(&in[i].h, widths[i], q->nb);
         in[i].cap = cap;
@@ -1025,7 +1440,7 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
         int64_t row0 = k.row0;
         float *xs[NGIN] = { q->xb, att, q->xb, q->hb };
         float *X = q->X + row0 * dim;
-        for (int g = 0; g < NGIN && !s; g++) {
+        for (int g = 0; g < (moe ? GIN_D : NGIN) && !s; g++) {
             if (g == GIN_QKV)
                 s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, X, q->xb, n);
             if (g == GIN_O)
@@ -1049,12 +1464,14 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
                     memcpy(in[g].sample + in[g].ns++ * widths[g], xs[g] + (int64_t)i * widths[g],
                            (size_t)widths[g] * sizeof(float));
         }
-        if (!s)
+        if (!s && moe) /* the experts' inputs through the tap, the output into X */
+            s = llm_layer_moe(q->ctx, l, moe_lin(&mo, 0), awq_moe_tap, &mo, q->xb, X, n);
+        else if (!s)
             s = residual(q, l, 1, &L[LD], L[LD].W, q->hb, X, n);
     }
     /* Gram matrices in the original domain, for the report */
     float *G[NGIN] = { 0 };
-    for (int g = 0; g < NGIN && !s; g++)
+    for (int g = 0; g < (moe ? GIN_D : NGIN) && !s; g++)
         s = hacc_mean(&in[g].h, &G[g], NULL);
     double t0 = llm_q_now();
     double ratio[NLIN];
@@ -1066,15 +1483,18 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
     ratio[LK] = ratio[LV] = ratio[LQ];
     if (!s && L[LV].rows == L[LO].cols && L[LV].t->spec.method == LLM_QM_AWQ)
         s = awq_group(q, &in[GIN_O], L, LO, LO, NULL, &L[LV], bv, sc[GIN_O], &ratio[LO]);
-    if (!s)
+    if (!s && moe)
+        s = awq_moe_common(q, &mo, &in[GIN_GU], ffn_norm, router, shgate, sc[GIN_GU],
+                           &ratio[LG]);
+    else if (!s)
         s = awq_group(q, &in[GIN_GU], L, LG, LU, ffn_norm, NULL, NULL, sc[GIN_GU], &ratio[LG]);
     ratio[LU] = ratio[LG];
-    if (!s && L[LU].t->spec.method == LLM_QM_AWQ)
+    if (!s && !moe && L[LU].t->spec.method == LLM_QM_AWQ)
         s = awq_group(q, &in[GIN_D], L, LD, LD, NULL, &L[LU], NULL, sc[GIN_D], &ratio[LD]);
     /* clipping (not q/k: "due to qk bmm, it is hard to clip precisely") and
      * quantization */
     static const int gin_of[NLIN] = { GIN_QKV, GIN_QKV, GIN_QKV, GIN_O, GIN_GU, GIN_GU, GIN_D };
-    for (int i = 0; i < NLIN && !s; i++) {
+    for (int i = 0; i < (moe ? LO + 1 : NLIN) && !s; i++) {
         double ti = llm_q_now();
         struct awq_in *ai = &in[gin_of[i]];
         if (L[i].t->spec.method == LLM_QM_AWQ) {
@@ -1085,22 +1505,27 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
             if (!s)
                 s = awq_pack(&L[i]);
         } else {
-            s = llm_q_quantize_plain(q, L[i].t, L[i].W, L[i].rows, L[i].cols);
+            s = llm_q_quantize_plain(q, L[i].t, L[i].expert, L[i].W, L[i].row0, L[i].rows,
+                                     L[i].cols);
         }
         if (!s)
             s = lin_report(q, &L[i], (const float *const *)&G[gin_of[i]], 1,
                            llm_q_now() - ti + (i == 0 ? ti - t0 : 0), ratio[i]);
         llm_q_progress(q, L[i].rows * L[i].cols);
     }
-    /* the norms (and v's bias) that absorbed 1/s */
+    for (int32_t e = 0; moe && e < mo.n_ex && !s; e++)
+        s = awq_moe_expert(q, &mo, e, sd, ratio[LG]);
+    /* the norms (and v's bias, the routers) that absorbed 1/s or s */
     struct {
         const char *fmt;
         float *v;
         int64_t n;
-    } vecs[3] = { { "blk.%d.attn_norm.weight", attn_norm, dim },
+    } vecs[5] = { { "blk.%d.attn_norm.weight", attn_norm, dim },
                   { "blk.%d.ffn_norm.weight", ffn_norm, dim },
-                  { "blk.%d.attn_v.bias", bv, LW->bv.ne0 } };
-    for (int i = 0; i < 3 && !s; i++) {
+                  { "blk.%d.attn_v.bias", bv, LW->bv.ne0 },
+                  { "blk.%d.ffn_gate_inp.weight", router, (int64_t)cf->n_expert * dim },
+                  { "blk.%d.ffn_gate_inp_shexp.weight", shgate, dim } };
+    for (int i = 0; i < 5 && !s; i++) {
         char name[LLM_MAX_NAME];
         snprintf(name, sizeof name, vecs[i].fmt, l);
         struct qt *t = llm_q_find(q, name);
@@ -1112,13 +1537,8 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
             break;
         }
         t->data = vecs[i].v;
-        vecs[i].v = NULL;
-        if (i == 0)
-            attn_norm = NULL;
-        else if (i == 1)
-            ffn_norm = NULL;
-        else
-            bv = NULL;
+        float **owner[5] = { &attn_norm, &ffn_norm, &bv, &router, &shgate };
+        *owner[i] = NULL;
     }
     for (int g = 0; g < NGIN; g++) {
         hacc_free(&in[g].h);
@@ -1130,6 +1550,10 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
     llm_free(ffn_norm);
     llm_free(bv);
     llm_free(att);
+    llm_free(router);
+    llm_free(shgate);
+    llm_free(sd);
+    moe_free(&mo);
     return s;
 }
 
@@ -1146,6 +1570,7 @@ static llm_status gptq_head(struct qctx *q)
     llm_status s = normed_hessian(q, 0, LLM_NORM_OUT, &H, &D);
     struct lin L;
     memset(&L, 0, sizeof L);
+    L.expert = -1;
     L.t = t;
     if (!s) {
         s = llm_q_load_f32(q, t, &L.W, &L.rows, &L.cols);
@@ -1181,7 +1606,9 @@ llm_status llm_q_calib_stage(struct qctx *q, int stage)
     struct lin L[NLIN];
     memset(L, 0, sizeof L);
     llm_status s = LLM_OK;
-    for (int i = 0; i < NLIN && !s; i++)
+    /* a mixture of experts loads its feed-forward's tensors itself */
+    const int n_lin = cf->n_expert ? LO + 1 : NLIN;
+    for (int i = 0; i < n_lin && !s; i++)
         s = lin_load(q, &L[i], lin_fmt[i], stage);
     if (!s)
         s = q->flow == FLOW_GPTQ ? gptq_block(q, stage, L) : awq_block(q, stage, L);

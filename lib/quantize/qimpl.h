@@ -54,14 +54,17 @@ void llm_q_progress(struct qctx *q, int64_t add);
 struct qt *llm_q_find(struct qctx *q, const char *name);
 /* "<base>.perm" of weight "<base>.weight" (act-order), into out (LLM_MAX_NAME). */
 void llm_q_perm_name(const char *weight, char *out);
-/* A report entry for t (created on first use). */
-struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t);
+/* A report entry for t, or for its expert `expert` (a 3-D tensor of
+ * experts; -1: the tensor), created on first use. */
+struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t, int32_t expert);
 /* The weights of t as float32: (rows, cols), llm_malloc'd. */
 llm_status llm_q_load_f32(struct qctx *q, struct qt *t, float **out, int64_t *rows, int64_t *cols);
 /* Quantize W (rows, cols) to t->to by t's method without calibration
- * (RTN / NF4 / FP8 / keep), into t->data; W becomes the values the file
- * will give back. */
-llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols);
+ * (RTN / NF4 / FP8 / keep), into rows row0.. of t->data (allocated for the
+ * whole tensor when NULL); W becomes the values the file will give back.
+ * expert: the report entry (llm_q_report). */
+llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, int32_t expert, float *W,
+                                int64_t row0, int64_t rows, int64_t cols);
 /* FP8's scale for the values W (n): their largest finite magnitude / 448. */
 float llm_q_fp8_absmax_scale(const float *W, int64_t n);
 /* The scale of every row when t is fp8 with one scale per tensor:

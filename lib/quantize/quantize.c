@@ -69,16 +69,19 @@ void llm_q_perm_name(const char *weight, char *out)
     memcpy(out + len, ".perm", 6); /* shorter than ".weight": fits */
 }
 
-struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t)
+struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t, int32_t expert)
 {
     static struct llm_qtensor_report sink;
     struct llm_qreport *r = q->rep;
     if (!r)
         return memset(&sink, 0, sizeof sink);
-    struct llm_qtensor_report *e;
-    if (t->report) {
+    struct llm_qtensor_report *e = NULL;
+    if (t->report && expert < 0)
         e = &r->t[t->report - 1];
-    } else {
+    for (size_t i = 0; !e && expert >= 0 && i < r->n; i++) /* a few per tensor: a scan */
+        if (r->t[i].expert == expert && !strcmp(r->t[i].name, t->name))
+            e = &r->t[i];
+    if (!e) {
         if (r->n == r->cap) {
             size_t cap = r->cap ? 2 * r->cap : 64;
             struct llm_qtensor_report *nt = llm_realloc(r->t, cap * sizeof *nt);
@@ -96,7 +99,10 @@ struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t)
         e->to = t->to;
         e->out_err_before = e->out_err_after = -1;
         e->awq_ratio = -1;
-        t->report = r->n;
+        e->expert = expert;
+        e->tokens = -1;
+        if (expert < 0)
+            t->report = r->n;
     }
     /* fp8's scope is final once the tensor is quantized (auto chooses it then) */
     e->fp8_scale = t->to == LLM_TYPE_FP8_E4M3 ? t->spec.per_tensor == 1 : -1;
@@ -156,11 +162,13 @@ float llm_q_fp8_tensor_scale(const struct qt *t, const float *W, int64_t n)
     return llm_q_fp8_absmax_scale(W, n);
 }
 
-llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t rows, int64_t cols)
+llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, int32_t expert, float *W,
+                                int64_t row0, int64_t rows, int64_t cols)
 {
     double t0 = llm_q_now();
     uint64_t rb = llm_type_row_bytes(t->to, (uint64_t)cols);
-    t->data = llm_malloc((size_t)t->nbytes ? (size_t)t->nbytes : 1);
+    if (!t->data)
+        t->data = llm_malloc((size_t)t->nbytes ? (size_t)t->nbytes : 1);
     if (!t->data)
         return LLM_E_NOMEM;
     const float tscale = llm_q_fp8_tensor_scale(t, W, rows * cols);
@@ -170,7 +178,7 @@ llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t 
     double err = 0;
     llm_status s = LLM_OK;
     for (int64_t i = 0; i < rows && !s; i++) {
-        uint8_t *dst = (uint8_t *)t->data + rb * (uint64_t)i;
+        uint8_t *dst = (uint8_t *)t->data + rb * (uint64_t)(row0 + i);
         float *w = W + i * cols;
         if (tscale > 0.0f)
             fp8_row_tensor_scale(w, cols, tscale, dst);
@@ -187,7 +195,7 @@ llm_status llm_q_quantize_plain(struct qctx *q, struct qt *t, float *W, int64_t 
     llm_free(back);
     if (s)
         return s;
-    struct llm_qtensor_report *e = llm_q_report(q, t);
+    struct llm_qtensor_report *e = llm_q_report(q, t, expert);
     e->rows = rows;
     e->cols = cols;
     e->weight_err = err / ((double)rows * (double)cols);
@@ -235,7 +243,7 @@ static llm_status fill_tensor(const struct llm_tensor *ot, void *dst, void *arg)
     float *W;
     int64_t rows, cols;
     LLM_TRY(llm_q_load_f32(q, t, &W, &rows, &cols));
-    llm_status s = llm_q_quantize_plain(q, t, W, rows, cols);
+    llm_status s = llm_q_quantize_plain(q, t, -1, W, 0, rows, cols);
     llm_free(W);
     if (s)
         return s;
@@ -263,7 +271,13 @@ static int is_layer_linear(const char *name)
 {
     static const char *const suf[] = { ".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
                                        ".attn_output.weight", ".ffn_gate.weight",
-                                       ".ffn_up.weight", ".ffn_down.weight" };
+                                       ".ffn_up.weight", ".ffn_down.weight",
+                                       /* mixtures of experts: the experts (3-D, quantized
+                                        * expert by expert) and qwen2moe's shared one; the
+                                        * routers stay as they are, as llama.cpp keeps them */
+                                       ".ffn_gate_exps.weight", ".ffn_up_exps.weight",
+                                       ".ffn_down_exps.weight", ".ffn_gate_shexp.weight",
+                                       ".ffn_up_shexp.weight", ".ffn_down_shexp.weight" };
     size_t n = strlen(name);
     if (strncmp(name, "blk.", 4))
         return 0;
@@ -320,12 +334,6 @@ static llm_status plan(struct qctx *q)
     if (!llm_meta_get_str(in->meta, "quantization.method", &prev) && !p->allow_requantize)
         return llm_error_set(LLM_E_INVALID, "%s: the model was quantized already (method %s); "
                              "quantize the float model, or pass --allow-requantize", path, prev);
-    llm_error_clear();
-    int64_t experts = 0;
-    if (!llm_meta_get_i64(in->meta, "hparams.expert_count", &experts) && experts > 0)
-        return llm_error_set(LLM_E_UNSUPPORTED, "%s: mixture-of-experts models are not supported "
-                             "by llm-quantize yet (their experts would stay float); llm-convert "
-                             "--type converts every weight by round-to-nearest", path);
     llm_error_clear();
     q->t = llm_calloc(in->n_tensors + 16 * (size_t)nl + 4, sizeof *q->t);
     if (!q->t)
@@ -406,6 +414,10 @@ static llm_status plan(struct qctx *q)
         if (t->spec.method == LLM_QM_GPTQ && p->gptq_mse > 0.0f && t->to == LLM_TYPE_FP8_E4M3)
             return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': --mse searches the range of an "
                                  "integer grid; fp8 has none", path, it->name);
+        if (t->spec.method == LLM_QM_GPTQ && it->n_dims == 3 && p->act_order && !p->static_groups)
+            return llm_error_set(LLM_E_INVALID, "%s: tensor '%s': act-order experts would need a "
+                                 "column order per expert; use --static-groups with --act-order",
+                                 path, it->name);
         if (t->spec.method == LLM_QM_GPTQ) {
             has_gptq = 1;
             if (emb)
@@ -436,8 +448,8 @@ static llm_status plan(struct qctx *q)
         if (t->is_linear && (q->flow == FLOW_NONE || staged))
             q->work_total += llm_tensor_nelements(t->in);
     }
-    /* AWQ folds its scales into the norms (and v's bias): those are
-     * rewritten, as float32 */
+    /* AWQ folds its scales into the norms (and v's bias, and the routers of
+     * a mixture of experts): those are rewritten, as float32 */
     if (q->flow == FLOW_AWQ)
         for (size_t i = 0; i < q->n_t; i++) {
             const char *n = q->t[i].name;
@@ -445,7 +457,9 @@ static llm_status plan(struct qctx *q)
             if (q->t[i].stage >= 0 && q->t[i].stage < nl &&
                 ((len > 17 && !strcmp(n + len - 17, ".attn_norm.weight")) ||
                  (len > 16 && !strcmp(n + len - 16, ".ffn_norm.weight")) ||
-                 (len > 12 && !strcmp(n + len - 12, ".attn_v.bias"))))
+                 (len > 12 && !strcmp(n + len - 12, ".attn_v.bias")) ||
+                 (len > 20 && !strcmp(n + len - 20, ".ffn_gate_inp.weight")) ||
+                 (len > 26 && !strcmp(n + len - 26, ".ffn_gate_inp_shexp.weight"))))
                 q->t[i].to = LLM_TYPE_F32;
         }
     /* act-order weights carry a permutation tensor after them, when their

@@ -18,6 +18,10 @@
  * up -> down), the scales folded into the preceding norm or linear layer,
  * a clip search (not for q/k), then grouped integer quantization with zero
  * points; the next layer's input is the float layer's output.
+ *
+ * A mixture of experts is quantized expert by expert; GPTQ and AWQ
+ * calibrate each expert on the tokens routed to it (llm-quantize(1),
+ * "Mixtures of experts"; LLM_MOE_MIN_TOKENS_PER_INPUT).
  */
 #ifndef LLM_QUANTIZE_QUANTIZE_H
 #define LLM_QUANTIZE_QUANTIZE_H
@@ -113,6 +117,11 @@ struct llm_qtensor_report {
     int fp8_scale;           /* fp8: 1 one scale for the tensor, 0 one per row; -1 other types
                                 (with --fp8-scale auto: the scope chosen) */
     double seconds;
+    int32_t expert;          /* an expert of a 3-D tensor of experts; -1: the tensor */
+    int64_t tokens;          /* calibration tokens the expert was routed (-1: not an expert
+                                of a calibrated method) */
+    int fallback;            /* 1: too few tokens for its Hessian (LLM_MOE_MIN_TOKENS):
+                                rounded to nearest instead */
 };
 struct llm_qreport {
     struct llm_qtensor_report *t;
@@ -138,6 +147,13 @@ void llm_qreport_free(struct llm_qreport *r);
  * the sample rather than to the model, and a run warns (measurements in
  * llm-quantize(1)). */
 #define LLM_GPTQ_TOKENS_PER_INPUT 4
+/* An expert of a mixture of experts sees only the calibration tokens the
+ * router sends it. GPTQ and AWQ calibrate an expert routed at least as
+ * many tokens as its linears have inputs (below that its Hessian is
+ * singular: directions the sample never covers); one routed fewer is
+ * rounded to nearest on the same grid, and the report says so
+ * (llm_qtensor_report.fallback). */
+#define LLM_MOE_MIN_TOKENS_PER_INPUT 1
 
 struct llm_quantize_params {
     struct llm_qspec def;              /* complete (llm_qspec_default + options) */

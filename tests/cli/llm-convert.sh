@@ -194,6 +194,16 @@ t_gguf_export_with_type() {
 }
 # a sliding window and qwen3's q/k norms survive .llm -> GGUF -> .llm, and the
 # window leaves as Mistral in a Hugging Face export
+# --synthetic with --tokenizer: a random model that reads text (llama2.c's
+# tokenizer of the shape's vocabulary size); another size is refused
+t_synthetic_takes_a_tokenizer() {
+    printf 'architecture: llama\nembedding_length: 64\nfeed_forward_length: 128\nblock_count: 1\nhead_count: 4\nhead_count_kv: 4\nvocab_size: 512\ncontext_length: 64\nrope_theta: 10000.0\nrms_norm_eps: 1e-5\ntie_embeddings: true\n' >"$TMP/s512.yaml"
+    expect 0 "$CONVERT" --synthetic "$TMP/s512.yaml" --tokenizer "$DATA/llama2c/tok512.bin" -o "$TMP/s512.llm" &&
+    expect 0 "$BIN/llm-run" -m "$TMP/s512.llm" -p "Once upon a time" -n 4 --temp 0 || return 1
+    expect 1 "$CONVERT" --synthetic tests/unit/model/ref/qwen3.yaml --tokenizer "$DATA/llama2c/tok512.bin" -o "$TMP/s96.llm" &&
+    has "$TMP/err" "tok512.bin: 4881 bytes after token 95: the tokenizer has more tokens than the model's vocab_size 96" &&
+    [ ! -e "$TMP/s96.llm" ]
+}
 t_architectures_round_trip_through_gguf() {
     local y=tests/unit/model/ref
     "$CONVERT" --synthetic $y/mistral-swa.yaml -o "$TMP/swa.llm" &&

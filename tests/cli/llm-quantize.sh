@@ -563,10 +563,91 @@ t_quantize_report_keeps_links_and_fifos() {
     expect 2 "$QUANT" -m "$TMP/q-base.llm" -o - --report -
 }
 
-# mixtures of experts: refused, not quantized in part (the experts would stay float)
-t_quantize_refuses_mixture_of_experts() {
-    "$CONVERT" --synthetic tests/unit/model/ref/qwen3moe.yaml -o "$TMP/moe.llm" || return 1
-    expect 1 "$QUANT" -m "$TMP/moe.llm" -o "$TMP/moe-q.llm" --bits 4 &&
-    has "$TMP/err" "mixture-of-experts models are not supported by llm-quantize yet" &&
-    [ ! -e "$TMP/moe-q.llm" ]
+# A mixture of experts: a qwen2moe shape (4 experts, 2 per token, a shared
+# expert) with the tinystories tokenizer, so that it reads the calibration
+# text. Its experts are quantized expert by expert: RTN on every one; GPTQ
+# and AWQ on the tokens the router sends each, GPTQ's output error below
+# round to nearest's, and an expert routed fewer tokens than its inputs
+# rounded to nearest and reported so. GPTQ's model is closer to the float
+# one than RTN's.
+q_moe() {
+    [ -e "$TMP/moe.llm" ] && return 0
+    cat >"$TMP/moe.yaml" <<'EOF'
+architecture: qwen2moe
+embedding_length: 64
+feed_forward_length: 128
+block_count: 2
+head_count: 4
+head_count_kv: 2
+vocab_size: 512
+context_length: 256
+expert_count: 4
+expert_used_count: 2
+expert_feed_forward_length: 48
+expert_shared_feed_forward_length: 64
+rope_theta: 10000.0
+rms_norm_eps: 1e-5
+tie_embeddings: false
+EOF
+    "$CONVERT" -q --synthetic "$TMP/moe.yaml" --tokenizer "$DATA/llama2c/tok512.bin" -o "$TMP/moe.llm"
+}
+q_kld() {
+    "$BIN/llm-bench" -m "$1" --base "$TMP/moe.llm" --ppl "$Q_TS" --ctx 128 --chunks 20 |
+        sed -n 's/^KLD mean = \([0-9.]*\).*/\1/p'
+}
+t_quantize_mixture_of_experts() {
+    q_moe || return 1
+    "$QUANT" -q -m "$TMP/moe.llm" -o "$TMP/moe-r.llm" --bits 4 &&
+    "$QUANT" -q -m "$TMP/moe.llm" -o "$TMP/moe-g.llm" --method gptq --calib "$Q_CAL" --samples 16 \
+        --seq-len 128 --report "$TMP/moe-g.json" &&
+    "$QUANT" -q -m "$TMP/moe.llm" -o "$TMP/moe-a.llm" --method awq --calib "$Q_CAL" --samples 16 \
+        --seq-len 128 --report "$TMP/moe-a.json" &&
+    "$QUANT" -q -m "$TMP/moe.llm" -o "$TMP/moe-f.llm" --method gptq --calib "$Q_CAL" --samples 1 \
+        --seq-len 48 --report "$TMP/moe-f.json" || return 1
+    local f
+    for f in moe-r moe-g moe-a; do
+        [ "$(q_type "$TMP/$f.llm" blk.1.ffn_gate_exps.weight)" = q4z_ch ] &&
+        [ "$(q_type "$TMP/$f.llm" blk.1.ffn_down_shexp.weight)" = q4z_ch ] &&
+        [ "$(q_type "$TMP/$f.llm" blk.1.ffn_gate_inp.weight)" = f32 ] || { echo "$f: types"; return 1; }
+        "$BIN/llm-run" -m "$TMP/$f.llm" -p "Once upon a time" -n 8 --temp 0 >"$TMP/out" || return 1
+    done
+    local kr kg
+    kr=$(q_kld "$TMP/moe-r.llm"); kg=$(q_kld "$TMP/moe-g.llm")
+    lt "$kg" "$kr" || { echo "KL divergence gptq $kg not below rtn $kr"; return 1; }
+    python3 -c 1 2>/dev/null || skip "python3 absent"
+    python3 - "$TMP/moe-g.json" "$TMP/moe-a.json" "$TMP/moe-f.json" <<'EOF'
+import json, sys
+for path in sys.argv[1:]:
+    r = json.load(open(path))
+    ex = [t for t in r["tensors"] if "expert" in t]
+    # 2 layers x 3 matrices x 4 experts, each with the tokens routed to it
+    assert len(ex) == 24, (path, len(ex))
+    for t in ex:
+        low = t["tokens"] < t["cols"]
+        assert (t["fallback"] == "rtn") == low, (path, t)
+        if low: # rounded to nearest: RTN's error exactly
+            assert t["output_mse"] == t["output_mse_rtn"], (path, t)
+        elif "moe-a" not in path: # GPTQ
+            assert t["output_mse"] < t["output_mse_rtn"], (path, t)
+    # every token goes to 2 of the 4 experts in each layer
+    for layer in (0, 1):
+        n = sum(t["tokens"] for t in ex if t["layer"] == layer and "gate" in t["name"])
+        assert n == 2 * r["calibration"]["windows"] * r["calibration"]["window_tokens"], (path, n)
+    fb = sum(t["fallback"] is not None for t in ex)
+    assert (fb > 0) == ("moe-f" in path), (path, fb)
+    # AWQ: the common scale's exponent on every gate and up
+    if "moe-a" in path:
+        assert all(t["awq_ratio"] is not None for t in ex if "down" not in t["name"]), path
+EOF
+}
+# act-order experts would each need their own column order: refused
+# unless the groups are static
+t_quantize_refuses_act_order_experts() {
+    q_moe || return 1
+    expect 1 "$QUANT" -m "$TMP/moe.llm" -o "$TMP/moe-o.llm" --method gptq --calib "$Q_CAL" --act-order &&
+    has "$TMP/err" "tensor 'blk.0.ffn_gate_exps.weight': act-order experts would need a column order per expert; use --static-groups" &&
+    [ ! -e "$TMP/moe-o.llm" ] || return 1
+    "$QUANT" -q -m "$TMP/moe.llm" -o "$TMP/moe-o.llm" --method gptq --calib "$Q_CAL" --act-order \
+        --static-groups --samples 4 --seq-len 128 &&
+    "$BIN/llm-run" -m "$TMP/moe-o.llm" -p "Once upon a time" -n 4 --temp 0 >"$TMP/out"
 }
