@@ -57,8 +57,8 @@ static int list_presets(void)
 {
     char names[512];
     snprintf(names, sizeof names, "%s", llm_kvstat_presets());
-    printf("%-14s %7s %6s %9s %9s %8s %12s\n", "preset", "layers", "heads", "kv_heads", "head_dim", "ctx",
-           "f16 B/token");
+    printf("%-15s %7s %6s %9s %9s %8s %12s  %s\n", "preset", "layers", "heads", "kv_heads", "head_dim",
+           "ctx", "f16 B/token", "window");
     for (char *save, *n = strtok_r(names, ",", &save); n; n = strtok_r(NULL, ",", &save)) {
         struct llm_kvstat_shape s;
         struct llm_kvstat_params p;
@@ -66,9 +66,13 @@ static int list_presets(void)
         llm_kvstat_params_default(&p);
         if (llm_kvstat_preset(&s, n) || llm_kvstat_compute(&r, &s, &p, NULL, 0))
             return llm_cli_fail(&cli, LLM_E_INVALID);
-        printf("%-14s %7lld %6lld %9lld %9lld %8lld %12llu\n", n, (long long)s.n_layers, (long long)s.n_heads,
-               (long long)s.n_kv_heads, (long long)s.head_dim, (long long)s.ctx_train,
-               (unsigned long long)r.bytes_per_token);
+        char win[48] = "-";
+        if (s.window)
+            snprintf(win, sizeof win, "%lld on %lld layers", (long long)s.window,
+                     (long long)s.n_local);
+        printf("%-15s %7lld %6lld %9lld %9lld %8lld %12llu  %s\n", n, (long long)s.n_layers,
+               (long long)s.n_heads, (long long)s.n_kv_heads, (long long)s.head_dim,
+               (long long)s.ctx_train, (unsigned long long)r.bytes_per_token, win);
     }
     return 0;
 }

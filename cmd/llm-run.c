@@ -333,8 +333,9 @@ static void print_tokens_json(const struct out_state *o, const struct completion
 
 /* The KV pool after a run: reserved bytes, blocks, and the most in use. */
 struct kv_usage {
-    uint64_t bytes, block_bytes;
+    uint64_t bytes, block_bytes, slot_bytes;
     int32_t blocks, peak, block_size;
+    int32_t slots, slots_peak; /* sliding-window layers' slots (kv.h) */
 };
 
 static void kv_usage_of(const struct llm_context *c, const struct args *a, struct kv_usage *u)
@@ -345,6 +346,11 @@ static void kv_usage_of(const struct llm_context *c, const struct args *a, struc
     u->blocks = st.n_blocks;
     u->peak = st.peak_used;
     u->block_size = a->block_size > 0 ? a->block_size : 16;
+    u->slots = st.slots;
+    u->slots_peak = st.slots_peak;
+    u->slot_bytes = st.slots ? llm_kv_window_bytes(&llm_context_kv((struct llm_context *)c)->p) /
+                                   (uint64_t)st.slots
+                             : 0;
 }
 
 /* Speculative decoding's figures of one completion: the share of drafted
@@ -418,10 +424,12 @@ static void print_json(const struct out_state *o, const struct llm_gen_result *r
            r->t_prompt_s > 0 ? (r->n_prompt - r->n_cached) / r->t_prompt_s : 0.0,
            r->t_gen_s > 0 ? total / r->t_gen_s : 0.0);
     printf(",\"memory\":{\"peak_rss_bytes\":%llu,\"kv_cache_bytes\":%llu,\"kv_block_tokens\":%d,"
-           "\"kv_block_bytes\":%llu,\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"kv_peak_bytes\":%llu}",
+           "\"kv_block_bytes\":%llu,\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"kv_window_slots\":%d,"
+           "\"kv_window_slots_peak\":%d,\"kv_peak_bytes\":%llu}",
            (unsigned long long)peak_rss(), (unsigned long long)u->bytes, u->block_size,
-           (unsigned long long)u->block_bytes, u->blocks, u->peak,
-           (unsigned long long)((uint64_t)u->peak * u->block_bytes));
+           (unsigned long long)u->block_bytes, u->blocks, u->peak, u->slots, u->slots_peak,
+           (unsigned long long)((uint64_t)u->peak * u->block_bytes +
+                                (uint64_t)u->slots_peak * u->slot_bytes));
     if (o->n == 1 && speculating(o->a))
         print_spec_json(r);
     if (o->n == 1 && o->a->top_logprobs > 0)
@@ -548,8 +556,11 @@ static void report(const struct llm_gen_result *r, int32_t n, uint64_t seed,
             r->t_gen_s > 0 ? total / r->t_gen_s : 0.0);
     if (n == 1)
         fprintf(stderr, "; stop: %s", r->stop_reason);
-    fprintf(stderr, "; peak RSS %.1f MB (KV cache %.1f MB); KV blocks: %d of %d used at most\n",
+    fprintf(stderr, "; peak RSS %.1f MB (KV cache %.1f MB); KV blocks: %d of %d used at most",
             (double)peak_rss() / 1e6, (double)u->bytes / 1e6, u->peak, u->blocks);
+    if (u->slots)
+        fprintf(stderr, "; window slots: %d of %d", u->slots_peak, u->slots);
+    fputc('\n', stderr);
 }
 
 /* -n N asked for more tokens than the KV cache had room for. */
@@ -967,13 +978,16 @@ static int do_batch(const struct args *a, struct llm_model *m)
         fprintf(stderr, "%s: %lld requests: %lld answered%s, %lld errors%s; %lld prompt + %lld "
                 "generated tokens in %.2f s (%.2f requests/s, %.1f generated tokens/s); prefix "
                 "cache: %lld of %lld prompt tokens found; %lld preemptions; KV blocks: %d of %d "
-                "used at most\n", cli.prog, (long long)sum.lines, (long long)sum.answered, loaded,
+                "used at most", cli.prog, (long long)sum.lines, (long long)sum.answered, loaded,
                 (long long)sum.errors, skipped, (long long)sum.prompt_tokens,
                 (long long)sum.completion_tokens, sum.seconds,
                 sum.seconds > 0 ? (double)(sum.answered + sum.errors) / sum.seconds : 0.0,
                 sum.seconds > 0 ? (double)sum.completion_tokens / sum.seconds : 0.0,
                 (long long)e->hit_tokens, (long long)e->lookup_tokens, (long long)e->preemptions,
                 e->kv_peak, e->kv_blocks);
+        if (e->kv_slots)
+            fprintf(stderr, "; window slots: %d of %d", e->kv_slots_peak, e->kv_slots);
+        fputc('\n', stderr);
     }
     llm_context_free(c);
     if (s == LLM_E_INTERRUPTED) {
@@ -1076,9 +1090,13 @@ static llm_status kv_in_load(const struct args *a, struct llm_context *c,
     if (!s && in->n_tokens > llm_context_n_ctx(c))
         s = llm_error_set(LLM_E_INVALID, "%s: the state holds %d tokens, more than the context of "
                           "%d (use --ctx)", a->kv_in, in->n_tokens, llm_context_n_ctx(c));
+    const int32_t slot = llm_gen_prompt_slot(a->n_seq > 1 ? a->n_seq : 1);
     if (!s)
-        s = llm_kvstate_load(r, in, c, llm_gen_prompt_slot(a->n_seq > 1 ? a->n_seq : 1),
-                             in->n_tokens);
+        s = llm_kvstate_load(r, in, c, slot, in->n_tokens);
+    if (!s && llm_context_seq_len(c, slot) != in->n_tokens)
+        s = llm_error_set(LLM_E_INVALID, "%s: the state lacks the sliding-window rows this "
+                          "context reads (it holds them from position %d on; made with another "
+                          "window, block size or --ctx?)", a->kv_in, in->window_from);
     if (s) {
         llm_free(toks);
         llm_free(lg);

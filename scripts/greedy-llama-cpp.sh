@@ -3,9 +3,9 @@
 # shapes, an independent check of transformers' (and so of ours: the unit
 # test tests/unit/model/test_arch.c asserts we match the `greedy` line of
 # each tests/unit/model/ref/NAME.txt). For each shape llama.cpp b4748 has
-# the architecture of (mistral-swa, exported as llama; gemma2; phi3;
-# phi3-longrope; mixtral, exported as llama with experts; qwen2moe; not
-# qwen3, gemma3 nor qwen3moe, which came after it) it makes the model as
+# the architecture of (qwen2; mistral-swa, exported as llama; gemma2 and
+# gemma2-26; phi3; phi3-longrope; mixtral, exported as llama with experts;
+# qwen2moe; not qwen3, gemma3 nor qwen3moe, which came after it) it makes the model as
 # the unit test and scripts/ref-transformers.py do (--synthetic, f32, seed
 # 7), exports it to GGUF, and runs scripts/llama-greedy.c on it (weight
 # matrices x12 as llm_test_scale_weights, the .txt's 24-token prompt, 8
@@ -17,7 +17,7 @@
 # did not run it. llama.cpp b4748 reads no sliding window for llama, so
 # mistral-swa (window 5) agrees over the prompt's first 5 positions only;
 # its gemma2 takes the query scale from the model type, known for 26, 42
-# and 46 layers only, and aborts on the 4 of the shape.
+# and 46 layers only, and aborts on gemma2's 4 (gemma2-26 has 26).
 #
 #   LLAMA_CPP=/path/llama.cpp scripts/greedy-llama-cpp.sh [--save] [DIR]
 #
@@ -37,7 +37,7 @@ lc=${LLAMA_CPP:?set LLAMA_CPP to a llama.cpp source tree built with CMake}
 lib=${LLAMA_CPP_LIB:-$lc/build/bin}
 dir=${1:-build/greedy-llama-cpp}
 bin=${BIN:-bin}
-archs=${ARCHS:-"mistral-swa gemma2 phi3 phi3-longrope mixtral qwen2moe"}
+archs=${ARCHS:-"qwen2 mistral-swa gemma2 gemma2-26 phi3 phi3-longrope mixtral qwen2moe"}
 ref=tests/unit/model/ref
 [ -d "$ref" ] || { echo "greedy-llama-cpp: run from the repository root" >&2; exit 1; }
 [ -x "$bin/llm-convert" ] || { echo "greedy-llama-cpp: no $bin/llm-convert (make it first)" >&2; exit 1; }

@@ -382,7 +382,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
     /* blocks wholly before the first token's window are read by none */
     const int32_t first = swa_start(len0, swa) / bs * bs;
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
-    const int64_t kvd = kv->kv_dim, plane = (int64_t)layer * kv->p.n_blocks;
+    const int64_t kvd = kv->kv_dim;
     const enum llm_type tk = kv->p.type_k, tv = kv->p.type_v;
     /* rows addressed in bytes, which the rows of blocks need: head kvh
      * starts row_bytes / n_kv_heads * kvh into its row; the element types
@@ -400,7 +400,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
         }
     }
     for (int32_t p0 = first; tk == LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
-        const int64_t row0 = (plane + table[p0 / bs]) * bs;
+        const int64_t row0 = llm_kv_block_row(kv, layer, table[p0 / bs]);
         const uint8_t *kb = K + row0 * rk + kvh * llm_q4ch_head_bytes(hd, bs);
         for (int32_t i = 0; i < nt; i++) {
             const int32_t own = (len0 + i - 1) / bs * bs; /* this token's block */
@@ -413,7 +413,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
         }
     }
     for (int32_t p0 = first; tk != LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
-        const int64_t row0 = (plane + table[p0 / bs]) * bs;
+        const int64_t row0 = llm_kv_block_row(kv, layer, table[p0 / bs]);
         for (int32_t i = 0, a; i < nt; i++) {
             const int32_t m = block_rows(swa_start(len0 + i, swa), len0 + i, p0, bs, &a);
             if (m <= 0)
@@ -459,7 +459,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
         }
     }
     for (int32_t p0 = first; p0 < len; p0 += bs) {
-        const int64_t row0 = (plane + table[p0 / bs]) * bs;
+        const int64_t row0 = llm_kv_block_row(kv, layer, table[p0 / bs]);
         for (int32_t i = 0, a; i < nt; i++) {
             const int32_t m = block_rows(swa_start(len0 + i, swa), len0 + i, p0, bs, &a);
             if (m <= 0)

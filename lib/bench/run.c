@@ -249,7 +249,11 @@ llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, 
         struct llm_kv_stats st;
         uint64_t bb;
         llm_context_kv_stats(c, &st, &bb);
-        r->kv_bytes = (uint64_t)st.used * bb;
+        /* blocks of the full layers, slots of the sliding-window ones */
+        r->kv_bytes = (uint64_t)st.used * bb +
+                      (st.slots ? (uint64_t)st.slots_used *
+                                      (llm_kv_window_bytes(&llm_context_kv(c)->p) / (uint64_t)st.slots)
+                                : 0);
     }
     if (!s)
         s = llm_stats_compute(&r->ns, r->samples_ns, (size_t)reps);

@@ -35,7 +35,8 @@ static int32_t total_blocks(const struct llm_kv_params *p)
 static int params_ok(const struct llm_kv_params *p)
 {
     return p->n_layers > 0 && p->n_kv_heads > 0 && p->head_dim > 0 && p->block_size > 0 &&
-           p->n_seq > 0 && p->max_tokens > 0 && p->n_blocks >= 0 &&
+           p->n_seq > 0 && p->max_tokens > 0 && p->n_blocks >= 0 && p->window >= 0 &&
+           p->max_step >= 0 && p->keep >= 0 &&
            llm_kv_type_ok(p->type_k, p->head_dim) && llm_kv_type_ok(p->type_v, p->head_dim) &&
            !llm_kv_types_why_not(p->type_k, p->type_v, p->block_size,
                                  (int64_t)p->n_kv_heads * p->head_dim) &&
@@ -127,36 +128,132 @@ size_t llm_kv_row_bytes(enum llm_type t, int64_t kv_dim, int32_t block_size)
                                   : (size_t)kv_dim * llm_kv_type_bytes(t);
 }
 
-/* Bytes of one block's K (v = 0) or V (v = 1) rows in every layer. */
-static uint64_t half_block_bytes(const struct llm_kv_params *p, int v)
+/* ---- sliding windows: the geometry ----------------------------------------- */
+
+static int32_t window_keep(const struct llm_kv_params *p)
+{
+    return p->keep > 0 ? p->keep : LLM_KV_WINDOW_KEEP;
+}
+
+static int32_t marked_local(const struct llm_kv_params *p)
+{
+    int32_t n = 0;
+    for (int32_t l = 0; p->window > 0 && l < p->n_layers; l++)
+        n += !p->local || p->local[l];
+    return n;
+}
+
+int32_t llm_kv_window_blocks(const struct llm_kv_params *p)
+{
+    if (p->window <= 0 || p->block_size <= 0 || p->max_tokens <= 0 || p->n_seq <= 0 ||
+        !marked_local(p))
+        return 0;
+    /* a step writes positions [pos, pos + step) and reads from
+     * pos - window + 1 - keep on: at most this many blocks, however they
+     * fall on the block boundaries */
+    const int64_t step = p->max_step > 0 && p->max_step < p->max_tokens ? p->max_step
+                                                                       : p->max_tokens;
+    const int64_t b = (step + p->window + window_keep(p) + 2 * (int64_t)p->block_size) /
+                          p->block_size + 1;
+    /* no saving, or a pool too large to count: every layer a full one */
+    if (b >= blocks_per_seq(p) || b * p->n_seq > INT32_MAX)
+        return 0;
+    return (int32_t)b;
+}
+
+/* The window layers (0 when the window saves nothing) and their slots. */
+static int32_t n_local_of(const struct llm_kv_params *p, int32_t *n_slots)
+{
+    const int32_t wb = llm_kv_window_blocks(p);
+    *n_slots = wb * p->n_seq;
+    return wb ? marked_local(p) : 0;
+}
+
+/* Bytes of one block's K (v = 0) or V (v = 1) rows in one layer; 0 for
+ * bad parameters. */
+static uint64_t layer_block_bytes(const struct llm_kv_params *p, int v)
 {
     uint64_t n;
     const uint64_t row = llm_kv_row_bytes(v ? p->type_v : p->type_k,
                                           (int64_t)p->n_kv_heads * p->head_dim, p->block_size);
-    if (!params_ok(p) || !llm_mul_ok((uint64_t)p->n_layers, (uint64_t)p->block_size, &n) ||
-        !llm_mul_ok(n, row, &n))
+    if (!params_ok(p) || !llm_mul_ok((uint64_t)p->block_size, row, &n))
         return 0;
     return n;
+}
+
+/* Bytes of K (v = 0) or V (v = 1) of the full layers' blocks (blocks = 1:
+ * one block) or of the window layers' slots (window), through *out; 0 for
+ * bad parameters or an overflow. */
+static int part_bytes(const struct llm_kv_params *p, int v, int window, uint64_t blocks,
+                      uint64_t *out)
+{
+    int32_t n_slots, n_local = n_local_of(p, &n_slots);
+    const uint64_t lb = layer_block_bytes(p, v);
+    const uint64_t layers = window ? (uint64_t)n_local : (uint64_t)(p->n_layers - n_local);
+    uint64_t n;
+    *out = 0;
+    return lb && llm_mul_ok(lb, layers, &n) && llm_mul_ok(n, window ? (uint64_t)n_slots : blocks, out);
 }
 
 uint64_t llm_kv_block_bytes(const struct llm_kv_params *p)
 {
-    uint64_t k = half_block_bytes(p, 0), v = half_block_bytes(p, 1);
-    return k && v && k + v > k ? k + v : 0;
+    uint64_t k, v;
+    return part_bytes(p, 0, 0, 1, &k) && part_bytes(p, 1, 0, 1, &v) && k + v >= k ? k + v : 0;
+}
+
+uint64_t llm_kv_window_bytes(const struct llm_kv_params *p)
+{
+    uint64_t k, v;
+    return part_bytes(p, 0, 1, 0, &k) && part_bytes(p, 1, 1, 0, &v) && k + v >= k ? k + v : 0;
 }
 
 uint64_t llm_kv_half_bytes(const struct llm_kv_params *p, int v)
 {
-    uint64_t n, b = half_block_bytes(p, v);
-    if (!b || !llm_mul_ok(b, (uint64_t)total_blocks(p), &n))
+    uint64_t full, win;
+    if (!part_bytes(p, v, 0, (uint64_t)total_blocks(p), &full) || !part_bytes(p, v, 1, 0, &win) ||
+        full + win < full)
         return 0;
-    return n;
+    return full + win;
 }
 
 uint64_t llm_kv_storage_bytes(const struct llm_kv_params *p)
 {
     uint64_t k = llm_kv_half_bytes(p, 0), v = llm_kv_half_bytes(p, 1);
     return k && v && k + v > k ? k + v : 0;
+}
+
+/* The window layers' bookkeeping (kv.h), when the parameters have a
+ * window that saves memory. */
+static llm_status window_init(struct llm_kv *kv, const struct llm_kv_params *p)
+{
+    kv->p.local = NULL; /* the caller's: copied into kv->local */
+    kv->n_local = n_local_of(p, &kv->n_slots);
+    if (!kv->n_local) {
+        kv->n_slots = 0;
+        kv->n_full = p->n_layers;
+        return LLM_OK;
+    }
+    kv->n_full = p->n_layers - kv->n_local;
+    kv->win_blocks = llm_kv_window_blocks(p);
+    kv->local = llm_malloc((size_t)p->n_layers);
+    kv->plane = llm_malloc((size_t)p->n_layers * sizeof(int32_t));
+    kv->slot = llm_malloc((size_t)kv->p.n_blocks * sizeof(int32_t));
+    kv->slot_ref = llm_calloc((size_t)kv->p.n_blocks, sizeof(int32_t));
+    kv->free_slots = llm_malloc((size_t)kv->n_slots * sizeof(int32_t));
+    kv->past = llm_calloc((size_t)p->n_seq, sizeof(int32_t));
+    if (!kv->local || !kv->plane || !kv->slot || !kv->slot_ref || !kv->free_slots || !kv->past)
+        return LLM_E_NOMEM;
+    for (int32_t l = 0, nf = 0, nl = 0; l < p->n_layers; l++) {
+        kv->local[l] = !p->local || p->local[l];
+        kv->plane[l] = kv->local[l] ? nl++ : nf++;
+    }
+    kv->p.local = kv->local; /* kv->p describes the cache: llm_kv_storage_bytes(&kv->p) */
+    for (int32_t i = 0; i < kv->p.n_blocks; i++)
+        kv->slot[i] = -1;
+    for (int32_t i = 0; i < kv->n_slots; i++)
+        kv->free_slots[i] = kv->n_slots - 1 - i;
+    kv->n_free_slots = kv->n_slots;
+    return LLM_OK;
 }
 
 static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
@@ -193,7 +290,8 @@ static llm_status kv_init(struct llm_kv **out, const struct llm_kv_params *p)
         for (int32_t i = 0; i < p->n_seq * 2; i++)
             kv->tail_blk[i] = -1;
     }
-    if (!kv->ref || !kv->free_ids || !kv->tables || !kv->n_seq_blocks || !kv->seq_len) {
+    if (!kv->ref || !kv->free_ids || !kv->tables || !kv->n_seq_blocks || !kv->seq_len ||
+        window_init(kv, p)) {
         llm_kv_free(kv);
         return LLM_E_NOMEM;
     }
@@ -252,12 +350,40 @@ void llm_kv_free(struct llm_kv *kv)
     llm_free(kv->copies);
     llm_free(kv->tail);
     llm_free(kv->tail_blk);
+    llm_free(kv->local);
+    llm_free(kv->plane);
+    llm_free(kv->slot);
+    llm_free(kv->slot_ref);
+    llm_free(kv->free_slots);
+    llm_free(kv->past);
     llm_free(kv);
 }
+
+static int seq_ok(const struct llm_kv *kv, int32_t seq);
+static int q4ch_can_cut(const struct llm_kv *kv, int32_t seq, int32_t n);
 
 static int32_t *table_of(const struct llm_kv *kv, int32_t seq)
 {
     return kv->tables + (int64_t)seq * kv->max_blocks;
+}
+
+/* A window slot for block id, read by one table entry. */
+static void take_slot(struct llm_kv *kv, int32_t id)
+{
+    kv->slot[id] = kv->free_slots[--kv->n_free_slots];
+    kv->slot_ref[id] = 1;
+    if (kv->n_slots - kv->n_free_slots > kv->peak_slots)
+        kv->peak_slots = kv->n_slots - kv->n_free_slots;
+}
+
+/* A table entry stops reading block id's window rows: the last one gives
+ * the slot back. */
+static void unread(struct llm_kv *kv, int32_t id)
+{
+    if (kv->n_local && --kv->slot_ref[id] == 0) {
+        kv->free_slots[kv->n_free_slots++] = kv->slot[id];
+        kv->slot[id] = -1;
+    }
 }
 
 static int32_t take_block(struct llm_kv *kv)
@@ -267,6 +393,8 @@ static int32_t take_block(struct llm_kv *kv)
     int32_t used = kv->p.n_blocks - kv->n_free;
     if (used > kv->peak_used)
         kv->peak_used = used;
+    if (kv->n_local)
+        take_slot(kv, id);
     return id;
 }
 
@@ -274,6 +402,112 @@ static void drop_block(struct llm_kv *kv, int32_t id)
 {
     if (--kv->ref[id] == 0)
         kv->free_ids[kv->n_free++] = id;
+}
+
+/* Table entry i of seq is dropped or replaced: it stops reading. */
+static void drop_entry(struct llm_kv *kv, int32_t seq, int32_t i, int32_t id)
+{
+    if (kv->n_local && i >= kv->past[seq])
+        unread(kv, id);
+    drop_block(kv, id);
+}
+
+/* The table entries a sequence written from position pos on reads no
+ * window rows of (kv.h). */
+static int32_t past_of(const struct llm_kv *kv, int32_t pos)
+{
+    const int64_t from = (int64_t)pos - kv->p.window + 1 - window_keep(&kv->p);
+    return kv->n_local && from > 0 ? (int32_t)(from / kv->p.block_size) : 0;
+}
+
+/* seq stops reading the window rows of its entries below `to`. */
+static void advance(struct llm_kv *kv, int32_t seq, int32_t to)
+{
+    if (!kv->n_local)
+        return;
+    const int32_t *table = table_of(kv, seq);
+    if (to > kv->n_seq_blocks[seq])
+        to = kv->n_seq_blocks[seq];
+    for (int32_t i = kv->past[seq]; i < to; i++)
+        unread(kv, table[i]);
+    if (to > kv->past[seq])
+        kv->past[seq] = to;
+}
+
+/* The first table entry a query at position n reads in a window layer. */
+static int32_t first_read(const struct llm_kv *kv, int32_t n)
+{
+    const int32_t from = n - kv->p.window + 1;
+    return from > 0 ? from / kv->p.block_size : 0;
+}
+
+/* The first of the entries [lo, nb) of `blocks` from which on every one
+ * has its window rows (nb when the last has none). */
+static int32_t held_from(const struct llm_kv *kv, const int32_t *blocks, int32_t nb, int32_t lo)
+{
+    int32_t i = nb;
+    while (kv->n_local && i > lo && kv->slot[blocks[i - 1]] >= 0)
+        i--;
+    return kv->n_local ? i : lo;
+}
+
+/* Can a sequence of the nb blocks `blocks`, n positions long, go on: are
+ * the window rows its next query reads held? */
+static int window_held(const struct llm_kv *kv, const int32_t *blocks, int32_t nb, int32_t n)
+{
+    return held_from(kv, blocks, nb, first_read(kv, n)) <= first_read(kv, n);
+}
+
+/* The most of n positions of seq (n < its length) that it can be cut to
+ * and go on from (the window rows there are held; those below past[seq]
+ * may be gone). */
+static int32_t window_cut(const struct llm_kv *kv, int32_t seq, int32_t n)
+{
+    const int32_t bs = kv->p.block_size, *table = table_of(kv, seq);
+    while (kv->n_local && n > 0) {
+        const int32_t nb = (n + bs - 1) / bs, top = nb < kv->past[seq] ? nb : kv->past[seq];
+        const int32_t lo = first_read(kv, n);
+        if (top <= lo || held_from(kv, table, top, lo) <= lo)
+            break;
+        n = (held_from(kv, table, top, lo) - 1) * bs; /* below the missing block */
+    }
+    return n;
+}
+
+/* seq's entries from the watermark w on read their window rows (held):
+ * its past becomes w. */
+static void read_from(struct llm_kv *kv, int32_t seq, int32_t w)
+{
+    const int32_t *table = table_of(kv, seq);
+    if (!kv->n_local)
+        return;
+    kv->past[seq] = w;
+    for (int32_t i = w; i < kv->n_seq_blocks[seq]; i++)
+        kv->slot_ref[table[i]]++;
+}
+
+int32_t llm_kv_window_from(const struct llm_kv *kv, int32_t seq)
+{
+    return kv->n_local && seq_ok(kv, seq) ? kv->past[seq] * kv->p.block_size : 0;
+}
+
+void llm_kv_window_forget(struct llm_kv *kv, int32_t seq, int32_t pos)
+{
+    if (kv->n_local && seq_ok(kv, seq) && pos > 0)
+        advance(kv, seq, (int32_t)(((int64_t)pos + kv->p.block_size - 1) / kv->p.block_size));
+}
+
+int llm_kv_window_reaches(const struct llm_kv *kv, int32_t n, int32_t from)
+{
+    const int64_t bs = kv->p.block_size;
+    return from <= 0 || (kv->n_local && first_read(kv, n) >= ((int64_t)from + bs - 1) / bs);
+}
+
+int32_t llm_kv_attach_usable(const struct llm_kv *kv, const int32_t *blocks, int32_t nb)
+{
+    while (nb > 0 && !window_held(kv, blocks, nb, nb * kv->p.block_size))
+        nb--;
+    return nb;
 }
 
 static int seq_ok(const struct llm_kv *kv, int32_t seq)
@@ -324,7 +558,9 @@ llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n
                              "%d stored tokens", pos, seq, kv->seq_len[seq]);
     if (!llm_kv_can_cut(kv, seq, pos))
         return llm_error_set(LLM_E_INVALID, "KV cache: sequence %d cannot go back to position "
-                             "%d (its q4ch keys there are quantized)", seq, pos);
+                             "%d (%s)", seq, pos, kv->tail && !q4ch_can_cut(kv, seq, pos)
+                             ? "its q4ch keys there are quantized"
+                             : "its window rows there are gone");
     int32_t freed, need = need_after_cut(kv, seq, pos, n, &freed);
     if (need > kv->n_free + freed)
         return llm_error_set(LLM_E_KV_FULL, "KV cache: out of blocks (%d free, %d needed)",
@@ -336,6 +572,12 @@ llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n
     kv->copies = cp;
     kv->cap_copies = (int32_t)cap;
     llm_kv_truncate(kv, seq, pos);
+    /* every query of the step is at pos or later: the window rows before
+     * its window go back to the pool first */
+    advance(kv, seq, past_of(kv, pos));
+    if (kv->n_local && need > kv->n_free_slots) /* (the slots' count rules this out) */
+        return llm_error_set(LLM_E_KV_FULL, "KV cache: out of window slots (%d free, %d "
+                             "needed)", kv->n_free_slots, need);
     if (n == 0)
         return LLM_OK;
     const int32_t bs = kv->p.block_size;
@@ -348,9 +590,21 @@ llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n
         if (kv->ref[table[i]] == 1)
             continue;
         /* shared: a private copy, recorded for the storage's owner */
-        int32_t id = take_block(kv);
-        kv->copies[kv->n_copies++] = (struct llm_kv_copy){ table[i], id };
-        drop_block(kv, table[i]);
+        const int32_t src = table[i], id = take_block(kv);
+        struct llm_kv_copy rec = { src, id, -1, -1 };
+        if (kv->n_local && kv->slot_ref[src] == 1) {
+            /* the window rows were this entry's alone: they move along */
+            kv->free_slots[kv->n_free_slots++] = kv->slot[id];
+            kv->slot[id] = kv->slot[src];
+            kv->slot[src] = -1;
+            kv->slot_ref[src] = 0;
+        } else if (kv->n_local) {
+            rec.src_slot = kv->slot[src];
+            rec.dst_slot = kv->slot[id];
+            kv->slot_ref[src]--;
+        }
+        kv->copies[kv->n_copies++] = rec;
+        drop_block(kv, src);
         table[i] = id;
     }
     return LLM_OK;
@@ -378,6 +632,11 @@ llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n)
     if (kv->tail && n % kv->p.block_size && !llm_kv_tail_holds(kv, src, n / kv->p.block_size))
         return llm_error_set(LLM_E_INVALID, "KV cache: fork of %d tokens from sequence %d, whose "
                              "q4ch keys there are quantized", n, src);
+    const int32_t nb = (int32_t)(((int64_t)n + kv->p.block_size - 1) / kv->p.block_size);
+    const int32_t *from = table_of(kv, src);
+    if (!window_held(kv, from, nb, n))
+        return llm_error_set(LLM_E_INVALID, "KV cache: fork of %d tokens from sequence %d, whose "
+                             "window rows there are gone", n, src);
     llm_kv_reset(kv, dst);
     if (kv->tail) { /* the fp16 rows go along: a sequence's tail is its own */
         const size_t per = (size_t)kv->p.n_layers * 2 * (size_t)kv->p.block_size *
@@ -386,8 +645,10 @@ llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n)
         kv->tail_blk[2 * dst] = kv->tail_blk[2 * src];
         kv->tail_blk[2 * dst + 1] = kv->tail_blk[2 * src + 1];
     }
-    const int32_t nb = (int32_t)(((int64_t)n + kv->p.block_size - 1) / kv->p.block_size);
-    const int32_t *from = table_of(kv, src);
+    /* (emptying dst may have given back window rows only it read) */
+    if (!window_held(kv, from, nb, n))
+        return llm_error_set(LLM_E_INVALID, "KV cache: fork of %d tokens from sequence %d, whose "
+                             "window rows there are gone", n, src);
     int32_t *to = table_of(kv, dst);
     for (int32_t i = 0; i < nb; i++) {
         to[i] = from[i];
@@ -395,6 +656,10 @@ llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n)
     }
     kv->n_seq_blocks[dst] = nb;
     kv->seq_len[dst] = n;
+    /* the entries the fork reads from on: the kept ones behind its window
+     * too, as far as they are held */
+    const int32_t lo = past_of(kv, n);
+    read_from(kv, dst, held_from(kv, to, nb, lo));
     return LLM_OK;
 }
 
@@ -409,28 +674,48 @@ void llm_kv_tail_mark(struct llm_kv *kv, int32_t seq, int32_t b)
         kv->tail_blk[2 * seq + b % 2] = b;
 }
 
-int llm_kv_can_cut(const struct llm_kv *kv, int32_t seq, int32_t n)
+static int q4ch_can_cut(const struct llm_kv *kv, int32_t seq, int32_t n)
 {
     const int32_t bs = kv->p.block_size;
-    return !kv->tail || !seq_ok(kv, seq) || n >= kv->seq_len[seq] || n % bs == 0 ||
-           llm_kv_tail_holds(kv, seq, n / bs);
+    return !kv->tail || n % bs == 0 || llm_kv_tail_holds(kv, seq, n / bs);
+}
+
+int llm_kv_can_cut(const struct llm_kv *kv, int32_t seq, int32_t n)
+{
+    return !seq_ok(kv, seq) || n >= kv->seq_len[seq] ||
+           (q4ch_can_cut(kv, seq, n) && window_cut(kv, seq, n) == n);
 }
 
 int32_t llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n)
 {
     if (!seq_ok(kv, seq) || n < 0)
         return 0;
-    if (!llm_kv_can_cut(kv, seq, n))
+    const int cut = n < kv->seq_len[seq];
+    if (cut && !q4ch_can_cut(kv, seq, n))
         n -= n % kv->p.block_size;
+    if (cut)
+        n = window_cut(kv, seq, n);
     if (kv->tail && n == 0)
         kv->tail_blk[2 * seq] = kv->tail_blk[2 * seq + 1] = -1;
     const int32_t keep = (int32_t)(((int64_t)n + kv->p.block_size - 1) / kv->p.block_size);
     int32_t *table = table_of(kv, seq);
     while (kv->n_seq_blocks[seq] > keep) {
         int32_t i = --kv->n_seq_blocks[seq];
-        drop_block(kv, table[i]);
+        drop_entry(kv, seq, i, table[i]);
         table[i] = -1;
     }
+    /* entries the shorter sequence reads again: from its watermark, as far
+     * back as they are held (window_cut: at least its next query's) */
+    if (cut && kv->n_local && past_of(kv, n) < kv->past[seq]) {
+        const int32_t to = kv->past[seq] < keep ? kv->past[seq] : keep;
+        const int32_t from = held_from(kv, table, to, past_of(kv, n));
+        for (int32_t i = from; i < to; i++)
+            kv->slot_ref[table[i]]++;
+        if (from < kv->past[seq])
+            kv->past[seq] = from;
+    }
+    if (kv->n_local && kv->past[seq] > keep)
+        kv->past[seq] = keep;
     if (kv->seq_len[seq] > n)
         kv->seq_len[seq] = n;
     return kv->seq_len[seq];
@@ -441,16 +726,35 @@ void llm_kv_reset(struct llm_kv *kv, int32_t seq)
     llm_kv_truncate(kv, seq, 0);
 }
 
+/* The first row of a copy's source (dst 0) or destination (dst 1) in
+ * `layer`, or -1 when the copy has none there (a window layer's rows that
+ * moved instead). */
+int64_t llm_kv_copy_row(const struct llm_kv *kv, const struct llm_kv_copy *cp, int32_t layer,
+                        int dst)
+{
+    const int64_t bs = kv->p.block_size;
+    if (kv->n_local && kv->local[layer]) {
+        const int32_t slot = dst ? cp->dst_slot : cp->src_slot;
+        return slot < 0 ? -1
+                        : ((int64_t)kv->n_full * kv->p.n_blocks +
+                           (int64_t)kv->plane[layer] * kv->n_slots + slot) * bs;
+    }
+    return llm_kv_block_row(kv, layer, dst ? cp->dst : cp->src);
+}
+
 void llm_kv_copy_host(struct llm_kv *kv)
 {
     const size_t bk = (size_t)kv->p.block_size * kv->row_bytes_k,
                  bv = (size_t)kv->p.block_size * kv->row_bytes_v;
     for (int32_t c = 0; c < kv->n_copies; c++)
         for (int32_t l = 0; l < kv->p.n_layers; l++) {
-            const size_t s = (size_t)l * (size_t)kv->p.n_blocks + (size_t)kv->copies[c].src,
-                         d = (size_t)l * (size_t)kv->p.n_blocks + (size_t)kv->copies[c].dst;
-            memcpy((char *)kv->k + d * bk, (const char *)kv->k + s * bk, bk);
-            memcpy((char *)kv->v + d * bv, (const char *)kv->v + s * bv, bv);
+            const int64_t s = llm_kv_copy_row(kv, &kv->copies[c], l, 0),
+                          d = llm_kv_copy_row(kv, &kv->copies[c], l, 1);
+            if (s < 0)
+                continue;
+            const size_t sb = (size_t)s / kv->p.block_size, db = (size_t)d / kv->p.block_size;
+            memcpy((char *)kv->k + db * bk, (const char *)kv->k + sb * bk, bk);
+            memcpy((char *)kv->v + db * bv, (const char *)kv->v + sb * bv, bv);
         }
     kv->n_copies = 0;
 }
@@ -468,6 +772,9 @@ void llm_kv_stats(const struct llm_kv *kv, struct llm_kv_stats *st)
         st->logical += kv->n_seq_blocks[s];
         st->tokens += kv->seq_len[s];
     }
+    st->slots = kv->n_slots;
+    st->slots_used = kv->n_slots - kv->n_free_slots;
+    st->slots_peak = kv->peak_slots;
 }
 
 int32_t llm_kv_free_blocks(const struct llm_kv *kv)
@@ -490,6 +797,7 @@ void llm_kv_retain(struct llm_kv *kv, int32_t block)
 
 void llm_kv_release(struct llm_kv *kv, int32_t block)
 {
+    /* (a reference outside the tables reads no window rows) */
     if (block >= 0 && block < kv->p.n_blocks && kv->ref[block] > 0)
         drop_block(kv, block);
 }
@@ -508,7 +816,13 @@ llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, 
     for (int32_t i = 0; i < nb; i++)
         if (blocks[i] < 0 || blocks[i] >= kv->p.n_blocks || kv->ref[blocks[i]] <= 0)
             return llm_error_set(LLM_E_INVALID, "KV cache: block %d is not in use", blocks[i]);
+    if (!window_held(kv, blocks, nb, nb * kv->p.block_size))
+        return llm_error_set(LLM_E_INVALID, "KV cache: the window rows of the %d blocks are gone "
+                             "(llm_kv_attach_usable)", nb);
     llm_kv_reset(kv, seq); /* (and no tail: the blocks are full) */
+    if (!window_held(kv, blocks, nb, nb * kv->p.block_size)) /* (given back by the reset) */
+        return llm_error_set(LLM_E_INVALID, "KV cache: the window rows of the %d blocks are gone "
+                             "(llm_kv_attach_usable)", nb);
     int32_t *table = table_of(kv, seq);
     for (int32_t i = 0; i < nb; i++) {
         table[i] = blocks[i];
@@ -516,6 +830,7 @@ llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, 
     }
     kv->n_seq_blocks[seq] = nb;
     kv->seq_len[seq] = nb * kv->p.block_size;
+    read_from(kv, seq, held_from(kv, table, nb, past_of(kv, kv->seq_len[seq])));
     return LLM_OK;
 }
 

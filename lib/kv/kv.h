@@ -20,7 +20,9 @@
  * try again); nothing is changed by a call that fails.
  *
  * Storage is (n_layers, n_blocks, block_size, kv_dim) for K and for V, each
- * in its own type (type_k, type_v), with kv_dim = n_kv_heads * head_dim. A
+ * in its own type (type_k, type_v), with kv_dim = n_kv_heads * head_dim;
+ * with sliding windows (below) (n_full, n_blocks, block_size, kv_dim) then
+ * (n_local, n_slots, block_size, kv_dim). A
  * row of a quantized type carries its own scales (blocks of 32 elements),
  * so a paged block is self-contained for sharing, forking and moving.
  * q4_0 rows hold a rotated row: each block of 32 goes through the
@@ -52,6 +54,23 @@
  * kv_dim x (4 + block_size / 2) bytes, the same as block_size rows of
  * llm_kv_row_bytes. The block size must be a multiple of 16, at most 128.
  *
+ * Sliding windows. A window layer (local, in Gemma's words) reads only the
+ * last `window` positions, so the rows a sequence will not read again need
+ * no memory. Such layers keep their rows apart: a block id names its rows
+ * in every full layer, as above, and in the window layers a "window slot"
+ * of a pool of their own (n_slots), taken with the block and given back
+ * when no table reads those rows any more. A table stops reading its
+ * entry i once the sequence is written from a position p with
+ * (i + 1) x block_size <= p - window + 1 - keep: every query from then on
+ * is at p or later; `keep` positions more are kept for cuts back
+ * (speculation's rollback). Those leading entries are the table's "past"
+ * ones; their blocks stay, for the full layers and for sharing. A
+ * sequence holds at most win_blocks window slots, whatever its length:
+ * the pool has n_seq x win_blocks of them, so it never runs out. A cut,
+ * fork or attach that would need window rows already given back keeps
+ * what it can (llm_kv_truncate, llm_kv_attach_usable) or is refused
+ * (llm_kv_fork): the caller computes the rest again.
+ *
  * The storage pointers may
  * be device memory when a backend allocates them (llm_kv_new_with); the
  * tables are always host memory. Free blocks are handed out lowest id first
@@ -78,7 +97,17 @@ struct llm_kv_params {
     int32_t n_blocks;       /* blocks in the pool; 0: n_seq * ceil(max_tokens / block_size) */
     enum llm_type type_k, type_v; /* F32, F16, BF16, Q8_0, FP8_E4M3, Q4_0 (llm_kv_type_ok);
                                    * Q4Z_CH (q4ch) for keys */
+    /* sliding windows (above): window > 0 positions for the layers marked
+     * in local (n_layers, 1: a window layer; NULL: every layer); copied */
+    int32_t window;
+    const uint8_t *local;
+    int32_t max_step;       /* the most positions one prepare adds to a sequence (a
+                             * step's tokens); 0: max_tokens */
+    int32_t keep;           /* positions kept behind the window; 0: LLM_KV_WINDOW_KEEP */
 };
+/* Speculation drafts at most 64 tokens (llm-run --draft-n): a cut back of
+ * up to this many positions keeps the window's rows. */
+#define LLM_KV_WINDOW_KEEP 80
 
 /* Bytes of an element of a KV type stored element by element (f32, f16,
  * bf16, fp8_e4m3), or 0 for any other type. */
@@ -112,9 +141,12 @@ const char *llm_kv_types_why_not(enum llm_type k, enum llm_type v, int32_t bs, i
 /* Floats llm_kv_store_host rotates at a time (a multiple of 32). */
 #define LLM_KV_ROT_MAX 256
 
-/* A copy-on-write copy: every layer's K and V rows of block src to dst. */
+/* A copy-on-write copy: every full layer's K and V rows of block src to
+ * dst, and the window layers' rows of slot src_slot to dst_slot (-1: none
+ * to copy). */
 struct llm_kv_copy {
     int32_t src, dst;
+    int32_t src_slot, dst_slot;
 };
 
 struct llm_kv {
@@ -137,6 +169,17 @@ struct llm_kv {
     int32_t *tail_blk;      /* q4ch keys: (n_seq, 2) the block in each slot, or -1 */
     int32_t n_copies, cap_copies;
     int owns_storage;
+    /* sliding windows (above; n_local 0 and the rest NULL without) */
+    int32_t n_full, n_local;    /* layers of each kind */
+    uint8_t *local;         /* (n_layers) 1: a window layer */
+    int32_t *plane;         /* (n_layers) the layer's place among the full or the window layers */
+    int32_t win_blocks;     /* window slots a sequence holds at most */
+    int32_t n_slots;        /* the slot pool: n_seq x win_blocks */
+    int32_t *slot;          /* (n_blocks) the block's window slot, or -1 */
+    int32_t *slot_ref;      /* (n_blocks) table entries that still read its window rows */
+    int32_t *free_slots;    /* (n_slots) stack of free slots, lowest on top */
+    int32_t n_free_slots, peak_slots;
+    int32_t *past;          /* (n_seq) the table's leading entries it reads no window rows of */
 };
 
 void llm_kv_params_default(struct llm_kv_params *p);
@@ -145,8 +188,16 @@ void llm_kv_params_default(struct llm_kv_params *p);
 uint64_t llm_kv_storage_bytes(const struct llm_kv_params *p);
 /* Bytes of the K (v = 0) or the V (v = 1) storage alone. */
 uint64_t llm_kv_half_bytes(const struct llm_kv_params *p, int v);
-/* Bytes of K+V storage of one block (all layers). */
+/* Bytes of K+V storage of one block (all layers; with windows the full
+ * layers: what a block of the pool costs, 0 when every layer is a window
+ * layer). */
 uint64_t llm_kv_block_bytes(const struct llm_kv_params *p);
+/* Bytes of the window layers' slots, whatever n_blocks (0 without
+ * windows): storage = this + n_blocks x llm_kv_block_bytes. */
+uint64_t llm_kv_window_bytes(const struct llm_kv_params *p);
+/* Window slots a sequence holds at most, or 0 when the parameters have no
+ * window that saves memory (then every layer is stored as a full one). */
+int32_t llm_kv_window_blocks(const struct llm_kv_params *p);
 
 /* A cache with host storage. LLM_E_INVALID for bad parameters. */
 llm_status llm_kv_new(struct llm_kv **out, const struct llm_kv_params *p);
@@ -175,18 +226,38 @@ int32_t llm_kv_len(const struct llm_kv *kv, int32_t seq);
 
 /* dst (empty, or emptied first) shares the first n positions of src: the
  * blocks covering them are referenced, not copied. n <= src's length.
- * LLM_E_INVALID for bad arguments or dst == src. */
+ * LLM_E_INVALID for bad arguments or dst == src, or when the window rows
+ * the fork would read are gone (dst then unchanged, unless only its own
+ * reading had kept them: then it is emptied). */
 llm_status llm_kv_fork(struct llm_kv *kv, int32_t src, int32_t dst, int32_t n);
 /* Keep the first n positions of `seq` (n >= its length changes nothing);
  * blocks past them are released. Returns the positions kept: n, or with
  * q4ch keys fewer when n falls in a quantized block whose fp16 rows are
  * gone (kv.h): then the full blocks below n. */
 int32_t llm_kv_truncate(struct llm_kv *kv, int32_t seq, int32_t n);
+/* The first position whose window rows seq still holds (0 without
+ * windows): below it a window layer has none (llm_kv_has_row). */
+int32_t llm_kv_window_from(const struct llm_kv *kv, int32_t seq);
+/* seq reads no window rows below position pos (rounded up to a block): a
+ * state loaded from a file that had none there (kvstate). */
+void llm_kv_window_forget(struct llm_kv *kv, int32_t seq, int32_t pos);
+/* Can seq, n positions long, go on without window rows below position
+ * from (a state's: llm_state_info.window_from)? Always for from 0; never
+ * in a cache without windows. */
+int llm_kv_window_reaches(const struct llm_kv *kv, int32_t n, int32_t from);
+/* Of the nb full blocks `blocks`, the most leading ones that llm_kv_attach
+ * can give a sequence: those whose window rows of its last positions are
+ * held (nb without windows). */
+int32_t llm_kv_attach_usable(const struct llm_kv *kv, const int32_t *blocks, int32_t nb);
 /* Would llm_kv_truncate(kv, seq, n) keep all n positions? */
 int llm_kv_can_cut(const struct llm_kv *kv, int32_t seq, int32_t n);
 /* Release every block of `seq` (llm_kv_truncate to 0). */
 void llm_kv_reset(struct llm_kv *kv, int32_t seq);
 
+/* The first row of copy cp's source (dst 0) or destination (dst 1) in
+ * `layer`, or -1 when it has none to copy there. */
+int64_t llm_kv_copy_row(const struct llm_kv *kv, const struct llm_kv_copy *cp, int32_t layer,
+                        int dst);
 /* Carry out (host storage) and forget the recorded copies. */
 void llm_kv_copy_host(struct llm_kv *kv);
 
@@ -198,6 +269,7 @@ struct llm_kv_stats {
     int32_t logical;        /* entries of all tables: what the sequences would hold unshared */
     int32_t peak_used;
     int64_t tokens;         /* positions stored, over all sequences */
+    int32_t slots, slots_used, slots_peak; /* window slots (0 without windows) */
 };
 void llm_kv_stats(const struct llm_kv *kv, struct llm_kv_stats *st);
 int32_t llm_kv_free_blocks(const struct llm_kv *kv);
@@ -215,13 +287,30 @@ int32_t llm_kv_refs(const struct llm_kv *kv, int32_t block);
 /* `seq` (emptied first) holds the nb full blocks `blocks` (all in use) as
  * its first nb * block_size positions, shared by reference. */
 llm_status llm_kv_attach(struct llm_kv *kv, int32_t seq, const int32_t *blocks, int32_t nb);
-/* The row of (layer, seq, pos) in the K or V storage, counted in rows (at
- * row_number * row_bytes_k or _v bytes); the position must be held. */
+/* The first row of block blk in `layer`, counted in rows (at row *
+ * row_bytes_k or _v bytes); in a window layer the block's slot must be
+ * held. */
+static inline int64_t llm_kv_block_row(const struct llm_kv *kv, int32_t layer, int32_t blk)
+{
+    if (kv->n_local && kv->local[layer])
+        return ((int64_t)kv->n_full * kv->p.n_blocks + (int64_t)kv->plane[layer] * kv->n_slots +
+                kv->slot[blk]) * kv->p.block_size;
+    return ((int64_t)(kv->n_local ? kv->plane[layer] : layer) * kv->p.n_blocks + blk) *
+           kv->p.block_size;
+}
+/* The row of (layer, seq, pos) in the K or V storage, counted in rows; the
+ * position must be held (llm_kv_has_row in a window layer). */
 static inline int64_t llm_kv_row_number(const struct llm_kv *kv, int32_t layer, int32_t seq,
                                         int32_t pos)
 {
     int32_t blk = kv->tables[(int64_t)seq * kv->max_blocks + pos / kv->p.block_size];
-    return ((int64_t)layer * kv->p.n_blocks + blk) * kv->p.block_size + pos % kv->p.block_size;
+    return llm_kv_block_row(kv, layer, blk) + pos % kv->p.block_size;
+}
+/* Does `layer` hold the row of a stored position pos of seq? Always, but
+ * in a window layer below llm_kv_window_from. */
+static inline int llm_kv_has_row(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos)
+{
+    return !kv->n_local || !kv->local[layer] || pos / kv->p.block_size >= kv->past[seq];
 }
 /* Its offset in elements, for the types stored element by element. */
 static inline int64_t llm_kv_row_index(const struct llm_kv *kv, int32_t layer, int32_t seq,

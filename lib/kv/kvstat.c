@@ -84,35 +84,39 @@ uint32_t llm_kvstat_type_bytes32(enum llm_kvstat_type t)
 
 /* ---- shapes ---------------------------------------------------------------- */
 
-/* Published configs (Hugging Face config.json of each model). */
+/* Published configs (Hugging Face config.json of each model): the
+ * sliding window and the layers it applies to (Mistral 7B v0.1 and Phi-3
+ * all; Gemma 2 every other; Gemma 3 five of six; v0.2 and later Mistrals,
+ * Mixtral and Qwen none). */
 static const struct {
     const char *name;
-    int64_t layers, heads, kv_heads, head_dim, ctx;
+    int64_t layers, heads, kv_heads, head_dim, ctx, window, local;
 } presets[] = {
-    { "llama-2-7b", 32, 32, 32, 128, 4096 },
-    { "llama-2-13b", 40, 40, 40, 128, 4096 },
-    { "llama-2-70b", 80, 64, 8, 128, 4096 },
-    { "llama-3-8b", 32, 32, 8, 128, 8192 },
-    { "llama-3-70b", 80, 64, 8, 128, 8192 },
-    { "llama-3.1-8b", 32, 32, 8, 128, 131072 },
-    { "mistral-7b", 32, 32, 8, 128, 32768 },
-    { "mixtral-8x7b", 32, 32, 8, 128, 32768 },
-    { "qwen3-0.6b", 28, 16, 8, 128, 40960 },
-    { "qwen3-30b-a3b", 48, 32, 4, 128, 40960 },
-    { "gemma2-2b", 26, 8, 4, 256, 8192 },
-    { "gemma3-270m", 18, 4, 1, 256, 32768 },
-    { "phi-3-mini-4k", 32, 32, 32, 96, 4096 },
-    { "qwen2-0.5b", 24, 14, 2, 64, 131072 },
-    { "qwen2-7b", 28, 28, 4, 128, 131072 },
-    { "smollm2-135m", 30, 9, 3, 64, 8192 },
-    { "stories260k", 5, 8, 4, 8, 512 },
+    { "llama-2-7b", 32, 32, 32, 128, 4096, 0, 0 },
+    { "llama-2-13b", 40, 40, 40, 128, 4096, 0, 0 },
+    { "llama-2-70b", 80, 64, 8, 128, 4096, 0, 0 },
+    { "llama-3-8b", 32, 32, 8, 128, 8192, 0, 0 },
+    { "llama-3-70b", 80, 64, 8, 128, 8192, 0, 0 },
+    { "llama-3.1-8b", 32, 32, 8, 128, 131072, 0, 0 },
+    { "mistral-7b", 32, 32, 8, 128, 32768, 0, 0 },
+    { "mistral-7b-v0.1", 32, 32, 8, 128, 32768, 4096, 32 },
+    { "mixtral-8x7b", 32, 32, 8, 128, 32768, 0, 0 },
+    { "qwen3-0.6b", 28, 16, 8, 128, 40960, 0, 0 },
+    { "qwen3-30b-a3b", 48, 32, 4, 128, 40960, 0, 0 },
+    { "gemma2-2b", 26, 8, 4, 256, 8192, 4096, 13 },
+    { "gemma3-270m", 18, 4, 1, 256, 32768, 512, 15 },
+    { "phi-3-mini-4k", 32, 32, 32, 96, 4096, 2047, 32 },
+    { "qwen2-0.5b", 24, 14, 2, 64, 131072, 0, 0 },
+    { "qwen2-7b", 28, 28, 4, 128, 131072, 0, 0 },
+    { "smollm2-135m", 30, 9, 3, 64, 8192, 0, 0 },
+    { "stories260k", 5, 8, 4, 8, 512, 0, 0 },
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
 const char *llm_kvstat_presets(void)
 {
     return "llama-2-7b,llama-2-13b,llama-2-70b,llama-3-8b,llama-3-70b,llama-3.1-8b,mistral-7b,"
-           "mixtral-8x7b,qwen3-0.6b,qwen3-30b-a3b,gemma2-2b,gemma3-270m,phi-3-mini-4k,"
+           "mistral-7b-v0.1,mixtral-8x7b,qwen3-0.6b,qwen3-30b-a3b,gemma2-2b,gemma3-270m,phi-3-mini-4k,"
            "qwen2-0.5b,qwen2-7b,smollm2-135m,stories260k";
 }
 
@@ -128,6 +132,8 @@ llm_status llm_kvstat_preset(struct llm_kvstat_shape *out, const char *name)
             out->n_kv_heads = presets[i].kv_heads;
             out->head_dim = presets[i].head_dim;
             out->ctx_train = presets[i].ctx;
+            out->window = presets[i].window;
+            out->n_local = presets[i].local;
             return LLM_OK;
         }
     return llm_error_set(LLM_E_NOTFOUND, "unknown preset '%s' (known: %s)", name, llm_kvstat_presets());
@@ -146,7 +152,16 @@ llm_status llm_kvstat_shape_check(const struct llm_kvstat_shape *s)
               "%s: %" PRId64 " heads is not a multiple of %" PRId64 " KV heads", s->name, s->n_heads,
               s->n_kv_heads);
     LLM_CHECK(s->ctx_train >= 0, LLM_E_INVALID, "%s: negative context length", s->name);
+    LLM_CHECK(s->window >= 0 && s->window <= INT32_MAX && s->n_local >= 0 &&
+              s->n_local <= s->n_layers && (s->window > 0) == (s->n_local > 0), LLM_E_INVALID,
+              "%s: a sliding window of %" PRId64 " on %" PRId64 " of %" PRId64 " layers", s->name,
+              s->window, s->n_local, s->n_layers);
     return LLM_OK;
+}
+
+int64_t llm_kvstat_window_layers(int64_t n_layers, int64_t pattern)
+{
+    return pattern <= 1 ? n_layers : n_layers - n_layers / pattern;
 }
 
 /* An int key of a config.json object: 0 when absent or null. */
@@ -159,6 +174,46 @@ static llm_status json_dim(const json_t *o, const char *key, const char *name, i
     if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
         return llm_error_set(LLM_E_FORMAT, "%s: key '%s' is not a positive integer", name, key);
     *out = json_integer_value(v);
+    return LLM_OK;
+}
+
+/* The sliding window of a config.json (llm_kvstat_shape_from_config). */
+static llm_status json_window(const json_t *cfg, const char *name, struct llm_kvstat_shape *out)
+{
+    int64_t w = 0, pat = 0, from = 0;
+    llm_status s = json_dim(cfg, "sliding_window", name, &w);
+    if (s || !w)
+        return s;
+    const json_t *use = json_object_get(cfg, "use_sliding_window");
+    const json_t *lt = json_object_get(cfg, "layer_types");
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    int64_t local = out->n_layers;
+    if (json_is_array(lt)) {
+        local = 0;
+        for (size_t i = 0; i < json_array_size(lt); i++) {
+            const char *t = json_string_value(json_array_get(lt, i));
+            local += t && !strcmp(t, "sliding_attention");
+        }
+        if ((int64_t)json_array_size(lt) != out->n_layers)
+            return llm_error_set(LLM_E_FORMAT, "%s: layer_types has %zu entries for %" PRId64
+                                 " layers", name, json_array_size(lt), out->n_layers);
+    } else if (json_is_false(use) || (mt && !strncmp(mt, "qwen", 4) && !json_is_true(use))) {
+        local = 0; /* Qwen's window is off unless use_sliding_window */
+    } else if (mt && !strncmp(mt, "qwen", 4)) {
+        if ((s = json_dim(cfg, "max_window_layers", name, &from)))
+            return s;
+        local = from < out->n_layers ? out->n_layers - from : 0;
+    } else {
+        if ((s = json_dim(cfg, "sliding_window_pattern", name, &pat)))
+            return s;
+        if (!pat && mt && !strcmp(mt, "gemma2"))
+            pat = 2;
+        if (!pat && mt && !strncmp(mt, "gemma3", 6))
+            pat = 6;
+        local = llm_kvstat_window_layers(out->n_layers, pat);
+    }
+    out->window = local ? w : 0;
+    out->n_local = local;
     return LLM_OK;
 }
 
@@ -207,6 +262,8 @@ llm_status llm_kvstat_shape_from_config(struct llm_kvstat_shape *out, const char
         }
         out->head_dim = hidden / out->n_heads;
     }
+    if ((s = json_window(cfg, name, out)))
+        goto out;
     const char *mn = json_string_value(json_object_get(root, "_name_or_path"));
     snprintf(out->name, sizeof out->name, "%s", mn && *mn ? mn : name);
     snprintf(out->source, sizeof out->source, "config");
@@ -264,6 +321,21 @@ llm_status llm_kvstat_shape_from_meta(struct llm_kvstat_shape *out, const struct
     LLM_TRY(meta_dim(meta, "head_dim", name, 0, &out->head_dim));
     LLM_TRY(meta_dim(meta, "embedding_length", name, 0, &dim));
     LLM_TRY(meta_dim(meta, "context_length", name, 0, &out->ctx_train));
+    /* (0 is no window) */
+    if (llm_meta_get_i64(meta, "hparams.sliding_window", &out->window) == LLM_OK &&
+        (out->window < 0 || out->window > INT32_MAX))
+        return llm_error_set(LLM_E_FORMAT, "%s: hparams.sliding_window = %" PRId64 " is out of "
+                             "range", name, out->window);
+    llm_error_clear();
+    if (out->window) { /* with llm-run's defaults for Gemma (model.c) */
+        int64_t pat;
+        LLM_TRY(meta_dim(meta, "sliding_window_pattern", name, 0, &pat));
+        if (!pat && arch && !strcmp(arch, "gemma2"))
+            pat = 2;
+        if (!pat && arch && !strcmp(arch, "gemma3"))
+            pat = 6;
+        out->n_local = llm_kvstat_window_layers(out->n_layers, pat);
+    }
     if (!out->n_kv_heads)
         out->n_kv_heads = out->n_heads;
     if (!out->head_dim) {
@@ -397,6 +469,28 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
     LLM_TRY(mul3(r->bytes_per_token, (uint64_t)r->params.ctx, 1, &r->bytes_per_sequence));
     LLM_TRY(mul3(r->bytes_per_sequence, (uint64_t)p->batch, 1, &r->bytes_per_batch));
     LLM_TRY(mul3(r->bytes_per_token, (uint64_t)p->block_size, 1, &r->bytes_per_block));
+    if (s->window > 0 && s->n_local > 0) {
+        /* llm-run's bound on a window layer's rows (kv/kv.h) */
+        struct llm_kv_params kp;
+        llm_kv_params_default(&kp);
+        kp.n_layers = 1;
+        kp.block_size = (int32_t)p->block_size;
+        kp.max_tokens = r->params.ctx < INT32_MAX ? (int32_t)r->params.ctx : INT32_MAX;
+        kp.window = (int32_t)s->window;
+        kp.max_step = LLM_KVSTAT_STEP;
+        const int32_t wb = llm_kv_window_blocks(&kp);
+        if (wb > 0) {
+            uint64_t full, loc;
+            r->have_window = 1;
+            r->window_tokens = (uint64_t)wb * (uint64_t)p->block_size;
+            LLM_TRY(mul3(r->bytes_per_token_layer, (uint64_t)(s->n_layers - s->n_local),
+                         (uint64_t)r->params.ctx, &full));
+            LLM_TRY(mul3(r->bytes_per_token_layer, (uint64_t)s->n_local, r->window_tokens, &loc));
+            r->bytes_per_sequence_windowed = full + loc;
+            LLM_TRY(mul3(r->bytes_per_sequence_windowed, (uint64_t)p->batch, 1,
+                         &r->bytes_per_batch_windowed));
+        }
+    }
     for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++) {
         uint64_t b = 0;
         /* (q4ch: with q4 values, in blocks of 16 tokens or more as llm-run needs) */
@@ -415,6 +509,8 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
         r->cap_seqs_contig = r->kv_mem / r->bytes_per_sequence;
         uint64_t B = (uint64_t)p->block_size;
         r->cap_seqs_paged = r->cap_blocks / (((uint64_t)r->params.ctx + B - 1) / B);
+        if (r->have_window)
+            r->cap_seqs_windowed = r->kv_mem / r->bytes_per_sequence_windowed;
     }
     if (p->shared_prefix) {
         const uint64_t B = (uint64_t)p->block_size, P = (uint64_t)p->shared_prefix;
@@ -615,8 +711,18 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
                 llm_kvstat_type_name(p->type_v), r->type_bytes, pl);
     else
         fprintf(f, "KV type   %s (%g byte%s)\n", llm_kvstat_type_name(p->type), r->type_bytes, pl);
-    fprintf(f, "formula   2 x %" PRId64 " layers x %" PRId64 " KV heads x %" PRId64 " x %g byte%s\n\n",
+    fprintf(f, "formula   2 x %" PRId64 " layers x %" PRId64 " KV heads x %" PRId64 " x %g byte%s\n",
             s->n_layers, s->n_kv_heads, s->head_dim, r->type_bytes, pl);
+    if (s->window && r->have_window)
+        fprintf(f, "window    %" PRId64 " of %" PRId64 " layers read the last %" PRId64 " positions: "
+                   "llm-run keeps %" PRIu64 " of their rows a sequence (the window, %d kept for "
+                   "rollbacks, a step of %d, in blocks)\n",
+                s->n_local, s->n_layers, s->window, r->window_tokens, LLM_KV_WINDOW_KEEP,
+                LLM_KVSTAT_STEP);
+    else if (s->window)
+        fprintf(f, "window    %" PRId64 " of %" PRId64 " layers read the last %" PRId64 " positions: "
+                   "no saving at ctx %" PRId64 "\n", s->n_local, s->n_layers, s->window, p->ctx);
+    fputc('\n', f);
 
     fprintf(f, "%-22s %20s\n", "", "bytes");
     row(f, "per token", r->bytes_per_token, "");
@@ -629,6 +735,13 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
     row(f, "per sequence", r->bytes_per_sequence, note);
     snprintf(note, sizeof note, "ctx %" PRId64 " x batch %" PRId64, p->ctx, p->batch);
     row(f, "per batch", r->bytes_per_batch, note);
+    if (r->have_window) {
+        snprintf(note, sizeof note, "window layers hold %" PRIu64 " tokens", r->window_tokens);
+        row(f, "per sequence, windows", r->bytes_per_sequence_windowed, note);
+        snprintf(note, sizeof note, "%.3gx less than without",
+                 (double)r->bytes_per_sequence / (double)r->bytes_per_sequence_windowed);
+        row(f, "per batch, windows", r->bytes_per_batch_windowed, note);
+    }
 
     fprintf(f, "\nper token by KV type:");
     for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++)
@@ -648,6 +761,9 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
                 r->cap_seqs_contig, p->ctx);
         fprintf(f, "  %-20s %20" PRIu64 "  paged, ceil(ctx / %" PRId64 ") blocks each\n", "full sequences",
                 r->cap_seqs_paged, p->block_size);
+        if (r->have_window)
+            fprintf(f, "  %-20s %20" PRIu64 "  window layers bounded\n", "full sequences",
+                    r->cap_seqs_windowed);
     }
     if (r->have_sharing) {
         fprintf(f, "\nshared prefix: %" PRId64 " tokens of every one of %" PRId64 " sequences of ctx %"
@@ -723,18 +839,28 @@ llm_status llm_kvstat_print_json(FILE *f, const struct llm_kvstat_report *r)
     fprintf(f, " \"bytes_per_block\": %" PRIu64 ", \"bytes_per_sequence\": %" PRIu64
                ", \"bytes_per_batch\": %" PRIu64 ",\n",
             r->bytes_per_block, r->bytes_per_sequence, r->bytes_per_batch);
+    fprintf(f, " \"window\": %" PRId64 ", \"window_layers\": %" PRId64, s->window, s->n_local);
+    if (r->have_window)
+        fprintf(f, ", \"window_tokens\": %" PRIu64 ", \"bytes_per_sequence_windowed\": %" PRIu64
+                   ", \"bytes_per_batch_windowed\": %" PRIu64 ",\n",
+                r->window_tokens, r->bytes_per_sequence_windowed, r->bytes_per_batch_windowed);
+    else
+        fputs(", \"window_tokens\": null, \"bytes_per_sequence_windowed\": null, "
+              "\"bytes_per_batch_windowed\": null,\n", f);
     fputs(" \"bytes_per_token_by_type\": {", f);
     for (int t = 0; t < LLM_KVSTAT_N_TYPES; t++)
         if (r->bytes_per_token_type[t]) /* a type whose blocks the heads fit */
             fprintf(f, "%s\"%s\": %" PRIu64, t ? ", " : "",
                     llm_kvstat_type_name((enum llm_kvstat_type)t), r->bytes_per_token_type[t]);
     fputc('}', f);
+    char windowed[24];
+    snprintf(windowed, sizeof windowed, "%" PRIu64, r->cap_seqs_windowed);
     if (r->have_capacity)
         fprintf(f, ",\n \"capacity\": {\"mem\": %" PRIu64 ", \"weights\": %" PRIu64 ", \"kv_mem\": %" PRIu64
                    ", \"tokens\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"sequences_contiguous\": %" PRIu64
-                   ", \"sequences_paged\": %" PRIu64 "}",
+                   ", \"sequences_paged\": %" PRIu64 ", \"sequences_windowed\": %s}",
                 p->mem, p->weights, r->kv_mem, r->cap_tokens, r->cap_blocks, r->cap_seqs_contig,
-                r->cap_seqs_paged);
+                r->cap_seqs_paged, r->have_window ? windowed : "null");
     if (r->have_sharing) {
         fprintf(f, ",\n \"sharing\": {\"shared_prefix\": %" PRId64 ", \"shared_blocks\": %" PRIu64
                    ", \"blocks_per_sequence\": %" PRIu64 ", \"own_blocks_per_sequence\": %" PRIu64

@@ -63,7 +63,13 @@ struct llm_kvstat_shape {
     int64_t head_dim;
     int64_t ctx_train;      /* trained context (0 when unknown) */
     uint64_t weight_bytes;  /* bytes of the weights (0 when unknown: presets, config.json) */
+    int64_t window;         /* sliding window in positions; 0: none */
+    int64_t n_local;        /* the layers that read only the window (0 without one) */
 };
+/* Sliding windows: the layers of n_layers a window of `window` positions
+ * applies to with pattern P (1: all; P: P - 1 local layers then a global
+ * one, repeated), as llm-run reads the model's metadata. */
+int64_t llm_kvstat_window_layers(int64_t n_layers, int64_t pattern);
 
 /* Published hyper-parameters of a named model (llama-2-7b, llama-3-8b, ...).
  * LLM_E_NOTFOUND naming the preset and listing the known ones otherwise. */
@@ -73,14 +79,18 @@ const char *llm_kvstat_presets(void); /* comma-separated names */
 /* From a Hugging Face config.json text (num_hidden_layers,
  * num_attention_heads, num_key_value_heads (default: MHA), head_dim (default
  * hidden_size / num_attention_heads), max_position_embeddings; a nested
- * text_config is used when the top level has no num_hidden_layers). Errors
- * are LLM_E_FORMAT with a detail starting "NAME: ". */
+ * text_config is used when the top level has no num_hidden_layers; the
+ * sliding window: sliding_window, its layers from layer_types, else
+ * sliding_window_pattern, else Gemma 2's alternation and Gemma 3's 5 to 1,
+ * else Qwen's use_sliding_window from max_window_layers on, else every
+ * layer). Errors are LLM_E_FORMAT with a detail starting "NAME: ". */
 llm_status llm_kvstat_shape_from_config(struct llm_kvstat_shape *out, const char *text, size_t len,
                                     const char *name);
 /* Read PATH and call llm_kvstat_shape_from_config. */
 llm_status llm_kvstat_shape_load_config(struct llm_kvstat_shape *out, const char *path);
 /* From .llm metadata (hparams.block_count, head_count, head_count_kv,
- * head_dim, embedding_length, context_length). */
+ * head_dim, embedding_length, context_length, sliding_window and
+ * sliding_window_pattern with llm-run's defaults for Gemma). */
 llm_status llm_kvstat_shape_from_meta(struct llm_kvstat_shape *out, const struct llm_meta *meta,
                                   const char *name);
 /* Open a model (anything llm_import reads) for its metadata and weight bytes. */
@@ -132,6 +142,15 @@ struct llm_kvstat_report {
     uint64_t bytes_per_batch;       /* x ctx x batch */
     uint64_t bytes_per_block;       /* x block_size */
     uint64_t bytes_per_token_type[LLM_KVSTAT_N_TYPES]; /* 0: the heads do not fit its blocks */
+    /* sliding windows (have_window: the shape's window saves memory at
+     * this ctx): a window layer of llm-run holds at most window_tokens of
+     * a sequence (the window, the positions kept for rollbacks and a
+     * forward pass's LLM_KVSTAT_STEP tokens, in whole blocks: kv/kv.h),
+     * the other layers the whole ctx */
+    int have_window;
+    uint64_t window_tokens;
+    uint64_t bytes_per_sequence_windowed;
+    uint64_t bytes_per_batch_windowed;
     /* capacity (when params.mem) */
     int have_capacity;
     uint64_t kv_mem;                /* mem - weights (0 when the weights do not fit) */
@@ -139,6 +158,7 @@ struct llm_kvstat_report {
     uint64_t cap_blocks;            /* kv_mem / bytes_per_block */
     uint64_t cap_seqs_contig;       /* kv_mem / bytes_per_sequence */
     uint64_t cap_seqs_paged;        /* cap_blocks / ceil(ctx / block_size) (vLLM's max concurrency) */
+    uint64_t cap_seqs_windowed;     /* kv_mem / bytes_per_sequence_windowed (have_window) */
     /* prefix sharing (when params.shared_prefix): the batch's sequences
      * fork one prompt; the blocks it fills are held once (a fork
      * references them), its partial last block is copied by each sequence
@@ -157,6 +177,10 @@ struct llm_kvstat_report {
     int have_waste;
     struct llm_kvstat_waste waste;
 };
+
+/* The tokens of a forward pass llm-run's window bound assumes (its default
+ * batch). */
+#define LLM_KVSTAT_STEP 512
 
 /* Fill `r`. `lengths` (n, may be NULL/0) are sequence lengths in tokens,
  * each 1..ctx. LLM_E_INVALID on a bad shape or parameter, or a length out

@@ -107,6 +107,8 @@ int32_t llm_prefix_attach(struct llm_prefix *pc, int32_t seq, const int32_t *tok
         ids[nb++] = b;
         parent = b;
     }
+    /* sliding windows: only as far as the window rows of its end are held */
+    nb = llm_kv_attach_usable(pc->kv, ids, nb);
     if (nb && llm_kv_attach(pc->kv, seq, ids, nb)) {
         llm_error_clear();
         nb = 0;

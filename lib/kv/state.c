@@ -46,7 +46,8 @@ static void header_encode(uint8_t *h, const struct llm_state_info *in)
     memset(h, 0, HEADER_BYTES);
     memcpy(h, magic, 8);
     llm_put32(h + 8, LLM_STATE_VERSION);
-    llm_put32(h + 12, in->compress ? 1u : 0u);
+    /* flags: bit 0 compressed, bits 8-31 window_from (below 2^24 tokens) */
+    llm_put32(h + 12, (in->compress ? 1u : 0u) | (uint32_t)in->window_from << 8);
     llm_put64(h + 16, in->model_id);
     llm_put32(h + 24, (uint32_t)in->kv_type_k | (uint32_t)in->kv_type_v << 16);
     llm_put32(h + 28, (uint32_t)in->n_layers);
@@ -86,6 +87,9 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     /* version 1: one type for K and V */
     in->kv_type_k = (enum llm_type)(version == 1 ? type : type & 0xffff);
     in->kv_type_v = (enum llm_type)(version == 1 ? type : type >> 16);
+    const uint32_t wfrom = version >= 3 ? flags >> 8 : 0;
+    if (version >= 3)
+        flags &= 0xff;
     const char *bad = flags > 1 ? "unknown flags"
                       : !llm_kv_type_ok(in->kv_type_k, kvd) || !llm_kv_type_ok(in->kv_type_v, kvd) ||
                         in->kv_type_v == LLM_TYPE_Q4Z_CH
@@ -95,6 +99,7 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
                       : !kvd || kvd > LLM_STATE_MAX_KVDIM ? "a bad KV row width"
                       : !vocab || vocab > LLM_STATE_MAX_VOCAB ? "a bad vocabulary size"
                       : !ntok || ntok > LLM_STATE_MAX_TOKENS ? "a bad token count"
+                      : wfrom > ntok ? "window rows from past its tokens"
                       : !chunk || chunk > LLM_STATE_MAX_CHUNK ||
                         llm_kv_types_why_not(in->kv_type_k, in->kv_type_v, (int32_t)chunk, kvd)
                       ? "a bad chunk size" : NULL;
@@ -107,6 +112,7 @@ static llm_status header_decode(const uint8_t *h, const char *path, struct llm_s
     in->n_vocab = (int32_t)vocab;
     in->n_tokens = (int32_t)ntok;
     in->chunk = (int32_t)chunk;
+    in->window_from = (int32_t)wfrom;
     struct llm_sampler_params *sp = &in->sp;
     sp->temp = getf(h + 48);
     sp->top_k = (int32_t)llm_get32(h + 52);

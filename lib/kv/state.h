@@ -11,7 +11,8 @@
  * The file is a header and a sequence of records, written and read in one
  * pass, so that it streams through a pipe (llm-format(5), KV STATE FILES):
  *
- *   header   "LLMSTATE", version, sizes, sampler parameters, XXH3-64 of it
+ *   header   "LLMSTATE", version, flags (compressed; the window layers'
+ *            first position held), sizes, sampler parameters, XXH3-64 of it
  *   record   the tokens            (n_tokens) int32
  *   record   the logits            (n_vocab) f32
  *   record   KV rows of chunk i    (n_layers, 2, rows, kv_dim): the K rows in
@@ -37,8 +38,9 @@
 #include "../sample/sample.h"
 
 /* Version 2 gave K and V each its own type (version 1: one for both,
- * still read). */
-#define LLM_STATE_VERSION 2u
+ * still read); version 3 the first position of the window layers' rows
+ * (window_from). */
+#define LLM_STATE_VERSION 3u
 /* Bounds on what a header may claim, so that a damaged one cannot ask for
  * absurd memory. */
 #define LLM_STATE_MAX_TOKENS (1 << 24)
@@ -54,6 +56,8 @@ struct llm_state_info {
     int32_t n_layers, kv_dim, n_vocab;
     int32_t n_tokens;               /* >= 1 */
     int32_t chunk;                  /* tokens per KV record */
+    int32_t window_from;            /* sliding-window layers: their rows below this position
+                                       are zeros (the cache had given them back, kv.h) */
     int compress;                   /* zstd each record (where it is smaller) */
     struct llm_sampler_params sp;
 };

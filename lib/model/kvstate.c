@@ -35,11 +35,15 @@ static llm_status rows_out(void *ctx, int32_t pos, int32_t n, void *rows)
 }
 
 /* The info of a state of n tokens of c. */
-static llm_status save_info(struct llm_context *c, int32_t n, const struct llm_sampler_params *sp,
-                            int compress, struct llm_state_info *in)
+static llm_status save_info(struct llm_context *c, int32_t slot, int32_t n,
+                            const struct llm_sampler_params *sp, int compress,
+                            struct llm_state_info *in)
 {
     LLM_TRY(llm_kvstate_info(c, in));
     in->n_tokens = n;
+    /* the window layers' rows below this are zeros (kv_rows_copy) */
+    const int32_t from = llm_kv_window_from(llm_context_kv(c), slot);
+    in->window_from = from < n ? from : n;
     in->sp = *sp;
     in->compress = compress;
     return LLM_OK;
@@ -50,7 +54,7 @@ llm_status llm_kvstate_save(struct llm_context *c, int32_t slot, const int32_t *
                             int compress, const char *path)
 {
     struct llm_state_info in;
-    LLM_TRY(save_info(c, n, sp, compress, &in));
+    LLM_TRY(save_info(c, slot, n, sp, compress, &in));
     struct rows_ctx r = { c, slot, n };
     return llm_state_write(path, &in, tokens, logits, rows_out, &r);
 }
@@ -61,7 +65,7 @@ llm_status llm_kvstate_save_mem(struct llm_context *c, int32_t slot, const int32
                                 size_t *len)
 {
     struct llm_state_info in;
-    LLM_TRY(save_info(c, n, sp, compress, &in));
+    LLM_TRY(save_info(c, slot, n, sp, compress, &in));
     struct rows_ctx r = { c, slot, n };
     return llm_state_write_mem(buf, len, &in, tokens, logits, rows_out, &r);
 }
@@ -97,9 +101,16 @@ static llm_status rows_in(void *ctx, int32_t pos, int32_t n, void *rows)
 llm_status llm_kvstate_load(struct llm_state_reader *rd, const struct llm_state_info *in,
                             struct llm_context *c, int32_t slot, int32_t n)
 {
+    struct llm_kv *kv = llm_context_kv(c);
     struct rows_ctx r = { c, slot, n < in->n_tokens ? n : in->n_tokens };
+    /* a state without its window layers' early rows goes on only where this
+     * cache never reads them: else nothing is loaded (computed again) */
+    if (!llm_kv_window_reaches(kv, r.n, in->window_from))
+        r.n = 0;
     llm_context_reset(c, slot);
     llm_status s = llm_state_read_rows(rd, rows_in, &r);
+    if (!s)
+        llm_kv_window_forget(kv, slot, in->window_from);
     if (s)
         llm_context_reset(c, slot);
     return s;

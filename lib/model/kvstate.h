@@ -27,8 +27,11 @@ llm_status llm_kvstate_save_mem(struct llm_context *c, int32_t slot, const int32
 /* After llm_state_open and llm_state_read_tokens: sequence `slot` of c
  * (emptied first) receives the rows of the state's first n positions;
  * the rest are read, checked and dropped. With q4ch keys, an n inside a
- * full block of the state keeps only the blocks below it (kv.h):
- * llm_context_seq_len says how many positions came. */
+ * full block of the state keeps only the blocks below it (kv.h); a state
+ * whose sliding-window layers lack rows this cache would read at n
+ * (llm_state_info.window_from: another window, block size or context, or
+ * a short n) gives none: llm_context_seq_len says how many positions
+ * came. */
 llm_status llm_kvstate_load(struct llm_state_reader *r, const struct llm_state_info *in,
                             struct llm_context *c, int32_t slot, int32_t n);
 

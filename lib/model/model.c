@@ -729,11 +729,23 @@ void llm_context_free(struct llm_context *c)
     llm_free(c);
 }
 
+/* The window layers of the model (n_layers, 1: a sliding-window layer), or
+ * NULL without windows (or memory). */
+static uint8_t *window_layers(const struct llm_config *cf)
+{
+    if (cf->swa_window <= 0)
+        return NULL;
+    uint8_t *w = llm_malloc((size_t)cf->n_layers);
+    for (int32_t l = 0; w && l < cf->n_layers; l++)
+        w[l] = llm_config_layer_window(cf, l) > 0;
+    return w;
+}
+
 /* The KV pool's parameters from the context's: its size in blocks from
  * kv_blocks, else from the kv_bytes budget, else what n_seq full sequences
  * need. */
 static llm_status kv_params(const struct llm_config *cf, const struct llm_context_params *p,
-                            struct llm_kv_params *kp)
+                            const uint8_t *local, struct llm_kv_params *kp)
 {
     llm_kv_params_default(kp);
     kp->n_layers = cf->n_layers;
@@ -745,13 +757,23 @@ static llm_status kv_params(const struct llm_config *cf, const struct llm_contex
     kp->type_k = p->kv_type_k;
     kp->type_v = p->kv_type_v;
     kp->n_blocks = p->kv_blocks;
+    /* sliding-window layers hold only their windows' rows (kv.h), for steps
+     * of up to n_batch tokens */
+    kp->window = cf->swa_window > 0 ? cf->swa_window : 0;
+    kp->local = local;
+    kp->max_step = p->n_batch;
     if (!p->kv_blocks && p->kv_bytes) {
-        uint64_t bb = llm_kv_block_bytes(kp), nb = bb ? p->kv_bytes / bb : 0;
+        /* the window layers' slots first (a fixed size), blocks of the
+         * full layers from the rest; with no full layer the blocks cost
+         * nothing and keep their default number */
+        const uint64_t wb = llm_kv_window_bytes(kp), bb = llm_kv_block_bytes(kp);
+        const uint64_t nb = p->kv_bytes < wb ? 0 : bb ? (p->kv_bytes - wb) / bb : 1;
         if (nb < 1)
             return llm_error_set(LLM_E_INVALID, "a KV budget of %llu bytes holds no block of %d "
-                                 "tokens (%llu bytes)", (unsigned long long)p->kv_bytes,
-                                 p->block_size, (unsigned long long)bb);
-        kp->n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
+                                 "tokens (%llu bytes%s)", (unsigned long long)p->kv_bytes,
+                                 p->block_size, (unsigned long long)bb,
+                                 wb ? ", after the window layers' rows" : "");
+        kp->n_blocks = !bb ? 0 : nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
     }
     if (!llm_kv_storage_bytes(kp))
         return llm_error_set(LLM_E_NOMEM, "KV cache for %d tokens x %d sequences (%d blocks of "
@@ -793,10 +815,15 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
     if (p.kv_blocks < 0)
         return llm_error_set(LLM_E_INVALID, "KV pool of %d blocks", p.kv_blocks);
     struct llm_kv_params kp;
-    LLM_TRY(kv_params(cf, &p, &kp));
-    struct llm_context *c = llm_calloc(1, sizeof *c);
-    if (!c)
+    uint8_t *local = window_layers(cf);
+    if (cf->swa_window > 0 && !local)
         return LLM_E_NOMEM;
+    llm_status ks = kv_params(cf, &p, local, &kp);
+    struct llm_context *c = ks ? NULL : llm_calloc(1, sizeof *c);
+    if (!c) {
+        llm_free(local);
+        return ks ? ks : LLM_E_NOMEM;
+    }
     c->m = m;
     c->be = m->be;
     c->n_ctx = p.n_ctx;
@@ -806,6 +833,7 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
     llm_status ts = m->be->ops->threads(m->be, c->n_threads);
     if (ts) {
         llm_free(c);
+        llm_free(local);
         return ts;
     }
     uint64_t kb = llm_kv_half_bytes(&kp, 0), vb = llm_kv_half_bytes(&kp, 1);
@@ -819,6 +847,7 @@ llm_status llm_context_new(struct llm_context **out, struct llm_model *m,
         s = c->be->ops->alloc(c->be, (size_t)vb, &c->kv_v);
     if (!s)
         s = llm_kv_new_with(&c->kv, &kp, c->kv_k, c->kv_v);
+    llm_free(local); /* (copied) */
     int64_t nb = c->n_batch, qd = (int64_t)cf->n_heads * cf->head_dim,
             kd = (int64_t)cf->n_kv_heads * cf->head_dim;
     /* the feed-forward's hidden rows: dense, an expert's or the shared one's */
@@ -1225,8 +1254,14 @@ static llm_status q4ch_rows_copy(struct llm_context *c, int32_t seq, int32_t l, 
     struct llm_kv *kv = c->kv;
     const int32_t bs = kv->p.block_size;
     if (n == bs) {
-        uint8_t *at = (uint8_t *)kv->k + (size_t)llm_kv_row_number(kv, l, seq, pos) * kv->row_bytes_k;
         const size_t nb = (size_t)bs * kv->row_bytes_k;
+        if (!llm_kv_has_row(kv, l, seq, pos)) { /* behind the window: zeros */
+            if (!store)
+                memset(*rows, 0, nb);
+            *rows += nb;
+            return LLM_OK;
+        }
+        uint8_t *at = (uint8_t *)kv->k + (size_t)llm_kv_row_number(kv, l, seq, pos) * kv->row_bytes_k;
         LLM_TRY(store ? c->be->ops->upload(c->be, at, *rows, nb)
                       : c->be->ops->download(c->be, *rows, at, nb));
         *rows += nb;
@@ -1268,8 +1303,15 @@ static llm_status kv_rows_copy(struct llm_context *c, int32_t seq, int32_t pos, 
                 if (run > pos + n - p)
                     run = pos + n - p;
                 const size_t rb = which ? kv->row_bytes_v : kv->row_bytes_k;
-                uint8_t *at = base + (size_t)llm_kv_row_number(kv, l, seq, p) * rb;
                 size_t nb = (size_t)run * rb;
+                if (!llm_kv_has_row(kv, l, seq, p)) { /* behind the window: zeros */
+                    if (!store)
+                        memset(rows, 0, nb);
+                    rows += nb;
+                    p += run;
+                    continue;
+                }
+                uint8_t *at = base + (size_t)llm_kv_row_number(kv, l, seq, p) * rb;
                 LLM_TRY(store ? c->be->ops->upload(c->be, at, rows, nb)
                               : c->be->ops->download(c->be, rows, at, nb));
                 rows += nb;

@@ -241,7 +241,8 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             "\"output_tokens_per_s\":%.2f,\"steps\":%lld,\"prefill_tokens\":%lld,"
             "\"decode_tokens\":%lld,\"preemptions\":%lld,\"prefix_lookup_tokens\":%lld,"
             "\"prefix_hit_tokens\":%lld,\"prefix_hit_rate\":%.4f,\"prefix_evicted_blocks\":%lld,"
-            "\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"ttft_s\":{\"p50\":%.4f,\"p90\":%.4f,"
+            "\"kv_blocks\":%d,\"kv_blocks_peak\":%d,\"kv_window_slots\":%d,"
+            "\"kv_window_slots_peak\":%d,\"ttft_s\":{\"p50\":%.4f,\"p90\":%.4f,"
             "\"p99\":%.4f},\"tpot_s\":{\"p50\":%.5f,\"p90\":%.5f,\"p99\":%.5f},\"e2e_s\":{"
             "\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f},\"itl_s\":{\"p50\":%.5f,\"p90\":%.5f,"
             "\"p99\":%.5f},\"loaded_states\":%lld}\n",
@@ -253,7 +254,8 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             (long long)e->steps, (long long)e->prefill_tokens, (long long)e->decode_tokens,
             (long long)e->preemptions, (long long)e->lookup_tokens, (long long)e->hit_tokens,
             e->lookup_tokens ? (double)e->hit_tokens / (double)e->lookup_tokens : 0.0,
-            (long long)e->evicted_blocks, e->kv_blocks, e->kv_peak, s->ttft[0], s->ttft[1],
+            (long long)e->evicted_blocks, e->kv_blocks, e->kv_peak, e->kv_slots, e->kv_slots_peak,
+            s->ttft[0], s->ttft[1],
             s->ttft[2], s->tpot[0], s->tpot[1], s->tpot[2], s->e2e[0], s->e2e[1], s->e2e[2],
             s->itl[0], s->itl[1], s->itl[2], (long long)s->loaded);
 }

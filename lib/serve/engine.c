@@ -303,6 +303,8 @@ void llm_engine_stats(const struct llm_engine *e, struct llm_engine_stats *st)
     st->kv_used = ks.used;
     st->kv_free = ks.free_;
     st->kv_peak = ks.peak_used;
+    st->kv_slots = ks.slots;
+    st->kv_slots_peak = ks.slots_peak;
     st->kv_tokens = ks.tokens;
     st->kv_logical = ks.logical;
     if (e->pc) {
@@ -532,6 +534,10 @@ static llm_status admit_state(struct llm_engine *e, struct req *q, struct choice
                           (long long)q->r.line);
     if (!s)
         s = llm_kvstate_load(rd, &in, e->c, l->slot, q->n_prompt);
+    if (!s && llm_context_seq_len(e->c, l->slot) != q->n_prompt)
+        s = llm_error_set(LLM_E_INVALID, "line %lld: its state lacks the sliding-window rows "
+                          "this context reads (from position %d on; made with another window, "
+                          "block size or context?)", (long long)q->r.line, in.window_from);
     llm_state_close(rd);
     llm_free(toks);
     llm_free(q->r.state);

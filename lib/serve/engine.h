@@ -59,6 +59,7 @@ struct llm_engine_stats {
     int64_t hit_tokens;     /* of them, taken from the index */
     int64_t evicted_blocks;
     int32_t kv_blocks, kv_used, kv_free, kv_peak;
+    int32_t kv_slots, kv_slots_peak; /* sliding-window layers' slots (kv/kv.h; 0: none) */
     int32_t kv_cached;      /* blocks the prefix index lists */
     int32_t kv_idle;        /* of them, held by the index alone */
     int32_t kv_logical;     /* table entries of all sequences (a shared block once per table) */

@@ -57,6 +57,9 @@ t_kvstat_json_parses() {
 # ---- golden outputs --------------------------------------------------------
 t_kvstat_golden_table() { kv_golden llama-2-7b.txt --preset llama-2-7b --ctx 4096; }
 t_kvstat_golden_json() { kv_golden llama-2-7b.json --preset llama-2-7b --ctx 4096 --json; }
+# sliding windows: Gemma 3's 15 window layers bounded, the 3 global ones
+# the whole context, and what fits in 1 GiB so
+t_kvstat_golden_sliding_window() { kv_golden gemma3-270m-window.txt --preset gemma3-270m --mem 1G; }
 t_kvstat_golden_capacity_waste() {
     kv_golden llama-3-70b-waste.txt --preset llama-3-70b --ctx 4096 --kv-type fp8 --mem 80G --weights 70G \
         --lengths "$KVGOLD/lengths.txt"

@@ -1185,3 +1185,44 @@ t_run_batch_kv_q4_matches_single_runs() {
         diff "$TMP/st.txt" "$TMP/bt.txt" || return 1
     done
 }
+
+# ---- sliding windows ------------------------------------------------------------
+# A window layer keeps only its window's rows (llm-run(1), Sliding windows):
+# on random mistral (every layer) and gemma3 (5 of 6) models with a window
+# of 7 and the tinystories tokenizer, a batch of requests that share a long
+# prompt gives the same answers in steps of 8 tokens (each sequence then
+# holds a few window slots) as in steps of 2048 (every layer in full), with
+# the prefix cache and without, and -v says how many slots were used; a
+# prompt's state written in steps of 8 goes on in another process with the
+# same text.
+t_run_sliding_window_bounded_same_answers() {
+    need "$R_TOK" "$DATA/text/tinystories_val.txt"
+    local a long
+    long=$(head -c 3000 "$DATA/text/tinystories_val.txt" | tr -d '"\\\n\t')
+    for a in mistral gemma3; do
+        printf 'architecture: %s\nsliding_window: 7\nembedding_length: 64\nfeed_forward_length: 128\nblock_count: 6\nhead_count: 4\nhead_count_kv: 2\nhead_dim: 16\nvocab_size: 512\ncontext_length: 2048\nrope_theta: 10000.0\nrms_norm_eps: 1e-5\ntie_embeddings: true\n' "$a" >"$TMP/w.yaml"
+        "$BIN/llm-convert" -q --synthetic "$TMP/w.yaml" --tokenizer "$R_TOK" -o "$TMP/w-$a.llm" || return 1
+        : >"$TMP/wreq.jsonl"
+        local i
+        for i in 1 2 3 4 5; do
+            printf '{"custom_id": "w%d", "body": {"prompt": "%s Then %d.", "max_tokens": 12, "temperature": 0}}\n' \
+                "$i" "$long" "$i" >>"$TMP/wreq.jsonl"
+        done
+        strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+        expect 0 "$RUN" -m "$TMP/w-$a.llm" --batch "$TMP/wreq.jsonl" --ctx 2048 --step-tokens 2048 -v &&
+            ! has "$TMP/err" "window slots" && mv "$TMP/out" "$TMP/full.jsonl" || return 1
+        expect 0 "$RUN" -m "$TMP/w-$a.llm" --batch "$TMP/wreq.jsonl" --ctx 2048 --step-tokens 8 -v &&
+            has "$TMP/err" "window slots:" &&
+            diff <(strip "$TMP/full.jsonl") <(strip "$TMP/out") || { echo "$a: steps of 8 differ"; return 1; }
+        expect 0 "$RUN" -m "$TMP/w-$a.llm" --batch "$TMP/wreq.jsonl" --ctx 2048 --step-tokens 8 \
+            --no-prefix-cache --max-seqs 2 &&
+            diff <(strip "$TMP/full.jsonl") <(strip "$TMP/out") || { echo "$a: no prefix cache differs"; return 1; }
+    done
+    # a state across processes, in a single run (steps of 512: the window
+    # layers bounded at --ctx 2048)
+    expect 0 "$RUN" -m "$TMP/w-gemma3.llm" -p "$long" --ctx 2048 -n 20 --temp 0 -v &&
+        has "$TMP/err" "window slots:" && mv "$TMP/out" "$TMP/one" || return 1
+    expect 0 "$RUN" -m "$TMP/w-gemma3.llm" -p "$long" --ctx 2048 --prefill-only --kv-out "$TMP/w.kv" &&
+    expect 0 "$RUN" -m "$TMP/w-gemma3.llm" --kv-in "$TMP/w.kv" --ctx 2048 -n 20 --temp 0 &&
+        cmp "$TMP/one" "$TMP/out"
+}

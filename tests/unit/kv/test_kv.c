@@ -414,3 +414,83 @@ Test(kv, type_names_parse_and_print)
     cr_assert_str_eq(llm_error_detail(LLM_E_INVALID),
                      "'q4_0' is not f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch");
 }
+
+/* Sliding windows at the pool's level (kv.h): layer 1 a window layer of 5
+ * positions, layer 0 a full one; steps of at most 4, 8 positions kept for
+ * cuts back. A sequence's window slots stay within win_blocks however long
+ * it grows, the rows it reads are the ones written, and the full layer
+ * keeps them all. A write into a block shared with a reference outside
+ * the tables (the prefix index's) gives the writer a copy of the full
+ * layer's rows, and the window rows move with it (no one else reads
+ * them); shared with another table, they are copied too. */
+static struct llm_kv *mk_window(int32_t n_seq)
+{
+    static const uint8_t local[2] = { 0, 1 };
+    struct llm_kv_params p;
+    llm_kv_params_default(&p);
+    p.n_layers = 2, p.n_kv_heads = 2, p.head_dim = 4, p.block_size = 4;
+    p.n_seq = n_seq, p.max_tokens = 256, p.type_k = p.type_v = LLM_TYPE_F32;
+    p.window = 5, p.local = local, p.max_step = 4, p.keep = 8;
+    struct llm_kv *kv;
+    cr_assert_eq(llm_kv_new(&kv, &p), LLM_OK);
+    /* (4 + 5 + 8 + 2 x 4) / 4 + 1 */
+    cr_assert_eq(kv->win_blocks, 7);
+    cr_assert_eq(kv->n_slots, 7 * n_seq);
+    cr_assert_eq(llm_kv_window_bytes(&p), 2ull * 7 * n_seq * 4 * 8 * sizeof(float));
+    cr_assert_eq(llm_kv_block_bytes(&p), 2ull * 4 * 8 * sizeof(float), "the full layer's");
+    return kv;
+}
+
+Test(kv, window_layers_hold_a_bounded_number_of_slots)
+{
+    struct llm_kv *kv = mk_window(2);
+    for (int32_t pos = 0; pos < 200; pos += 4) {
+        cr_assert_eq(put(kv, 0, pos, 4, 1000), LLM_OK);
+        struct llm_kv_stats st;
+        llm_kv_stats(kv, &st);
+        cr_assert_leq(st.slots_used, kv->win_blocks, "at %d: %d slots", pos, st.slots_used);
+        /* what the next query reads: its window, in both layers */
+        for (int32_t p = pos + 4 - 5; p < pos + 4; p++)
+            for (int l = 0; l < 2; l++)
+                cr_assert(p < 0 || kval(kv, l, 0, p, 3) == 1000 + (float)p, "pos %d layer %d", p, l);
+    }
+    for (int32_t p = 0; p < 200; p++) /* the full layer keeps every row */
+        cr_assert_eq(kval(kv, 0, 0, p, 0), 1000 + (float)p);
+    cr_assert(!llm_kv_has_row(kv, 1, 0, 100) && llm_kv_has_row(kv, 0, 0, 100));
+    cr_assert_eq(llm_kv_window_from(kv, 0), kv->past[0] * 4);
+    cr_assert_eq(llm_kv_window_from(kv, 0), (196 - 5 + 1 - 8) / 4 * 4);
+    llm_kv_reset(kv, 0);
+    assert_all_free(kv);
+    cr_assert_eq(kv->n_free_slots, kv->n_slots);
+    llm_kv_free(kv);
+}
+
+Test(kv, window_rows_move_or_copy_on_write)
+{
+    struct llm_kv *kv = mk_window(2);
+    cr_assert_eq(put(kv, 0, 0, 4, 0), LLM_OK);
+    cr_assert_eq(put(kv, 0, 4, 2, 0), LLM_OK); /* block 1 half full */
+    const int32_t b1 = llm_kv_seq_block(kv, 0, 1), slot = kv->slot[b1];
+    llm_kv_retain(kv, b1); /* an outside reference: it reads no window rows */
+    cr_assert_eq(put(kv, 0, 6, 2, 0), LLM_OK);
+    const int32_t n1 = llm_kv_seq_block(kv, 0, 1);
+    cr_assert_neq(n1, b1, "a copy of the shared block");
+    cr_assert_eq(kv->slot[n1], slot, "the window rows moved");
+    cr_assert_eq(kv->slot[b1], -1);
+    assert_rows(kv, 0, 0, 8, 0);
+    llm_kv_release(kv, b1);
+    /* shared with another table: its window rows are copied */
+    cr_assert_eq(llm_kv_fork(kv, 0, 1, 6), LLM_OK);
+    cr_assert_eq(kv->slot_ref[n1], 2);
+    cr_assert_eq(put(kv, 1, 6, 2, 500), LLM_OK);
+    const int32_t c1 = llm_kv_seq_block(kv, 1, 1);
+    cr_assert(c1 != n1 && kv->slot[c1] >= 0 && kv->slot[c1] != kv->slot[n1]);
+    assert_rows(kv, 1, 4, 6, 0);
+    assert_rows(kv, 1, 6, 8, 500);
+    assert_rows(kv, 0, 0, 8, 0);
+    llm_kv_reset(kv, 0);
+    llm_kv_reset(kv, 1);
+    assert_all_free(kv);
+    cr_assert_eq(kv->n_free_slots, kv->n_slots);
+    llm_kv_free(kv);
+}

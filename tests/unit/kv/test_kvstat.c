@@ -554,3 +554,77 @@ Test(kvstat, shared_prefix_matches_the_pool)
     p.ctx = 10, p.shared_prefix = 11;
     cr_assert_eq(llm_kvstat_compute(&r, &s, &p, NULL, 0), LLM_E_INVALID);
 }
+
+/* Sliding windows: a window layer holds the window, 80 positions kept for
+ * rollbacks and a step of 512, in blocks of 16 (kv/kv.h), so Gemma 3
+ * 270M at 32768 tokens: 3 global layers x 32768 + 15 window layers x
+ * 1152 tokens x 1 KiB a token and layer (f16, 1 KV head of 256). A short
+ * context saves nothing; a window from config.json on the layers each
+ * family puts it on; JSON and table say so. */
+Test(kvstat, sliding_window_layers_bounded)
+{
+    struct llm_kvstat_report r = report("gemma3-270m", LLM_KVSTAT_F16, 32768);
+    cr_assert(r.have_window);
+    cr_assert_eq(r.window_tokens, 1152);
+    cr_assert_eq(r.bytes_per_sequence_windowed, 1024ull * (3 * 32768 + 15 * 1152));
+    cr_assert_eq(r.bytes_per_sequence, 1024ull * 18 * 32768);
+    r = report("gemma2-2b", LLM_KVSTAT_F16, 4096);
+    cr_assert(!r.have_window, "4096 + 80 + 512 covers a context of 4096");
+    r = report("mistral-7b", LLM_KVSTAT_F16, 32768);
+    cr_assert(!r.have_window);
+    r = report("mistral-7b-v0.1", LLM_KVSTAT_F16, 32768);
+    cr_assert(r.have_window && r.bytes_per_sequence_windowed == 4096ull * 32 * (4096 + 640));
+    static const struct {
+        const char *cfg;
+        int64_t window, local;
+    } cases[] = {
+        { "{\"model_type\": \"gemma2\", \"sliding_window\": 4096", 4096, 13 },
+        { "{\"model_type\": \"gemma3_text\", \"sliding_window\": 512", 512, 22 },
+        { "{\"model_type\": \"gemma3_text\", \"sliding_window\": 512, \"sliding_window_pattern\": 2", 512, 13 },
+        { "{\"model_type\": \"mistral\", \"sliding_window\": 4096", 4096, 26 },
+        { "{\"model_type\": \"mistral\", \"sliding_window\": null", 0, 0 },
+        { "{\"model_type\": \"qwen2\", \"sliding_window\": 4096, \"use_sliding_window\": false", 0, 0 },
+        { "{\"model_type\": \"qwen2\", \"sliding_window\": 4096", 0, 0 },
+        { "{\"model_type\": \"qwen2\", \"sliding_window\": 4096, \"use_sliding_window\": true, "
+          "\"max_window_layers\": 20", 4096, 6 },
+        { "{\"model_type\": \"x\", \"sliding_window\": 64, \"layer_types\": [\"full_attention\", "
+          "\"sliding_attention\"]", 0, -1 }, /* 2 entries for 26 layers */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s, \"num_hidden_layers\": 26, \"num_attention_heads\": 8, "
+                 "\"num_key_value_heads\": 4, \"head_dim\": 256}", cases[i].cfg);
+        struct llm_kvstat_shape s;
+        llm_status st = llm_kvstat_shape_from_config(&s, text, strlen(text), "c.json");
+        if (cases[i].local < 0) {
+            cr_assert_eq(st, LLM_E_FORMAT);
+            cr_assert(strstr(llm_error_detail(st), "c.json: layer_types has 2 entries for 26 layers"),
+                      "%s", llm_error_detail(st));
+            continue;
+        }
+        cr_assert_eq(st, LLM_OK, "%s: %s", text, llm_error_detail(st));
+        cr_assert_eq(s.window, cases[i].window, "case %zu", i);
+        cr_assert_eq(s.n_local, cases[i].local, "case %zu: %lld", i, (long long)s.n_local);
+    }
+    struct llm_kvstat_shape s;
+    struct llm_kvstat_params p;
+    llm_kvstat_preset(&s, "gemma3-270m");
+    llm_kvstat_params_default(&p);
+    p.mem = 1ull << 30;
+    cr_assert_eq(llm_kvstat_compute(&r, &s, &p, NULL, 0), LLM_OK);
+    cr_assert_eq(r.cap_seqs_windowed, (1ull << 30) / r.bytes_per_sequence_windowed);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    cr_assert_eq(llm_kvstat_print_json(f, &r), LLM_OK);
+    fclose(f);
+    json_error_t err;
+    json_t *j = json_loads(buf, 0, &err);
+    cr_assert_not_null(j, "%s: %s", err.text, buf);
+    cr_assert_eq(json_integer_value(json_object_get(j, "window_layers")), 15);
+    cr_assert_eq(json_integer_value(json_object_get(j, "window_tokens")), 1152);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "capacity"),
+                                                    "sequences_windowed")), 9);
+    json_decref(j);
+    free(buf);
+}

@@ -225,7 +225,9 @@ Test(state, k_and_v_of_different_types)
 }
 
 /* A version 1 header (one type for K and V at byte 24) still reads: its
- * type is both; the same word in a version 2 header is K alone. */
+ * type is both; the same word in a version 2 or 3 header is K alone.
+ * Version 3 carries the window layers' first position in the flags' upper
+ * bits, which an older version may not use. */
 Test(state, version_1_holds_one_type_for_both)
 {
     char path[256];
@@ -240,7 +242,7 @@ Test(state, version_1_holds_one_type_for_both)
     FILE *f = fopen(path2, "rb");
     cr_assert(f && fread(h, 1, 96, f) == 96);
     fclose(f);
-    cr_assert_eq(h[8], 2, "this build writes version 2");
+    cr_assert_eq(h[8], 3, "this build writes version 3");
     cr_assert_eq(h[24] | h[25] << 8 | h[26] << 16 | h[27] << 24, LLM_TYPE_BF16 | LLM_TYPE_F32 << 16);
     unlink(path2);
     /* the header is all that is read here: an f32 state's file, relabelled */
@@ -248,7 +250,7 @@ Test(state, version_1_holds_one_type_for_both)
     cr_assert_eq(llm_state_write(path, &in, toks, logits, src, NULL), LLM_OK);
     f = fopen(path, "r+b");
     cr_assert(f && fread(h, 1, 96, f) == 96);
-    for (int v = 1; v <= 2; v++) {
+    for (int v = 1; v <= 3; v++) {
         h[8] = (uint8_t)v;
         h[24] = LLM_TYPE_F16, h[25] = h[26] = h[27] = 0;
         uint64_t x = XXH3_64bits(h, 88);
@@ -261,7 +263,32 @@ Test(state, version_1_holds_one_type_for_both)
         cr_assert_eq(got.kv_type_v, v == 1 ? LLM_TYPE_F16 : LLM_TYPE_F32);
         llm_state_close(r);
     }
-    h[8] = 3;
+    /* window_from: read from version 3's flags; beyond the tokens, or in an
+     * older version's flags, refused */
+    const uint32_t wf[][2] = { { 3, 2u << 8 }, { 3, 9999u << 8 }, { 2, 2u << 8 } };
+    for (int k = 0; k < 3; k++) {
+        h[8] = (uint8_t)wf[k][0];
+        for (int i = 0; i < 4; i++)
+            h[12 + i] = (uint8_t)(wf[k][1] >> (8 * i));
+        uint64_t y = XXH3_64bits(h, 88);
+        for (int i = 0; i < 8; i++)
+            h[88 + i] = (uint8_t)(y >> (8 * i));
+        cr_assert(fseek(f, 0, SEEK_SET) == 0 && fwrite(h, 1, 96, f) == 96 && fflush(f) == 0);
+        struct llm_state_reader *r;
+        llm_status s = llm_state_open(&r, path, &got);
+        if (k == 0) {
+            cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
+            cr_assert_eq(got.window_from, 2);
+            llm_state_close(r);
+        } else {
+            cr_assert_eq(s, LLM_E_FORMAT);
+            cr_assert(strstr(llm_error_detail(s), k == 1 ? "window rows from past its tokens"
+                                                         : "unknown flags"),
+                      "%s", llm_error_detail(s));
+        }
+    }
+    memset(h + 12, 0, 4);
+    h[8] = 4;
     uint64_t x = XXH3_64bits(h, 88);
     for (int i = 0; i < 8; i++)
         h[88 + i] = (uint8_t)(x >> (8 * i));
@@ -270,7 +297,7 @@ Test(state, version_1_holds_one_type_for_both)
     struct llm_state_reader *r;
     llm_status s = llm_state_open(&r, path, &got);
     cr_assert_eq(s, LLM_E_FORMAT);
-    cr_assert(strstr(llm_error_detail(s), "KV state version 3 (this build reads 1 to 2)"), "%s",
+    cr_assert(strstr(llm_error_detail(s), "KV state version 4 (this build reads 1 to 3)"), "%s",
               llm_error_detail(s));
     unlink(path);
 }

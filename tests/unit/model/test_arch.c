@@ -143,6 +143,8 @@ Test(arch, mistral_sliding_window_matches_transformers)
 }
 
 Test(arch, qwen3_matches_transformers) { expect_match("qwen3"); }
+Test(arch, qwen2_matches_transformers) { expect_match("qwen2"); }
+Test(arch, gemma2_26_layers_matches_transformers) { expect_match("gemma2-26"); }
 
 Test(arch, gemma3_matches_transformers)
 {
@@ -219,11 +221,12 @@ Test(arch, longrope_short_context_takes_the_short_factors)
  * (scripts/greedy-llama-cpp.sh --save wrote NAME.llamacpp): its greedy
  * tokens are ours, for each shape it runs as the architecture defines it.
  * Not mistral-swa (b4748 reads no window for llama: its file records how
- * it differs), gemma2 (b4748 needs 26, 42 or 46 layers), nor the shapes
- * that came after it. */
+ * it differs), gemma2 (b4748 needs 26, 42 or 46 layers: gemma2-26 is its
+ * shape with 26), nor the shapes that came after it. */
 Test(arch, greedy_matches_llama_cpp)
 {
-    static const char *const names[] = { "phi3", "phi3-longrope", "mixtral", "qwen2moe" };
+    static const char *const names[] = { "qwen2", "gemma2-26", "phi3", "phi3-longrope",
+                                         "mixtral", "qwen2moe" };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         char path[256];
         snprintf(path, sizeof path, "tests/unit/model/ref/%s.llamacpp", names[k]);
