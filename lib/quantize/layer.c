@@ -1209,6 +1209,30 @@ static llm_status awq_group(struct qctx *q, struct awq_in *in, struct lin *L, in
     return LLM_OK;
 }
 
+/* Quantize L after its scales: AWQ (clipped first on the sample of its
+ * input, unless clip is 0) or, for another method or awq's fallback
+ * (plain), the method without calibration; then the report on Gram G
+ * with `seconds` so far. */
+static llm_status awq_finish(struct qctx *q, struct lin *L, const struct awq_in *in, int clip,
+                             int plain, const float *G, double seconds, double ratio)
+{
+    double t0 = llm_q_now();
+    llm_status s = LLM_OK;
+    if (L->t->spec.method == LLM_QM_AWQ && !plain) {
+        if (clip && q->p->awq_clip)
+            s = llm_awq_search_clip(L->t->to, in->sample, in->ns, L->cols, L->W, L->rows,
+                                    q->p->awq_grid, 0.5f, NULL, NULL, n_threads(q));
+        if (!s)
+            s = awq_pack(L);
+    } else {
+        s = llm_q_quantize_plain(q, L->t, L->expert, L->W, L->row0, L->rows, L->cols);
+    }
+    if (!s)
+        s = lin_report(q, L, &G, 1, llm_q_now() - t0 + seconds, ratio);
+    llm_q_progress(q, L->rows * L->cols);
+    return s;
+}
+
 /* AWQ of a mixture of experts. The float block's pass collects, for each
  * expert, the Gram matrix and a sample of the inputs of its gate and up
  * (the tokens routed to it) and of its down (awq_moe_tap). Then, as
@@ -1332,27 +1356,11 @@ static llm_status awq_moe_expert(struct qctx *q, struct moe *mo, int32_t e, floa
         V[MD].colscale = two[1].colscale;
     }
     for (int i = 0; i < NM && !s; i++) {
-        double ti = llm_q_now();
-        struct awq_in *ai = &in[i == MD];
-        if (V[i].t->spec.method == LLM_QM_AWQ && !fallback) {
-            if (q->p->awq_clip)
-                s = llm_awq_search_clip(V[i].t->to, ai->sample, ai->ns, V[i].cols, V[i].W,
-                                        V[i].rows, q->p->awq_grid, 0.5f, NULL, NULL,
-                                        n_threads(q));
-            if (!s)
-                s = awq_pack(&V[i]);
-        } else {
-            s = llm_q_quantize_plain(q, V[i].t, V[i].expert, V[i].W, V[i].row0, V[i].rows,
-                                     V[i].cols);
-        }
-        if (!s)
-            s = lin_report(q, &V[i], (const float *const *)&G[i == MD], 1,
-                           llm_q_now() - ti + (i == 0 ? ti - t0 : 0),
-                           i == MD ? ratio_d : ratio_gu);
+        s = awq_finish(q, &V[i], &in[i == MD], 1, fallback, G[i == MD],
+                       i == 0 ? llm_q_now() - t0 : 0, i == MD ? ratio_d : ratio_gu);
         struct llm_qtensor_report *r = llm_q_report(q, V[i].t, V[i].expert);
         r->tokens = tokens;
         r->fallback = fallback && V[i].t->spec.method == LLM_QM_AWQ;
-        llm_q_progress(q, V[i].rows * V[i].cols);
     }
     llm_free(G[0]);
     llm_free(G[1]);
@@ -1494,25 +1502,9 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
     /* clipping (not q/k: "due to qk bmm, it is hard to clip precisely") and
      * quantization */
     static const int gin_of[NLIN] = { GIN_QKV, GIN_QKV, GIN_QKV, GIN_O, GIN_GU, GIN_GU, GIN_D };
-    for (int i = 0; i < (moe ? LO + 1 : NLIN) && !s; i++) {
-        double ti = llm_q_now();
-        struct awq_in *ai = &in[gin_of[i]];
-        if (L[i].t->spec.method == LLM_QM_AWQ) {
-            if (q->p->awq_clip && i != LQ && i != LK)
-                s = llm_awq_search_clip(L[i].t->to, ai->sample, ai->ns, L[i].cols, L[i].W,
-                                        L[i].rows, q->p->awq_grid, 0.5f, NULL, NULL,
-                                        n_threads(q));
-            if (!s)
-                s = awq_pack(&L[i]);
-        } else {
-            s = llm_q_quantize_plain(q, L[i].t, L[i].expert, L[i].W, L[i].row0, L[i].rows,
-                                     L[i].cols);
-        }
-        if (!s)
-            s = lin_report(q, &L[i], (const float *const *)&G[gin_of[i]], 1,
-                           llm_q_now() - ti + (i == 0 ? ti - t0 : 0), ratio[i]);
-        llm_q_progress(q, L[i].rows * L[i].cols);
-    }
+    for (int i = 0; i < (moe ? LO + 1 : NLIN) && !s; i++)
+        s = awq_finish(q, &L[i], &in[gin_of[i]], i != LQ && i != LK, 0, G[gin_of[i]],
+                       i == 0 ? llm_q_now() - t0 : 0, ratio[i]);
     for (int32_t e = 0; moe && e < mo.n_ex && !s; e++)
         s = awq_moe_expert(q, &mo, e, sd, ratio[LG]);
     /* the norms (and v's bias, the routers) that absorbed 1/s or s */

@@ -463,6 +463,21 @@ Test(kvstat, lengths_synthetic)
     }
 }
 
+/* The report as JSON, parsed: it must be valid JSON. */
+static json_t *json_of(const struct llm_kvstat_report *r)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    cr_assert_eq(llm_kvstat_print_json(f, r), LLM_OK);
+    fclose(f);
+    json_error_t err;
+    json_t *j = json_loads(buf, 0, &err);
+    cr_assert_not_null(j, "%s: %s", err.text, buf);
+    free(buf);
+    return j;
+}
+
 Test(kvstat, json_printer_is_valid_json)
 {
     struct llm_kvstat_shape s;
@@ -473,14 +488,7 @@ Test(kvstat, json_printer_is_valid_json)
     p.mem = 80ull << 30;
     const uint64_t len[] = { 1, 16, 17, 100 };
     cr_assert_eq(llm_kvstat_compute(&r, &s, &p, len, 4), LLM_OK);
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    cr_assert_eq(llm_kvstat_print_json(f, &r), LLM_OK);
-    fclose(f);
-    json_error_t err;
-    json_t *j = json_loads(buf, 0, &err);
-    cr_assert_not_null(j, "%s: %s", err.text, buf);
+    json_t *j = json_of(&r);
     cr_assert_eq(json_integer_value(json_object_get(j, "bytes_per_token")), 327680);
     cr_assert_eq(json_integer_value(json_object_get(j, "bytes_per_sequence")), 327680ll * 4096);
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "capacity"), "tokens")),
@@ -489,7 +497,6 @@ Test(kvstat, json_printer_is_valid_json)
                  176);
     cr_assert_str_eq(json_string_value(json_object_get(j, "attention")), "GQA");
     json_decref(j);
-    free(buf);
 }
 
 /* The shared-prefix arithmetic against the KV pool itself: a prompt of P
@@ -613,18 +620,10 @@ Test(kvstat, sliding_window_layers_bounded)
     p.mem = 1ull << 30;
     cr_assert_eq(llm_kvstat_compute(&r, &s, &p, NULL, 0), LLM_OK);
     cr_assert_eq(r.cap_seqs_windowed, (1ull << 30) / r.bytes_per_sequence_windowed);
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    cr_assert_eq(llm_kvstat_print_json(f, &r), LLM_OK);
-    fclose(f);
-    json_error_t err;
-    json_t *j = json_loads(buf, 0, &err);
-    cr_assert_not_null(j, "%s: %s", err.text, buf);
+    json_t *j = json_of(&r);
     cr_assert_eq(json_integer_value(json_object_get(j, "window_layers")), 15);
     cr_assert_eq(json_integer_value(json_object_get(j, "window_tokens")), 1152);
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "capacity"),
                                                     "sequences_windowed")), 9);
     json_decref(j);
-    free(buf);
 }

@@ -99,10 +99,6 @@ static float *reference_bytes(struct llm_model *m, const int32_t *tok, uint64_t 
     return ref;
 }
 
-static float *reference(struct llm_model *m, const int32_t *tok)
-{
-    return reference_bytes(m, tok, NULL);
-}
 
 /* Run tok[from, to) in steps of STEP into seq of c, comparing each
  * position's logits with ref. */
@@ -120,19 +116,38 @@ static void run_steps(struct llm_context *c, int32_t seq, const int32_t *tok, in
     free(lg);
 }
 
+/* A model, its long sequence and the reference logits of it. */
+struct fix {
+    struct llm_model *m;
+    int32_t V;
+    int32_t tok[N];
+    float *ref;
+    uint64_t full_bytes; /* the reference context's KV bytes */
+};
+
+static void begin(struct fix *x, int which, int salt)
+{
+    x->m = open_model(which);
+    x->V = llm_model_config(x->m)->n_vocab;
+    tokens(x->tok, N, x->V, salt);
+    x->ref = reference_bytes(x->m, x->tok, &x->full_bytes);
+}
+
+static void end(struct fix *x)
+{
+    free(x->ref);
+    llm_model_close(x->m);
+}
+
 /* The long sequence in steps: the same bits as the reference, and the
  * window slots bounded (a sequence holds at most win_blocks, fewer than its
  * blocks), all back in the pool after a reset. */
 static void check_bounded(int which)
 {
-    struct llm_model *m = open_model(which);
-    const int32_t V = llm_model_config(m)->n_vocab;
-    int32_t tok[N];
-    tokens(tok, N, V, which);
-    uint64_t full_bytes;
-    float *ref = reference_bytes(m, tok, &full_bytes);
-    struct llm_context *c = open_ctx(m, 1, STEP);
-    run_steps(c, 0, tok, 0, N, ref, V, shapes[which]);
+    struct fix x;
+    begin(&x, which, which);
+    struct llm_context *c = open_ctx(x.m, 1, STEP);
+    run_steps(c, 0, x.tok, 0, N, x.ref, x.V, shapes[which]);
     struct llm_kv_stats st;
     llm_context_kv_stats(c, &st, NULL);
     const struct llm_kv *kv = llm_context_kv(c);
@@ -147,14 +162,13 @@ static void check_bounded(int which)
      * less than every layer in full */
     cr_assert_eq(llm_context_kv_bytes(c), (uint64_t)st.n_blocks * llm_kv_block_bytes(&kv->p) +
                                               llm_kv_window_bytes(&kv->p));
-    cr_assert_lt(llm_context_kv_bytes(c), full_bytes);
+    cr_assert_lt(llm_context_kv_bytes(c), x.full_bytes);
     llm_context_reset(c, 0);
     llm_context_kv_stats(c, &st, NULL);
     cr_assert_eq(st.used, 0);
     cr_assert_eq(st.slots_used, 0, "%d window slots still held", st.slots_used);
     llm_context_free(c);
-    free(ref);
-    llm_model_close(m);
+    end(&x);
 }
 
 Test(window, mistral_window_rows_bounded_same_bits) { check_bounded(0); }
@@ -167,11 +181,12 @@ Test(window, gemma3_window_rows_bounded_same_bits) { check_bounded(2); }
  * rest again gives the same bits. */
 Test(window, cut_back_keeps_or_says_how_much)
 {
-    struct llm_model *m = open_model(1);
-    const int32_t V = llm_model_config(m)->n_vocab;
-    int32_t tok[N];
-    tokens(tok, N, V, 1);
-    float *ref = reference(m, tok);
+    struct fix x;
+    begin(&x, 1, 1);
+    struct llm_model *m = x.m;
+    const int32_t V = x.V;
+    const int32_t *tok = x.tok;
+    const float *ref = x.ref;
     struct llm_context *c = open_ctx(m, 1, STEP);
     run_steps(c, 0, tok, 0, 300, ref, V, "to 300");
     cr_assert(llm_kv_can_cut(llm_context_kv(c), 0, 300 - 65));
@@ -188,19 +203,19 @@ Test(window, cut_back_keeps_or_says_how_much)
     cr_assert_eq(llm_context_seq_len(c, 0), N);
     free(lg);
     llm_context_free(c);
-    free(ref);
-    llm_model_close(m);
+    end(&x);
 }
 
 /* A fork at the end shares the blocks and goes on as the original would;
  * a fork of an early prefix, whose window rows are gone, is refused. */
 Test(window, fork_at_the_end_refused_far_back)
 {
-    struct llm_model *m = open_model(2);
-    const int32_t V = llm_model_config(m)->n_vocab;
-    int32_t tok[N];
-    tokens(tok, N, V, 2);
-    float *ref = reference(m, tok);
+    struct fix x;
+    begin(&x, 2, 2);
+    struct llm_model *m = x.m;
+    const int32_t V = x.V;
+    const int32_t *tok = x.tok;
+    const float *ref = x.ref;
     struct llm_context *c = open_ctx(m, 2, STEP);
     run_steps(c, 0, tok, 0, 300, ref, V, "to 300");
     cr_assert_eq(llm_context_fork(c, 0, 1, 300), LLM_OK);
@@ -214,8 +229,7 @@ Test(window, fork_at_the_end_refused_far_back)
     llm_context_kv_stats(c, &st, NULL);
     cr_assert_eq(st.used + st.slots_used, 0);
     llm_context_free(c);
-    free(ref);
-    llm_model_close(m);
+    end(&x);
 }
 
 /* A state file of the long sequence: loaded into another bounded context
@@ -224,11 +238,12 @@ Test(window, fork_at_the_end_refused_far_back)
  * nothing is loaded. */
 Test(window, state_moves_between_processes)
 {
-    struct llm_model *m = open_model(1);
-    const int32_t V = llm_model_config(m)->n_vocab;
-    int32_t tok[N];
-    tokens(tok, N, V, 3);
-    float *ref = reference(m, tok);
+    struct fix x;
+    begin(&x, 1, 3);
+    struct llm_model *m = x.m;
+    const int32_t V = x.V;
+    const int32_t *tok = x.tok;
+    const float *ref = x.ref;
     struct llm_context *c = open_ctx(m, 1, STEP);
     run_steps(c, 0, tok, 0, 300, ref, V, "to 300");
     char path[512];
@@ -262,8 +277,7 @@ Test(window, state_moves_between_processes)
         free(t);
         free(lg);
     }
-    free(ref);
-    llm_model_close(m);
+    end(&x);
 }
 
 /* The prefix cache gives a new sequence only blocks whose window rows of
@@ -271,11 +285,12 @@ Test(window, state_moves_between_processes)
  * its prompt; once it has moved on, none of it; each time the same bits. */
 Test(window, prefix_cache_only_with_the_window_rows)
 {
-    struct llm_model *m = open_model(0);
-    const int32_t V = llm_model_config(m)->n_vocab;
-    int32_t tok[N];
-    tokens(tok, N, V, 4);
-    float *ref = reference(m, tok);
+    struct fix x;
+    begin(&x, 0, 4);
+    struct llm_model *m = x.m;
+    const int32_t V = x.V;
+    const int32_t *tok = x.tok;
+    const float *ref = x.ref;
     struct llm_context *c = open_ctx(m, 3, STEP);
     struct llm_prefix *pc;
     cr_assert_eq(llm_prefix_new(&pc, llm_context_kv(c)), LLM_OK);
@@ -291,8 +306,7 @@ Test(window, prefix_cache_only_with_the_window_rows)
     run_steps(c, 2, tok, late, 200, ref, V, "after a late lookup");
     llm_prefix_free(pc);
     llm_context_free(c);
-    free(ref);
-    llm_model_close(m);
+    end(&x);
 }
 
 /* llm-kvstat's arithmetic (kv/kvstat.h) is what the cache allocates: the
