@@ -100,22 +100,6 @@ static float *reference_bytes(struct llm_model *m, const int32_t *tok, uint64_t 
 }
 
 
-/* Run tok[from, to) in steps of STEP into seq of c, comparing each
- * position's logits with ref. */
-static void run_steps(struct llm_context *c, int32_t seq, const int32_t *tok, int32_t from,
-                      int32_t to, const float *ref, int32_t V, const char *what)
-{
-    float *lg = malloc(sizeof(float) * STEP * (size_t)V);
-    for (int32_t p = from; p < to; p += STEP) {
-        const int32_t k = to - p < STEP ? to - p : STEP;
-        llm_status s = llm_decode(c, seq, tok + p, k, p, lg, 1);
-        cr_assert_eq(s, LLM_OK, "%s: %s", what, llm_error_detail(s));
-        cr_assert_eq(memcmp(lg, ref + (size_t)p * V, sizeof(float) * (size_t)(k * V)), 0,
-                     "%s: positions %d..%d differ from the reference", what, p, p + k - 1);
-    }
-    free(lg);
-}
-
 /* A model, its long sequence and the reference logits of it. */
 struct fix {
     struct llm_model *m;
@@ -139,6 +123,23 @@ static void end(struct fix *x)
     llm_model_close(x->m);
 }
 
+/* Run x's tokens [from, to) in steps of STEP into seq of c, comparing each
+ * position's logits with the reference. */
+static void run_steps(struct llm_context *c, int32_t seq, const struct fix *x, int32_t from,
+                      int32_t to, const char *what)
+{
+    const int32_t V = x->V;
+    float *lg = malloc(sizeof(float) * STEP * (size_t)V);
+    for (int32_t p = from; p < to; p += STEP) {
+        const int32_t k = to - p < STEP ? to - p : STEP;
+        llm_status s = llm_decode(c, seq, x->tok + p, k, p, lg, 1);
+        cr_assert_eq(s, LLM_OK, "%s: %s", what, llm_error_detail(s));
+        cr_assert_eq(memcmp(lg, x->ref + (size_t)p * V, sizeof(float) * (size_t)(k * V)), 0,
+                     "%s: positions %d..%d differ from the reference", what, p, p + k - 1);
+    }
+    free(lg);
+}
+
 /* The long sequence in steps: the same bits as the reference, and the
  * window slots bounded (a sequence holds at most win_blocks, fewer than its
  * blocks), all back in the pool after a reset. */
@@ -147,7 +148,7 @@ static void check_bounded(int which)
     struct fix x;
     begin(&x, which, which);
     struct llm_context *c = open_ctx(x.m, 1, STEP);
-    run_steps(c, 0, x.tok, 0, N, x.ref, x.V, shapes[which]);
+    run_steps(c, 0, &x, 0, N, shapes[which]);
     struct llm_kv_stats st;
     llm_context_kv_stats(c, &st, NULL);
     const struct llm_kv *kv = llm_context_kv(c);
@@ -183,23 +184,19 @@ Test(window, cut_back_keeps_or_says_how_much)
 {
     struct fix x;
     begin(&x, 1, 1);
-    struct llm_model *m = x.m;
-    const int32_t V = x.V;
-    const int32_t *tok = x.tok;
-    const float *ref = x.ref;
-    struct llm_context *c = open_ctx(m, 1, STEP);
-    run_steps(c, 0, tok, 0, 300, ref, V, "to 300");
+    struct llm_context *c = open_ctx(x.m, 1, STEP);
+    run_steps(c, 0, &x, 0, 300, "to 300");
     cr_assert(llm_kv_can_cut(llm_context_kv(c), 0, 300 - 65));
     cr_assert_eq(llm_context_truncate(c, 0, 300 - 65), 300 - 65, "a rollback of 65");
-    run_steps(c, 0, tok, 300 - 65, 300, ref, V, "after a rollback of 65");
+    run_steps(c, 0, &x, 300 - 65, 300, "after a rollback of 65");
     cr_assert(!llm_kv_can_cut(llm_context_kv(c), 0, 100));
     const int32_t kept = llm_context_truncate(c, 0, 100);
     cr_assert_lt(kept, 100, "a cut to 100 kept %d", kept);
     cr_assert_eq(kept % 16, 0);
-    run_steps(c, 0, tok, kept, N, ref, V, "after a cut far back");
+    run_steps(c, 0, &x, kept, N, "after a cut far back");
     /* a step that starts far back is refused, nothing changed */
-    float *lg = malloc(sizeof(float) * (size_t)V);
-    cr_assert_eq(llm_decode(c, 0, tok + 50, 1, 50, lg, 0), LLM_E_INVALID);
+    float *lg = malloc(sizeof(float) * (size_t)x.V);
+    cr_assert_eq(llm_decode(c, 0, x.tok + 50, 1, 50, lg, 0), LLM_E_INVALID);
     cr_assert_eq(llm_context_seq_len(c, 0), N);
     free(lg);
     llm_context_free(c);
@@ -212,15 +209,11 @@ Test(window, fork_at_the_end_refused_far_back)
 {
     struct fix x;
     begin(&x, 2, 2);
-    struct llm_model *m = x.m;
-    const int32_t V = x.V;
-    const int32_t *tok = x.tok;
-    const float *ref = x.ref;
-    struct llm_context *c = open_ctx(m, 2, STEP);
-    run_steps(c, 0, tok, 0, 300, ref, V, "to 300");
+    struct llm_context *c = open_ctx(x.m, 2, STEP);
+    run_steps(c, 0, &x, 0, 300, "to 300");
     cr_assert_eq(llm_context_fork(c, 0, 1, 300), LLM_OK);
-    run_steps(c, 1, tok, 300, N, ref, V, "the fork");
-    run_steps(c, 0, tok, 300, N, ref, V, "the original after the fork");
+    run_steps(c, 1, &x, 300, N, "the fork");
+    run_steps(c, 0, &x, 300, N, "the original after the fork");
     cr_assert_eq(llm_context_fork(c, 0, 1, 100), LLM_E_INVALID);
     cr_assert_eq(llm_context_seq_len(c, 1), N, "a refused fork changes nothing");
     llm_context_reset(c, 0);
@@ -240,17 +233,13 @@ Test(window, state_moves_between_processes)
 {
     struct fix x;
     begin(&x, 1, 3);
-    struct llm_model *m = x.m;
-    const int32_t V = x.V;
-    const int32_t *tok = x.tok;
-    const float *ref = x.ref;
-    struct llm_context *c = open_ctx(m, 1, STEP);
-    run_steps(c, 0, tok, 0, 300, ref, V, "to 300");
+    struct llm_context *c = open_ctx(x.m, 1, STEP);
+    run_steps(c, 0, &x, 0, 300, "to 300");
     char path[512];
     snprintf(path, sizeof path, "%s/window.state", llm_test_tmpdir());
     struct llm_sampler_params sp;
     llm_sampler_params_default(&sp);
-    cr_assert_eq(llm_kvstate_save(c, 0, tok, 300, ref + (size_t)299 * V, &sp, 1, path), LLM_OK);
+    cr_assert_eq(llm_kvstate_save(c, 0, x.tok, 300, x.ref + (size_t)299 * x.V, &sp, 1, path), LLM_OK);
     const int32_t from = llm_kv_window_from(llm_context_kv(c), 0);
     cr_assert_gt(from, 0);
     llm_context_free(c);
@@ -263,16 +252,16 @@ Test(window, state_moves_between_processes)
         cr_assert_eq(llm_state_open(&r, path, &in), LLM_OK);
         cr_assert_eq(in.window_from, from);
         int32_t *t = malloc(sizeof(int32_t) * (size_t)in.n_tokens);
-        float *lg = malloc(sizeof(float) * (size_t)V);
+        float *lg = malloc(sizeof(float) * (size_t)x.V);
         cr_assert_eq(llm_state_read_tokens(r, t, lg), LLM_OK);
-        c = open_ctx(m, 1, cases[i].n_batch);
+        c = open_ctx(x.m, 1, cases[i].n_batch);
         cr_assert_eq(llm_kvstate_load(r, &in, c, 0, cases[i].n), LLM_OK);
         llm_state_close(r);
         cr_assert_eq(llm_context_seq_len(c, 0), cases[i].want, "case %d: %d positions", i,
                      llm_context_seq_len(c, 0));
         const int32_t got = llm_context_seq_len(c, 0);
         if (cases[i].n_batch == STEP)
-            run_steps(c, 0, tok, got, N, ref, V, "after loading");
+            run_steps(c, 0, &x, got, N, "after loading");
         llm_context_free(c);
         free(t);
         free(lg);
@@ -287,23 +276,19 @@ Test(window, prefix_cache_only_with_the_window_rows)
 {
     struct fix x;
     begin(&x, 0, 4);
-    struct llm_model *m = x.m;
-    const int32_t V = x.V;
-    const int32_t *tok = x.tok;
-    const float *ref = x.ref;
-    struct llm_context *c = open_ctx(m, 3, STEP);
+    struct llm_context *c = open_ctx(x.m, 3, STEP);
     struct llm_prefix *pc;
     cr_assert_eq(llm_prefix_new(&pc, llm_context_kv(c)), LLM_OK);
-    run_steps(c, 0, tok, 0, 160, ref, V, "a prompt of 160");
-    cr_assert_eq(llm_prefix_insert(pc, 0, tok, 160), LLM_OK);
-    const int32_t hit = llm_prefix_attach(pc, 1, tok, 160, 1000);
+    run_steps(c, 0, &x, 0, 160, "a prompt of 160");
+    cr_assert_eq(llm_prefix_insert(pc, 0, x.tok, 160), LLM_OK);
+    const int32_t hit = llm_prefix_attach(pc, 1, x.tok, 160, 1000);
     cr_assert_eq(hit, 160, "while the prompt's window rows are held: %d", hit);
-    run_steps(c, 1, tok, hit, N, ref, V, "after a hit");
-    run_steps(c, 0, tok, 160, N, ref, V, "the first, moved on");
+    run_steps(c, 1, &x, hit, N, "after a hit");
+    run_steps(c, 0, &x, 160, N, "the first, moved on");
     llm_context_reset(c, 1);
-    const int32_t late = llm_prefix_attach(pc, 2, tok, 160, 1000);
+    const int32_t late = llm_prefix_attach(pc, 2, x.tok, 160, 1000);
     cr_assert_lt(late, 160, "the window rows of the prompt's end are gone: %d", late);
-    run_steps(c, 2, tok, late, 200, ref, V, "after a late lookup");
+    run_steps(c, 2, &x, late, 200, "after a late lookup");
     llm_prefix_free(pc);
     llm_context_free(c);
     end(&x);
