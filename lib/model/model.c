@@ -758,10 +758,10 @@ static llm_status kv_params(const struct llm_config *cf, const struct llm_contex
     kp->type_v = p->kv_type_v;
     kp->n_blocks = p->kv_blocks;
     /* sliding-window layers hold only their windows' rows (kv.h), for steps
-     * of up to n_batch tokens */
+     * of up to n_batch tokens, or a block (a state file's record) */
     kp->window = cf->swa_window > 0 ? cf->swa_window : 0;
     kp->local = local;
-    kp->max_step = p->n_batch;
+    kp->max_step = p->n_batch > p->block_size ? p->n_batch : p->block_size;
     if (!p->kv_blocks && p->kv_bytes) {
         /* the window layers' slots first (a fixed size), blocks of the
          * full layers from the rest; with no full layer the blocks cost
@@ -1059,7 +1059,26 @@ static llm_status batch_runs(struct llm_context *c, const struct llm_batch *b, i
     return s;
 }
 
-/* Take the KV blocks of every run, all or none. */
+/* Prepare the KV of the runs sl (n_sl) and carry out the copies. The
+ * copies of the runs prepared are done even if a later one failed, so that
+ * no table points at a block that was never filled. */
+static llm_status runs_prepare(struct llm_context *c, const struct llm_seg *sl, int32_t n_sl)
+{
+    llm_status s = LLM_OK;
+    for (int32_t i = 0; i < n_sl && !s; i++)
+        s = llm_kv_prepare(c->kv, sl[i].seq, sl[i].pos, sl[i].n);
+    if (c->kv->n_copies) {
+        llm_status cs = c->be->ops->kv_copy(c->be, c->kv);
+        if (!s)
+            s = cs;
+    }
+    return s;
+}
+
+/* Take the KV blocks of every run, all or none. With sliding-window layers
+ * they are taken slice by slice instead (kv.h: a window layer's rows are
+ * bounded for steps of n_batch tokens); the count checked here is theirs
+ * too, since no block is given back by the windows. */
 static llm_status batch_blocks(struct llm_context *c, int32_t ns)
 {
     int64_t need = 0, avail = llm_kv_free_blocks(c->kv);
@@ -1072,17 +1091,12 @@ static llm_status batch_blocks(struct llm_context *c, int32_t ns)
     if (need > avail)
         return llm_error_set(LLM_E_KV_FULL, "KV cache full: the batch needs %lld blocks, %lld "
                              "are free", (long long)need, (long long)avail);
-    llm_status s = LLM_OK;
-    for (int32_t i = 0; i < ns && !s; i++)
-        s = llm_kv_prepare(c->kv, c->segs[i].seq, c->segs[i].pos, c->segs[i].n);
-    /* the copies of the runs prepared are done even if a later one failed,
-     * so that no table points at a block that was never filled */
-    if (c->kv->n_copies) {
-        llm_status cs = c->be->ops->kv_copy(c->be, c->kv);
-        if (!s)
-            s = cs;
-    }
-    return s;
+    /* a run that starts behind its window rows is refused before anything
+     * changes (it cannot go on from there: kv.h) */
+    for (int32_t i = 0; i < ns; i++)
+        if (!llm_kv_can_cut(c->kv, c->segs[i].seq, c->segs[i].pos))
+            return llm_kv_prepare(c->kv, c->segs[i].seq, c->segs[i].pos, c->segs[i].n);
+    return c->kv->n_local ? LLM_OK : runs_prepare(c, c->segs, ns);
 }
 
 llm_status llm_decode_batch(struct llm_context *c, const struct llm_batch *b, float *logits)
@@ -1108,6 +1122,8 @@ llm_status llm_decode_batch(struct llm_context *c, const struct llm_batch *b, fl
             c->sl[n_sl++] = (struct llm_seg){ .seq = sg->seq, .pos = sg->pos + (r0 - sg->row),
                                               .n = r1 - r0, .row = r0 - s0 };
         }
+        if (c->kv->n_local)
+            LLM_TRY(runs_prepare(c, c->sl, n_sl));
         llm_model_rope_tables(c, b->pos + s0, n);
         LLM_TRY(llm_layer_embed(c, b->token + s0, n, c->x));
         for (int32_t l = 0; l < cf->n_layers; l++)
@@ -1337,6 +1353,10 @@ llm_status llm_context_kv_load(struct llm_context *c, int32_t seq, int32_t pos, 
         return llm_error_set(LLM_E_INVALID, "KV rows %d..%d cannot follow sequence %d's %d", pos,
                              pos + n - 1, seq, seq >= 0 && seq < c->kv->p.n_seq
                              ? llm_kv_len(c->kv, seq) : 0);
+    if (c->kv->n_local && n > c->kv->p.max_step) /* (the window layers' bound, kv.h) */
+        return llm_error_set(LLM_E_INVALID, "KV rows %d..%d: more at once than the %d of a step "
+                             "of a context with sliding windows (a state of another block size?)",
+                             pos, pos + n - 1, c->kv->p.max_step);
     llm_status s = llm_kv_prepare(c->kv, seq, pos, n);
     if (s == LLM_E_KV_FULL)
         return llm_error_set(s, "KV cache full: the pool's blocks cannot hold %d positions (use a "

@@ -142,7 +142,8 @@ static void run_steps(struct llm_context *c, int32_t seq, const struct fix *x, i
 
 /* The long sequence in steps: the same bits as the reference, and the
  * window slots bounded (a sequence holds at most win_blocks, fewer than its
- * blocks), all back in the pool after a reset. */
+ * blocks), all back in the pool after a reset; the same in one call of all
+ * its tokens. */
 static void check_bounded(int which)
 {
     struct fix x;
@@ -168,6 +169,11 @@ static void check_bounded(int which)
     llm_context_kv_stats(c, &st, NULL);
     cr_assert_eq(st.used, 0);
     cr_assert_eq(st.slots_used, 0, "%d window slots still held", st.slots_used);
+    /* all of it in one call: the batch's blocks are taken slice by slice */
+    float *lg = malloc(sizeof(float) * (size_t)N * (size_t)x.V);
+    cr_assert_eq(llm_decode(c, 0, x.tok, N, 0, lg, 1), LLM_OK, "%s", llm_error_detail(-1));
+    cr_assert_eq(memcmp(lg, x.ref, sizeof(float) * (size_t)N * (size_t)x.V), 0);
+    free(lg);
     llm_context_free(c);
     end(&x);
 }
