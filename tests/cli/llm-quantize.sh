@@ -611,9 +611,18 @@ t_quantize_mixture_of_experts() {
         [ "$(q_type "$TMP/$f.llm" blk.1.ffn_gate_inp.weight)" = f32 ] || { echo "$f: types"; return 1; }
         "$BIN/llm-run" -m "$TMP/$f.llm" -p "Once upon a time" -n 8 --temp 0 >"$TMP/out" || return 1
     done
-    local kr kg
+    local kr kg ka
     kr=$(q_kld "$TMP/moe-r.llm"); kg=$(q_kld "$TMP/moe-g.llm")
     lt "$kg" "$kr" || { echo "KL divergence gptq $kg not below rtn $kr"; return 1; }
+    # GPTAQ (the float stream through the float experts) and fp8 with
+    # calibration (GPTQ on the E4M3 grid) on experts too
+    "$QUANT" -q -m "$TMP/moe.llm" -o "$TMP/moe-ga.llm" --method gptq --gptaq --calib "$Q_CAL" \
+        --samples 16 --seq-len 128 &&
+    "$QUANT" -q -m "$TMP/moe.llm" -o "$TMP/moe-f8.llm" --method fp8 --calib "$Q_CAL" --samples 4 \
+        --seq-len 128 || return 1
+    [ "$(q_type "$TMP/moe-f8.llm" blk.1.ffn_up_exps.weight)" = fp8_e4m3 ] || return 1
+    ka=$(q_kld "$TMP/moe-ga.llm")
+    lt "$ka" "$kr" || { echo "KL divergence gptaq $ka not below rtn $kr"; return 1; }
     python3 -c 1 2>/dev/null || skip "python3 absent"
     python3 - "$TMP/moe-g.json" "$TMP/moe-a.json" "$TMP/moe-f.json" <<'EOF'
 import json, sys
