@@ -6,7 +6,8 @@
 #include "../lib/llm.h"
 
 enum { OPT_PRESET = 256, OPT_CONFIG, OPT_KV_TYPE, OPT_KV_TYPE_K, OPT_KV_TYPE_V, OPT_CTX, OPT_BATCH, OPT_BLOCK, OPT_MEM, OPT_WEIGHTS,
-       OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST, OPT_SHARED, OPT_TRACE, OPT_PLOT };
+       OPT_LENGTHS, OPT_SYNTH, OPT_SEED, OPT_JSON, OPT_LIST, OPT_SHARED, OPT_TRACE, OPT_PLOT,
+       OPT_STEP };
 
 static const struct llm_opt opts[] = {
     { OPT_PRESET, "preset", LLM_ARG_REQUIRED, "NAME", "use the published shape of NAME (see --list-presets)",
@@ -18,6 +19,7 @@ static const struct llm_opt opts[] = {
     { OPT_CTX, "ctx", LLM_ARG_REQUIRED, "N", "tokens per sequence (default: the model's trained context)", NULL },
     { OPT_BATCH, "batch", LLM_ARG_REQUIRED, "N", "sequences in a batch (default: 1)", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "B", "tokens per paged KV block (default: 16)", NULL },
+    { OPT_STEP, "step-tokens", LLM_ARG_REQUIRED, "N", "tokens of a forward pass, as llm-run --batch --step-tokens: bounds the sliding-window layers' rows (default: 512)", NULL },
     { OPT_SHARED, "shared-prefix", LLM_ARG_REQUIRED, "N", "the --batch sequences share their first N tokens (forks of one prompt): blocks saved", NULL },
     { OPT_MEM, "mem", LLM_ARG_REQUIRED, "SIZE", "memory budget, e.g. 80G: tokens, blocks and sequences that fit", NULL },
     { OPT_WEIGHTS, "weights", LLM_ARG_REQUIRED, "SIZE", "bytes of weights to take off --mem (default: a MODEL's, else 0)", NULL },
@@ -161,6 +163,7 @@ int main(int argc, char **argv)
         case OPT_CTX: s = llm_parse_i64(arg, 1, INT64_C(1) << 40, "--ctx", &p.ctx); break;
         case OPT_BATCH: s = llm_parse_i64(arg, 1, INT64_C(1) << 32, "--batch", &p.batch); break;
         case OPT_BLOCK: s = llm_parse_i64(arg, 1, 1 << 20, "--block-size", &p.block_size); break;
+        case OPT_STEP: s = llm_parse_i64(arg, 1, 1 << 20, "--step-tokens", &p.step); break;
         case OPT_SHARED:
             s = llm_parse_i64(arg, 1, INT64_C(1) << 40, "--shared-prefix", &p.shared_prefix);
             break;
@@ -200,7 +203,7 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--plot goes with --trace");
     if (trace) {
         if (n || preset || config || lengths || synth || have_seed || p.mem || p.ctx ||
-            p.batch != 1 || p.shared_prefix)
+            p.batch != 1 || p.shared_prefix || p.step != LLM_KVSTAT_STEP)
             return llm_cli_usage(&cli, "--trace takes no model and no other option but --plot and "
                                  "--json");
         return llm_cli_exit(&cli, trace_report(trace, plot, json));

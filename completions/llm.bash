@@ -315,6 +315,10 @@ _llm_kvstat()
             :
             return
             ;;
+        --step-tokens)
+            :
+            return
+            ;;
         --shared-prefix)
             :
             return
@@ -349,7 +353,7 @@ _llm_kvstat()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '--preset --config --kv-type --kv-type-k --kv-type-v --ctx --batch --block-size --shared-prefix --mem --weights --lengths --lengths-synthetic --seed --trace --plot --json --list-presets -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '--preset --config --kv-type --kv-type-k --kv-type-v --ctx --batch --block-size --step-tokens --shared-prefix --mem --weights --lengths --lengths-synthetic --seed --trace --plot --json --list-presets -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

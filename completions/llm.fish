@@ -82,6 +82,7 @@ complete -c llm-kvstat -l kv-type-v -x -a 'f32 f16 bf16 fp8 int8 q8 q4' -d 'the 
 complete -c llm-kvstat -l ctx -x -d 'tokens per sequence (default: the model\'s trained context)'
 complete -c llm-kvstat -l batch -x -d 'sequences in a batch (default: 1)'
 complete -c llm-kvstat -l block-size -x -d 'tokens per paged KV block (default: 16)'
+complete -c llm-kvstat -l step-tokens -x -d 'tokens of a forward pass, as llm-run --batch --step-tokens: bounds the sliding-window layers\' rows (default: 512)'
 complete -c llm-kvstat -l shared-prefix -x -d 'the --batch sequences share their first N tokens (forks of one prompt): blocks saved'
 complete -c llm-kvstat -l mem -x -d 'memory budget, e.g. 80G: tokens, blocks and sequences that fit'
 complete -c llm-kvstat -l weights -x -d 'bytes of weights to take off --mem (default: a MODEL\'s, else 0)'

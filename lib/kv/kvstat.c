@@ -379,6 +379,7 @@ void llm_kvstat_params_default(struct llm_kvstat_params *p)
     p->batch = 1;
     p->block_size = 16;
     p->weights = UINT64_MAX;
+    p->step = LLM_KVSTAT_STEP;
 }
 
 static llm_status mul3(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
@@ -439,6 +440,8 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
               "batch %" PRId64 " is out of range (1..2^32)", p->batch);
     LLM_CHECK(p->block_size >= 1 && p->block_size <= (INT64_C(1) << 20), LLM_E_INVALID,
               "block size %" PRId64 " is out of range (1..1048576)", p->block_size);
+    LLM_CHECK(p->step >= 1 && p->step <= (INT64_C(1) << 20), LLM_E_INVALID,
+              "step of %" PRId64 " tokens is out of range (1..1048576)", p->step);
 
     /* q4ch is a key type: a q4ch cache has q4 values, as llm-run's */
     const enum llm_kvstat_type tv = p->split_v ? p->type_v
@@ -477,7 +480,8 @@ llm_status llm_kvstat_compute(struct llm_kvstat_report *r, const struct llm_kvst
         kp.block_size = (int32_t)p->block_size;
         kp.max_tokens = r->params.ctx < INT32_MAX ? (int32_t)r->params.ctx : INT32_MAX;
         kp.window = (int32_t)s->window;
-        kp.max_step = LLM_KVSTAT_STEP;
+        /* as llm-run: a step of n_batch tokens, or a block */
+        kp.max_step = (int32_t)(p->step > p->block_size ? p->step : p->block_size);
         const int32_t wb = llm_kv_window_blocks(&kp);
         if (wb > 0) {
             uint64_t full, loc;
@@ -716,9 +720,8 @@ llm_status llm_kvstat_print_table(FILE *f, const struct llm_kvstat_report *r)
     if (s->window && r->have_window)
         fprintf(f, "window    %" PRId64 " of %" PRId64 " layers read the last %" PRId64 " positions: "
                    "llm-run keeps %" PRIu64 " of their rows a sequence (the window, %d kept for "
-                   "rollbacks, a step of %d, in blocks)\n",
-                s->n_local, s->n_layers, s->window, r->window_tokens, LLM_KV_WINDOW_KEEP,
-                LLM_KVSTAT_STEP);
+                   "rollbacks, a step of %" PRId64 ", in blocks)\n",
+                s->n_local, s->n_layers, s->window, r->window_tokens, LLM_KV_WINDOW_KEEP, p->step);
     else if (s->window)
         fprintf(f, "window    %" PRId64 " of %" PRId64 " layers read the last %" PRId64 " positions: "
                    "no saving at ctx %" PRId64 "\n", s->n_local, s->n_layers, s->window, p->ctx);
@@ -839,7 +842,8 @@ llm_status llm_kvstat_print_json(FILE *f, const struct llm_kvstat_report *r)
     fprintf(f, " \"bytes_per_block\": %" PRIu64 ", \"bytes_per_sequence\": %" PRIu64
                ", \"bytes_per_batch\": %" PRIu64 ",\n",
             r->bytes_per_block, r->bytes_per_sequence, r->bytes_per_batch);
-    fprintf(f, " \"window\": %" PRId64 ", \"window_layers\": %" PRId64, s->window, s->n_local);
+    fprintf(f, " \"window\": %" PRId64 ", \"window_layers\": %" PRId64 ", \"step_tokens\": %" PRId64,
+            s->window, s->n_local, p->step);
     if (r->have_window)
         fprintf(f, ", \"window_tokens\": %" PRIu64 ", \"bytes_per_sequence_windowed\": %" PRIu64
                    ", \"bytes_per_batch_windowed\": %" PRIu64 ",\n",

@@ -111,6 +111,8 @@ struct llm_kvstat_params {
     uint64_t weights;       /* bytes to take off mem for weights; UINT64_MAX: the shape's */
     int64_t shared_prefix;  /* tokens at the start of every sequence of the batch that they
                                share (one prompt, forked); 0: none */
+    int64_t step;           /* tokens of a forward pass (llm-run's, --step-tokens with --batch):
+                               the sliding-window layers' bound; default LLM_KVSTAT_STEP */
 };
 void llm_kvstat_params_default(struct llm_kvstat_params *p);
 
@@ -145,8 +147,8 @@ struct llm_kvstat_report {
     /* sliding windows (have_window: the shape's window saves memory at
      * this ctx): a window layer of llm-run holds at most window_tokens of
      * a sequence (the window, the positions kept for rollbacks and a
-     * forward pass's LLM_KVSTAT_STEP tokens, in whole blocks: kv/kv.h),
-     * the other layers the whole ctx */
+     * forward pass of params.step tokens, in whole blocks: kv/kv.h), the
+     * other layers the whole ctx */
     int have_window;
     uint64_t window_tokens;
     uint64_t bytes_per_sequence_windowed;
@@ -178,8 +180,7 @@ struct llm_kvstat_report {
     struct llm_kvstat_waste waste;
 };
 
-/* The tokens of a forward pass llm-run's window bound assumes (its default
- * batch). */
+/* The tokens of a forward pass of llm-run by default (its batch). */
 #define LLM_KVSTAT_STEP 512
 
 /* Fill `r`. `lengths` (n, may be NULL/0) are sequence lengths in tokens,

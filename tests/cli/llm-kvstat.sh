@@ -28,6 +28,8 @@ t_kvstat_usage_errors_exit_2() {
     expect 2 "$KVSTAT" --preset llama-2-7b --config x.json || return 1
     expect 2 "$KVSTAT" --preset llama-2-7b --kv-type q4_0 && has "$TMP/err" "unknown KV type 'q4_0'" || return 1
     expect 2 "$KVSTAT" --preset llama-2-7b --ctx 0 && has "$TMP/err" "--ctx" || return 1
+    expect 2 "$KVSTAT" --preset gemma3-270m --step-tokens 0 && has "$TMP/err" "--step-tokens: 0 is out of range" || return 1
+    expect 2 "$KVSTAT" --trace x.jsonl --step-tokens 8 && has "$TMP/err" "--trace takes no model" || return 1
     expect 2 "$KVSTAT" --preset llama-2-7b --mem 12Q && has "$TMP/err" "--mem" || return 1
     expect 2 "$KVSTAT" --preset llama-2-7b --weights 1G && has "$TMP/err" "--weights goes with --mem" || return 1
     expect 2 "$KVSTAT" --preset llama-2-7b --seed 3 && has "$TMP/err" "--seed goes with" || return 1

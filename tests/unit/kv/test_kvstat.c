@@ -577,6 +577,17 @@ Test(kvstat, sliding_window_layers_bounded)
     cr_assert_eq(r.bytes_per_sequence, 1024ull * 18 * 32768);
     r = report("gemma2-2b", LLM_KVSTAT_F16, 4096);
     cr_assert(!r.have_window, "4096 + 80 + 512 covers a context of 4096");
+    {   /* steps of 64 (llm-run --batch --step-tokens 64): (64 + 512 + 80 + 32) / 16 + 1 blocks */
+        struct llm_kvstat_shape s3;
+        struct llm_kvstat_params p3;
+        llm_kvstat_preset(&s3, "gemma3-270m");
+        llm_kvstat_params_default(&p3);
+        p3.step = 64;
+        cr_assert_eq(llm_kvstat_compute(&r, &s3, &p3, NULL, 0), LLM_OK);
+        cr_assert_eq(r.window_tokens, 704);
+        p3.step = 0;
+        cr_assert_eq(llm_kvstat_compute(&r, &s3, &p3, NULL, 0), LLM_E_INVALID);
+    }
     r = report("mistral-7b", LLM_KVSTAT_F16, 32768);
     cr_assert(!r.have_window);
     r = report("mistral-7b-v0.1", LLM_KVSTAT_F16, 32768);

@@ -302,7 +302,7 @@ Test(window, prefix_cache_only_with_the_window_rows)
 
 /* llm-kvstat's arithmetic (kv/kvstat.h) is what the cache allocates: the
  * shape read from each model's metadata, f16, 4096 tokens, one sequence,
- * steps of 512 (llm-run's default). */
+ * steps of 512 (llm-run's default) and of 64. */
 Test(window, kvstat_counts_what_the_cache_holds)
 {
     for (int which = 0; which < 3; which++) {
@@ -310,24 +310,28 @@ Test(window, kvstat_counts_what_the_cache_holds)
         struct llm_kvstat_shape sh;
         cr_assert_eq(llm_kvstat_shape_from_meta(&sh, f->meta, "w"), LLM_OK);
         struct llm_model *m = open_model_of(f);
-        struct llm_context *c;
-        struct llm_context_params cp;
-        llm_context_params_default(&cp);
-        cp.n_ctx = 4096;
-        cp.kv_type_k = cp.kv_type_v = LLM_TYPE_F16;
-        cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
-        struct llm_kvstat_params p;
-        struct llm_kvstat_report r;
-        llm_kvstat_params_default(&p);
-        p.ctx = 4096;
-        cr_assert_eq(llm_kvstat_compute(&r, &sh, &p, NULL, 0), LLM_OK);
-        cr_assert(r.have_window);
         cr_assert_eq(sh.n_local, which == 0 ? 2 : which == 1 ? 2 : 5, "%s", shapes[which]);
-        cr_assert_eq(r.bytes_per_sequence_windowed, llm_context_kv_bytes(c),
-                     "%s: kvstat %llu, the cache %llu", shapes[which],
-                     (unsigned long long)r.bytes_per_sequence_windowed,
-                     (unsigned long long)llm_context_kv_bytes(c));
-        llm_context_free(c);
+        for (int32_t step = 512; step >= 64; step /= 8) {
+            struct llm_context *c;
+            struct llm_context_params cp;
+            llm_context_params_default(&cp);
+            cp.n_ctx = 4096;
+            cp.n_batch = step;
+            cp.kv_type_k = cp.kv_type_v = LLM_TYPE_F16;
+            cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
+            struct llm_kvstat_params p;
+            struct llm_kvstat_report r;
+            llm_kvstat_params_default(&p);
+            p.ctx = 4096;
+            p.step = step;
+            cr_assert_eq(llm_kvstat_compute(&r, &sh, &p, NULL, 0), LLM_OK);
+            cr_assert(r.have_window);
+            cr_assert_eq(r.bytes_per_sequence_windowed, llm_context_kv_bytes(c),
+                         "%s, steps of %d: kvstat %llu, the cache %llu", shapes[which], step,
+                         (unsigned long long)r.bytes_per_sequence_windowed,
+                         (unsigned long long)llm_context_kv_bytes(c));
+            llm_context_free(c);
+        }
         llm_model_close(m);
     }
 }
