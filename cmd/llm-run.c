@@ -348,9 +348,7 @@ static void kv_usage_of(const struct llm_context *c, const struct args *a, struc
     u->block_size = a->block_size > 0 ? a->block_size : 16;
     u->slots = st.slots;
     u->slots_peak = st.slots_peak;
-    u->slot_bytes = st.slots ? llm_kv_window_bytes(&llm_context_kv((struct llm_context *)c)->p) /
-                                   (uint64_t)st.slots
-                             : 0;
+    u->slot_bytes = st.slot_bytes;
 }
 
 /* Speculative decoding's figures of one completion: the share of drafted

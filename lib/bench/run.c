@@ -250,10 +250,7 @@ llm_status llm_bench_run_batch(struct llm_bench_result *r, struct llm_model *m, 
         uint64_t bb;
         llm_context_kv_stats(c, &st, &bb);
         /* blocks of the full layers, slots of the sliding-window ones */
-        r->kv_bytes = (uint64_t)st.used * bb +
-                      (st.slots ? (uint64_t)st.slots_used *
-                                      (llm_kv_window_bytes(&llm_context_kv(c)->p) / (uint64_t)st.slots)
-                                : 0);
+        r->kv_bytes = (uint64_t)st.used * bb + (uint64_t)st.slots_used * st.slot_bytes;
     }
     if (!s)
         s = llm_stats_compute(&r->ns, r->samples_ns, (size_t)reps);

@@ -393,8 +393,6 @@ static int32_t take_block(struct llm_kv *kv)
     int32_t used = kv->p.n_blocks - kv->n_free;
     if (used > kv->peak_used)
         kv->peak_used = used;
-    if (kv->n_local)
-        take_slot(kv, id);
     return id;
 }
 
@@ -584,7 +582,10 @@ llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n
     int32_t *table = table_of(kv, seq);
     for (int32_t i = pos / bs; i <= (pos + n - 1) / bs; i++) {
         if (i >= kv->n_seq_blocks[seq]) {
-            table[kv->n_seq_blocks[seq]++] = take_block(kv);
+            const int32_t id = take_block(kv);
+            if (kv->n_local)
+                take_slot(kv, id);
+            table[kv->n_seq_blocks[seq]++] = id;
             continue;
         }
         if (kv->ref[table[i]] == 1)
@@ -594,11 +595,12 @@ llm_status llm_kv_prepare(struct llm_kv *kv, int32_t seq, int32_t pos, int32_t n
         struct llm_kv_copy rec = { src, id, -1, -1 };
         if (kv->n_local && kv->slot_ref[src] == 1) {
             /* the window rows were this entry's alone: they move along */
-            kv->free_slots[kv->n_free_slots++] = kv->slot[id];
             kv->slot[id] = kv->slot[src];
+            kv->slot_ref[id] = 1;
             kv->slot[src] = -1;
             kv->slot_ref[src] = 0;
         } else if (kv->n_local) {
+            take_slot(kv, id);
             rec.src_slot = kv->slot[src];
             rec.dst_slot = kv->slot[id];
             kv->slot_ref[src]--;
@@ -775,6 +777,7 @@ void llm_kv_stats(const struct llm_kv *kv, struct llm_kv_stats *st)
     st->slots = kv->n_slots;
     st->slots_used = kv->n_slots - kv->n_free_slots;
     st->slots_peak = kv->peak_slots;
+    st->slot_bytes = kv->n_slots ? llm_kv_window_bytes(&kv->p) / (uint64_t)kv->n_slots : 0;
 }
 
 int32_t llm_kv_free_blocks(const struct llm_kv *kv)

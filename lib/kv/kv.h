@@ -270,6 +270,7 @@ struct llm_kv_stats {
     int32_t peak_used;
     int64_t tokens;         /* positions stored, over all sequences */
     int32_t slots, slots_used, slots_peak; /* window slots (0 without windows) */
+    uint64_t slot_bytes;    /* K+V bytes of one window slot (all window layers) */
 };
 void llm_kv_stats(const struct llm_kv *kv, struct llm_kv_stats *st);
 int32_t llm_kv_free_blocks(const struct llm_kv *kv);
