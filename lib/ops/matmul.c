@@ -43,6 +43,7 @@
 
 #include "../common/alloc.h"
 #include "../common/fp16.h"
+#include "../quant/kquants.h"
 #include "../quant/quant.h"
 #include "matmul_impl.h"
 
@@ -50,7 +51,8 @@
 // type families
 
 enum kind {
-    K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3
+    K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3,
+    K_GGUF /* Q5_0 .. IQ4_XS (quant/kquants.h) */
 };
 
 static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
@@ -62,7 +64,10 @@ static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_Q4_1] = K_ZP4,      [LLM_TYPE_Q4Z_G64] = K_ZP4,    [LLM_TYPE_Q4Z_G128] = K_ZP4,
     [LLM_TYPE_Q4Z_CH] = K_ZP4,    [LLM_TYPE_NF4] = K_NF4,        [LLM_TYPE_NF4_DQ] = K_NF4DQ,
     [LLM_TYPE_FP8_E4M3] = K_FP8,  [LLM_TYPE_Q3Z_G32] = K_ZP3,    [LLM_TYPE_Q3Z_G64] = K_ZP3,
-    [LLM_TYPE_Q3Z_G128] = K_ZP3,  [LLM_TYPE_Q3Z_CH] = K_ZP3,
+    [LLM_TYPE_Q3Z_G128] = K_ZP3,  [LLM_TYPE_Q3Z_CH] = K_ZP3,     [LLM_TYPE_Q5_0] = K_GGUF,
+    [LLM_TYPE_Q5_1] = K_GGUF,     [LLM_TYPE_Q2_K] = K_GGUF,      [LLM_TYPE_Q3_K] = K_GGUF,
+    [LLM_TYPE_Q4_K] = K_GGUF,     [LLM_TYPE_Q5_K] = K_GGUF,      [LLM_TYPE_Q6_K] = K_GGUF,
+    [LLM_TYPE_Q8_K] = K_GGUF,     [LLM_TYPE_IQ4_NL] = K_GGUF,    [LLM_TYPE_IQ4_XS] = K_GGUF,
 };
 
 static const float nf4_values[16] = LLM_NF4_VALUES;
@@ -109,7 +114,8 @@ static inline int nib(const uint8_t *qs, int64_t j, int64_t G)
 // ----------------------------------------------------------------------------
 // the reference dot of one packed row with x (ne0)
 
-static float dot_row_ref(enum kind k, const struct llm_type_traits *tr, const uint8_t *row,
+static float dot_row_ref(enum llm_type t, enum kind k, const struct llm_type_traits *tr,
+                         const uint8_t *row,
                          const float *x, int64_t ne0)
 {
     const int64_t hdr = tr->row_header, BB = tr->block_bytes;
@@ -135,6 +141,24 @@ static float dot_row_ref(enum kind k, const struct llm_type_traits *tr, const ui
         for (int64_t j = 0; j < ne0; j++)
             sum += (double)fp8_table[row[4 + j]] * x[j];
         return (float)(sum * ldf(row));
+    case K_GGUF: {
+        /* the canonical form (kquants.h): per 16 elements, s * sum(c x) +
+         * m * sum(x); rows are whole blocks */
+        int16_t c[256];
+        float s[16], m[16];
+        for (int64_t e0 = 0; e0 < ne0; e0 += G) {
+            llm_kq_unpack(t, row + e0 / G * BB, c, s, m);
+            for (int64_t g = 0; g < G / 16; g++) {
+                double cx = 0.0, sx = 0.0;
+                for (int64_t j = 0; j < 16; j++) {
+                    cx += (double)c[16 * g + j] * x[e0 + 16 * g + j];
+                    sx += x[e0 + 16 * g + j];
+                }
+                sum += cx * s[g] + sx * m[g];
+            }
+        }
+        return (float)sum;
+    }
     default:
         break;
     }
@@ -245,6 +269,9 @@ static llm_status check(enum llm_type t, const void *W, const void *x, const voi
                              llm_type_name((uint32_t)t), (unsigned)t);
     if (ne0 <= 0 || ne0 > ((int64_t)1 << 40))
         return llm_error_set(LLM_E_INVALID, "%s: bad row length %lld", fn, (long long)ne0);
+    if (llm_type_whole_blocks(t) && ne0 % (*tr)->blck)
+        return llm_error_set(LLM_E_INVALID, "%s: rows of %lld elements are not whole %u-element "
+                             "blocks of %s", fn, (long long)ne0, (*tr)->blck, (*tr)->name);
     if (r0 < 0 || r1 < r0)
         return llm_error_set(LLM_E_INVALID, "%s: bad row range [%lld, %lld)", fn,
                              (long long)r0, (long long)r1);
@@ -282,7 +309,7 @@ llm_status llm_matvec_ref(enum llm_type t, const void *W, const float *x, float 
     LLM_TRY(check(t, W, x, y, ne0, r0, r1, "matvec", &tr, &rb));
     const uint8_t *w = W;
     for (int64_t r = r0; r < r1; r++)
-        y[r] = dot_row_ref((enum kind)kind_of[t], tr, w + (uint64_t)r * rb, x, ne0);
+        y[r] = dot_row_ref(t, (enum kind)kind_of[t], tr, w + (uint64_t)r * rb, x, ne0);
     return LLM_OK;
 }
 
@@ -298,7 +325,7 @@ llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float 
     for (int64_t r = r0; r < r1; r++)
         for (int64_t b = 0; b < nb; b++)
             Y[b * ldy + r] =
-                dot_row_ref((enum kind)kind_of[t], tr, w + (uint64_t)r * rb, X + b * ne0, ne0);
+                dot_row_ref(t, (enum kind)kind_of[t], tr, w + (uint64_t)r * rb, X + b * ne0, ne0);
     return LLM_OK;
 }
 
@@ -456,6 +483,8 @@ int llm_matmul_simd_type(enum llm_type t)
     case K_ZP4:
     case K_ZP3:
         return LLM_SIMD_INT8;
+    case K_GGUF:
+        return LLM_SIMD_KQ;
     default:
         return LLM_SIMD_NONE;
     }
@@ -481,7 +510,7 @@ llm_status llm_matvec(enum llm_type t, const void *W, const float *x, float *y, 
     }
     const uint8_t *w = W;
     for (int64_t r = r0; r < r1; r++)
-        y[r] = dot_row_ref((enum kind)kind_of[t], tr, w + (uint64_t)r * rb, x, ne0);
+        y[r] = dot_row_ref(t, (enum kind)kind_of[t], tr, w + (uint64_t)r * rb, x, ne0);
     return LLM_OK;
 }
 

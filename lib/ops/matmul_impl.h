@@ -54,9 +54,11 @@ enum llm_isa llm_matmul_set_isa(enum llm_isa isa);
 
 /* The SIMD variants' path for t: LLM_SIMD_NONE (the dispatch runs the
  * reference), LLM_SIMD_FLOAT (float FMAs on float x always: f32, f16,
- * bf16, nf4, nf4_dq, fp8_e4m3) or LLM_SIMD_INT8 (the int8, int4 and int3
- * types: float, int16 or int8 activations, llm_matmul_set_act). */
-enum { LLM_SIMD_NONE = 0, LLM_SIMD_FLOAT = 1, LLM_SIMD_INT8 = 2 };
+ * bf16, nf4, nf4_dq, fp8_e4m3), LLM_SIMD_INT8 (the int8, int4 and int3
+ * types: float, int16 or int8 activations, llm_matmul_set_act) or
+ * LLM_SIMD_KQ (the GGUF block types from q5_0 on: int16 activations
+ * whatever llm_matmul_set_act says, matmul_kq.h). */
+enum { LLM_SIMD_NONE = 0, LLM_SIMD_FLOAT = 1, LLM_SIMD_INT8 = 2, LLM_SIMD_KQ = 3 };
 int llm_matmul_simd_type(enum llm_type t);
 
 /* FP8 E4M3 -> float for each byte (256 entries, built once). */

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../quant/kquants.h"
 #include "matmul_impl.h"
 
 enum { F_SYM8, F_ZP8, F_SYM4, F_ZP4, F_ZP3 };
@@ -1612,6 +1613,8 @@ static void SIMD(xf_products)(enum llm_type t, const uint8_t *P, const float *X,
 /* activation blocks kept on the stack up to this many (20 KiB) */
 #define SIMD_STACK_QX 512
 
+#include "matmul_kq.h"
+
 /* gcc cannot see that quantize_x writes every block it later reads */
 #if !defined(__clang__)
 #pragma GCC diagnostic push
@@ -1621,6 +1624,10 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
                             uint64_t rb, int64_t nb, int64_t ldy, int64_t r0, int64_t r1, int act,
                             int inv)
 {
+    /* the GGUF block types: int16 activations always, one path for any
+     * number of tokens (batch-invariant by construction) */
+    if (llm_kq_type(t))
+        return SIMD(kq_matmul)(t, W, rb, X, Y, ne0, nb, ldy, r0, r1);
     struct SIMD(shape) sh;
     const int quant = SIMD(shape_of)(t, &sh);
     /* Batch-invariant (the default): each row is computed the same way

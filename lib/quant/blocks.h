@@ -27,7 +27,14 @@
  * byte's shifted bits in both planes, which a SIMD unpack reads directly.
  *
  * Lossless GGUF correspondences: LLM_TYPE_Q8_0 = GGML Q8_0, LLM_TYPE_Q4_0 =
- * GGML Q4_0, LLM_TYPE_Q4_1 = GGML Q4_1 (byte for byte).
+ * GGML Q4_0, LLM_TYPE_Q4_1 = GGML Q4_1 (byte for byte), and every type
+ * from LLM_TYPE_Q5_0 on: the GGUF types llama.cpp writes (Q5_0, Q5_1, the
+ * K-quants, IQ4_NL, IQ4_XS), kept in their GGML layout (ggml-common.h of
+ * llama.cpp c392e509; formats.md §1.6). Their rows hold whole blocks only
+ * (ne0 a multiple of the block: 32, or 256 for the super-block types) and
+ * have no row header. Each block reads as codes c times a float scale s
+ * plus a float minimum m per 16 (or 32) elements, w = s*c + m, computed as
+ * ggml computes it (quant/kquants.h gives that form).
  */
 #ifndef LLM_QUANT_BLOCKS_H
 #define LLM_QUANT_BLOCKS_H
@@ -84,7 +91,18 @@ enum llm_type {
     LLM_TYPE_Q3Z_G64 = 36,
     LLM_TYPE_Q3Z_G128 = 37,
     LLM_TYPE_Q3Z_CH = 38,  /* row header float d, float m */
-    LLM_TYPE_COUNT_ = 39   /* one past the largest id (ids 6..15 unused) */
+    /* GGUF's own layouts (GGML ids in parentheses), kept byte for byte */
+    LLM_TYPE_Q5_0 = 39,    /* (6)  int5 symmetric, groups of 32 */
+    LLM_TYPE_Q5_1 = 40,    /* (7)  uint5 with minimum, groups of 32 */
+    LLM_TYPE_Q2_K = 41,    /* (10) super-blocks of 256: 16 x (4-bit scale, min) */
+    LLM_TYPE_Q3_K = 42,    /* (11) 16 x 6-bit scale, 3-bit codes */
+    LLM_TYPE_Q4_K = 43,    /* (12) 8 x (6-bit scale, min), 4-bit codes */
+    LLM_TYPE_Q5_K = 44,    /* (13) 8 x (6-bit scale, min), 5-bit codes */
+    LLM_TYPE_Q6_K = 45,    /* (14) 16 x int8 scale, 6-bit codes */
+    LLM_TYPE_Q8_K = 46,    /* (15) float32 scale, int8 codes */
+    LLM_TYPE_IQ4_NL = 47,  /* (20) 16-value non-linear code book, groups of 32 */
+    LLM_TYPE_IQ4_XS = 48,  /* (23) the same code book, 8 x 6-bit scale per 256 */
+    LLM_TYPE_COUNT_ = 49   /* one past the largest id (ids 6..15 unused) */
 };
 
 struct llm_block_q8_0 { uint16_t d; int8_t qs[32]; };
@@ -107,6 +125,18 @@ struct llm_block_q3_ch { uint8_t qs[12]; };            /* 32 elements */
 struct llm_block_nf4 { uint16_t d; uint8_t qs[32]; };   /* 64 elements */
 struct llm_block_nf4_dq { uint8_t s; uint8_t qs[32]; }; /* 64 elements; s is E4M3 */
 
+/* GGML layouts (QK_K = 256) */
+struct llm_block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };
+struct llm_block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; };
+struct llm_block_q2_k { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; };
+struct llm_block_q3_k { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; };
+struct llm_block_q4_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
+struct llm_block_q5_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
+struct llm_block_q6_k { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
+struct llm_block_q8_k { float d; int8_t qs[256]; int16_t bsums[16]; };
+struct llm_block_iq4_nl { uint16_t d; uint8_t qs[16]; };
+struct llm_block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; };
+
 LLM_STATIC_ASSERT(sizeof(struct llm_block_q8_0) == 34, "q8_0 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_q8_g64) == 66, "q8_g64 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_q8_g128) == 130, "q8_g128 block");
@@ -126,6 +156,20 @@ LLM_STATIC_ASSERT(sizeof(struct llm_block_q3z_g128) == 52, "q3z_g128 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_q3_ch) == 12, "q3_ch block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_nf4) == 34, "nf4 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_block_nf4_dq) == 33, "nf4_dq block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q5_0) == 22, "q5_0 block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q5_1) == 24, "q5_1 block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q2_k) == 84, "q2_K block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q3_k) == 110, "q3_K block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q4_k) == 144, "q4_K block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q5_k) == 176, "q5_K block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q6_k) == 210, "q6_K block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_q8_k) == 292, "q8_K block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_iq4_nl) == 18, "iq4_nl block");
+LLM_STATIC_ASSERT(sizeof(struct llm_block_iq4_xs) == 136, "iq4_xs block");
+
+/* The IQ4_NL / IQ4_XS code book (ggml's kvalues_iq4nl), index = 4-bit code. */
+#define LLM_IQ4NL_VALUES \
+    { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 }
 
 /* The NF4 code book (QLoRA, Dettmers et al. 2023, appendix E; the values
  * bitsandbytes uses), index = 4-bit code. */

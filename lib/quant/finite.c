@@ -129,6 +129,45 @@ static int row_bounded(double d, double m, double span)
     return isfinite(d) && isfinite(m) && fabs(d) * span + fabs(m) <= FLT_MAX;
 }
 
+/* The GGUF block types (Q5_0 .. IQ4_XS): their binary16 scales (Q8_K: a
+ * float32) sit at fixed offsets of each block; codes times sub-block
+ * scales of at most 8 bits stay far below FLT_MAX, so a block has
+ * non-finite values only when one of those is not finite, and then it is
+ * decoded to count them. */
+static llm_status gguf_nonfinite(enum llm_type t, const struct llm_type_traits *tr,
+                                 const uint8_t *src, int64_t ne0, int64_t nrows, uint64_t *n,
+                                 int64_t *at)
+{
+    int off[2] = { 0, -1 };
+    switch (t) {
+    case LLM_TYPE_Q5_1: case LLM_TYPE_Q4_K: case LLM_TYPE_Q5_K: off[1] = 2; break;
+    case LLM_TYPE_Q2_K: off[0] = 80, off[1] = 82; break;
+    case LLM_TYPE_Q3_K: off[0] = 108; break;
+    case LLM_TYPE_Q6_K: off[0] = 208; break;
+    default: break; /* Q5_0, IQ4_NL, IQ4_XS: d at 0; Q8_K: float d at 0 */
+    }
+    const uint64_t nb = (uint64_t)(ne0 / tr->blck) * (uint64_t)nrows;
+    float y[256];
+    for (uint64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = src + b * tr->block_bytes;
+        int bad;
+        if (t == LLM_TYPE_Q8_K)
+            bad = (ld32(blk) & 0x7f800000u) == 0x7f800000u;
+        else
+            bad = bad_f16(ld16(blk + off[0])) || (off[1] >= 0 && bad_f16(ld16(blk + off[1])));
+        if (!bad)
+            continue;
+        LLM_TRY(llm_dequantize_row(t, blk, y, tr->blck));
+        for (uint32_t i = 0; i < tr->blck; i++)
+            if (!isfinite(y[i])) {
+                if (*at < 0)
+                    *at = (int64_t)(b * tr->blck + i);
+                ++*n;
+            }
+    }
+    return LLM_OK;
+}
+
 llm_status llm_rows_nonfinite(enum llm_type t, const void *src_, int64_t ne0, int64_t nrows,
                               uint64_t *count, int64_t *first)
 {
@@ -141,6 +180,16 @@ llm_status llm_rows_nonfinite(enum llm_type t, const void *src_, int64_t ne0, in
         *first = -1;
     if (!tr || tr->is_aux || ne0 <= 0 || nrows <= 0)
         return LLM_OK;
+    if (llm_type_whole_blocks(t)) {
+        if (ne0 % tr->blck)
+            return llm_error_set(LLM_E_INVALID, "rows of %lld elements are not whole %u-element "
+                                 "blocks of %s", (long long)ne0, tr->blck, tr->name);
+        llm_status s = gguf_nonfinite(t, tr, src, ne0, nrows, &n, &at);
+        *count = n;
+        if (first)
+            *first = at;
+        return s;
+    }
     const uint64_t rb = llm_type_row_bytes(t, (uint64_t)ne0);
     const uint32_t G = tr->blck, BB = tr->block_bytes, hdr = tr->row_header;
     float *row = NULL; /* (ne0): a row dequantized, where bounds do not decide */

@@ -34,10 +34,10 @@ static const struct llm_ggml_type_info table[LLM_GGML_TYPE_COUNT_] = {
     T(LLM_GGML_IQ2_XS, "IQ2_XS", 256, 74, 0),
     T(LLM_GGML_IQ3_XXS, "IQ3_XXS", 256, 98, 0),
     T(LLM_GGML_IQ1_S, "IQ1_S", 256, 50, 0),
-    T(LLM_GGML_IQ4_NL, "IQ4_NL", 32, 18, 0),
+    T(LLM_GGML_IQ4_NL, "IQ4_NL", 32, 18, 1),
     T(LLM_GGML_IQ3_S, "IQ3_S", 256, 110, 0),
     T(LLM_GGML_IQ2_S, "IQ2_S", 256, 82, 0),
-    T(LLM_GGML_IQ4_XS, "IQ4_XS", 256, 136, 0),
+    T(LLM_GGML_IQ4_XS, "IQ4_XS", 256, 136, 1),
     T(LLM_GGML_I8, "I8", 1, 1, 0),
     T(LLM_GGML_I16, "I16", 1, 2, 0),
     T(LLM_GGML_I32, "I32", 1, 4, 0),
@@ -106,7 +106,7 @@ static void dequant_q8_0(const uint8_t *b, float *y)
 
 void llm_ggml_dequant_q5_0(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q5_0 x;
+    struct llm_block_q5_0 x;
     memcpy(&x, b, sizeof x);
     const float d = llm_fp16_to_fp32(x.d);
     uint32_t qh;
@@ -124,7 +124,7 @@ void llm_ggml_dequant_q5_0(const uint8_t *b, float *y)
 
 void llm_ggml_dequant_q5_1(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q5_1 x;
+    struct llm_block_q5_1 x;
     memcpy(&x, b, sizeof x);
     const float d = llm_fp16_to_fp32(x.d), m = llm_fp16_to_fp32(x.m);
     uint32_t qh;
@@ -153,7 +153,7 @@ void llm_ggml_dequant_q8_1(const uint8_t *b, float *y)
 
 void llm_ggml_dequant_q2_k(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q2_k x;
+    struct llm_block_q2_k x;
     memcpy(&x, b, sizeof x);
     const float d = llm_fp16_to_fp32(x.d), min = llm_fp16_to_fp32(x.dmin);
     const uint8_t *q = x.qs;
@@ -186,7 +186,7 @@ static void q3_k_scales(const uint8_t *s, int *out)
 
 void llm_ggml_dequant_q3_k(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q3_k x;
+    struct llm_block_q3_k x;
     memcpy(&x, b, sizeof x);
     const float d_all = llm_fp16_to_fp32(x.d);
     int scales[16];
@@ -224,7 +224,7 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 
 void llm_ggml_dequant_q4_k(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q4_k x;
+    struct llm_block_q4_k x;
     memcpy(&x, b, sizeof x);
     const float d = llm_fp16_to_fp32(x.d), min = llm_fp16_to_fp32(x.dmin);
     const uint8_t *q = x.qs;
@@ -244,7 +244,7 @@ void llm_ggml_dequant_q4_k(const uint8_t *b, float *y)
 
 void llm_ggml_dequant_q5_k(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q5_k x;
+    struct llm_block_q5_k x;
     memcpy(&x, b, sizeof x);
     const float d = llm_fp16_to_fp32(x.d), min = llm_fp16_to_fp32(x.dmin);
     const uint8_t *ql = x.qs, *qh = x.qh;
@@ -267,7 +267,7 @@ void llm_ggml_dequant_q5_k(const uint8_t *b, float *y)
 
 void llm_ggml_dequant_q6_k(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q6_k x;
+    struct llm_block_q6_k x;
     memcpy(&x, b, sizeof x);
     const float d = llm_fp16_to_fp32(x.d);
     const uint8_t *ql = x.ql, *qh = x.qh;
@@ -293,10 +293,43 @@ void llm_ggml_dequant_q6_k(const uint8_t *b, float *y)
 
 void llm_ggml_dequant_q8_k(const uint8_t *b, float *y)
 {
-    struct llm_ggml_block_q8_k x;
+    struct llm_block_q8_k x;
     memcpy(&x, b, sizeof x);
     for (int j = 0; j < LLM_QK_K; j++)
         y[j] = x.d * (float)x.qs[j];
+}
+
+/* ------------------------------------------------------------------------ */
+/* IQ4: 4-bit indices into a 16-value non-linear code book */
+
+static const int8_t iq4nl_values[16] = LLM_IQ4NL_VALUES;
+
+void llm_ggml_dequant_iq4_nl(const uint8_t *b, float *y)
+{
+    struct llm_block_iq4_nl x;
+    memcpy(&x, b, sizeof x);
+    const float d = llm_fp16_to_fp32(x.d);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)iq4nl_values[x.qs[j] & 0xF];
+        y[j + 16] = d * (float)iq4nl_values[x.qs[j] >> 4];
+    }
+}
+
+void llm_ggml_dequant_iq4_xs(const uint8_t *b, float *y)
+{
+    struct llm_block_iq4_xs x;
+    memcpy(&x, b, sizeof x);
+    const float d = llm_fp16_to_fp32(x.d);
+    for (int ib = 0; ib < 8; ib++) {
+        /* 6-bit scale: low 4 bits in scales_l (two per byte), high 2 in scales_h */
+        const int ls = ((x.scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((x.scales_h >> 2 * ib) & 3) << 4);
+        const float dl = d * (float)(ls - 32);
+        const uint8_t *qs = x.qs + 16 * ib;
+        for (int j = 0; j < 16; j++) {
+            y[32 * ib + j] = dl * (float)iq4nl_values[qs[j] & 0xF];
+            y[32 * ib + j + 16] = dl * (float)iq4nl_values[qs[j] >> 4];
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -349,6 +382,8 @@ llm_status llm_ggml_dequantize_row(uint32_t id, const void *src, float *dst, int
     case LLM_GGML_Q5_K: fn = llm_ggml_dequant_q5_k; break;
     case LLM_GGML_Q6_K: fn = llm_ggml_dequant_q6_k; break;
     case LLM_GGML_Q8_K: fn = llm_ggml_dequant_q8_k; break;
+    case LLM_GGML_IQ4_NL: fn = llm_ggml_dequant_iq4_nl; break;
+    case LLM_GGML_IQ4_XS: fn = llm_ggml_dequant_iq4_xs; break;
     default:
         return llm_error_set(LLM_E_UNSUPPORTED, "GGML type %s (%u) cannot be decoded", ti->name,
                              (unsigned)id);

@@ -13,7 +13,7 @@
  *
  *     const struct llm_ggml_type_info *ti = llm_ggml_type_info(id);
  *     if (!ti)                 -> not a GGML type (or a removed one)
- *     if (!ti->can_decode)     -> a type we do not decode (IQ*, TQ*, ...)
+ *     if (!ti->can_decode)     -> a type we do not decode (IQ1-3*, TQ*, ...)
  *     llm_ggml_dequantize_row(id, row, out, ne0);   // ne0 % ti->blck == 0
  */
 #ifndef LLM_QUANT_GGML_QUANTS_H
@@ -65,27 +65,10 @@ enum {
 
 #define LLM_QK_K 256
 
-/* Block layouts (little-endian, no padding). The decoders copy a block into
- * one of these before reading its fields. */
-struct llm_ggml_block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };
-struct llm_ggml_block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; };
+/* Block layouts: blocks.h (llm_block_q5_0 ... llm_block_q8_k), plus Q8_1,
+ * which GGUF files do not use for weights. */
 struct llm_ggml_block_q8_1 { uint16_t d, s; int8_t qs[32]; };
-struct llm_ggml_block_q2_k { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; };
-struct llm_ggml_block_q3_k { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; };
-struct llm_ggml_block_q4_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
-struct llm_ggml_block_q5_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
-struct llm_ggml_block_q6_k { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
-struct llm_ggml_block_q8_k { float d; int8_t qs[256]; int16_t bsums[16]; };
-
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q5_0) == 22, "ggml q5_0 block");
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q5_1) == 24, "ggml q5_1 block");
 LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q8_1) == 36, "ggml q8_1 block");
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q2_k) == 84, "ggml q2_K block");
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q3_k) == 110, "ggml q3_K block");
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q4_k) == 144, "ggml q4_K block");
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q5_k) == 176, "ggml q5_K block");
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q6_k) == 210, "ggml q6_K block");
-LLM_STATIC_ASSERT(sizeof(struct llm_ggml_block_q8_k) == 292, "ggml q8_K block");
 
 struct llm_ggml_type_info {
     const char *name;     /* "Q4_K", as ggml spells it */
@@ -118,5 +101,7 @@ void llm_ggml_dequant_q4_k(const uint8_t *b, float *y);
 void llm_ggml_dequant_q5_k(const uint8_t *b, float *y);
 void llm_ggml_dequant_q6_k(const uint8_t *b, float *y);
 void llm_ggml_dequant_q8_k(const uint8_t *b, float *y);
+void llm_ggml_dequant_iq4_nl(const uint8_t *b, float *y);
+void llm_ggml_dequant_iq4_xs(const uint8_t *b, float *y);
 
 #endif

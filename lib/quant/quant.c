@@ -50,12 +50,15 @@
 
 #include "../common/alloc.h"
 #include "../common/fp16.h" // defines: llm_fp16_to_fp32, llm_fp32_to_fp16, bf16, llm_f32_bits
+#include "ggml_quants.h"
+#include "kquants.h"
 
 // ----------------------------------------------------------------------------
 // type families
 
 enum kind {
-    K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3
+    K_NONE, K_F32, K_F16, K_BF16, K_SYM8, K_ZP8, K_SYM4, K_ZP4, K_NF4, K_NF4DQ, K_FP8, K_ZP3,
+    K_GGUF /* Q5_0 .. IQ4_XS: ggml's layouts and decoders (kquants.h) */
 };
 
 static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
@@ -67,7 +70,10 @@ static const uint8_t kind_of[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_Q4_1] = K_ZP4,      [LLM_TYPE_Q4Z_G64] = K_ZP4,    [LLM_TYPE_Q4Z_G128] = K_ZP4,
     [LLM_TYPE_Q4Z_CH] = K_ZP4,    [LLM_TYPE_NF4] = K_NF4,        [LLM_TYPE_NF4_DQ] = K_NF4DQ,
     [LLM_TYPE_FP8_E4M3] = K_FP8,  [LLM_TYPE_Q3Z_G32] = K_ZP3,    [LLM_TYPE_Q3Z_G64] = K_ZP3,
-    [LLM_TYPE_Q3Z_G128] = K_ZP3,  [LLM_TYPE_Q3Z_CH] = K_ZP3,
+    [LLM_TYPE_Q3Z_G128] = K_ZP3,  [LLM_TYPE_Q3Z_CH] = K_ZP3,     [LLM_TYPE_Q5_0] = K_GGUF,
+    [LLM_TYPE_Q5_1] = K_GGUF,     [LLM_TYPE_Q2_K] = K_GGUF,      [LLM_TYPE_Q3_K] = K_GGUF,
+    [LLM_TYPE_Q4_K] = K_GGUF,     [LLM_TYPE_Q5_K] = K_GGUF,      [LLM_TYPE_Q6_K] = K_GGUF,
+    [LLM_TYPE_Q8_K] = K_GGUF,     [LLM_TYPE_IQ4_NL] = K_GGUF,    [LLM_TYPE_IQ4_XS] = K_GGUF,
 };
 
 /* The generic code below finds d at byte 0, m at byte 2 and qs at the end
@@ -504,6 +510,9 @@ static llm_status check_args(enum llm_type t, const void *a, const void *b, int6
                              llm_type_name((uint32_t)t), (unsigned)t);
     if (ne0 <= 0 || ne0 > ((int64_t)1 << 53))
         return llm_error_set(LLM_E_INVALID, "%s: bad row length %lld", fn, (long long)ne0);
+    if (llm_type_whole_blocks(t) && ne0 % (*tr)->blck)
+        return llm_error_set(LLM_E_INVALID, "%s: rows of %lld elements are not whole %u-element "
+                             "blocks of %s", fn, (long long)ne0, (*tr)->blck, (*tr)->name);
     if (!a || !b)
         return llm_error_set(LLM_E_INVALID, "%s: NULL buffer", fn);
     return LLM_OK;
@@ -584,6 +593,8 @@ llm_status llm_quantize_row(enum llm_type t, const float *src, void *dst_, int64
     case K_FP8:
         quant_fp8(src, ne0, dst);
         return LLM_OK;
+    case K_GGUF:
+        return llm_kq_quantize_row(t, src, dst, ne0, NULL);
     case K_NONE:
         break;
     }
@@ -658,6 +669,8 @@ llm_status llm_dequantize_row(enum llm_type t, const void *src_, float *dst, int
             dst[i] = llm_fp8_e4m3_to_fp32(src[4 + i]) * r;
         return LLM_OK;
     }
+    case K_GGUF:
+        return llm_ggml_dequantize_row((uint32_t)tr->ggml_type, src, dst, ne0);
     case K_NONE:
         break;
     }

@@ -39,7 +39,22 @@ static const struct llm_type_traits table[LLM_TYPE_COUNT_] = {
     [LLM_TYPE_Q3Z_G64] = Q("q3z_g64", 64, 28, 0, -1, "uint3 with zero point, groups of 64"),
     [LLM_TYPE_Q3Z_G128] = Q("q3z_g128", 128, 52, 0, -1, "uint3 with zero point, groups of 128"),
     [LLM_TYPE_Q3Z_CH] = Q("q3z_ch", 32, 12, 8, -1, "uint3 with zero point, per row"),
+    [LLM_TYPE_Q5_0] = Q("q5_0", 32, 22, 0, 6, "int5 symmetric, groups of 32 (GGUF Q5_0)"),
+    [LLM_TYPE_Q5_1] = Q("q5_1", 32, 24, 0, 7, "uint5 with minimum, groups of 32 (GGUF Q5_1)"),
+    [LLM_TYPE_Q2_K] = Q("q2_k", 256, 84, 0, 10, "2-bit K-quant, 16 x 4-bit scale and min (GGUF Q2_K)"),
+    [LLM_TYPE_Q3_K] = Q("q3_k", 256, 110, 0, 11, "3-bit K-quant, 16 x 6-bit scale (GGUF Q3_K)"),
+    [LLM_TYPE_Q4_K] = Q("q4_k", 256, 144, 0, 12, "4-bit K-quant, 8 x 6-bit scale and min (GGUF Q4_K)"),
+    [LLM_TYPE_Q5_K] = Q("q5_k", 256, 176, 0, 13, "5-bit K-quant, 8 x 6-bit scale and min (GGUF Q5_K)"),
+    [LLM_TYPE_Q6_K] = Q("q6_k", 256, 210, 0, 14, "6-bit K-quant, 16 x int8 scale (GGUF Q6_K)"),
+    [LLM_TYPE_Q8_K] = Q("q8_k", 256, 292, 0, 15, "int8, float32 scale per 256 (GGUF Q8_K)"),
+    [LLM_TYPE_IQ4_NL] = Q("iq4_nl", 32, 18, 0, 20, "4-bit non-linear code book, groups of 32 (GGUF IQ4_NL)"),
+    [LLM_TYPE_IQ4_XS] = Q("iq4_xs", 256, 136, 0, 23, "4-bit non-linear, 8 x 6-bit scale per 256 (GGUF IQ4_XS)"),
 };
+
+int llm_type_whole_blocks(enum llm_type t)
+{
+    return t >= LLM_TYPE_Q5_0 && t < LLM_TYPE_COUNT_;
+}
 
 const struct llm_type_traits *llm_type_traits(uint32_t t)
 {
@@ -95,6 +110,8 @@ uint64_t llm_type_row_bytes(enum llm_type t, uint64_t ne0)
         return 0;
     if (ne0 > ((uint64_t)1 << 62))
         return 0;
+    if (llm_type_whole_blocks(t) && ne0 % tr->blck)
+        return 0;
     uint64_t nb = (ne0 + tr->blck - 1) / tr->blck, bytes;
     if (!llm_mul_ok(nb, tr->block_bytes, &bytes) || !llm_add_ok(bytes, tr->row_header, &bytes))
         return 0;
@@ -119,6 +136,9 @@ llm_status llm_type_tensor_bytes(enum llm_type t, uint32_t n_dims, const int64_t
     uint64_t elems;
     if (!llm_mul_ok(rows, (uint64_t)ne[0], &elems) || elems > ((uint64_t)1 << 53))
         return llm_error_set(LLM_E_FORMAT, "shape overflows");
+    if (llm_type_whole_blocks(t) && ne[0] % llm_type_traits(t)->blck)
+        return llm_error_set(LLM_E_FORMAT, "rows of %lld elements are not whole %u-element blocks "
+                             "of %s", (long long)ne[0], llm_type_traits(t)->blck, llm_type_name(t));
     uint64_t rb = llm_type_row_bytes(t, (uint64_t)ne[0]);
     if (!rb || !llm_mul_ok(rb, rows, out))
         return llm_error_set(LLM_E_FORMAT, "shape overflows");

@@ -32,6 +32,10 @@ llm_status llm_type_parse(const char *name, enum llm_type *out);
 /* Comma-separated list of every type name (for messages and --help). */
 const char *llm_type_names(void);
 
+/* Whether rows of t must hold whole blocks (the GGUF layouts from
+ * LLM_TYPE_Q5_0 on: llama.cpp reads no padding). */
+int llm_type_whole_blocks(enum llm_type t);
+
 /* Bytes of one row of `ne0` elements; 0 on overflow. */
 uint64_t llm_type_row_bytes(enum llm_type t, uint64_t ne0);
 

@@ -45,7 +45,7 @@ Test(kernels, type_lists)
     cr_assert_eq(llm_bench_parse_types("q4_0", t, 4, &n), LLM_OK);
     cr_assert(n == 1 && t[0] == LLM_TYPE_Q4_0);
     cr_assert_eq(llm_bench_parse_types("q4_0,,f32", t, 4, &n), LLM_E_INVALID);
-    cr_assert_eq(llm_bench_parse_types("q4_0,q5_k", t, 4, &n), LLM_E_INVALID);
+    cr_assert_eq(llm_bench_parse_types("q4_0,q5_z", t, 4, &n), LLM_E_INVALID);
     cr_assert_eq(llm_bench_parse_types("u8", t, 4, &n), LLM_E_INVALID);
     cr_assert_eq(llm_bench_parse_types("f32,f16,bf16", t, 2, &n), LLM_E_INVALID);
 }

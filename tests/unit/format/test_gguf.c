@@ -705,19 +705,21 @@ static void random_blocks(uint8_t *p, size_t nblocks, size_t bytes, const size_t
         }
 }
 
-Test(gguf, kquant_tensors_are_decoded_on_demand)
+/* The K-quants, Q5_0 and Q5_1 are llm_types now: kept byte for byte
+ * whatever the decode target; Q8_1 (no twin) is still decoded on demand. */
+Test(gguf, kquant_tensors_are_kept_and_others_decoded_on_demand)
 {
     static const struct { uint32_t g; const char *name; size_t bytes; size_t halves[2], nh; } ks[] = {
         { 10, "q2k.weight", 84, { 80, 82 }, 2 },  { 11, "q3k.weight", 110, { 108 }, 1 },
         { 12, "q4k.weight", 144, { 0, 2 }, 2 },   { 13, "q5k.weight", 176, { 0, 2 }, 2 },
         { 14, "q6k.weight", 210, { 208 }, 1 },    { 6, "q50.weight", 22, { 0 }, 1 },
-        { 7, "q51.weight", 24, { 0, 2 }, 2 },
+        { 7, "q51.weight", 24, { 0, 2 }, 2 },    { 9, "q81.weight", 36, { 0, 2 }, 2 },
     };
-    uint8_t blocks[7][2 * 8 * 210];
+    uint8_t blocks[8][2 * 8 * 210];
     struct spec s;
     spec_init(&s);
     llama_keys(&s);
-    for (int k = 0; k < 7; k++) {
+    for (int k = 0; k < 8; k++) {
         uint32_t blck = llm_ggml_type_info(ks[k].g)->blck;
         size_t nb = 512 / blck * 2; /* [512, 2] */
         random_blocks(blocks[k], nb, ks[k].bytes, ks[k].halves, ks[k].nh, 7u + (uint32_t)k);
@@ -746,8 +748,19 @@ Test(gguf, kquant_tensors_are_decoded_on_demand)
         struct llm_tensor *t8 = llm_file_find(f, "q8.weight");
         cr_assert_eq(t8->type, LLM_TYPE_Q8_0);
         cr_assert(t8->data && !memcmp(t8->data, q8, sizeof q8));
-        for (int k = 0; k < 7; k++) {
+        for (int k = 0; k < 8; k++) {
             struct llm_tensor *t = llm_file_find(f, ks[k].name);
+            const int kept = llm_type_from_ggml(ks[k].g);
+            size_t src_bytes = 512 / llm_ggml_type_info(ks[k].g)->blck * ks[k].bytes * 2;
+            if (kept >= 0) {
+                cr_assert_eq(t->type, (enum llm_type)kept, "%s", ks[k].name);
+                cr_assert_eq(t->nbytes, src_bytes, "%s", ks[k].name);
+                uint8_t *got = malloc(t->nbytes);
+                cr_assert_eq(llm_tensor_read(f, t, got), LLM_OK, "%s", llm_error_detail(-1));
+                cr_assert_eq(memcmp(got, blocks[k], src_bytes), 0, "%s changed", ks[k].name);
+                free(got);
+                continue;
+            }
             cr_assert_eq(t->type, targets[ti], "%s", ks[k].name);
             cr_assert_null(t->data, "%s decoded early", ks[k].name);
             cr_assert(t->fill);

@@ -78,8 +78,10 @@ Test(types, ggml_correspondence)
     cr_assert_eq(llm_type_from_ggml(8), LLM_TYPE_Q8_0);
     cr_assert_eq(llm_type_from_ggml(26), LLM_TYPE_I32);
     cr_assert_eq(llm_type_from_ggml(30), LLM_TYPE_BF16);
-    cr_assert_eq(llm_type_from_ggml(12), -1); /* Q4_K: no counterpart */
-    cr_assert_eq(llm_type_from_ggml(6), -1);
+    cr_assert_eq(llm_type_from_ggml(12), LLM_TYPE_Q4_K); /* the GGUF layouts (test_kquants.c) */
+    cr_assert_eq(llm_type_from_ggml(6), LLM_TYPE_Q5_0);
+    cr_assert_eq(llm_type_from_ggml(9), -1); /* Q8_1: no counterpart */
+    cr_assert_eq(llm_type_from_ggml(16), -1); /* IQ2_XXS */
     cr_assert_eq(llm_type_from_ggml(99), -1);
     /* GGML block sizes: Q4_0 18, Q4_1 20, Q8_0 34 bytes per 32 */
     cr_assert_eq(llm_type_row_bytes(LLM_TYPE_Q4_0, 4096), 4096 / 32 * 18);
@@ -175,9 +177,10 @@ Test(types, parse_names_and_aliases)
     }
     /* auxiliary types are not user-selectable; unknown names list the choices */
     cr_assert_eq(llm_type_parse("u8", &t), LLM_E_INVALID);
-    cr_assert_eq(llm_type_parse("q4_k", &t), LLM_E_INVALID);
+    cr_assert_eq(llm_type_parse("q4_kk", &t), LLM_E_INVALID);
     const char *detail = llm_error_detail(LLM_E_INVALID);
-    cr_assert(strstr(detail, "q4_k") != NULL, "%s", detail);
+    cr_assert(strstr(detail, "q4_kk") != NULL, "%s", detail);
+    cr_assert(strstr(detail, "iq4_xs") != NULL, "%s", detail);
     cr_assert(strstr(detail, "nf4_dq") != NULL, "%s", detail);
     cr_assert_eq(llm_type_parse("", &t), LLM_E_INVALID);
     cr_assert_eq(llm_type_parse("q4_0 ", &t), LLM_E_INVALID);
@@ -192,6 +195,6 @@ Test(types, names_list)
     int commas = 0;
     for (const char *p = names; *p; p++)
         commas += *p == ',';
-    cr_assert_eq(commas, 25, "%s", names); /* 26 weight types */
+    cr_assert_eq(commas, 35, "%s", names); /* 36 weight types */
     cr_assert_eq(llm_type_names(), names);
 }

@@ -1,0 +1,187 @@
+/* test_matmul_kq.c: products of the GGUF block types (Q5_0, Q5_1, Q2_K ..
+ * Q8_K, IQ4_NL, IQ4_XS) on their packed rows: the reference against a
+ * double dot of the dequantized rows, each SIMD variant against the
+ * reference within the int16-activation bound of ops/matmul.c, and batch
+ * invariance (every token of llm_matmul is llm_matvec's, bit for bit, for
+ * any batch and row range). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../../lib/ops/matmul.h"
+#include "../../../lib/ops/matmul_impl.h"
+#include "../../../lib/quant/kquants.h"
+#include "../../../lib/quant/quant.h"
+#include "../helpers.h"
+
+static const enum llm_type kq_types[] = {
+    LLM_TYPE_Q5_0, LLM_TYPE_Q5_1, LLM_TYPE_Q2_K,   LLM_TYPE_Q3_K,   LLM_TYPE_Q4_K,
+    LLM_TYPE_Q5_K, LLM_TYPE_Q6_K, LLM_TYPE_Q8_K,   LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_XS,
+};
+#define N_KQ (sizeof kq_types / sizeof kq_types[0])
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static float gauss(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    float u = ((float)(rng >> 40) + 0.5f) / 16777216.0f;
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    float v = ((float)(rng >> 40) + 0.5f) / 16777216.0f;
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+struct mat {
+    enum llm_type t;
+    int64_t ne0, rows;
+    uint64_t rb;
+    uint8_t *w;  // (rows, rb)
+    float *deq;  // (rows, ne0)
+};
+
+static void mat_make(struct mat *m, enum llm_type t, int64_t ne0, int64_t rows)
+{
+    m->t = t, m->ne0 = ne0, m->rows = rows;
+    m->rb = llm_type_row_bytes(t, (uint64_t)ne0);
+    cr_assert(m->rb > 0);
+    m->w = malloc(m->rb * (uint64_t)rows);
+    m->deq = malloc(sizeof(float) * (size_t)(ne0 * rows));
+    float *src = malloc(sizeof(float) * (size_t)ne0);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < ne0; i++) /* an offset so that the minimums matter */
+            src[i] = gauss() * 0.05f + 0.03f * (float)(r % 3);
+        cr_assert_eq(llm_quantize_row(t, src, m->w + m->rb * (uint64_t)r, ne0), LLM_OK);
+        cr_assert_eq(llm_dequantize_row(t, m->w + m->rb * (uint64_t)r, m->deq + r * ne0, ne0), LLM_OK);
+    }
+    free(src);
+}
+
+static void mat_free(struct mat *m)
+{
+    free(m->w);
+    free(m->deq);
+}
+
+/* S = sum|w x| + max|w| sum|x|, and the int16 activation bound A/258 + 1e-5 S
+ * (A = sum over blocks of 32 of max|x_b|/254 * sum|w_b|) */
+static void bounds(const struct mat *m, int64_t r, const float *x, double *S, double *B)
+{
+    const float *w = m->deq + r * m->ne0;
+    double s = 0, sx = 0, wmax = 0, a = 0;
+    for (int64_t e0 = 0; e0 < m->ne0; e0 += 32) {
+        double amax = 0, sw = 0;
+        for (int64_t i = e0; i < e0 + 32; i++) {
+            s += fabs((double)w[i] * x[i]);
+            sx += fabs(x[i]);
+            wmax = fmax(wmax, fabs(w[i]));
+            amax = fmax(amax, fabs(x[i]));
+            sw += fabs(w[i]);
+        }
+        a += amax / 254.0 * sw;
+    }
+    *S = s + wmax * sx;
+    *B = a / 258.0 * (1 + 1e-3) + 1e-5 * *S;
+}
+
+static double dot_deq(const struct mat *m, int64_t r, const float *x)
+{
+    double s = 0;
+    for (int64_t i = 0; i < m->ne0; i++)
+        s += (double)m->deq[r * m->ne0 + i] * x[i];
+    return s;
+}
+
+/* lengths per block size: 32-element types also get rows that are not a
+ * whole number of 256-element chunks */
+static int64_t length(enum llm_type t, int i)
+{
+    static const int64_t l32[] = { 32, 576, 1536 }, l256[] = { 256, 768, 1536 };
+    return llm_type_traits(t)->blck == 32 ? l32[i] : l256[i];
+}
+
+Test(matmul_kq, reference_and_simd_agree)
+{
+    const enum llm_isa best = llm_isa_detect();
+    for (size_t ti = 0; ti < N_KQ; ti++)
+        for (int li = 0; li < 3; li++) {
+            const enum llm_type t = kq_types[ti];
+            const int64_t ne0 = length(t, li), rows = 7;
+            struct mat m;
+            mat_make(&m, t, ne0, rows);
+            float *x = malloc(sizeof(float) * (size_t)ne0), y[7], yr[7];
+            for (int64_t i = 0; i < ne0; i++) /* outliers, as real activations have */
+                x[i] = gauss() * (i % 97 == 0 ? 20.0f : 1.0f);
+            cr_assert_eq(llm_matvec_ref(t, m.w, x, yr, ne0, 0, rows), LLM_OK);
+            for (int64_t r = 0; r < rows; r++) {
+                double S, B;
+                bounds(&m, r, x, &S, &B);
+                cr_assert(fabs(yr[r] - dot_deq(&m, r, x)) <= 2e-6 * S, "%s ne0 %lld: ref %g, double %g",
+                          llm_type_name(t), (long long)ne0, yr[r], dot_deq(&m, r, x));
+            }
+            for (int isa = LLM_ISA_AVX2; isa <= (int)best; isa++) {
+                llm_matmul_set_isa((enum llm_isa)isa);
+                cr_assert_eq(llm_matvec(t, m.w, x, y, ne0, 0, rows), LLM_OK);
+                for (int64_t r = 0; r < rows; r++) {
+                    double S, B;
+                    bounds(&m, r, x, &S, &B);
+                    cr_assert(fabs(y[r] - yr[r]) <= B, "%s ne0 %lld isa %d row %lld: %g vs ref %g (bound %g)",
+                              llm_type_name(t), (long long)ne0, isa, (long long)r, y[r], yr[r], B);
+                }
+            }
+            llm_matmul_set_isa(LLM_ISA_AVX512);
+            free(x);
+            mat_free(&m);
+        }
+}
+
+Test(matmul_kq, batch_invariant_bit_for_bit)
+{
+    const enum llm_isa best = llm_isa_detect();
+    for (size_t ti = 0; ti < N_KQ; ti++) {
+        const enum llm_type t = kq_types[ti];
+        const int64_t ne0 = length(t, 1), rows = 21, nb = 11;
+        struct mat m;
+        mat_make(&m, t, ne0, rows);
+        float *X = malloc(sizeof(float) * (size_t)(ne0 * nb));
+        float *Y = malloc(sizeof(float) * (size_t)(rows * nb)), *y = malloc(sizeof(float) * rows);
+        for (int64_t i = 0; i < ne0 * nb; i++)
+            X[i] = gauss();
+        for (int isa = LLM_ISA_REF; isa <= (int)best; isa++) {
+            llm_matmul_set_isa((enum llm_isa)isa);
+            /* the whole batch, then odd sub-batches and row ranges */
+            cr_assert_eq(llm_matmul(t, m.w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
+            for (int64_t b = 0; b < nb; b++) {
+                cr_assert_eq(llm_matvec(t, m.w, X + b * ne0, y, ne0, 0, rows), LLM_OK);
+                cr_assert(memcmp(y, Y + b * rows, sizeof(float) * rows) == 0,
+                          "%s isa %d token %lld: batched differs from alone", llm_type_name(t), isa,
+                          (long long)b);
+            }
+            float *Z = calloc((size_t)(rows * 3), sizeof(float));
+            cr_assert_eq(llm_matmul(t, m.w, X + 5 * ne0, Z, ne0, 3, rows, 4, 17), LLM_OK);
+            for (int64_t b = 0; b < 3; b++)
+                cr_assert(memcmp(Z + b * rows + 4, Y + (5 + b) * rows + 4, sizeof(float) * 13) == 0,
+                          "%s isa %d: rows 4-17 of tokens 5-7", llm_type_name(t), isa);
+            /* the activation setting of the int8 types does not apply here */
+            const int old = llm_matmul_set_act(LLM_ACT_Q8);
+            cr_assert_eq(llm_matmul(t, m.w, X, Z, ne0, 3, rows, 0, rows), LLM_OK);
+            llm_matmul_set_act(old);
+            cr_assert(memcmp(Z, Y, sizeof(float) * (size_t)(3 * rows)) == 0, "%s act", llm_type_name(t));
+            free(Z);
+        }
+        llm_matmul_set_isa(LLM_ISA_AVX512);
+        free(X);
+        free(Y);
+        free(y);
+        mat_free(&m);
+    }
+}
+
+Test(matmul_kq, refuses_partial_blocks)
+{
+    uint8_t w[144 * 2] = { 0 };
+    float x[300] = { 0 }, y[2];
+    cr_assert_eq(llm_matvec(LLM_TYPE_Q4_K, w, x, y, 300, 0, 1), LLM_E_INVALID);
+    cr_assert(strstr(llm_error_detail(LLM_E_INVALID), "whole 256-element blocks of q4_k"), "%s",
+              llm_error_detail(LLM_E_INVALID));
+    cr_assert_eq(llm_matmul_simd_type(LLM_TYPE_Q6_K), LLM_SIMD_KQ);
+}
