@@ -22,7 +22,11 @@ extern "C" {
 // ----------------------------------------------------------------------------
 // layouts
 
-enum dq_kind { DQ_F32, DQ_F16, DQ_BF16, DQ_SYM8, DQ_ZP8, DQ_SYM4, DQ_ZP4, DQ_NF4, DQ_NF4DQ, DQ_FP8, DQ_ZP3 };
+enum dq_kind {
+    DQ_F32, DQ_F16, DQ_BF16, DQ_SYM8, DQ_ZP8, DQ_SYM4, DQ_ZP4, DQ_NF4, DQ_NF4DQ, DQ_FP8, DQ_ZP3,
+    /* the GGUF layouts (quant/kquants.h), one kind each */
+    DQ_Q5_0, DQ_Q5_1, DQ_Q2_K, DQ_Q3_K, DQ_Q4_K, DQ_Q5_K, DQ_Q6_K, DQ_Q8_K, DQ_IQ4_NL, DQ_IQ4_XS
+};
 
 /* The element reads below take d at byte 0 of a block, m at byte 2 and the
  * codes at the end; these tie that to blocks.h. */
@@ -39,6 +43,7 @@ static_assert(offsetof(struct llm_block_nf4, qs) == sizeof(struct llm_block_nf4)
 static_assert(offsetof(struct llm_block_nf4_dq, qs) == sizeof(struct llm_block_nf4_dq) - 32, "nf4_dq");
 
 static __device__ const float nf4_values[16] = LLM_NF4_VALUES;
+static __device__ const int8_t iq4_values[16] = LLM_IQ4NL_VALUES;
 
 // ----------------------------------------------------------------------------
 // exact scalar decodes (the same bit manipulations as lib/common/fp16.h and
@@ -95,6 +100,78 @@ static __device__ __forceinline__ int code3(const uint8_t *qs, int j)
     return ((sub[i & 7] >> (2 * (i >> 3))) & 3) | (((sub[8 + (i >> 3)] >> (i & 7)) & 1) << 2);
 }
 
+/* Element j of a block of a GGUF type: the canonical form of
+ * llm_kq_unpack (lib/quant/kquants.c), s * c (+ m when the type has
+ * minimums), each product and sum rounded as ggml's decoder rounds it. */
+template <int KIND>
+static __device__ __forceinline__ float gguf_one(const uint8_t *b, int j)
+{
+    float s, m = 0.0f;
+    int c;
+    if constexpr (KIND == DQ_Q5_0 || KIND == DQ_Q5_1) {
+        const int zp = KIND == DQ_Q5_1;
+        const uint8_t *qh = b + (zp ? 4 : 2), *qs = qh + 4;
+        const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+                           (uint32_t)qh[3] << 24;
+        c = (j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4) | (int)((h >> j) & 1) << 4;
+        c -= zp ? 0 : 16;
+        s = half_to_f32(ld_u16(b));
+        if (zp)
+            return __fadd_rn(__fmul_rn((float)c, s), half_to_f32(ld_u16(b + 2)));
+        return __fmul_rn((float)c, s);
+    } else if constexpr (KIND == DQ_Q2_K) {
+        const int sc = b[j / 16];
+        s = __fmul_rn(half_to_f32(ld_u16(b + 80)), (float)(sc & 0xF));
+        m = -__fmul_rn(half_to_f32(ld_u16(b + 82)), (float)(sc >> 4));
+        c = (b[16 + 32 * (j / 128) + j % 32] >> (2 * ((j / 32) % 4))) & 3;
+        return __fadd_rn(__fmul_rn(s, (float)c), m);
+    } else if constexpr (KIND == DQ_Q3_K) {
+        const uint8_t *sc = b + 96;
+        const int k = j / 16, low4 = k < 8 ? sc[k] & 0xF : sc[k - 8] >> 4;
+        const int high2 = (sc[8 + k % 4] >> (2 * (k / 4))) & 3;
+        s = __fmul_rn(half_to_f32(ld_u16(b + 108)), (float)((low4 | high2 << 4) - 32));
+        const int v = (b[32 + 32 * (j / 128) + j % 32] >> (2 * ((j / 32) % 4))) & 3;
+        c = v - ((b[j % 32] >> (j / 32)) & 1 ? 0 : 4);
+        return __fmul_rn(s, (float)c);
+    } else if constexpr (KIND == DQ_Q4_K || KIND == DQ_Q5_K) {
+        const int k = j / 32, l = j % 32;
+        const uint8_t *q = b + 4;
+        int sc, mn;
+        if (k < 4) {
+            sc = q[k] & 63;
+            mn = q[k + 4] & 63;
+        } else {
+            sc = (q[k + 4] & 0xF) | ((q[k - 4] >> 6) << 4);
+            mn = (q[k + 4] >> 4) | ((q[k] >> 6) << 4);
+        }
+        s = __fmul_rn(half_to_f32(ld_u16(b)), (float)sc);
+        m = -__fmul_rn(half_to_f32(ld_u16(b + 2)), (float)mn);
+        const uint8_t *ql = b + (KIND == DQ_Q5_K ? 48 : 16);
+        c = k & 1 ? ql[32 * (k / 2) + l] >> 4 : ql[32 * (k / 2) + l] & 0xF;
+        if constexpr (KIND == DQ_Q5_K)
+            c |= ((b[16 + l] >> k) & 1) << 4;
+        return __fadd_rn(__fmul_rn(s, (float)c), m);
+    } else if constexpr (KIND == DQ_Q6_K) {
+        const int n = j / 128, q4 = (j / 32) % 4, l = j % 32;
+        s = __fmul_rn(half_to_f32(ld_u16(b + 208)), (float)(int8_t)b[192 + j / 16]);
+        const uint8_t lo = b[64 * n + 32 * (q4 & 1) + l];
+        c = ((q4 < 2 ? lo & 0xF : lo >> 4) | ((b[128 + 32 * n + l] >> (2 * q4)) & 3) << 4) - 32;
+        return __fmul_rn(s, (float)c);
+    } else if constexpr (KIND == DQ_Q8_K) {
+        return __fmul_rn(ld_f32(b), (float)(int8_t)b[4 + j]);
+    } else if constexpr (KIND == DQ_IQ4_NL) {
+        c = iq4_values[j < 16 ? b[2 + j] & 0xF : b[2 + j - 16] >> 4];
+        return __fmul_rn(half_to_f32(ld_u16(b)), (float)c);
+    } else { /* DQ_IQ4_XS */
+        const int k = j / 32, l = j % 32;
+        const int ls = ((b[4 + k / 2] >> 4 * (k % 2)) & 0xF) | ((int)(ld_u16(b + 2) >> 2 * k) & 3) << 4;
+        s = __fmul_rn(half_to_f32(ld_u16(b)), (float)(ls - 32));
+        const uint8_t *qs = b + 8 + 16 * k;
+        c = iq4_values[l < 16 ? qs[l] & 0xF : qs[l - 16] >> 4];
+        return __fmul_rn(s, (float)c);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
@@ -111,6 +188,8 @@ static __device__ __forceinline__ float dequant_one(const uint8_t *row, int64_t 
         return __uint_as_float(ld_u16(row + 2 * i) << 16);
     } else if constexpr (KIND == DQ_FP8) {
         return __fmul_rn(fp8_to_f32(row[HDR + i]), ld_f32(row));
+    } else if constexpr (KIND >= DQ_Q5_0) {
+        return gguf_one<KIND>(row + (i / G) * BB, (int)(i % G));
     } else {
         const uint8_t *blk = row + HDR + (i / G) * BB;
         const int j = (int)(i % G);
@@ -240,6 +319,16 @@ extern "C" llm_status llm_dequant_cuda(enum llm_type t, const void *src, float *
     case LLM_TYPE_Q3Z_G64: return L(DQ_ZP3, 64, BYTES(llm_block_q3z_g64), 0);
     case LLM_TYPE_Q3Z_G128: return L(DQ_ZP3, 128, BYTES(llm_block_q3z_g128), 0);
     case LLM_TYPE_Q3Z_CH: return L(DQ_ZP3, 32, BYTES(llm_block_q3_ch), 8);
+    case LLM_TYPE_Q5_0: return L(DQ_Q5_0, 32, BYTES(llm_block_q5_0), 0);
+    case LLM_TYPE_Q5_1: return L(DQ_Q5_1, 32, BYTES(llm_block_q5_1), 0);
+    case LLM_TYPE_Q2_K: return L(DQ_Q2_K, 256, BYTES(llm_block_q2_k), 0);
+    case LLM_TYPE_Q3_K: return L(DQ_Q3_K, 256, BYTES(llm_block_q3_k), 0);
+    case LLM_TYPE_Q4_K: return L(DQ_Q4_K, 256, BYTES(llm_block_q4_k), 0);
+    case LLM_TYPE_Q5_K: return L(DQ_Q5_K, 256, BYTES(llm_block_q5_k), 0);
+    case LLM_TYPE_Q6_K: return L(DQ_Q6_K, 256, BYTES(llm_block_q6_k), 0);
+    case LLM_TYPE_Q8_K: return L(DQ_Q8_K, 256, BYTES(llm_block_q8_k), 0);
+    case LLM_TYPE_IQ4_NL: return L(DQ_IQ4_NL, 32, BYTES(llm_block_iq4_nl), 0);
+    case LLM_TYPE_IQ4_XS: return L(DQ_IQ4_XS, 256, BYTES(llm_block_iq4_xs), 0);
     default: break;
     }
 #undef L

@@ -38,7 +38,9 @@ static const enum llm_type types[] = {
     LLM_TYPE_Q8Z_CH,   LLM_TYPE_Q4_0,     LLM_TYPE_Q4_G64,   LLM_TYPE_Q4_G128,  LLM_TYPE_Q4_CH,
     LLM_TYPE_Q4_1,     LLM_TYPE_Q4Z_G64,  LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH,   LLM_TYPE_NF4,
     LLM_TYPE_NF4_DQ,   LLM_TYPE_FP8_E4M3, LLM_TYPE_Q3Z_G32,  LLM_TYPE_Q3Z_G64,  LLM_TYPE_Q3Z_G128,
-    LLM_TYPE_Q3Z_CH,
+    LLM_TYPE_Q3Z_CH,   LLM_TYPE_Q5_0,     LLM_TYPE_Q5_1,     LLM_TYPE_Q2_K,     LLM_TYPE_Q3_K,
+    LLM_TYPE_Q4_K,     LLM_TYPE_Q5_K,     LLM_TYPE_Q6_K,     LLM_TYPE_Q8_K,     LLM_TYPE_IQ4_NL,
+    LLM_TYPE_IQ4_XS,
 };
 #define N_TYPES (sizeof types / sizeof types[0])
 
@@ -264,11 +266,15 @@ int main(void)
         { 172, 7 }, { 576, 4 }, { 1000, 3 }, { 4096, 2 }, { 11008, 2 },
     };
     for (size_t k = 0; k < N_TYPES; k++) {
+        /* the GGUF layouts take whole blocks only: lengths rounded up */
+        const int64_t B = llm_type_whole_blocks(types[k]) ? llm_type_traits(types[k])->blck : 1;
+#define LEN(n) (((n) + B - 1) / B * B)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            check_case(types[k], shapes[s][0], shapes[s][1], DATA_GAUSS);
-        check_case(types[k], 200, 8, DATA_SPECIAL);
-        check_case(types[k], 1000, 16, DATA_BYTES);
-        check_case(types[k], 33, 9, DATA_BYTES);
+            check_case(types[k], LEN(shapes[s][0]), shapes[s][1], DATA_GAUSS);
+        check_case(types[k], LEN(200), 8, DATA_SPECIAL);
+        check_case(types[k], LEN(1000), 16, DATA_BYTES);
+        check_case(types[k], LEN(33), 9, DATA_BYTES);
+#undef LEN
     }
     /* more rows than the grid has blocks: the grid-stride loop */
     static const enum llm_type many[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q8_CH, LLM_TYPE_NF4_DQ,
@@ -281,6 +287,8 @@ int main(void)
     bench(LLM_TYPE_Q8_0, 4096, 11008);
     bench(LLM_TYPE_NF4_DQ, 4096, 11008);
     bench(LLM_TYPE_FP8_E4M3, 4096, 11008);
+    bench(LLM_TYPE_Q4_K, 4096, 11008);
+    bench(LLM_TYPE_Q6_K, 4096, 11008);
 
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
