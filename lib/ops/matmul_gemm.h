@@ -483,9 +483,20 @@ SIMD_INLINE void SIMD(gq_pack_rows)(const uint8_t *W, uint64_t rb, int64_t r, in
         SIMD(gq_tr16)(P + k * 256);
 }
 
+/* the GGUF block types' packing and decode (matmul_kq.h) */
+static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
+                                 const struct llm_qx16 *xq, int64_t nq, int64_t ne0, float *y,
+                                 int64_t r0, int64_t r1, int32_t *R, int32_t *I, float *D, float *M);
+static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
+                          int64_t ne0, int64_t nq, int32_t *P, float *D, float *M);
+
 static void SIMD(gq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
                           int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
 {
+    if (llm_kq_type(t)) {
+        SIMD(kq_pack)(t, W, rb, r, nr, ne0, nq, P, D, M);
+        return;
+    }
     switch (t) {
 #define GQ_PACK(T, FAM, G, BB, HDR)                                                   \
     case T:                                                                           \
@@ -774,6 +785,66 @@ SIMD_INLINE __m256i SIMD(hsum8x8)(const __m256i v[8])
                             _mm256_permute2x128_si256(a, b, 0x31));
 }
 
+/* The float side of decode for 16 rows, in gq_micro's order: their
+ * exact block dots R (16, nq8; rows 0..15) are transposed into I (nq8, 16)
+ * and meet the scales D and minimums M (nq, 16) block after block; y gets
+ * the first nr. */
+static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D, const float *M,
+                                   const struct llm_qx16 *xq, int64_t nq, int zp, float *y, int nr)
+{
+    const int64_t nq8 = (nq + 7) / 8 * 8;
+    /* R (16, nq8) -> I (nq8, 16): 8 x 8 blocks through the float
+     * transpose (bits moved, never changed) */
+    for (int64_t k0 = 0; k0 < nq8; k0 += 8)
+        for (int a = 0; a < 2; a++) {
+            __m256 q[8];
+            for (int i = 0; i < 8; i++)
+                q[i] = _mm256_loadu_ps((const float *)(R + (8 * a + i) * nq8 + k0));
+            SIMD(tr8)(q);
+            for (int j = 0; j < 8; j++)
+                _mm256_storeu_ps((float *)(I + (k0 + j) * 16 + 8 * a), q[j]);
+        }
+    SIMD(gqf) acc[GQ_H];
+    for (int h = 0; h < GQ_H; h++)
+#ifdef SIMD_AVX512
+        acc[h] = _mm512_setzero_ps();
+#else
+        acc[h] = _mm256_setzero_ps();
+#endif
+    for (int64_t k = 0; k < nq; k++) {
+        const struct llm_qx16 *b = xq + k;
+        for (int h = 0; h < GQ_H; h++) {
+#ifdef SIMD_AVX512
+            const __m512i iv = _mm512_loadu_si512((const void *)(I + k * 16));
+            acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv),
+                                     _mm512_mul_ps(_mm512_loadu_ps(D + k * 16),
+                                                   _mm512_set1_ps(b->d)),
+                                     acc[h]);
+            if (zp)
+                acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(M + k * 16), _mm512_set1_ps(b->ds),
+                                         acc[h]);
+#else
+            const __m256i iv = _mm256_loadu_si256((const __m256i *)(I + k * 16 + 8 * h));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv),
+                                     _mm256_mul_ps(_mm256_loadu_ps(D + k * 16 + 8 * h),
+                                                   _mm256_set1_ps(b->d)),
+                                     acc[h]);
+            if (zp)
+                acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(M + k * 16 + 8 * h),
+                                         _mm256_set1_ps(b->ds), acc[h]);
+#endif
+        }
+    }
+    float out[16];
+#ifdef SIMD_AVX512
+    _mm512_storeu_ps(out, acc[0]);
+#else
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+#endif
+    memcpy(y, out, (size_t)nr * sizeof(float));
+}
+
 /* Decode (one token) of the rows that are not interleaved, in the int16
  * GEMM's arithmetic: each row is read once, in order, and each of its
  * blocks gives its exact int32 dot with the token's block (8 lanes, summed
@@ -829,56 +900,7 @@ SIMD_INLINE void SIMD(gq_decode_rows)(const uint8_t *W, uint64_t rb, const struc
                 _mm256_storeu_si256((__m256i *)(R + i * nq8 + k0), SIMD(hsum8x8)(v));
             }
         }
-        /* R (16, nq8) -> I (nq8, 16): 8 x 8 blocks through the float
-         * transpose (bits moved, never changed) */
-        for (int64_t k0 = 0; k0 < nq8; k0 += 8)
-            for (int a = 0; a < 2; a++) {
-                __m256 q[8];
-                for (int i = 0; i < 8; i++)
-                    q[i] = _mm256_loadu_ps((const float *)(R + (8 * a + i) * nq8 + k0));
-                SIMD(tr8)(q);
-                for (int j = 0; j < 8; j++)
-                    _mm256_storeu_ps((float *)(I + (k0 + j) * 16 + 8 * a), q[j]);
-            }
-        SIMD(gqf) acc[GQ_H];
-        for (int h = 0; h < GQ_H; h++)
-#ifdef SIMD_AVX512
-            acc[h] = _mm512_setzero_ps();
-#else
-            acc[h] = _mm256_setzero_ps();
-#endif
-        for (int64_t k = 0; k < nq; k++) {
-            const struct llm_qx16 *b = xq + k;
-            for (int h = 0; h < GQ_H; h++) {
-#ifdef SIMD_AVX512
-                const __m512i iv = _mm512_loadu_si512((const void *)(I + k * 16));
-                acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv),
-                                         _mm512_mul_ps(_mm512_loadu_ps(D + k * 16),
-                                                       _mm512_set1_ps(b->d)),
-                                         acc[h]);
-                if (zp)
-                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(M + k * 16), _mm512_set1_ps(b->ds),
-                                             acc[h]);
-#else
-                const __m256i iv = _mm256_loadu_si256((const __m256i *)(I + k * 16 + 8 * h));
-                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv),
-                                         _mm256_mul_ps(_mm256_loadu_ps(D + k * 16 + 8 * h),
-                                                       _mm256_set1_ps(b->d)),
-                                         acc[h]);
-                if (zp)
-                    acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(M + k * 16 + 8 * h),
-                                             _mm256_set1_ps(b->ds), acc[h]);
-#endif
-            }
-        }
-        float out[16];
-#ifdef SIMD_AVX512
-        _mm512_storeu_ps(out, acc[0]);
-#else
-        _mm256_storeu_ps(out, acc[0]);
-        _mm256_storeu_ps(out + 8, acc[1]);
-#endif
-        memcpy(y + r, out, (size_t)nr * sizeof(float));
+        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, zp, y + r, nr);
     }
 }
 
@@ -900,6 +922,8 @@ static llm_status SIMD(gq_decode)(enum llm_type t, const uint8_t *W, uint64_t rb
     int32_t *R = (int32_t *)(xq + nq), *I = R + 16 * nq8;
     float *D = (float *)(I + 16 * nq8), *M = D + 16 * nq;
     SIMD(quantize_x16)(x, ne0, xq);
+    if (llm_kq_type(t))
+        SIMD(kq_decode_rows)(t, W, rb, xq, nq, ne0, y, r0, r1, R, I, D, M);
     switch (t) {
 #define GQ_DEC(T, FAM, G, BB, HDR)                                                          \
     case T:                                                                                 \

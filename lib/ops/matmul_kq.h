@@ -13,7 +13,11 @@
  * per 32 elements when the scale covers 32 (per 16 for Q2_K, Q3_K, Q6_K),
  * and the minimum adds m * (dx * sum q) (= m * ds; per 16 for Q2_K, from
  * the int16 sums of q). Even and odd blocks go to two accumulators (two
- * FMA chains), summed at the end of the row.
+ * FMA chains, in registers), summed at the end of the row.
+ *
+ * Q6_K and Q2_K take the row kernel below (kq_row); the others the int16
+ * GEMM of matmul_gemm.h, for decode and prefill alike (kq_pack,
+ * kq_decode_rows: see SIMD(kq_gemm_ok)).
  *
  * Each token's arithmetic is the same whatever else is in the call: a row
  * is unpacked once for up to SIMD_NT tokens, which then run the same
@@ -21,10 +25,13 @@
  * llm_matvec's bits for every token (batch invariance, matmul_impl.h).
  */
 
-/* the codes, scales and minimums of one chunk */
+/* the codes, scales and minimums of one chunk: s and m per 32-element
+ * block (b) for the types whose scales cover 32, per 16 (g) for Q2_K, Q3_K
+ * and Q6_K; sc3: Q3_K's integer sub-scales, for the GEMM's folding */
 struct SIMD(kq_chunk) {
     int16_t c[256] __attribute__((aligned(32)));
     float s[16], m[16];
+    int16_t sc3[16];
 };
 
 SIMD_INLINE void SIMD(kq_st16)(int16_t *c, __m128i lo, __m128i hi, int sgn)
@@ -44,16 +51,14 @@ SIMD_INLINE void SIMD(kq_st32)(int16_t *c, __m256i v, int sgn)
     SIMD(kq_st16)(c, _mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1), sgn);
 }
 
-/* 6-bit scale and min of sub-block j of Q4_K/Q5_K */
-SIMD_INLINE void SIMD(kq_sm4)(int j, const uint8_t *q, int *sc, int *m)
+/* 8 bytes (little-endian in u) times d, as 8 floats at out (neg: negated) */
+SIMD_INLINE void SIMD(kq_scale8)(uint64_t u, float d, int neg, float *out)
 {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
+    __m256 v = _mm256_mul_ps(_mm256_set1_ps(d),
+                             _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)u))));
+    if (neg)
+        v = _mm256_xor_ps(v, _mm256_set1_ps(-0.0f));
+    _mm256_storeu_ps(out, v);
 }
 
 /* bits of a 32-bit word (little-endian bytes at p) as 32 bytes, 0 or `v` */
@@ -77,27 +82,38 @@ SIMD_INLINE __m256i SIMD(kq_nib32)(const uint8_t *p)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), f), _mm_and_si128(v, f));
 }
 
+/* the binary16 at each of n (<= 8) blocks of BB bytes from p (plus off), as
+ * floats at out */
+SIMD_INLINE void SIMD(kq_halves)(const uint8_t *p, int BB, int off, int n, float *out)
+{
+    uint16_t h[8] = { 0 };
+    for (int j = 0; j < n; j++)
+        memcpy(&h[j], p + j * BB + off, 2);
+    _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+}
+
 /* Chunk [e0, e0 + n) of a row of type t in canonical form (n = 256, or
  * for the 32-element types a multiple of 32 up to 256). */
 static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
                             struct SIMD(kq_chunk) *k)
 {
-    const __m256i f = _mm256_set1_epi8(0x0F);
+    const __m256i f = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     switch (t) {
     case LLM_TYPE_Q4_K:
     case LLM_TYPE_Q5_K: {
         const int five = t == LLM_TYPE_Q5_K;
         const uint8_t *b = row + e0 / 256 * (five ? 176 : 144);
-        const float d = SIMD(ldh)(b), dmin = SIMD(ldh)(b + 2);
-        for (int j = 0; j < 8; j++) {
-            int sc, mn;
-            SIMD(kq_sm4)(j, b + 4, &sc, &mn);
-            k->s[2 * j] = k->s[2 * j + 1] = d * (float)sc;
-            k->m[2 * j] = k->m[2 * j + 1] = -(dmin * (float)mn);
-        }
+        /* the eight 6-bit scales and mins (formats.md §1.6) a word at a time */
+        uint32_t u[3];
+        memcpy(u, b + 4, 12);
+        const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
+                            (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4) << 32;
+        const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
+                            (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4) << 32;
+        SIMD(kq_scale8)(sc, SIMD(ldh)(b), 0, k->s);
+        SIMD(kq_scale8)(mn, SIMD(ldh)(b + 2), 1, k->m);
         const uint8_t *ql = b + (five ? 48 : 16);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-        const __m256i one = _mm256_set1_epi8(1);
         for (int p = 0; p < 4; p++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * p));
             __m256i lo = _mm256_and_si256(v, f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), f);
@@ -112,11 +128,10 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
     }
     case LLM_TYPE_Q6_K: {
         const uint8_t *b = row + e0 / 256 * 210;
-        const float d = SIMD(ldh)(b + 208);
-        for (int j = 0; j < 16; j++) {
-            k->s[j] = d * (float)(int8_t)b[192 + j];
-            k->m[j] = 0.0f;
-        }
+        const __m256 d = _mm256_set1_ps(SIMD(ldh)(b + 208));
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+        _mm256_storeu_ps(k->s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+        _mm256_storeu_ps(k->s + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
         const __m256i m30 = _mm256_set1_epi8(0x30), o32 = _mm256_set1_epi8(32);
         for (int h = 0; h < 2; h++) {
             const __m256i a = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
@@ -134,31 +149,75 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
         }
         return;
     }
+    case LLM_TYPE_Q2_K:
+    case LLM_TYPE_Q3_K: {
+        /* element 128 n + 32 j + l: bits 2j of qs[32 n + l]; Q3_K: minus 4
+         * unless bit 4n + j of hmask[l] */
+        const int q3 = t == LLM_TYPE_Q3_K;
+        const uint8_t *b = row + e0 / 256 * (q3 ? 110 : 84);
+        const uint8_t *qs = b + (q3 ? 32 : 16);
+        const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+                if (q3)
+                    v = _mm256_sub_epi8(_mm256_add_epi8(v, _mm256_slli_epi16(
+                            _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2)),
+                        _mm256_set1_epi8(4));
+                SIMD(kq_st32)(k->c + 128 * h + 32 * j, v, q3);
+            }
+        }
+        if (q3) {
+            const uint8_t *sc = b + 96;
+            const float d = SIMD(ldh)(b + 108);
+            for (int g = 0; g < 16; g++) {
+                const int low4 = g < 8 ? sc[g] & 0xF : sc[g - 8] >> 4;
+                const int high2 = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
+                k->sc3[g] = (int16_t)((low4 | high2 << 4) - 32);
+                k->s[g] = d * (float)k->sc3[g];
+                k->m[g] = 0.0f;
+            }
+        } else {
+            uint64_t lo[2], hi[2];
+            memcpy(lo, b, 16);
+            for (int i = 0; i < 2; i++) {
+                hi[i] = (lo[i] >> 4) & 0x0f0f0f0f0f0f0f0full;
+                lo[i] &= 0x0f0f0f0f0f0f0f0full;
+                SIMD(kq_scale8)(lo[i], SIMD(ldh)(b + 80), 0, k->s + 8 * i);
+                SIMD(kq_scale8)(hi[i], SIMD(ldh)(b + 82), 1, k->m + 8 * i);
+            }
+        }
+        return;
+    }
     case LLM_TYPE_Q5_0:
     case LLM_TYPE_Q5_1: {
         const int zp = t == LLM_TYPE_Q5_1, BB = zp ? 24 : 22;
+        const uint8_t *b0 = row + e0 / 32 * BB;
         for (int j = 0; j < n / 32; j++) {
-            const uint8_t *b = row + (e0 / 32 + j) * BB;
+            const uint8_t *b = b0 + j * BB;
             __m256i v = _mm256_or_si256(SIMD(kq_nib32)(b + (zp ? 8 : 6)), SIMD(kq_bits)(b + (zp ? 4 : 2), 0x10));
             if (!zp)
                 v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
             SIMD(kq_st32)(k->c + 32 * j, v, !zp);
-            k->s[2 * j] = k->s[2 * j + 1] = SIMD(ldh)(b);
-            k->m[2 * j] = k->m[2 * j + 1] = zp ? SIMD(ldh)(b + 2) : 0.0f;
         }
+        SIMD(kq_halves)(b0, BB, 0, n / 32, k->s);
+        if (zp)
+            SIMD(kq_halves)(b0, BB, 2, n / 32, k->m);
+        else
+            _mm256_storeu_ps(k->m, _mm256_setzero_ps());
         return;
     }
     case LLM_TYPE_IQ4_NL:
     case LLM_TYPE_IQ4_XS: {
         static const int8_t kv[16] = LLM_IQ4NL_VALUES;
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kv));
+        _mm256_storeu_ps(k->m, _mm256_setzero_ps());
         if (t == LLM_TYPE_IQ4_NL) {
-            for (int j = 0; j < n / 32; j++) {
-                const uint8_t *b = row + (e0 / 32 + j) * 18;
-                SIMD(kq_st32)(k->c + 32 * j, _mm256_shuffle_epi8(lut, SIMD(kq_nib32)(b + 2)), 1);
-                k->s[2 * j] = k->s[2 * j + 1] = SIMD(ldh)(b);
-                k->m[2 * j] = k->m[2 * j + 1] = 0.0f;
-            }
+            const uint8_t *b0 = row + e0 / 32 * 18;
+            for (int j = 0; j < n / 32; j++)
+                SIMD(kq_st32)(k->c + 32 * j, _mm256_shuffle_epi8(lut, SIMD(kq_nib32)(b0 + 18 * j + 2)), 1);
+            SIMD(kq_halves)(b0, 18, 0, n / 32, k->s);
             return;
         }
         const uint8_t *b = row + e0 / 256 * 136;
@@ -166,8 +225,7 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
         const unsigned sh = (unsigned)b[2] | (unsigned)b[3] << 8;
         for (int j = 0; j < 8; j++) {
             const int ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 0xF) | ((sh >> 2 * j) & 3) << 4;
-            k->s[2 * j] = k->s[2 * j + 1] = d * (float)(ls - 32);
-            k->m[2 * j] = k->m[2 * j + 1] = 0.0f;
+            k->s[j] = d * (float)(ls - 32);
         }
         for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low lane) and 2p+1 (high lane) */
             const __m256i v = _mm256_loadu_si256((const __m256i *)(b + 8 + 32 * p));
@@ -181,18 +239,14 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
     }
     case LLM_TYPE_Q8_K: {
         const uint8_t *b = row + e0 / 256 * 292;
-        const float d = SIMD(ldf)(b);
-        for (int j = 0; j < 16; j++) {
-            k->s[j] = d;
-            k->m[j] = 0.0f;
-        }
+        const __m256 d = _mm256_set1_ps(SIMD(ldf)(b));
+        _mm256_storeu_ps(k->s, d);
+        _mm256_storeu_ps(k->m, _mm256_setzero_ps());
         for (int p = 0; p < 8; p++)
             SIMD(kq_st32)(k->c + 32 * p, _mm256_loadu_si256((const __m256i *)(b + 4 + 32 * p)), 1);
         return;
     }
-    default: /* Q2_K, Q3_K: the C reading */
-        llm_kq_unpack(t, row + e0 / 256 * llm_type_traits((uint32_t)t)->block_bytes, k->c, k->s,
-                      k->m);
+    default:
         return;
     }
 }
@@ -204,50 +258,70 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
 #define KQ_DOT(i, a, b) _mm256_add_epi32((i), _mm256_madd_epi16((a), (b)))
 #endif
 
-/* The chunk k (n elements) with the activation blocks xq[t * nq ..] of nt
- * tokens: acc0/acc1 (even/odd blocks) and mac per token. G16: scales per
- * 16; MIN: minimums present. */
-SIMD_INLINE void SIMD(kq_dot)(const struct SIMD(kq_chunk) *k, int n, const struct llm_qx16 *xq,
-                              int64_t nq, int nt, int G16, int MIN, __m256 *acc0, __m256 *acc1,
-                              float *mac)
+/* One activation block: block b of chunk k with token x into acc (and
+ * mac). G16: scales per 16; MIN: minimums present. */
+SIMD_INLINE void SIMD(kq_block)(const struct SIMD(kq_chunk) *k, int b, __m256i c0, __m256i c1,
+                                const struct llm_qx16 *x, int G16, int MIN, __m256 *acc,
+                                float *mac)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int b = 0; b < n / 32; b++) {
-        const __m256i c0 = _mm256_load_si256((const __m256i *)(k->c + 32 * b));
-        const __m256i c1 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 16));
-        for (int t = 0; t < nt; t++) {
-            const struct llm_qx16 *x = xq + t * nq + b;
-            const __m256i q0 = _mm256_loadu_si256((const __m256i *)x->qs);
-            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x->qs + 16));
-            __m256 *acc = b & 1 ? &acc1[t] : &acc0[t];
-            if (!G16) {
-                const __m256i i = KQ_DOT(KQ_DOT(_mm256_setzero_si256(), c0, q0), c1, q1);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(k->s[2 * b] * x->d), *acc);
-                if (MIN)
-                    mac[t] += k->m[2 * b] * x->ds;
-                continue;
-            }
-            const __m256i i0 = KQ_DOT(_mm256_setzero_si256(), c0, q0);
-            const __m256i i1 = KQ_DOT(_mm256_setzero_si256(), c1, q1);
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_set1_ps(k->s[2 * b] * x->d), *acc);
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_set1_ps(k->s[2 * b + 1] * x->d), *acc);
-            if (MIN) {
-                const __m256i u0 = _mm256_madd_epi16(q0, ones), u1 = _mm256_madd_epi16(q1, ones);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_set1_ps(k->m[2 * b] * x->d), *acc);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_set1_ps(k->m[2 * b + 1] * x->d), *acc);
-            }
-        }
+    const __m256i q0 = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x->qs + 16));
+    if (!G16) {
+        const __m256i i = KQ_DOT(KQ_DOT(_mm256_setzero_si256(), c0, q0), c1, q1);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(k->s[b] * x->d), *acc);
+        if (MIN)
+            *mac += k->m[b] * x->ds;
+        return;
+    }
+    const __m256i i0 = KQ_DOT(_mm256_setzero_si256(), c0, q0);
+    const __m256i i1 = KQ_DOT(_mm256_setzero_si256(), c1, q1);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_set1_ps(k->s[2 * b] * x->d), *acc);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_set1_ps(k->s[2 * b + 1] * x->d), *acc);
+    if (MIN) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        const __m256i u0 = _mm256_madd_epi16(q0, ones), u1 = _mm256_madd_epi16(q1, ones);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_set1_ps(k->m[2 * b] * x->d), *acc);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_set1_ps(k->m[2 * b + 1] * x->d), *acc);
     }
 }
 
-/* Row `row` (ne0) with nt tokens' activations xq (nt, nq): out[t] */
-static void SIMD(kq_row)(enum llm_type t, const uint8_t *row, int64_t ne0, const struct llm_qx16 *xq,
-                         int64_t nq, int nt, float *out)
+/* The chunk k (n elements) with the activation blocks xq[t * nq ..] of NT
+ * tokens (a constant, so that the accumulators stay in registers): even
+ * blocks into acc0, odd ones into acc1. */
+SIMD_INLINE void SIMD(kq_dot)(const struct SIMD(kq_chunk) *k, int n, const struct llm_qx16 *xq,
+                              int64_t nq, int NT, int G16, int MIN, __m256 *acc0, __m256 *acc1,
+                              float *mac)
 {
-    const int G16 = llm_kq_scale_group(t) == 16, MIN = llm_kq_has_min(t);
+    int b = 0;
+    for (; b + 2 <= n / 32; b += 2) {
+        const __m256i c0 = _mm256_load_si256((const __m256i *)(k->c + 32 * b));
+        const __m256i c1 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 16));
+        const __m256i c2 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 32));
+        const __m256i c3 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 48));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            SIMD(kq_block)(k, b, c0, c1, xq + t * nq + b, G16, MIN, &acc0[t], &mac[t]);
+            SIMD(kq_block)(k, b + 1, c2, c3, xq + t * nq + b + 1, G16, MIN, &acc1[t], &mac[t]);
+        }
+    }
+    if (b < n / 32) { /* an odd block count (rows of 32-element types) */
+        const __m256i c0 = _mm256_load_si256((const __m256i *)(k->c + 32 * b));
+        const __m256i c1 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 16));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            SIMD(kq_block)(k, b, c0, c1, xq + t * nq + b, G16, MIN, &acc0[t], &mac[t]);
+    }
+}
+
+/* Row `row` (ne0) with NT tokens' activations xq (NT, nq): out[t] */
+SIMD_INLINE void SIMD(kq_row_n)(enum llm_type t, const uint8_t *row, int64_t ne0,
+                                const struct llm_qx16 *xq, int64_t nq, int NT, int G16, int MIN,
+                                float *out)
+{
     __m256 acc0[SIMD_NT], acc1[SIMD_NT];
     float mac[SIMD_NT];
-    for (int j = 0; j < nt; j++) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++) {
         acc0[j] = acc1[j] = _mm256_setzero_ps();
         mac[j] = 0.0f;
     }
@@ -255,19 +329,143 @@ static void SIMD(kq_row)(enum llm_type t, const uint8_t *row, int64_t ne0, const
     for (int64_t e0 = 0; e0 < ne0; e0 += 256) {
         const int n = ne0 - e0 < 256 ? (int)(ne0 - e0) : 256;
         SIMD(kq_unpack)(t, row, e0, n, &k);
-        /* constant flags, so that the inner loop has no branches */
-        const struct llm_qx16 *x = xq + e0 / 32;
-        if (G16 && MIN)
-            SIMD(kq_dot)(&k, n, x, nq, nt, 1, 1, acc0, acc1, mac);
-        else if (G16)
-            SIMD(kq_dot)(&k, n, x, nq, nt, 1, 0, acc0, acc1, mac);
-        else if (MIN)
-            SIMD(kq_dot)(&k, n, x, nq, nt, 0, 1, acc0, acc1, mac);
-        else
-            SIMD(kq_dot)(&k, n, x, nq, nt, 0, 0, acc0, acc1, mac);
+        SIMD(kq_dot)(&k, n, xq + e0 / 32, nq, NT, G16, MIN, acc0, acc1, mac);
     }
-    for (int j = 0; j < nt; j++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
         out[j] = SIMD(hsum)(_mm256_add_ps(acc0[j], acc1[j])) + mac[j];
+}
+
+/* the same with constant token counts and flags */
+static void SIMD(kq_row)(enum llm_type t, const uint8_t *row, int64_t ne0, const struct llm_qx16 *xq,
+                         int64_t nq, int nt, float *out)
+{
+    const int G16 = llm_kq_scale_group(t) == 16, MIN = llm_kq_has_min(t);
+#define KQ_ROW(NT)                                                                     \
+    if (G16 && MIN)                                                                    \
+        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 1, 1, out);                            \
+    else if (G16)                                                                      \
+        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 1, 0, out);                            \
+    else if (MIN)                                                                      \
+        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 0, 1, out);                            \
+    else                                                                               \
+        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 0, 0, out);
+    switch (nt) {
+    case 1: KQ_ROW(1) break;
+    case 2: KQ_ROW(2) break;
+    case 3: KQ_ROW(3) break;
+    default: KQ_ROW(4) break;
+    }
+#undef KQ_ROW
+}
+
+/* Whether t runs the int16 GEMM of matmul_gemm.h (decode and prefill
+ * alike): one float scale and minimum per 32 elements, or per 16 with
+ * integer sub-scales small enough to fold into the codes (Q3_K: |c sc| <=
+ * 128). Q6_K (|c sc| up to 4096: 32 of them times int16 activations could
+ * overflow the int32 sums) and Q2_K (a minimum per 16) keep the row
+ * kernel above. */
+static int SIMD(kq_gemm_ok)(enum llm_type t)
+{
+    return t != LLM_TYPE_Q6_K && t != LLM_TYPE_Q2_K;
+}
+
+/* A chunk in the GEMM's form: the canonical one, except that Q3_K's 6-bit
+ * sub-scales are folded into its codes and s is then the super-block's d
+ * for every 32 elements. */
+SIMD_INLINE void SIMD(kq_unpack_gemm)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
+                                      struct SIMD(kq_chunk) *k)
+{
+    SIMD(kq_unpack)(t, row, e0, n, k);
+    if (t != LLM_TYPE_Q3_K)
+        return;
+    const float d = SIMD(ldh)(row + e0 / 256 * 110 + 108);
+    for (int g = 0; g < 16; g++) {
+        const __m256i v = _mm256_load_si256((const __m256i *)(k->c + 16 * g));
+        _mm256_store_si256((__m256i *)(k->c + 16 * g), _mm256_mullo_epi16(v, _mm256_set1_epi16(k->sc3[g])));
+        k->s[g] = d; /* per 32 elements (b) now, as the other GEMM types */
+    }
+}
+
+/* matmul_gemm.h's packing (SIMD(gq_pack_rows)) for these types: rows
+ * [r, r + nr) (nr <= 16; missing rows are zero) into P (nq, 16 pairs, 16
+ * lanes) int32, D and M (nq, 16): each 32-element block's int16 codes and
+ * its float scale and minimum, from the canonical form. */
+static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
+                          int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
+{
+    struct SIMD(kq_chunk) k;
+    for (int i = 0; i < 16; i++) {
+        if (i >= nr) {
+            for (int64_t q = 0; q < nq; q++) {
+                memset(P + q * 256 + i * 16, 0, 16 * sizeof(int32_t));
+                D[q * 16 + i] = M[q * 16 + i] = 0.0f;
+            }
+            continue;
+        }
+        const uint8_t *row = W + (uint64_t)(r + i) * rb;
+        for (int64_t e0 = 0; e0 < ne0; e0 += 256) {
+            const int n = ne0 - e0 < 256 ? (int)(ne0 - e0) : 256;
+            SIMD(kq_unpack_gemm)(t, row, e0, n, &k);
+            for (int b = 0; b < n / 32; b++) {
+                const int64_t q = e0 / 32 + b;
+                _mm256_storeu_si256((__m256i *)(P + q * 256 + i * 16),
+                                    _mm256_load_si256((const __m256i *)(k.c + 32 * b)));
+                _mm256_storeu_si256((__m256i *)(P + q * 256 + i * 16 + 8),
+                                    _mm256_load_si256((const __m256i *)(k.c + 32 * b + 16)));
+                D[q * 16 + i] = k.s[b];
+                M[q * 16 + i] = k.m[b];
+            }
+        }
+    }
+    for (int64_t q = 0; q < nq; q++)
+        SIMD(gq_tr16)(P + q * 256);
+}
+
+/* matmul_gemm.h's decode (SIMD(gq_decode_rows)) for these types: each row
+ * read once, a chunk at a time, each block's exact int32 dot with the
+ * token (8 lanes, summed 8 blocks at a time: a chunk of 256 is 8 blocks),
+ * then SIMD(gq_decode_finish) in the GEMM's float order. */
+static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
+                                 const struct llm_qx16 *xq, int64_t nq, int64_t ne0, float *y,
+                                 int64_t r0, int64_t r1, int32_t *R, int32_t *I, float *D, float *M)
+{
+    const int64_t nq8 = (nq + 7) / 8 * 8;
+    struct SIMD(kq_chunk) k;
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+        for (int i = 0; i < 16; i++) {
+            if (i >= nr) {
+                memset(R + i * nq8, 0, (size_t)nq8 * sizeof(int32_t));
+                for (int64_t q = 0; q < nq; q++)
+                    D[q * 16 + i] = M[q * 16 + i] = 0.0f;
+                continue;
+            }
+            const uint8_t *row = W + (uint64_t)(r + i) * rb;
+            for (int64_t e0 = 0; e0 < nq8 * 32; e0 += 256) {
+                const int n = ne0 - e0 < 256 ? (int)(ne0 - e0) : 256;
+                __m256i v[8];
+                SIMD(kq_unpack_gemm)(t, row, e0, n, &k);
+#pragma GCC unroll 8
+                for (int b = 0; b < 8; b++) {
+                    if (b >= n / 32) {
+                        v[b] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    const struct llm_qx16 *x = xq + e0 / 32 + b;
+                    const __m256i c0 = _mm256_load_si256((const __m256i *)(k.c + 32 * b));
+                    const __m256i c1 = _mm256_load_si256((const __m256i *)(k.c + 32 * b + 16));
+                    v[b] = KQ_DOT(KQ_DOT(_mm256_setzero_si256(), c0,
+                                         _mm256_loadu_si256((const __m256i *)x->qs)),
+                                  c1, _mm256_loadu_si256((const __m256i *)(x->qs + 16)));
+                    D[(e0 / 32 + b) * 16 + i] = k.s[b];
+                    M[(e0 / 32 + b) * 16 + i] = k.m[b];
+                }
+                _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
+            }
+        }
+        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, llm_kq_has_min(t), y + r, nr);
+    }
 }
 
 /* llm_matmul for these types: Y[b*ldy + r], b < nb, r in [r0, r1) */
@@ -275,6 +473,14 @@ static llm_status SIMD(kq_matmul)(enum llm_type t, const uint8_t *W, uint64_t rb
                                   float *Y, int64_t ne0, int64_t nb, int64_t ldy, int64_t r0,
                                   int64_t r1)
 {
+    if (SIMD(kq_gemm_ok)(t)) {
+        /* the int16 GEMM's zero-point form carries the minimums (m ds);
+         * the symmetric one starts its sums at 0 (q8: codes are signed) */
+        const struct SIMD(shape) sh = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
+        if (nb == 1)
+            return SIMD(gq_decode)(t, W, rb, X, Y, ne0, r0, r1);
+        return SIMD(gemm_q16)(t, &sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
+    }
     const int64_t nq = ne0 / 32;
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
     uint64_t n;
