@@ -83,13 +83,22 @@ SIMD_INLINE __m256i SIMD(kq_nib32)(const uint8_t *p)
 }
 
 /* the binary16 at each of n (<= 8) blocks of BB bytes from p (plus off), as
- * floats at out */
+ * floats at out; gathered in general registers (eight 2-byte stores read
+ * back as one vector would stall the store forwarding) */
 SIMD_INLINE void SIMD(kq_halves)(const uint8_t *p, int BB, int off, int n, float *out)
 {
-    uint16_t h[8] = { 0 };
-    for (int j = 0; j < n; j++)
-        memcpy(&h[j], p + j * BB + off, 2);
-    _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+    uint64_t w0 = 0, w1 = 0;
+    for (int j = 0; j < n && j < 4; j++) {
+        uint16_t h;
+        memcpy(&h, p + j * BB + off, 2);
+        w0 |= (uint64_t)h << (16 * j);
+    }
+    for (int j = 4; j < n; j++) {
+        uint16_t h;
+        memcpy(&h, p + j * BB + off, 2);
+        w1 |= (uint64_t)h << (16 * (j - 4));
+    }
+    _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_set_epi64x((long long)w1, (long long)w0)));
 }
 
 /* Chunk [e0, e0 + n) of a row of type t in canonical form (n = 256, or
@@ -422,6 +431,91 @@ static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_
         SIMD(gq_tr16)(P + q * 256);
 }
 
+#ifdef SIMD_AVX512
+/* AVX-512 decode without the canonical form in memory: the exact int32
+ * dots of a chunk's blocks with the token (v, 8 lanes each) and their
+ * scales and minimums (s, m per block), for the common types; 0 for the
+ * others. The codes are those of kq_unpack, so the sums are the same. */
+SIMD_INLINE __m256i SIMD(kq_dot512)(__m512i c, const struct llm_qx16 *x)
+{
+    const __m512i d = _mm512_dpwssd_epi32(_mm512_setzero_si512(), c, _mm512_loadu_si512((const void *)x->qs));
+    return _mm256_add_epi32(_mm512_castsi512_si256(d), _mm512_extracti64x4_epi64(d, 1));
+}
+
+static int SIMD(kq_dots)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
+                         const struct llm_qx16 *x, __m256i *v, float *s, float *m)
+{
+    const __m512i f16 = _mm512_set1_epi16(0x0F);
+    switch (t) {
+    case LLM_TYPE_Q5_0:
+    case LLM_TYPE_Q5_1:
+    case LLM_TYPE_IQ4_NL: {
+        const int BB = t == LLM_TYPE_Q5_0 ? 22 : t == LLM_TYPE_Q5_1 ? 24 : 18;
+        const int qo = t == LLM_TYPE_Q5_0 ? 6 : t == LLM_TYPE_Q5_1 ? 8 : 2;
+        const uint8_t *b0 = row + e0 / 32 * BB;
+        static const int8_t kv[16] = LLM_IQ4NL_VALUES;
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kv));
+        for (int j = 0; j < n / 32; j++) {
+            const uint8_t *b = b0 + j * BB;
+            /* 16 bytes: elements 0-15 in the low nibbles, 16-31 in the high */
+            const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + qo)));
+            __m512i c;
+            if (t == LLM_TYPE_IQ4_NL) {
+                const __m128i lo = _mm256_cvtepi16_epi8(_mm256_and_si256(w, _mm256_set1_epi16(0x0F)));
+                const __m128i hi = _mm256_cvtepi16_epi8(_mm256_srli_epi16(w, 4));
+                c = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(lut, _mm256_set_m128i(hi, lo)));
+            } else {
+                uint32_t qh;
+                memcpy(&qh, b + qo - 4, 4);
+                c = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(w, _mm256_set1_epi16(0x0F))),
+                                       _mm256_srli_epi16(w, 4), 1);
+                c = _mm512_mask_add_epi16(c, (__mmask32)qh, c, _mm512_set1_epi16(0x10));
+                if (t == LLM_TYPE_Q5_0)
+                    c = _mm512_sub_epi16(c, _mm512_set1_epi16(16));
+            }
+            v[j] = SIMD(kq_dot512)(c, x + j);
+        }
+        SIMD(kq_halves)(b0, BB, 0, n / 32, s);
+        if (t == LLM_TYPE_Q5_1)
+            SIMD(kq_halves)(b0, BB, 2, n / 32, m);
+        else
+            _mm256_storeu_ps(m, _mm256_setzero_ps());
+        return 1;
+    }
+    case LLM_TYPE_Q4_K:
+    case LLM_TYPE_Q5_K: {
+        const int five = t == LLM_TYPE_Q5_K;
+        const uint8_t *b = row + e0 / 256 * (five ? 176 : 144);
+        uint32_t u[3];
+        memcpy(u, b + 4, 12);
+        const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
+                            (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4) << 32;
+        const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
+                            (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4) << 32;
+        SIMD(kq_scale8)(sc, SIMD(ldh)(b), 0, s);
+        SIMD(kq_scale8)(mn, SIMD(ldh)(b + 2), 1, m);
+        const uint8_t *ql = b + (five ? 48 : 16);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(ql + 32 * p)));
+            __m512i lo = _mm512_and_si512(w, f16), hi = _mm512_srli_epi16(w, 4);
+            if (five) { /* bit k of qh[l]: lane l of sub-block k, as a mask */
+                const __mmask32 k0 = (__mmask32)_mm256_movemask_epi8(_mm256_slli_epi16(qh, 7 - 2 * p));
+                const __mmask32 k1 = (__mmask32)_mm256_movemask_epi8(_mm256_slli_epi16(qh, 6 - 2 * p));
+                lo = _mm512_mask_add_epi16(lo, k0, lo, _mm512_set1_epi16(0x10));
+                hi = _mm512_mask_add_epi16(hi, k1, hi, _mm512_set1_epi16(0x10));
+            }
+            v[2 * p] = SIMD(kq_dot512)(lo, x + 2 * p);
+            v[2 * p + 1] = SIMD(kq_dot512)(hi, x + 2 * p + 1);
+        }
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+#endif
+
 /* matmul_gemm.h's decode (SIMD(gq_decode_rows)) for these types: each row
  * read once, a chunk at a time, each block's exact int32 dot with the
  * token (8 lanes, summed 8 blocks at a time: a chunk of 256 is 8 blocks),
@@ -445,6 +539,19 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
             for (int64_t e0 = 0; e0 < nq8 * 32; e0 += 256) {
                 const int n = ne0 - e0 < 256 ? (int)(ne0 - e0) : 256;
                 __m256i v[8];
+#ifdef SIMD_AVX512
+                float s8[8], m8[8];
+                if (SIMD(kq_dots)(t, row, e0, n, xq + e0 / 32, v, s8, m8)) {
+                    for (int b = n / 32; b < 8; b++)
+                        v[b] = _mm256_setzero_si256();
+                    for (int b = 0; b < n / 32; b++) {
+                        D[(e0 / 32 + b) * 16 + i] = s8[b];
+                        M[(e0 / 32 + b) * 16 + i] = m8[b];
+                    }
+                    _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
+                    continue;
+                }
+#endif
                 SIMD(kq_unpack_gemm)(t, row, e0, n, &k);
 #pragma GCC unroll 8
                 for (int b = 0; b < 8; b++) {
