@@ -12,12 +12,13 @@ enum { OPT_METHOD = 256, OPT_BITS, OPT_GROUP, OPT_SYM, OPT_ASYM, OPT_DQ, OPT_FP8
        OPT_SAMPLES, OPT_SEQLEN, OPT_SEED, OPT_DAMP, OPT_ACT, OPT_STATIC, OPT_BLOCK, OPT_GRID,
        OPT_NO_DUO, OPT_NO_CLIP, OPT_AWQ_TOKENS, OPT_RECIPE, OPT_REPORT, OPT_REQUANT,
        OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS, OPT_GPTAQ,
-       OPT_MSE };
+       OPT_MSE, OPT_TYPE };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the quantized model to FILE ('-' = stdout)", "file" },
     { OPT_METHOD, "method", LLM_ARG_REQUIRED, "METHOD", "rtn, gptq, awq, nf4 or fp8 (default: rtn)", "rtn gptq awq nf4 fp8" },
+    { OPT_TYPE, "type", LLM_ARG_REQUIRED, "TYPE", "a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp's mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k); rtn weighs its columns by --calib's inputs, gptq fits its grid", "q4_k_m q4_k_s q5_k_m q5_k_s q6_k q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1" },
     { OPT_BITS, "bits", LLM_ARG_REQUIRED, "B", "3, 4 or 8 bits for rtn, gptq, awq (3: zero points only; awq: 3 or 4) (default: 4)", "3 4 8" },
     { OPT_GROUP, "group", LLM_ARG_REQUIRED, "G", "group size 32, 64, 128, or 'channel' (default: 128)", "32 64 128 channel" },
     { OPT_SYM, "sym", LLM_ARG_NONE, NULL, "symmetric grid (default at 8 bits)", NULL },
@@ -51,6 +52,7 @@ static const struct llm_opt opts[] = {
 static struct llm_cli cli = {
     .prog = "llm-quantize",
     .synopsis = "-m IN -o OUT [--method METHOD] [--bits B] [--group G] [--calib FILE] [OPTIONS]\n"
+                "-m IN -o OUT --type TYPE [--method rtn|gptq] [--calib FILE] [OPTIONS]\n"
                 "-m IN -o OUT --recipe FILE [--calib FILE] [OPTIONS]",
     .summary = "Quantize a model: round to nearest, GPTQ, AWQ, NF4 or FP8.",
     .opts = opts,
@@ -63,6 +65,8 @@ static struct llm_cli cli = {
               "Examples:\n"
               "  llm-quantize -m model.llm -o model-q8.llm --method rtn --bits 8 --group 32\n"
               "  llm-quantize -m model.llm -o model-gptq.llm --method gptq --calib calib.txt\n"
+              "  llm-quantize -m model.llm -o model-q4km.llm --type q4_k_m --calib calib.txt\n"
+              "  llm-quantize -m model.llm -o model-q4k.llm --method gptq --type q4_k --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-awq.llm --method awq --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-fp8.llm --method fp8 --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-nf4.llm --method nf4 --double-quant\n"
@@ -218,6 +222,7 @@ int main(int argc, char **argv)
     llm_quantize_params_default(&p);
     const char *in = NULL, *out = NULL, *recipe_path = NULL, *report = NULL;
     int compress = 0, force_progress = 0, have_group = 0, have_bits = 0, have_vhess = 0;
+    int have_type = 0;
     /* options of one method or of calibration, given: refused where nothing reads them */
     int have_gptq = 0, have_awq = 0, have_window = 0, have_fp8 = 0;
     const char *arg;
@@ -236,6 +241,22 @@ int main(int argc, char **argv)
             if (llm_qmethod_parse(arg, &m) || m == LLM_QM_KEEP)
                 return llm_cli_usage(&cli, "--method: unknown method '%s' (rtn, gptq, awq, nf4, fp8)", arg);
             p.def.method = (int)m;
+            break;
+        }
+        case OPT_TYPE: {
+            enum llm_type ty;
+            if (!llm_qmix_parse(arg, &p.mix)) {
+                have_type = 1;
+                break;
+            }
+            llm_error_clear();
+            if (llm_type_parse(arg, &ty) || llm_type_traits(ty)->ggml_type < 0 ||
+                !llm_type_traits(ty)->is_quant || ty == LLM_TYPE_Q8_K)
+                return llm_cli_usage(&cli, "--type: '%s' is not a GGUF quantized type or mixture "
+                                     "(q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q2_k, q3_k, q4_k, "
+                                     "q5_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1)", arg);
+            p.def.type = (int)ty;
+            have_type = 1;
             break;
         }
         case OPT_BITS:
@@ -351,12 +372,27 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "-o - and --report - both write to standard output");
     /* options that only one method reads are refused with the others */
     int m = p.def.method;
+    if (have_type) {
+        if (m != LLM_QM_RTN && m != LLM_QM_GPTQ)
+            return llm_cli_usage(&cli, "--type takes rtn or gptq, not %s",
+                                 llm_qmethod_name((enum llm_qmethod)m));
+        if (have_bits || have_group || p.def.sym >= 0)
+            return llm_cli_usage(&cli, "--type names the grid: --bits, --group, --sym and --asym "
+                                 "do not apply");
+        if (m == LLM_QM_GPTQ && p.def.type >= 0 && !llm_kq_type((enum llm_type)p.def.type))
+            return llm_cli_usage(&cli, "--type: gptq takes a GGUF block type (q4_k ...) or a "
+                                 "mixture; for %s use --bits and --group",
+                                 llm_type_name((enum llm_type)p.def.type));
+        if (p.mix != LLM_QMIX_NONE) /* the mixture's base, for the checks below */
+            p.def.type = (int)llm_qmix_type(p.mix, "blk.0.attn_q.weight", 1, 8, 0, 256);
+    }
     /* fp8 with --calib is GPTQ on the E4M3 grid */
     int fp8_gptq = m == LLM_QM_FP8 && p.calib_path;
-    int calibrated = m == LLM_QM_GPTQ || m == LLM_QM_AWQ || m == LLM_QM_FP8 || recipe_path;
+    int calibrated = m == LLM_QM_GPTQ || m == LLM_QM_AWQ || m == LLM_QM_FP8 || recipe_path ||
+                     (have_type && p.def.type >= 0 && llm_kq_type((enum llm_type)p.def.type));
     if (p.calib_path && !calibrated)
-        return llm_cli_usage(&cli, "--calib applies to gptq, awq and fp8 (or a recipe that uses "
-                             "them)");
+        return llm_cli_usage(&cli, "--calib applies to gptq, awq and fp8, to rtn with a GGUF block "
+                             "type (--type q4_k ...), or to a recipe that uses them");
     if ((p.act_order || have_vhess || have_gptq) && m != LLM_QM_GPTQ && !fp8_gptq && !recipe_path)
         return llm_cli_usage(&cli, "--act-order, --v-hessian, --damp, --gptaq and --block-size "
                              "apply to gptq, and to fp8 with --calib");

@@ -44,6 +44,7 @@
 #include "bench/bench.h"    /* llm_bench_*, llm_stats_*, llm_probe_*: llm-bench */
 #include "kv/kvstat.h"      /* llm_kvstat_*: KV-cache arithmetic (llm-kvstat) */
 #include "quant/blocks.h"
+#include "quant/kquants.h"  /* the GGUF block types: canonical form, quantizers */
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "kv/kv.h"          /* the paged KV cache */

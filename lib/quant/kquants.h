@@ -52,4 +52,15 @@ void llm_kq_unpack(enum llm_type t, const uint8_t *blk, int16_t *c, float *s, fl
 llm_status llm_kq_quantize_row(enum llm_type t, const float *x, void *dst, int64_t ne0,
                                const float *imp);
 
+/* For GPTQ on these grids (quantize/gptq.c): the codes of a block whose
+ * scales are fixed. llm_kq_nearest: the canonical code c nearest x on the
+ * grid s*c + m (s, m the canonical scale and minimum of its 16 elements;
+ * the IQ4 types: a code-book value); llm_kq_set_code: store canonical code
+ * c as element e of the block (as llm_kq_quantize_row packs it);
+ * llm_kq_finish_block: whatever a block derives from its codes (Q8_K's
+ * sums), after the last llm_kq_set_code. */
+int llm_kq_nearest(enum llm_type t, float s, float m, float x);
+void llm_kq_set_code(enum llm_type t, uint8_t *blk, int e, int c);
+void llm_kq_finish_block(enum llm_type t, uint8_t *blk);
+
 #endif

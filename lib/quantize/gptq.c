@@ -30,6 +30,16 @@
  * row too), so threads take contiguous ranges of rows through all batches
  * with no synchronisation.
  *
+ * The GGUF block types (Q5_0 .. IQ4_XS, quant/kquants.h) are grids too:
+ * a block (32 or 256 columns) takes its scales, sub-block scales and
+ * minimums from the round-to-nearest quantizer of its type, run on W as
+ * it stands when GPTQ reaches the block (or on the original W with static
+ * groups), with diag(H) as its importance (llama.cpp's imatrix); its codes
+ * are then chosen column by column on that fixed grid, the errors fed
+ * back, and written into the block in place (llm_kq_set_code).
+ * llm_gptq_params.rtn_only skips the feedback: round to nearest weighted
+ * by diag(H), llama.cpp's quantization with an importance matrix.
+ *
  * GPTAQ (llm_gptq_params.dxxt; Li et al. 2025, the GPTAQ repository's
  * fasterquant) adds to each rank-1 update the term x_i P[i][:], x_i the
  * column's value just before rounding, with P = alpha triu1(D U^T) U. The
@@ -46,6 +56,8 @@
 #include "../common/alloc.h"
 #include "../ops/matmul.h" // llm_pool
 #include "../quant/grid.h"
+#include "../quant/kquants.h"
+#include "../quant/quant.h"
 #include "kern.h"
 #include "linalg.h"
 
@@ -82,6 +94,13 @@ struct job {
                                 correction, or NULL */
     float *npre;             /* (rows, bs) with P: minus each column's value before it
                                 was quantized */
+    /* the GGUF block types (kq): the packed rows, built in place, and each
+     * 16 columns' canonical scale and minimum (rows, cols / 16) */
+    enum llm_type kt;
+    uint8_t *kout;
+    uint64_t krb;
+    float *ks, *km;
+    const float *imp;        /* (cols) diag(H), the blocks' importance */
     /* statistics */
     const float *H0;         /* (cols, cols) original H */
     const float *D1, *D2;    /* (rows, cols) W0 - RTN, W0 - Q */
@@ -102,6 +121,18 @@ static void rows_of(int i, int n, int64_t rows, int64_t *r0, int64_t *r1)
     *r1 = rows * (i + 1) / n;
 }
 
+/* Block k of row r of a GGUF type: scales fitted to x (G values), the
+ * codes rounded to nearest; its canonical scales into ks, km. */
+static void kq_fit(const struct job *J, int64_t r, int64_t k, const float *x)
+{
+    const struct llm_type_traits *tr = llm_type_traits(J->kt);
+    uint8_t *blk = J->kout + (uint64_t)r * J->krb + (uint64_t)k * tr->block_bytes;
+    int16_t c[256];
+    llm_kq_quantize_row(J->kt, x, blk, J->G, J->imp + k * J->G);
+    llm_kq_unpack(J->kt, blk, c, J->ks + (r * J->cols + k * J->G) / 16,
+                  J->km + (r * J->cols + k * J->G) / 16);
+}
+
 static void gptq_rows(int ti, int nt, void *ctx)
 {
     const struct job *J = ctx;
@@ -114,9 +145,13 @@ static void gptq_rows(int ti, int nt, void *ctx)
         const int64_t i2 = n - i1 < bs ? n : i1 + bs;
         if (J->dynamic)
             for (int64_t c = (i1 + G - 1) / G * G; c < i2; c += G)
-                for (int64_t r = r0; r < r1; r++)
-                    llm_qgrid_group_mse(J->g, J->rule, J->mse, J->W + r * n + c,
-                                        n - c < G ? n - c : G, &J->gp[r * J->ng + c / G]);
+                for (int64_t r = r0; r < r1; r++) {
+                    if (J->kout)
+                        kq_fit(J, r, c / G, J->W + r * n + c);
+                    else
+                        llm_qgrid_group_mse(J->g, J->rule, J->mse, J->W + r * n + c,
+                                            n - c < G ? n - c : G, &J->gp[r * J->ng + c / G]);
+                }
         for (int64_t r = r0; r < r1; r++) {
             float *w = J->W + r * n;
             float *e = J->err + r * bs;
@@ -124,10 +159,21 @@ static void gptq_rows(int ti, int nt, void *ctx)
             uint8_t *cd = J->codes + r * n;
             const struct llm_qgroup *gp = J->gp + r * J->ng;
             for (int64_t i = i1; i < i2; i++) {
-                const struct llm_qgroup *q = &gp[(J->statics ? J->perm[i] : i) / G];
                 const float x = w[i];
-                const int c = llm_qgrid_code(J->g, q, x);
-                const float v = llm_qgrid_value(J->g, q, c);
+                int c;
+                float v;
+                if (J->kout) { /* the column's place in its block, original order */
+                    const int64_t o = J->statics ? J->perm[i] : i, g16 = (r * n + o) / 16;
+                    c = llm_kq_nearest(J->kt, J->ks[g16], J->km[g16], x);
+                    v = J->ks[g16] * (float)c + J->km[g16];
+                    llm_kq_set_code(J->kt, J->kout + (uint64_t)r * J->krb +
+                                               (uint64_t)(o / G) * llm_type_traits(J->kt)->block_bytes,
+                                    (int)(o % G), c);
+                } else {
+                    const struct llm_qgroup *q = &gp[(J->statics ? J->perm[i] : i) / G];
+                    c = llm_qgrid_code(J->g, q, x);
+                    v = llm_qgrid_value(J->g, q, c);
+                }
                 const float *u = J->U + i * n;
                 const float ei = (x - v) / u[i];
                 cd[i] = (uint8_t)c;
@@ -262,10 +308,26 @@ static void start_params(const struct llm_gptq_params *p, enum llm_qrule rule, f
         llm_qgrid_group_mse(g, rule, mse, x, n, q);
 }
 
-/* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row). */
-static void rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g, const float *W0,
-                     int64_t rows, int64_t cols, int64_t G, float *D)
+/* W0 - RTN(W0) on the grid's contiguous groups (one group: the whole row);
+ * the GGUF block types: their quantizer with importance imp (cols). */
+static llm_status rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g,
+                           const float *W0, int64_t rows, int64_t cols, int64_t G,
+                           const float *imp, float *D)
 {
+    if (llm_kq_type(p->type)) {
+        const uint64_t rb = llm_type_row_bytes(p->type, (uint64_t)cols);
+        uint8_t *q = llm_malloc((size_t)rb);
+        if (!q)
+            return LLM_E_NOMEM;
+        for (int64_t r = 0; r < rows; r++) {
+            llm_kq_quantize_row(p->type, W0 + r * cols, q, cols, imp);
+            llm_dequantize_row(p->type, q, D + r * cols, cols);
+            for (int64_t j = 0; j < cols; j++)
+                D[r * cols + j] = W0[r * cols + j] - D[r * cols + j];
+        }
+        llm_free(q);
+        return LLM_OK;
+    }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c0 = 0; c0 < cols; c0 += G) {
             const int64_t len = cols - c0 < G ? cols - c0 : G;
@@ -275,6 +337,7 @@ static void rtn_diff(const struct llm_gptq_params *p, const struct llm_qgrid *g,
             for (int64_t j = 0; j < len; j++)
                 D[r * cols + c0 + j] = w[j] - llm_qgrid_value(g, &q, llm_qgrid_code(g, &q, w[j]));
         }
+    return LLM_OK;
 }
 
 static int all_finite(const float *x, int64_t n)
@@ -298,14 +361,94 @@ static void *alloc_n(int64_t count, size_t size, int *fail)
     return p;
 }
 
+/* (w - q) H (w - q)^T for one row, d = w - q (n) */
+static double quad_form(const float *H, const float *d, int64_t n)
+{
+    double e = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double hi = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            hi += (double)H[i * n + j] * d[j];
+        e += hi * d[i];
+    }
+    return e;
+}
+
+/* llm_gptq_params.rtn_only: each row rounded to nearest by its GGUF type's
+ * quantizer with diag(H) as the importance; W becomes the values. st:
+ * err_gptq the output error tr((W - Q) H (W - Q)^T) / rows, err_rtn that
+ * of the same quantizer without the importance. */
+static llm_status rtn_importance(const struct llm_gptq_params *p, float *W, int64_t rows,
+                                 int64_t n, const float *H, void *out, int32_t *perm,
+                                 struct llm_gptq_stats *st)
+{
+    const uint64_t rb = llm_type_row_bytes(p->type, (uint64_t)n);
+    float *imp = llm_malloc((size_t)n * sizeof(float)), *d = llm_malloc((size_t)n * sizeof(float));
+    uint8_t *q0 = llm_malloc((size_t)rb);
+    llm_status s = imp && d && q0 ? LLM_OK : LLM_E_NOMEM;
+    double err = 0.0, err0 = 0.0;
+    for (int64_t i = 0; i < n && !s; i++)
+        imp[i] = H[i * n + i];
+    for (int64_t r = 0; r < rows && !s; r++) {
+        float *w = W + r * n;
+        uint8_t *q = (uint8_t *)out + (uint64_t)r * rb;
+        if (st) { /* the same without the importance */
+            if ((s = llm_kq_quantize_row(p->type, w, q0, n, NULL)) != LLM_OK ||
+                (s = llm_dequantize_row(p->type, q0, d, n)) != LLM_OK)
+                break;
+            for (int64_t i = 0; i < n; i++)
+                d[i] = w[i] - d[i];
+            err0 += quad_form(H, d, n);
+        }
+        if ((s = llm_kq_quantize_row(p->type, w, q, n, imp)) != LLM_OK ||
+            (s = llm_dequantize_row(p->type, q, d, n)) != LLM_OK)
+            break;
+        if (st) {
+            for (int64_t i = 0; i < n; i++)
+                w[i] -= d[i];
+            err += quad_form(H, w, n);
+        }
+        memcpy(w, d, (size_t)n * sizeof *w);
+    }
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = (int32_t)i;
+    if (st && !s) {
+        st->err_rtn = err0 / (double)rows;
+        st->err_gptq = err / (double)rows;
+        st->damp_retries = 0;
+        st->damp = 0.0;
+    }
+    llm_free(imp), llm_free(d), llm_free(q0);
+    return s;
+}
+
 llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t rows,
                              int64_t cols, float *H, void *out, int32_t *perm,
                              struct llm_gptq_stats *st)
 {
     if (!p || !W || !H || !out || !perm)
         return llm_error_set(LLM_E_INVALID, "gptq: NULL argument");
-    struct llm_qgrid g;
-    LLM_TRY(llm_qgrid_of(p->type, &g));
+    struct llm_qgrid g = { 0 };
+    const int kq = llm_kq_type(p->type);
+    if (kq) { /* a GGUF block type: blocks are its groups (kq_fit) */
+        const struct llm_type_traits *tr = llm_type_traits(p->type);
+        g.type = p->type;
+        g.group = (int)tr->blck;
+        if (cols % tr->blck)
+            return llm_error_set(LLM_E_INVALID, "gptq: rows of %lld columns are not whole "
+                                 "%u-element blocks of %s", (long long)cols, tr->blck, tr->name);
+        if (p->act_order && !p->static_groups)
+            return llm_error_set(LLM_E_INVALID, "gptq: act-order on %s needs static groups (its "
+                                 "blocks keep their columns in order)", tr->name);
+        if (p->mse > 0.0f || p->scale > 0.0f)
+            return llm_error_set(LLM_E_INVALID, "gptq: %s fits its own scales (no --mse)",
+                                 tr->name);
+    } else {
+        LLM_TRY(llm_qgrid_of(p->type, &g));
+    }
+    if (p->rtn_only && !kq)
+        return llm_error_set(LLM_E_INVALID, "gptq: round to nearest with an importance takes a "
+                             "GGUF block type (q4_k ...), not %s", llm_type_name(p->type));
     uint64_t nn, rn;
     if (rows <= 0 || cols <= 0 || cols > INT32_MAX || rows > INT32_MAX ||
         !llm_mul_ok((uint64_t)cols, (uint64_t)cols, &nn) ||
@@ -340,7 +483,13 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
                                  "gptq: the Hessian has a negative diagonal element (column %lld)",
                                  (long long)i);
 
+    if (p->rtn_only)
+        return rtn_importance(p, W, rows, n, H, out, perm, st);
+
     int fail = 0;
+    float *imp = alloc_n(n, sizeof(float), &fail);          // (n) diag(H)
+    float *ks = kq ? alloc_n(rows * n / 16, sizeof(float), &fail) : NULL; // (rows, n / 16)
+    float *km = kq ? alloc_n(rows * n / 16, sizeof(float), &fail) : NULL;
     double *A = alloc_n(n * n, sizeof(double), &fail);      // (n, n) factor work
     double *diag = alloc_n(n, sizeof(double), &fail);       // (n)
     uint8_t *codes = alloc_n(rows * n, 1, &fail);           // (rows, n)
@@ -375,12 +524,22 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     if (nt > 1 && (s = llm_pool_new(&pool, nt)) != LLM_OK)
         goto done;
 
+    for (int64_t i = 0; i < n; i++)
+        imp[i] = H[i * n + i];
     if (st) {
         memcpy(W0, W, (size_t)(rows * n) * sizeof *W0);
         memcpy(H0, H, (size_t)(n * n) * sizeof *H0);
-        rtn_diff(p, &g, W0, rows, n, G, D1);
+        if ((s = rtn_diff(p, &g, W0, rows, n, G, imp, D1)) != LLM_OK)
+            goto done;
     }
-    if (!g.group) /* per channel: the reference's find_params(W) on the untouched W */
+    struct job J = {
+        .K = llm_qkern_get(), .g = &g, .W = W, .rows = rows, .cols = n, .codes = codes,
+        .gp = gp, .G = G, .ng = ng, .bs = bs, .rule = rule_of(p), .mse = p->mse,
+        .perm = perm, .err = err, .npre = npre, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1,
+        .q2 = q2, .kt = p->type, .kout = kq ? out : NULL, .krb = row_bytes, .ks = ks,
+        .km = km, .imp = imp,
+    };
+    if (!g.group && !kq) /* per channel: the reference's find_params(W) on the untouched W */
         for (int64_t r = 0; r < rows; r++)
             start_params(p, rule_of(p), p->mse, &g, W + r * n, n, &gp[r]);
     for (int64_t i = 0; i < n; i++)
@@ -392,9 +551,13 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     const int statics = p->static_groups && g.group;
     if (statics)
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t k = 0; k < ng; k++)
-                llm_qgrid_group_mse(&g, rule_of(p), p->mse, W + r * n + k * G,
-                                    n - k * G < G ? n - k * G : G, &gp[r * ng + k]);
+            for (int64_t k = 0; k < ng; k++) {
+                if (kq)
+                    kq_fit(&J, r, k, W + r * n + k * G);
+                else
+                    llm_qgrid_group_mse(&g, rule_of(p), p->mse, W + r * n + k * G,
+                                        n - k * G < G ? n - k * G : G, &gp[r * ng + k]);
+            }
     if (!p->act_order)
         for (int64_t i = 0; i < n; i++)
             perm[i] = (int32_t)i;
@@ -472,17 +635,26 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
         run(pool, asym_rows, &PJ);
     }
 
-    struct job J = {
-        .K = llm_qkern_get(), .g = &g, .W = W, .rows = rows, .cols = n, .U = U,
-        .codes = codes, .gp = gp, .G = G,
-        .ng = ng, .bs = bs, .dynamic = g.group && !statics, .statics = statics,
-        .rule = rule_of(p), .mse = p->mse, .perm = perm,
-        .err = err, .P = P, .npre = npre, .H0 = H0, .D1 = D1, .D2 = W0, .q1 = q1, .q2 = q2,
-    };
+    J.U = U;
+    J.P = P;
+    J.dynamic = g.group && !statics;
+    J.statics = statics;
     run(pool, gptq_rows, &J);
 
     const int stored_perm = p->act_order && !statics && g.group && ng > 1;
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; r < rows && kq; r++) {
+        /* the blocks were written in place; restore W's column order */
+        float *w = W + r * n;
+        for (int64_t k = 0; k < ng; k++)
+            llm_kq_finish_block(p->type, (uint8_t *)out + (uint64_t)r * row_bytes +
+                                             (uint64_t)k * llm_type_traits(p->type)->block_bytes);
+        if (p->act_order) {
+            for (int64_t i = 0; i < n; i++)
+                rowbuf[perm[i]] = w[i];
+            memcpy(w, rowbuf, (size_t)n * sizeof *w);
+        }
+    }
+    for (int64_t r = 0; r < rows && !kq; r++) {
         float *w = W + r * n;
         const uint8_t *cd = codes + r * n;
         if (p->act_order) {
@@ -517,6 +689,7 @@ llm_status llm_gptq_quantize(const struct llm_gptq_params *p, float *W, int64_t 
     }
 done:
     llm_pool_free(pool);
+    llm_free(imp), llm_free(ks), llm_free(km);
     llm_free(A), llm_free(diag), llm_free(codes), llm_free(gp);
     llm_free(err), llm_free(rowbuf), llm_free(cbuf);
     llm_free(W0), llm_free(D1), llm_free(H0), llm_free(q1), llm_free(q2);

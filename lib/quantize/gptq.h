@@ -12,7 +12,9 @@
 #include "../quant/types.h"
 
 struct llm_gptq_params {
-    enum llm_type type; /* target grid type (llm_qgrid_of): an integer grid or fp8_e4m3 */
+    enum llm_type type; /* target grid type (llm_qgrid_of): an integer grid, fp8_e4m3, or a
+                           GGUF block type (q4_k ...: its blocks' scales fitted by its own
+                           quantizer with diag(H) as importance, gptq.c) */
     float damp;         /* percdamp: the fraction of mean(diag(H)) added to the diagonal */
     int block_size;     /* lazy-batch columns; 0: 128 */
     int act_order;      /* columns in descending diag(H) order */
@@ -38,6 +40,11 @@ struct llm_gptq_params {
      * weights (llm_qgrid_group_mse), as the reference's Quantizer with mse
      * (norm 2.4 there); integer grids only. 0: off, the default. */
     float mse;
+    /* The GGUF block types (q4_k ...; quant/kquants.h) only: 1 rounds each
+     * row to nearest by its type's quantizer with diag(H) as the importance
+     * of each column (llama.cpp's imatrix), with no error feedback; the
+     * stats' err_rtn is then the error without the importance. */
+    int rtn_only;
 };
 
 /* type, with the reference defaults: damp 0.01, block 128, no act-order, no

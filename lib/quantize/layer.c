@@ -25,6 +25,7 @@
 #include "awq.h"
 #include "gptq.h"
 #include "../quant/grid.h"
+#include "../quant/kquants.h"
 #include "../model/layer.h"
 #include "qimpl.h"
 
@@ -458,7 +459,12 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
                                       .static_groups = p->static_groups,
                                       .n_threads = n_threads(q),
                                       .rtn_grid = !p->reference_grid, .order = order,
-                                      .alpha = p->gptaq_alpha, .mse = p->gptq_mse };
+                                      .alpha = p->gptaq_alpha, .mse = p->gptq_mse,
+                                      .rtn_only = t->imatrix };
+        if (t->imatrix || llm_kq_type(t->to)) /* these fit their own scales */
+            gp.mse = 0.0f, gp.rtn_grid = 1;
+        if (t->imatrix) /* no error feedback: nothing else reads the GPTQ options */
+            gp.act_order = gp.static_groups = 0, gp.order = NULL, gp.alpha = 0.0f;
         gp.scale = llm_q_fp8_tensor_scale(t, L->W, L->rows * c);
         if (!s)
             s = t->to == LLM_TYPE_FP8_E4M3 && t->spec.per_tensor == LLM_FP8_SCALE_AUTO

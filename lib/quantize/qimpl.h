@@ -20,6 +20,8 @@ struct qt {
     uint64_t nbytes;
     int32_t *perm;              /* act-order permutation of this weight (cols) */
     size_t report;              /* index into the report + 1, 0: none */
+    int imatrix;                /* rtn to a GGUF block type weighted by the calibration
+                                   inputs: run in the gptq flow (gptq.h rtn_only) */
 };
 
 enum qflow { FLOW_NONE, FLOW_GPTQ, FLOW_AWQ };

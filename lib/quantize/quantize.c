@@ -12,6 +12,7 @@
 #include "../ops/matmul_impl.h"
 #include "../quant/quant.h"
 #include "../quant/grid.h"
+#include "../quant/kquants.h"
 #include "qimpl.h"
 
 void llm_quantize_params_default(struct llm_quantize_params *p)
@@ -94,7 +95,7 @@ struct llm_qtensor_report *llm_q_report(struct qctx *q, struct qt *t, int32_t ex
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", t->name);
         e->layer = t->stage >= 0 && t->stage < q->m->c.n_layers ? t->stage : -1;
-        e->method = (enum llm_qmethod)t->spec.method;
+        e->method = t->imatrix ? LLM_QM_RTN : (enum llm_qmethod)t->spec.method;
         e->from = t->in ? t->in->type : t->to;
         e->to = t->to;
         e->out_err_before = e->out_err_after = -1;
@@ -304,9 +305,13 @@ static int is_quant(enum llm_type t)
  *    group that stores it in fewer bytes, which is also finer: SmolLM2's
  *    576-wide rows are 324 bytes in groups of 64 against 340 padded to
  *    five groups of 128 (llama.cpp likewise gives such tensors another
- *    type). */
+ *    type);
+ *  - the GGUF block types (q4_k ...) take llama.cpp's fallbacks
+ *    (llm_q_fallback), so that the file exports as llama.cpp's would. */
 enum llm_type llm_q_fit_group(enum llm_type t, int64_t ne0)
 {
+    if (llm_type_whole_blocks(t))
+        return llm_q_fallback(t, ne0);
     struct llm_qgrid g;
     if (llm_qgrid_of(t, &g) != LLM_OK || g.fp8 || !g.group) {
         llm_error_clear();
@@ -365,6 +370,7 @@ static llm_status plan(struct qctx *q)
         }
         t->is_linear = 1;
         struct llm_qspec def = p->def;
+        int rule_line = 0; /* the recipe rule that named the tensor */
         if (emb || head) {
             /* Embeddings and the head default to 8-bit round to nearest
              * (q8_0); a recipe may say otherwise. */
@@ -381,9 +387,18 @@ static llm_status plan(struct qctx *q)
                 rules = *p->recipe;
                 llm_qspec_unset(&rules.def);
             }
-            llm_recipe_resolve(p->recipe ? &rules : NULL, &def, it->name, &t->spec, NULL);
+            llm_recipe_resolve(p->recipe ? &rules : NULL, &def, it->name, &t->spec, &rule_line);
         } else {
-            llm_recipe_resolve(p->recipe, &def, it->name, &t->spec, NULL);
+            llm_recipe_resolve(p->recipe, &def, it->name, &t->spec, &rule_line);
+        }
+        if (p->mix != LLM_QMIX_NONE && !rule_line) {
+            /* a named mixture: the type by llama.cpp's rules; the method
+             * the command line's for the blocks, rtn for the tables */
+            const int layer = t->stage >= 0 && t->stage < nl ? t->stage : -1;
+            t->spec.type = (int)llm_qmix_type(p->mix, it->name, layer, nl, head || (emb && tied),
+                                              it->ne[0]);
+            if (emb || head)
+                t->spec.method = LLM_QM_RTN;
         }
         enum llm_type to;
         llm_status s = llm_qspec_type(&t->spec, it->type, &to);
@@ -393,6 +408,24 @@ static llm_status plan(struct qctx *q)
             return s;
         }
         t->to = llm_q_fit_group(to, it->ne[0]);
+        /* rtn to a GGUF block type with calibration text: weighted by the
+         * columns' mean squared inputs, which the gptq flow collects (an
+         * embedding table read by lookup has no inputs: plain rtn) */
+        if (t->spec.method == LLM_QM_RTN && p->calib_path && llm_kq_type(t->to) &&
+            !(emb && !tied)) {
+            t->spec.method = LLM_QM_GPTQ;
+            t->imatrix = 1;
+            if (emb)
+                t->stage = nl;
+        }
+        struct llm_qgrid fg;
+        if (t->spec.method == LLM_QM_GPTQ && !llm_kq_type(t->to) && t->spec.type >= 0 &&
+            llm_kq_type((enum llm_type)t->spec.type) && llm_qgrid_of(t->to, &fg) != LLM_OK) {
+            /* rows that hold no block of any GGUF quantized type fall back
+             * to f16, which is kept */
+            llm_error_clear();
+            t->spec.method = LLM_QM_RTN;
+        }
         /* fp8 with calibration text is GPTQ on the E4M3 grid: the same
          * scales, the rounding errors fed back into the columns not yet
          * quantized */
@@ -430,7 +463,7 @@ static llm_status plan(struct qctx *q)
     q->flow = has_gptq ? FLOW_GPTQ : has_awq ? FLOW_AWQ : FLOW_NONE;
     if (q->flow == FLOW_NONE && p->calib_path)
         return llm_error_set(LLM_E_INVALID, "%s: calibration text given, but no tensor uses gptq, "
-                             "awq or fp8", p->calib_path);
+                             "awq, fp8 or rtn to a GGUF block type (q4_k ...)", p->calib_path);
     if (q->flow != FLOW_NONE && !p->calib_path)
         return llm_error_set(LLM_E_INVALID, "%s needs calibration text: --calib FILE",
                              has_gptq ? "gptq" : "awq");

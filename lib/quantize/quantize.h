@@ -40,6 +40,9 @@ enum llm_qmethod {
     LLM_QM_NF4,
     LLM_QM_FP8,
 };
+/* rtn to a GGUF block type (q4_k ...) with calibration text weighs each
+ * column by its mean squared activation (llama.cpp's importance matrix):
+ * the calibration flow of gptq collects them (gptq.h rtn_only). */
 const char *llm_qmethod_name(enum llm_qmethod m);
 llm_status llm_qmethod_parse(const char *s, enum llm_qmethod *out);
 
@@ -66,6 +69,28 @@ void llm_qspec_default(struct llm_qspec *s);
  * LLM_E_INVALID with a message for impossible combinations (nf4 with group
  * 32, awq at 8 bits...). */
 llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm_type *out);
+
+/* llama.cpp's named mixtures of GGUF types (llama-quantize's Q4_K_M ...,
+ * llama_tensor_get_type of b4748, for models without experts): a base
+ * type for the linear layers, more bits for some layers' attn_v and
+ * ffn_down, q6_k for the output head (q8_0 when its rows do not hold
+ * 256-element blocks; a tied embedding table is the head). */
+enum llm_qmix { LLM_QMIX_NONE, LLM_QMIX_Q4_K_S, LLM_QMIX_Q4_K_M, LLM_QMIX_Q5_K_S,
+                LLM_QMIX_Q5_K_M, LLM_QMIX_Q6_K };
+/* "q4_k_m" ... (case-insensitive); LLM_E_INVALID naming the choices. */
+llm_status llm_qmix_parse(const char *s, enum llm_qmix *out);
+const char *llm_qmix_name(enum llm_qmix m);
+/* The type mixture m gives tensor `name` (layer `layer` of n_layers, -1
+ * outside the blocks; head: the output head or a tied embedding table),
+ * before the fallback of rows that do not hold its blocks
+ * (llm_q_fallback). */
+enum llm_type llm_qmix_type(enum llm_qmix m, const char *name, int layer, int n_layers, int head,
+                            int64_t ne0);
+/* What llama.cpp stores a GGUF block type as when rows of ne0 elements do
+ * not hold its blocks: q4_k -> q5_0, q5_k -> q5_1, q6_k and q8_k -> q8_0,
+ * q2_k, q3_k and iq4_xs -> iq4_nl, and f16 when that does not fit either;
+ * t itself when it fits (or is not such a type). */
+enum llm_type llm_q_fallback(enum llm_type t, int64_t ne0);
 
 /* A recipe: rules "tensor-name glob -> spec", first match wins; a tensor
  * no rule matches gets the default (the recipe's `default:` over the
@@ -158,6 +183,8 @@ void llm_qreport_free(struct llm_qreport *r);
 struct llm_quantize_params {
     struct llm_qspec def;              /* complete (llm_qspec_default + options) */
     const struct llm_recipe *recipe;   /* optional */
+    enum llm_qmix mix;                 /* a named mixture of GGUF types for the tensors no
+                                          recipe rule names (LLM_QMIX_NONE: def's type) */
     /* calibration (gptq, awq) */
     const char *calib_path;
     int32_t n_samples, seq_len;        /* default 128 windows of 512 tokens */

@@ -25,6 +25,7 @@
 
 #include "../common/alloc.h"
 #include "../quant/grid.h"
+#include "../quant/kquants.h"
 
 static const char *const method_names[] = { "keep", "rtn", "gptq", "awq", "nf4", "fp8" };
 
@@ -41,6 +42,81 @@ llm_status llm_qmethod_parse(const char *s, enum llm_qmethod *out)
             return LLM_OK;
         }
     return llm_error_set(LLM_E_INVALID, "unknown method '%s' (keep, rtn, gptq, awq, nf4, fp8)", s);
+}
+
+static const char *const mix_names[] = { "none", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k" };
+
+const char *llm_qmix_name(enum llm_qmix m)
+{
+    return (unsigned)m < sizeof mix_names / sizeof mix_names[0] ? mix_names[m] : "?";
+}
+
+llm_status llm_qmix_parse(const char *s, enum llm_qmix *out)
+{
+    for (size_t i = 1; i < sizeof mix_names / sizeof mix_names[0]; i++)
+        if (!strcasecmp(s, mix_names[i])) {
+            *out = (enum llm_qmix)i;
+            return LLM_OK;
+        }
+    return llm_error_set(LLM_E_INVALID, "unknown mixture '%s' (q4_k_s, q4_k_m, q5_k_s, q5_k_m, "
+                         "q6_k)", s);
+}
+
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and
+ * every third one between */
+static int more_bits(int i, int n)
+{
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+enum llm_type llm_qmix_type(enum llm_qmix m, const char *name, int layer, int n_layers, int head,
+                            int64_t ne0)
+{
+    const enum llm_type base = m == LLM_QMIX_Q6_K                             ? LLM_TYPE_Q6_K
+                             : m == LLM_QMIX_Q5_K_S || m == LLM_QMIX_Q5_K_M ? LLM_TYPE_Q5_K
+                                                                              : LLM_TYPE_Q4_K;
+    if (head) /* llama.cpp gives the head q8_0 outright when 256 does not divide its rows */
+        return ne0 % 256 ? LLM_TYPE_Q8_0 : LLM_TYPE_Q6_K;
+    const int v = ends_with(name, "attn_v.weight"), down = strstr(name, "ffn_down") != NULL;
+    if (layer < 0 || (!v && !down)) {
+        if (ends_with(name, "attn_qkv.weight"))
+            return m == LLM_QMIX_Q4_K_M ? LLM_TYPE_Q5_K : m == LLM_QMIX_Q5_K_M ? LLM_TYPE_Q6_K : base;
+        return base;
+    }
+    switch (m) {
+    case LLM_QMIX_Q4_K_M:
+    case LLM_QMIX_Q5_K_M:
+        return more_bits(layer, n_layers) ? LLM_TYPE_Q6_K : base;
+    case LLM_QMIX_Q4_K_S:
+        return (v ? layer < 4 : layer < n_layers / 8) ? LLM_TYPE_Q5_K : base;
+    default:
+        return base;
+    }
+}
+
+enum llm_type llm_q_fallback(enum llm_type t, int64_t ne0)
+{
+    const struct llm_type_traits *tr = llm_type_traits(t);
+    if (!tr || !llm_type_whole_blocks(t) || ne0 % tr->blck == 0)
+        return t;
+    enum llm_type f;
+    switch (t) {
+    case LLM_TYPE_Q4_K: f = LLM_TYPE_Q5_0; break;
+    case LLM_TYPE_Q5_K: f = LLM_TYPE_Q5_1; break;
+    case LLM_TYPE_Q6_K:
+    case LLM_TYPE_Q8_K: f = LLM_TYPE_Q8_0; break;
+    case LLM_TYPE_Q2_K:
+    case LLM_TYPE_Q3_K:
+    case LLM_TYPE_IQ4_XS: f = LLM_TYPE_IQ4_NL; break;
+    default: f = LLM_TYPE_F16; break; /* q5_0, q5_1, iq4_nl themselves */
+    }
+    return ne0 % 32 ? LLM_TYPE_F16 : f;
 }
 
 void llm_qspec_unset(struct llm_qspec *s)
@@ -102,9 +178,16 @@ llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm
         }
         break;
     case LLM_QM_GPTQ:
+        if (s->type >= 0 && llm_kq_type((enum llm_type)s->type)) {
+            *out = (enum llm_type)s->type; /* GPTQ on a GGUF block type's grid */
+            return LLM_OK;
+        }
+        /* fall through */
     case LLM_QM_AWQ:
         if (s->type >= 0)
-            return llm_error_set(LLM_E_INVALID, "%s takes bits/group/sym, not an explicit type", m);
+            return llm_error_set(LLM_E_INVALID, "%s takes bits/group/sym, not an explicit type%s", m,
+                                 s->method == LLM_QM_GPTQ ? " (other than a GGUF block type: "
+                                                            "q4_k ...)" : "");
         break;
     default:
         return llm_error_set(LLM_E_INVALID, "no method");

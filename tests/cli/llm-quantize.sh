@@ -660,3 +660,110 @@ t_quantize_refuses_act_order_experts() {
         --static-groups --samples 4 --seq-len 128 &&
     "$BIN/llm-run" -m "$TMP/moe-o.llm" -p "Once upon a time" -n 4 --temp 0 >"$TMP/out"
 }
+
+# ---- GGUF types (q4_k ...) ---------------------------------------------------
+KQ_GOLD=$ROOT/tests/cli/golden/llm-quantize
+# a file's quantized tensors, sorted: NAME TYPE XXH3 (the bytes as stored)
+kq_sums() {
+    "$BIN/llm-convert" --info --checksums "$1" | grep '{name:' | grep -v -e 'type: f32' -e tokenizer |
+        sed -E 's/.*name: "([^"]+)", type: ([a-z0-9_]+).*xxh3: "([0-9a-f]+)".*/\1 \2 \3/' | sort
+}
+
+# Every GGUF quantized type, rounded to nearest, gives llama-quantize
+# b4748's bytes (--pure, no importance) on a synthetic model whose rows all
+# hold 256-element blocks; the GGUF written back imports and exports
+# unchanged.
+t_quantize_gguf_types_match_llama_cpp() {
+    "$BIN/llm-convert" -q --synthetic "$KQ_GOLD/kq-shape.yaml" --seed 1 -o "$TMP/kq.llm" || return 1
+    local t bad=0
+    for t in q2_k q3_k q4_k q5_k q6_k iq4_xs iq4_nl q5_0 q5_1 q8_0 q4_0 q4_1; do
+        printf 'default:\n  method: rtn\n  type: %s\nrules:\n  - match: "*"\n    type: %s\n' "$t" "$t" >"$TMP/kq.yaml"
+        "$QUANT" -q -m "$TMP/kq.llm" -o "$TMP/kq-$t.llm" --recipe "$TMP/kq.yaml" &&
+        "$BIN/llm-convert" -q "$TMP/kq-$t.llm" -o "$TMP/kq-$t.gguf" || return 1
+        kq_sums "$TMP/kq-$t.gguf" | sed "s/^/$t /" >"$TMP/kq-ours.txt"
+        grep "^$t " "$KQ_GOLD/kq-pure.txt" >"$TMP/kq-want.txt"
+        [ "$(wc -l <"$TMP/kq-want.txt")" = 16 ] || { echo "$t: golden has no 16 tensors"; return 1; }
+        diff "$TMP/kq-want.txt" "$TMP/kq-ours.txt" >/dev/null || { echo "$t differs from llama.cpp:"; diff "$TMP/kq-want.txt" "$TMP/kq-ours.txt" | head -4; bad=1; }
+    done
+    [ $bad = 0 ] || return 1
+    # import and export keep the bytes: GGUF -> .llm -> GGUF is the same file
+    "$BIN/llm-convert" -q "$TMP/kq-q4_k.gguf" -o "$TMP/kq-back.llm" &&
+    "$BIN/llm-convert" -q "$TMP/kq-back.llm" -o "$TMP/kq-back.gguf" &&
+    cmp "$TMP/kq-q4_k.gguf" "$TMP/kq-back.gguf" &&
+    [ "$(q_type "$TMP/kq-back.llm" blk.1.ffn_down.weight)" = q4_k ]
+}
+
+# llama.cpp's Q4_K_M mixture of SmolLM2 (q6_k and q4_k where rows hold 256,
+# its fallbacks q5_0 and q8_0 elsewhere, q8_0 for the tied embeddings):
+# the same bytes as llama-quantize b4748's file, tensor for tensor.
+t_quantize_q4_k_m_matches_llama_cpp_smollm2() {
+    local smol=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf
+    need "$smol"
+    case $BIN in *build-san*) skip "slow under the sanitizers; the synthetic case runs there" ;; esac
+    "$BIN/llm-convert" -q "$smol" -t f32 -o "$TMP/kqs-f32.llm" &&
+    expect 0 "$QUANT" -m "$TMP/kqs-f32.llm" -o "$TMP/kqs.llm" --type q4_k_m || return 1
+    has "$TMP/err" "bits per weight" && "$BIN/llm-convert" -q "$TMP/kqs.llm" -o "$TMP/kqs.gguf" || return 1
+    kq_sums "$TMP/kqs.gguf" >"$TMP/kqs-ours.txt"
+    grep -v '^#' "$KQ_GOLD/smollm2-q4_k_m.txt" >"$TMP/kqs-want.txt"
+    diff "$TMP/kqs-want.txt" "$TMP/kqs-ours.txt" >"$TMP/kqs.diff" || { echo "differs from llama.cpp:"; head -6 "$TMP/kqs.diff"; return 1; }
+    [ "$(grep -c ' q6_k ' "$TMP/kqs-ours.txt")" = 14 ] && [ "$(grep -c ' q4_k ' "$TMP/kqs-ours.txt")" = 16 ]
+}
+
+# Calibrated, on SmolLM2's 1536-wide ffn_down: round to nearest weighted by
+# the inputs' mean squares (llama.cpp's imatrix) lowers the output error of
+# plain round to nearest, and GPTQ on the q4_k grid lowers it further; both
+# files run.
+t_quantize_gptq_on_q4_k_beats_rtn() {
+    local smol=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf
+    need "$smol" "$Q_CAL"
+    case $BIN in *build-san*) skip "slow under the sanitizers" ;; esac
+    python3 -c 1 2>/dev/null || skip "python3 absent"
+    [ -e "$TMP/kqs-f32.llm" ] || "$BIN/llm-convert" -q "$smol" -t f32 -o "$TMP/kqs-f32.llm" || return 1
+    printf 'default:\n  method: rtn\n  bits: 8\n  group: 32\n  sym: true\nrules:\n  - match: "blk.*.ffn_down.weight"\n    method: %s\n    type: q4_k\n' rtn >"$TMP/kq-r.yaml"
+    printf 'default:\n  method: rtn\n  bits: 8\n  group: 32\n  sym: true\nrules:\n  - match: "blk.*.ffn_down.weight"\n    method: %s\n    type: q4_k\n' gptq >"$TMP/kq-g.yaml"
+    "$QUANT" -q -m "$TMP/kqs-f32.llm" -o "$TMP/kq-r.llm" --recipe "$TMP/kq-r.yaml" --calib "$Q_CAL" \
+        --samples 32 --seq-len 256 --report "$TMP/kq-r.json" &&
+    "$QUANT" -q -m "$TMP/kqs-f32.llm" -o "$TMP/kq-g.llm" --recipe "$TMP/kq-g.yaml" --calib "$Q_CAL" \
+        --samples 32 --seq-len 256 --report "$TMP/kq-g.json" || return 1
+    python3 - "$TMP/kq-r.json" "$TMP/kq-g.json" <<'PY' || return 1
+import json, sys
+r = {t["name"]: t for t in json.load(open(sys.argv[1]))["tensors"] if "ffn_down" in t["name"]}
+g = {t["name"]: t for t in json.load(open(sys.argv[2]))["tensors"] if "ffn_down" in t["name"]}
+assert len(r) == 30 and set(r) == set(g), (len(r), len(g))
+assert all(t["to"] == "q4_k" and t["method"] == "rtn" for t in r.values()), r
+assert all(t["to"] == "q4_k" and t["method"] == "gptq" for t in g.values()), g
+# the importance helps plain rounding in most layers, GPTQ in every one
+imp = sum(t["output_mse"] < t["output_mse_rtn"] for t in r.values())
+assert imp >= 24, imp
+worse = [n for n in g if not g[n]["output_mse"] < r[n]["output_mse"]]
+assert not worse, worse
+tot = lambda d, k: sum(t[k] for t in d.values())
+print("output mse: rtn %.4g, rtn+importance %.4g, gptq %.4g" % (tot(r, "output_mse_rtn"), tot(r, "output_mse"), tot(g, "output_mse")))
+PY
+    "$BIN/llm-run" -m "$TMP/kq-g.llm" -p "The capital of France is" -n 8 --temp 0 >"$TMP/kq-run.txt" &&
+    [ -s "$TMP/kq-run.txt" ]
+}
+
+t_quantize_type_errors() {
+    expect 2 "$QUANT" -m x -o y --type q4_kk && has "$TMP/err" "is not a GGUF quantized type or mixture" &&
+    expect 2 "$QUANT" -m x -o y --type q8_k && has "$TMP/err" "'q8_k' is not a GGUF quantized type" &&
+    expect 2 "$QUANT" -m x -o y --type nf4 && has "$TMP/err" "'nf4' is not a GGUF quantized type" &&
+    expect 2 "$QUANT" -m x -o y --type q4_k --bits 4 && has "$TMP/err" "--type names the grid" &&
+    expect 2 "$QUANT" -m x -o y --type q4_k --method awq && has "$TMP/err" "--type takes rtn or gptq, not awq" &&
+    expect 2 "$QUANT" -m x -o y --type q4_0 --method gptq && has "$TMP/err" "gptq takes a GGUF block type" &&
+    expect 2 "$QUANT" -m x -o y --type q4_0 --calib c.txt && has "$TMP/err" "--calib applies to"
+}
+
+# Rows that hold no 256-element block take llama.cpp's fallbacks: on
+# stories260K (rows of 64 and 172) q4_k becomes q5_0 on the 64-wide rows
+# and f16 on the 172-wide ones, as llama-quantize does; the file runs.
+t_quantize_q4_k_fallbacks() {
+    q_make q4k --type q4_k || return 1
+    [ "$(q_type "$TMP/q-q4k.llm" blk.0.attn_q.weight)" = q5_0 ] &&
+    [ "$(q_type "$TMP/q-q4k.llm" blk.0.ffn_down.weight)" = f16 ] &&
+    [ "$(q_type "$TMP/q-q4k.llm" blk.0.ffn_up.weight)" = q5_0 ] &&
+    [ "$(q_type "$TMP/q-q4k.llm" token_embd.weight)" = q8_0 ] || return 1
+    q_make q4km --type q4_k_m || return 1
+    [ "$(q_type "$TMP/q-q4km.llm" output.weight)" = q8_0 ] &&
+    "$BIN/llm-run" -m "$TMP/q-q4km.llm" -p "Once upon a time" -n 16 --temp 0 >"$TMP/out" && [ -s "$TMP/out" ]
+}
