@@ -12,13 +12,14 @@ enum { OPT_METHOD = 256, OPT_BITS, OPT_GROUP, OPT_SYM, OPT_ASYM, OPT_DQ, OPT_FP8
        OPT_SAMPLES, OPT_SEQLEN, OPT_SEED, OPT_DAMP, OPT_ACT, OPT_STATIC, OPT_BLOCK, OPT_GRID,
        OPT_NO_DUO, OPT_NO_CLIP, OPT_AWQ_TOKENS, OPT_RECIPE, OPT_REPORT, OPT_REQUANT,
        OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS, OPT_GPTAQ,
-       OPT_MSE, OPT_TYPE };
+       OPT_MSE, OPT_TYPE, OPT_TARGET };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the quantized model to FILE ('-' = stdout)", "file" },
     { OPT_METHOD, "method", LLM_ARG_REQUIRED, "METHOD", "rtn, gptq, awq, nf4 or fp8 (default: rtn)", "rtn gptq awq nf4 fp8" },
     { OPT_TYPE, "type", LLM_ARG_REQUIRED, "TYPE", "a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp's mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k); rtn weighs its columns by --calib's inputs, gptq fits its grid", "q4_k_m q4_k_s q5_k_m q5_k_s q6_k q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1" },
+    { OPT_TARGET, "target-bpw", LLM_ARG_REQUIRED, "B", "choose each linear layer's GGUF type (q2_k to q8_0) by its output error on --calib's data, for B bits per weight overall; with rtn or gptq", NULL },
     { OPT_BITS, "bits", LLM_ARG_REQUIRED, "B", "3, 4 or 8 bits for rtn, gptq, awq (3: zero points only; awq: 3 or 4) (default: 4)", "3 4 8" },
     { OPT_GROUP, "group", LLM_ARG_REQUIRED, "G", "group size 32, 64, 128, or 'channel' (default: 128)", "32 64 128 channel" },
     { OPT_SYM, "sym", LLM_ARG_NONE, NULL, "symmetric grid (default at 8 bits)", NULL },
@@ -53,6 +54,7 @@ static struct llm_cli cli = {
     .prog = "llm-quantize",
     .synopsis = "-m IN -o OUT [--method METHOD] [--bits B] [--group G] [--calib FILE] [OPTIONS]\n"
                 "-m IN -o OUT --type TYPE [--method rtn|gptq] [--calib FILE] [OPTIONS]\n"
+                "-m IN -o OUT --target-bpw B --calib FILE [--method rtn|gptq] [OPTIONS]\n"
                 "-m IN -o OUT --recipe FILE [--calib FILE] [OPTIONS]",
     .summary = "Quantize a model: round to nearest, GPTQ, AWQ, NF4 or FP8.",
     .opts = opts,
@@ -67,6 +69,7 @@ static struct llm_cli cli = {
               "  llm-quantize -m model.llm -o model-gptq.llm --method gptq --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-q4km.llm --type q4_k_m --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-q4k.llm --method gptq --type q4_k --calib calib.txt\n"
+              "  llm-quantize -m model.llm -o model-4.5.llm --target-bpw 4.5 --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-awq.llm --method awq --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-fp8.llm --method fp8 --calib calib.txt\n"
               "  llm-quantize -m model.llm -o model-nf4.llm --method nf4 --double-quant\n"
@@ -146,13 +149,16 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
     llm_json_string(f, in, strlen(in));
     fputs(",\n  \"output\": ", f);
     llm_json_string(f, out, strlen(out));
+    char target[32] = "null";
+    if (r->target_bpw > 0)
+        snprintf(target, sizeof target, "%.4g", r->target_bpw);
     fprintf(f, ",\n  \"seconds\": %.3f,\n  \"params\": %llu,\n  \"bytes_in\": %llu,\n"
-               "  \"bytes_out\": %llu,\n  \"bits_per_weight\": %.4f,\n"
+               "  \"bytes_out\": %llu,\n  \"bits_per_weight\": %.4f,\n  \"target_bpw\": %s,\n"
                "  \"calibration\": {\"windows\": %lld, \"window_tokens\": %lld, "
                "\"text_tokens\": %llu},\n  \"dequantized_input\": %s,\n  \"tensors\": [",
             r->seconds, (unsigned long long)r->params, (unsigned long long)r->bytes_in,
             (unsigned long long)r->bytes_out,
-            r->params ? 8.0 * (double)r->bytes_out / (double)r->params : 0.0,
+            r->params ? 8.0 * (double)r->bytes_out / (double)r->params : 0.0, target,
             (long long)r->calib_windows, (long long)r->calib_len,
             (unsigned long long)r->calib_text_tokens, r->dequantized_input ? "true" : "false");
     for (size_t i = 0; i < r->n; i++) {
@@ -177,6 +183,14 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
         if (t->tokens >= 0)
             fprintf(f, ", \"tokens\": %lld, \"fallback\": %s", (long long)t->tokens,
                     t->fallback ? "\"rtn\"" : "null");
+        if (t->n_cand) {
+            fputs(", \"candidates\": {", f);
+            for (int k = 0; k < t->n_cand; k++) {
+                fprintf(f, "%s\"%s\": ", k ? ", " : "", llm_type_name(t->cand[k]));
+                json_num(f, t->cand_err[k]);
+            }
+            fputc('}', f);
+        }
         fprintf(f, ", \"seconds\": %.4f}", t->seconds);
     }
     fputs(r->n ? "\n  ]\n}\n" : "]\n}\n", f);
@@ -259,6 +273,11 @@ int main(int argc, char **argv)
             have_type = 1;
             break;
         }
+        case OPT_TARGET:
+            if (llm_parse_f64(arg, 1, 16, "--target-bpw", &d))
+                return llm_cli_usage(&cli, "%s", llm_error_detail(LLM_E_INVALID));
+            p.target_bpw = d;
+            break;
         case OPT_BITS:
             if (parse_int(arg, 2, 16, "--bits", &v))
                 return 2;
@@ -372,6 +391,19 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "-o - and --report - both write to standard output");
     /* options that only one method reads are refused with the others */
     int m = p.def.method;
+    if (p.target_bpw > 0) {
+        if (have_type || have_bits || have_group || p.def.sym >= 0 || recipe_path)
+            return llm_cli_usage(&cli, "--target-bpw chooses the types: --type, --bits, --group, "
+                                 "--sym, --asym and --recipe do not apply");
+        if (m != LLM_QM_RTN && m != LLM_QM_GPTQ)
+            return llm_cli_usage(&cli, "--target-bpw takes rtn or gptq, not %s",
+                                 llm_qmethod_name((enum llm_qmethod)m));
+        if (!p.calib_path)
+            return llm_cli_usage(&cli, "--target-bpw weighs each type by its error on the "
+                                 "calibration data: it needs --calib FILE");
+        p.def.type = LLM_TYPE_Q4_K; /* for the checks below; the choice is per tensor */
+        have_type = 1;
+    }
     if (have_type) {
         if (m != LLM_QM_RTN && m != LLM_QM_GPTQ)
             return llm_cli_usage(&cli, "--type takes rtn or gptq, not %s",

@@ -199,11 +199,14 @@ void llm_kq_unpack(enum llm_type t, const uint8_t *b, int16_t *c, float *s, floa
 // searches (each float operation in ggml's order, so that the bytes are
 // llama.cpp's: tests/cli/llm-quantize.sh checks them against its files)
 
-/* nearest integer, ties to even (ggml's nearest_int in the default rounding
- * mode); |v| must be far below 2^22 */
+/* nearest integer, ties to even, as ggml's nearest_int: adding 1.5 * 2^23
+ * leaves the rounded integer in the low mantissa bits; |v| <= 4194303 */
 static inline int nearest(float v)
 {
-    return (int)nearbyintf(v);
+    const float f = v + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &f, 4);
+    return (i & 0x007fffff) - 0x00400000;
 }
 
 static inline int clampi(int v, int lo, int hi)

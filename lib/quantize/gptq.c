@@ -374,42 +374,82 @@ static double quad_form(const float *H, const float *d, int64_t n)
     return e;
 }
 
+struct rtn_job {
+    const struct llm_gptq_params *p;
+    float *W;
+    const float *H, *imp;
+    uint8_t *out;
+    int64_t rows, n;
+    int stats;
+    double err[64], err0[64];
+    llm_status s[64];
+};
+
+static void rtn_rows(int ti, int nt, void *ctx)
+{
+    struct rtn_job *J = ctx;
+    const int64_t n = J->n, r0 = J->rows * ti / nt, r1 = J->rows * (ti + 1) / nt;
+    const uint64_t rb = llm_type_row_bytes(J->p->type, (uint64_t)n);
+    float *d = llm_malloc((size_t)n * sizeof(float));
+    uint8_t *q0 = llm_malloc((size_t)rb);
+    llm_status s = d && q0 ? LLM_OK : LLM_E_NOMEM;
+    double err = 0.0, err0 = 0.0;
+    for (int64_t r = r0; r < r1 && !s; r++) {
+        float *w = J->W + r * n;
+        uint8_t *q = J->out + (uint64_t)r * rb;
+        if (J->stats) { /* the same without the importance */
+            if ((s = llm_kq_quantize_row(J->p->type, w, q0, n, NULL)) != LLM_OK ||
+                (s = llm_dequantize_row(J->p->type, q0, d, n)) != LLM_OK)
+                break;
+            for (int64_t i = 0; i < n; i++)
+                d[i] = w[i] - d[i];
+            err0 += quad_form(J->H, d, n);
+        }
+        if ((s = llm_kq_quantize_row(J->p->type, w, q, n, J->imp)) != LLM_OK ||
+            (s = llm_dequantize_row(J->p->type, q, d, n)) != LLM_OK)
+            break;
+        if (J->stats) {
+            for (int64_t i = 0; i < n; i++)
+                w[i] -= d[i];
+            err += quad_form(J->H, w, n);
+        }
+        memcpy(w, d, (size_t)n * sizeof *w);
+    }
+    llm_free(d), llm_free(q0);
+    J->err[ti] = err, J->err0[ti] = err0, J->s[ti] = s;
+}
+
 /* llm_gptq_params.rtn_only: each row rounded to nearest by its GGUF type's
  * quantizer with diag(H) as the importance; W becomes the values. st:
  * err_gptq the output error tr((W - Q) H (W - Q)^T) / rows, err_rtn that
- * of the same quantizer without the importance. */
+ * of the same quantizer without the importance. Rows in parallel. */
 static llm_status rtn_importance(const struct llm_gptq_params *p, float *W, int64_t rows,
                                  int64_t n, const float *H, void *out, int32_t *perm,
                                  struct llm_gptq_stats *st)
 {
-    const uint64_t rb = llm_type_row_bytes(p->type, (uint64_t)n);
-    float *imp = llm_malloc((size_t)n * sizeof(float)), *d = llm_malloc((size_t)n * sizeof(float));
-    uint8_t *q0 = llm_malloc((size_t)rb);
-    llm_status s = imp && d && q0 ? LLM_OK : LLM_E_NOMEM;
-    double err = 0.0, err0 = 0.0;
-    for (int64_t i = 0; i < n && !s; i++)
+    float *imp = llm_malloc((size_t)n * sizeof(float));
+    if (!imp)
+        return LLM_E_NOMEM;
+    for (int64_t i = 0; i < n; i++)
         imp[i] = H[i * n + i];
-    for (int64_t r = 0; r < rows && !s; r++) {
-        float *w = W + r * n;
-        uint8_t *q = (uint8_t *)out + (uint64_t)r * rb;
-        if (st) { /* the same without the importance */
-            if ((s = llm_kq_quantize_row(p->type, w, q0, n, NULL)) != LLM_OK ||
-                (s = llm_dequantize_row(p->type, q0, d, n)) != LLM_OK)
-                break;
-            for (int64_t i = 0; i < n; i++)
-                d[i] = w[i] - d[i];
-            err0 += quad_form(H, d, n);
-        }
-        if ((s = llm_kq_quantize_row(p->type, w, q, n, imp)) != LLM_OK ||
-            (s = llm_dequantize_row(p->type, q, d, n)) != LLM_OK)
-            break;
-        if (st) {
-            for (int64_t i = 0; i < n; i++)
-                w[i] -= d[i];
-            err += quad_form(H, w, n);
-        }
-        memcpy(w, d, (size_t)n * sizeof *w);
+    int nt = p->n_threads > 1 ? p->n_threads : 1;
+    nt = nt > 64 ? 64 : nt > rows ? (int)rows : nt;
+    struct rtn_job J = { .p = p, .W = W, .H = H, .imp = imp, .out = out, .rows = rows, .n = n,
+                         .stats = st != NULL };
+    struct llm_pool *pool = NULL;
+    llm_status s = nt > 1 ? llm_pool_new(&pool, nt) : LLM_OK;
+    if (!s) {
+        if (pool)
+            llm_pool_run(pool, rtn_rows, &J);
+        else
+            rtn_rows(0, 1, &J);
     }
+    double err = 0.0, err0 = 0.0;
+    for (int i = 0; i < nt && !s; i++) {
+        s = J.s[i];
+        err += J.err[i], err0 += J.err0[i];
+    }
+    llm_pool_free(pool);
     for (int64_t i = 0; i < n; i++)
         perm[i] = (int32_t)i;
     if (st && !s) {
@@ -418,7 +458,7 @@ static llm_status rtn_importance(const struct llm_gptq_params *p, float *W, int6
         st->damp_retries = 0;
         st->damp = 0.0;
     }
-    llm_free(imp), llm_free(d), llm_free(q0);
+    llm_free(imp);
     return s;
 }
 

@@ -25,6 +25,7 @@
 #include "awq.h"
 #include "gptq.h"
 #include "../quant/grid.h"
+#include "../ops/matmul.h" // llm_pool
 #include "../quant/kquants.h"
 #include "../model/layer.h"
 #include "qimpl.h"
@@ -428,6 +429,77 @@ static llm_status fp8_auto_scope(struct lin *L, const float *const *H, const flo
     return s;
 }
 
+/* --target-bpw's first pass: each candidate type's output error on the
+ * calibration inputs, sum over rows of tr((W - Q) H (W - Q)^T), Q rounded
+ * to nearest with diag(H) as the importance (the GGUF block types) or
+ * plainly; rows in nh equal blocks, block b on H[b]. L->W stays float, so
+ * the next layers see the float model's activations. */
+struct measure_job {
+    const struct lin *L;
+    const float *const *H;
+    int64_t rb;           /* rows per H block */
+    enum llm_type type;
+    float *D;             /* (rows, cols) W0 - Q */
+    llm_status s[64];     /* per thread */
+};
+
+static void measure_rows(int ti, int nt, void *ctx)
+{
+    struct measure_job *J = ctx;
+    const int64_t rows = J->L->rows, c = J->L->cols;
+    const int64_t r0 = rows * ti / nt, r1 = rows * (ti + 1) / nt;
+    float *imp = llm_malloc((size_t)c * sizeof(float)), *row = llm_malloc((size_t)c * sizeof(float));
+    void *qb = llm_malloc((size_t)llm_type_row_bytes(LLM_TYPE_F32, (uint64_t)c));
+    llm_status s = imp && row && qb ? LLM_OK : LLM_E_NOMEM;
+    int64_t hb = -1;
+    for (int64_t i = r0; i < r1 && !s; i++) {
+        const float *w0 = J->L->W0 + i * c;
+        if (i / J->rb != hb) {
+            hb = i / J->rb;
+            for (int64_t j = 0; j < c; j++)
+                imp[j] = J->H[hb][j * c + j];
+        }
+        s = llm_kq_type(J->type) ? llm_kq_quantize_row(J->type, w0, qb, c, imp)
+                                 : llm_quantize_row(J->type, w0, qb, c);
+        if (!s)
+            s = llm_dequantize_row(J->type, qb, row, c);
+        for (int64_t j = 0; !s && j < c; j++)
+            J->D[i * c + j] = w0[j] - row[j];
+    }
+    llm_free(imp), llm_free(row), llm_free(qb);
+    J->s[ti] = s;
+}
+
+static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const *H, int nh)
+{
+    struct qt *t = L->t;
+    const int64_t rows = L->rows, c = L->cols;
+    int nt = n_threads(q);
+    nt = nt > 64 ? 64 : nt;
+    struct measure_job J = { .L = L, .H = H, .rb = rows / nh };
+    J.D = llm_malloc((size_t)(rows * c) * sizeof(float));
+    struct llm_pool *pool = NULL;
+    llm_status s = J.D ? LLM_OK : LLM_E_NOMEM;
+    if (!s && nt > 1)
+        s = llm_pool_new(&pool, nt);
+    for (int k = 0; k < t->n_cand && !s; k++) {
+        J.type = t->cand[k];
+        if (pool)
+            llm_pool_run(pool, measure_rows, &J);
+        else
+            measure_rows(0, 1, &J);
+        for (int i = 0; i < (pool ? nt : 1) && !s; i++)
+            s = J.s[i];
+        double e = 0;
+        if (!s)
+            s = out_err_blocks(q, J.D, rows, c, H, nh, &e);
+        t->cand_err[k] = e * (double)rows;
+    }
+    llm_pool_free(pool);
+    llm_free(J.D);
+    return s;
+}
+
 /* Quantize one linear with GPTQ, its rows in nh equal blocks each on its
  * own Hessian H[b], or plainly for other methods; L->W becomes the file's
  * values (original column order). D (cols, cols): GPTAQ's cross term for
@@ -437,6 +509,11 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
 {
     double t0 = llm_q_now();
     struct qt *t = L->t;
+    if (t->measure) {
+        LLM_TRY(measure_lin(q, L, H, nh));
+        llm_q_progress(q, L->rows * L->cols);
+        return LLM_OK;
+    }
     if (t->spec.method == LLM_QM_GPTQ) {
         const struct llm_quantize_params *p = q->p;
         int64_t c = L->cols;

@@ -22,9 +22,26 @@ struct qt {
     size_t report;              /* index into the report + 1, 0: none */
     int imatrix;                /* rtn to a GGUF block type weighted by the calibration
                                    inputs: run in the gptq flow (gptq.h rtn_only) */
+    /* --target-bpw: the candidate types and their measured output errors
+     * (sum over rows of tr((W - Q) H (W - Q)^T), Q rounded to nearest with
+     * importance); measure: the first pass, which measures instead of
+     * quantizing and leaves the weights float */
+    int measure;
+    int n_cand;
+    enum llm_type cand[LLM_QCAND_MAX];
+    double cand_err[LLM_QCAND_MAX];
 };
 
 enum qflow { FLOW_NONE, FLOW_GPTQ, FLOW_AWQ };
+
+/* --target-bpw's choice for a tensor (quantize.c) */
+struct qchoice {
+    char name[LLM_MAX_NAME];
+    enum llm_type type;
+    int n_cand;
+    enum llm_type cand[LLM_QCAND_MAX];
+    double cand_err[LLM_QCAND_MAX];
+};
 
 struct qctx {
     struct llm_file *in;
@@ -35,6 +52,9 @@ struct qctx {
     size_t n_t;
     enum qflow flow;
     int stage_done;             /* stages processed: -1 .. n_layers */
+    int measure;                /* --target-bpw's first pass */
+    const struct qchoice *choice; /* --target-bpw's types for the second (n_choice) */
+    size_t n_choice;
     /* calibration */
     struct llm_calib cal;
     struct llm_context *ctx;    /* the forward pass's stages (model/layer.h), KV of a window */

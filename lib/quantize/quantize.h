@@ -124,6 +124,9 @@ struct llm_qprogress {
     double elapsed;          /* seconds since the start */
 };
 
+/* The most candidate types --target-bpw weighs for one tensor. */
+#define LLM_QCAND_MAX 8
+
 /* What happened to one tensor (for --report). Errors are mean squared
  * errors: weight = mean (W - Q)^2; output = tr((W-Q) H (W-Q)^T) / (rows *
  * cols) with H the mean x x^T over the calibration tokens, i.e. the mean
@@ -147,6 +150,12 @@ struct llm_qtensor_report {
                                 of a calibrated method) */
     int fallback;            /* 1: too few tokens for its Hessian (LLM_MOE_MIN_TOKENS):
                                 rounded to nearest instead */
+    /* --target-bpw: the types weighed and their measured output errors
+     * (sum over the rows of tr((W - Q) H (W - Q)^T), Q rounded to nearest
+     * with the importance), the chosen one being `to` */
+    int n_cand;
+    enum llm_type cand[LLM_QCAND_MAX];
+    double cand_err[LLM_QCAND_MAX];
 };
 struct llm_qreport {
     struct llm_qtensor_report *t;
@@ -157,6 +166,7 @@ struct llm_qreport {
     uint64_t bytes_in, bytes_out; /* weight bytes (auxiliary tensors excluded) */
     uint64_t params;
     int dequantized_input;   /* the input had quantized weights (--allow-requantize) */
+    double target_bpw;       /* --target-bpw (0: none) */
 };
 void llm_qreport_free(struct llm_qreport *r);
 
@@ -185,6 +195,12 @@ struct llm_quantize_params {
     const struct llm_recipe *recipe;   /* optional */
     enum llm_qmix mix;                 /* a named mixture of GGUF types for the tensors no
                                           recipe rule names (LLM_QMIX_NONE: def's type) */
+    /* > 0: each linear layer's GGUF type chosen so that the weights take
+     * this many bits per weight overall, by the output error each
+     * candidate type gives on the calibration data (needs calib_path; a
+     * first pass measures, quantize.c); the method is def's (rtn: with
+     * importance, or gptq) */
+    double target_bpw;
     /* calibration (gptq, awq) */
     const char *calib_path;
     int32_t n_samples, seq_len;        /* default 128 windows of 512 tokens */
