@@ -38,6 +38,7 @@ enum qflow { FLOW_NONE, FLOW_GPTQ, FLOW_AWQ };
 struct qchoice {
     char name[LLM_MAX_NAME];
     enum llm_type type;
+    int measured;               /* 0: an untied embedding table, type by target alone */
     int n_cand;
     enum llm_type cand[LLM_QCAND_MAX];
     double cand_err[LLM_QCAND_MAX];

@@ -781,6 +781,7 @@ static llm_status allocate(struct qctx *q1, double target, struct qchoice **out,
         struct qchoice *ch = &c[k];
         snprintf(ch->name, sizeof ch->name, "%s", t->name);
         ch->n_cand = t->n_cand;
+        ch->measured = t->measure;
         memcpy(ch->cand, t->cand, sizeof ch->cand);
         memcpy(ch->cand_err, t->cand_err, sizeof ch->cand_err);
         for (int j = 0; j < t->n_cand; j++)
@@ -965,7 +966,7 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
         /* the measured errors of --target-bpw's candidates */
         for (size_t i = 0; i < q.n_t; i++) {
             const struct qchoice *ch = choice_of(&q, q.t[i].name);
-            if (!ch)
+            if (!ch || !ch->measured)
                 continue;
             struct llm_qtensor_report *e = llm_q_report(&q, &q.t[i], -1);
             e->n_cand = ch->n_cand;

@@ -674,7 +674,8 @@ kq_sums() {
 # hold 256-element blocks; the GGUF written back imports and exports
 # unchanged.
 t_quantize_gguf_types_match_llama_cpp() {
-    "$BIN/llm-convert" -q --synthetic "$KQ_GOLD/kq-shape.yaml" --seed 1 -o "$TMP/kq.llm" || return 1
+    need "$DATA/llama2c/tok512.bin"
+    "$BIN/llm-convert" -q --synthetic "$KQ_GOLD/kq-shape.yaml" --tokenizer "$DATA/llama2c/tok512.bin" --seed 1 -o "$TMP/kq.llm" || return 1
     local t bad=0
     for t in q2_k q3_k q4_k q5_k q6_k iq4_xs iq4_nl q5_0 q5_1 q8_0 q4_0 q4_1; do
         printf 'default:\n  method: rtn\n  type: %s\nrules:\n  - match: "*"\n    type: %s\n' "$t" "$t" >"$TMP/kq.yaml"
@@ -766,4 +767,41 @@ t_quantize_q4_k_fallbacks() {
     q_make q4km --type q4_k_m || return 1
     [ "$(q_type "$TMP/q-q4km.llm" output.weight)" = q8_0 ] &&
     "$BIN/llm-run" -m "$TMP/q-q4km.llm" -p "Once upon a time" -n 16 --temp 0 >"$TMP/out" && [ -s "$TMP/out" ]
+}
+
+# --target-bpw: the types fit the budget (within the last upgrade's bytes),
+# a larger budget buys more bits, the report lists each candidate's measured
+# error with the choice, the metadata the target; an impossible target is
+# refused with the smallest reachable figure.
+t_quantize_target_bpw() {
+    need "$DATA/llama2c/tok512.bin" "$Q_TS"
+    python3 -c 1 2>/dev/null || skip "python3 absent"
+    "$BIN/llm-convert" -q --synthetic "$KQ_GOLD/kq-shape.yaml" --tokenizer "$DATA/llama2c/tok512.bin" \
+        --seed 1 -o "$TMP/tb.llm" || return 1
+    local b
+    for b in 4 6; do
+        "$QUANT" -q -m "$TMP/tb.llm" -o "$TMP/tb-$b.llm" --target-bpw $b --calib "$Q_TS" --samples 8 \
+            --seq-len 64 --report "$TMP/tb-$b.json" || return 1
+    done
+    python3 - "$TMP/tb-4.json" "$TMP/tb-6.json" <<'PY' || return 1
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+for r, t in ((a, 4), (b, 6)):
+    assert r["target_bpw"] == t, r["target_bpw"]
+    # the greedy stops when the next upgrade does not fit: within 0.3 bits
+    assert t - 0.3 <= r["bits_per_weight"] <= t, (t, r["bits_per_weight"])
+    lin = [x for x in r["tensors"] if "candidates" in x]
+    assert len(lin) == 15, len(lin)  # 7 per block x 2, and the head
+    for x in lin:
+        c = x["candidates"]
+        assert x["to"] in c and len(c) == 7, x
+        assert c["q2_k"] > c["q4_k"] > c["q6_k"] > c["q8_0"] >= 0, c
+types = lambda r: sorted(x["to"] for x in r["tensors"] if "candidates" in x)
+assert types(a) != types(b)
+PY
+    "$BIN/llm-convert" --info "$TMP/tb-4.llm" >"$TMP/info" && has "$TMP/info" "target_bpw: 4" &&
+    expect 1 "$QUANT" -m "$TMP/tb.llm" -o "$TMP/tb-1.llm" --target-bpw 1.5 --calib "$Q_TS" --samples 4 --seq-len 64 &&
+    has "$TMP/err" "is below what the smallest types give" && [ ! -e "$TMP/tb-1.llm" ] &&
+    expect 2 "$QUANT" -m x -o y --target-bpw 4 && has "$TMP/err" "it needs --calib FILE" &&
+    expect 2 "$QUANT" -m x -o y --target-bpw 4 --type q4_k --calib c && has "$TMP/err" "--target-bpw chooses the types"
 }
