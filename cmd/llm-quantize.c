@@ -18,7 +18,7 @@ static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the quantized model to FILE ('-' = stdout)", "file" },
     { OPT_METHOD, "method", LLM_ARG_REQUIRED, "METHOD", "rtn, gptq, awq, nf4 or fp8 (default: rtn)", "rtn gptq awq nf4 fp8" },
-    { OPT_TYPE, "type", LLM_ARG_REQUIRED, "TYPE", "a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp's mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k); rtn weighs its columns by --calib's inputs, gptq fits its grid", "q4_k_m q4_k_s q5_k_m q5_k_s q6_k q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1" },
+    { OPT_TYPE, "type", LLM_ARG_REQUIRED, "TYPE", "a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp's mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k); rtn weighs its columns by --calib's inputs, gptq and awq fit its grid", "q4_k_m q4_k_s q5_k_m q5_k_s q6_k q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1" },
     { OPT_TARGET, "target-bpw", LLM_ARG_REQUIRED, "B", "choose each linear layer's GGUF type (q2_k to q8_0) by its output error on --calib's data, for B bits per weight overall; with rtn or gptq", NULL },
     { OPT_BITS, "bits", LLM_ARG_REQUIRED, "B", "3, 4 or 8 bits for rtn, gptq, awq (3: zero points only; awq: 3 or 4) (default: 4)", "3 4 8" },
     { OPT_GROUP, "group", LLM_ARG_REQUIRED, "G", "group size 32, 64, 128, or 'channel' (default: 128)", "32 64 128 channel" },
@@ -405,15 +405,16 @@ int main(int argc, char **argv)
         have_type = 1;
     }
     if (have_type) {
-        if (m != LLM_QM_RTN && m != LLM_QM_GPTQ)
-            return llm_cli_usage(&cli, "--type takes rtn or gptq, not %s",
+        if (m != LLM_QM_RTN && m != LLM_QM_GPTQ && m != LLM_QM_AWQ)
+            return llm_cli_usage(&cli, "--type takes rtn, gptq or awq, not %s",
                                  llm_qmethod_name((enum llm_qmethod)m));
         if (have_bits || have_group || p.def.sym >= 0)
             return llm_cli_usage(&cli, "--type names the grid: --bits, --group, --sym and --asym "
                                  "do not apply");
-        if (m == LLM_QM_GPTQ && p.def.type >= 0 && !llm_kq_type((enum llm_type)p.def.type))
-            return llm_cli_usage(&cli, "--type: gptq takes a GGUF block type (q4_k ...) or a "
+        if (m != LLM_QM_RTN && p.def.type >= 0 && !llm_kq_type((enum llm_type)p.def.type))
+            return llm_cli_usage(&cli, "--type: %s takes a GGUF block type (q4_k ...) or a "
                                  "mixture; for %s use --bits and --group",
+                                 llm_qmethod_name((enum llm_qmethod)m),
                                  llm_type_name((enum llm_type)p.def.type));
         if (p.mix != LLM_QMIX_NONE) /* the mixture's base, for the checks below */
             p.def.type = (int)llm_qmix_type(p.mix, "blk.0.attn_q.weight", 1, 8, 0, 256);

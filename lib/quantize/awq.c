@@ -20,6 +20,8 @@
 #include "../ops/matmul.h"
 #include "awq.h"
 #include "../quant/grid.h"
+#include "../quant/kquants.h"
+#include "../quant/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -300,9 +302,28 @@ static inline float fq_one(const struct llm_qgrid *g, const struct llm_qgroup *p
     return prod + p->m;
 }
 
+/* A GGUF block type (q4_k ...; quant/kquants.h) as AWQ's grid: its
+ * blocks are the groups, and a group is pseudo-quantized by the type's own
+ * round-to-nearest quantizer (which fits its block's scales itself). */
+static llm_status grid_of(enum llm_type t, struct llm_qgrid *g)
+{
+    if (!llm_kq_type(t))
+        return llm_qgrid_of(t, g);
+    memset(g, 0, sizeof *g);
+    g->type = t;
+    g->group = (int)llm_type_traits(t)->blck;
+    return LLM_OK;
+}
+
 /* w (n) = value(code(w)) on one group's AWQ grid. */
 static void fq_group(const struct llm_qgrid *g, float *w, int64_t n)
 {
+    if (llm_kq_type(g->type)) { /* n is one block: at most 256 */
+        uint8_t blk[292];
+        if (n == g->group && llm_kq_quantize_row(g->type, w, blk, n, NULL) == LLM_OK)
+            llm_dequantize_row(g->type, blk, w, n);
+        return;
+    }
     struct llm_qgroup p;
     llm_qgrid_group_awq(g, w, n, &p);
     for (int64_t i = 0; i < n; i++)
@@ -329,7 +350,7 @@ static llm_status check_shape(const char *what, int64_t rows, int64_t cols)
 llm_status llm_awq_fake_quant(enum llm_type t, float *W, int64_t rows, int64_t cols)
 {
     struct llm_qgrid g;
-    LLM_TRY(llm_qgrid_of(t, &g));
+    LLM_TRY(grid_of(t, &g));
     LLM_TRY(check_shape("fake_quant", rows, cols));
     LLM_CHECK(W, LLM_E_INVALID, "awq: fake_quant: no weights");
     for (int64_t r = 0; r < rows; r++)
@@ -517,7 +538,7 @@ static llm_status check_search(enum llm_type t, struct llm_qgrid *g, int64_t col
                                const int64_t *rows, int n_grid, float *s,
                                struct llm_awq_scale_result *r, int n_threads)
 {
-    LLM_TRY(llm_qgrid_of(t, g));
+    LLM_TRY(grid_of(t, g));
     LLM_CHECK(x_mean && W && rows && s && r, LLM_E_INVALID, "awq: scale search: missing buffer");
     LLM_CHECK(n_w >= 1 && n_grid >= 1 && n_grid <= 1000 && n_threads >= 1, LLM_E_INVALID,
               "awq: scale search: n_w %d, n_grid %d (at most 1000), n_threads %d must be >= 1",
@@ -699,7 +720,7 @@ llm_status llm_awq_search_clip(enum llm_type t, const float *X, int64_t n, int64
                                double *err_after, int n_threads)
 {
     struct llm_qgrid g;
-    LLM_TRY(llm_qgrid_of(t, &g));
+    LLM_TRY(grid_of(t, &g));
     LLM_CHECK(X && W, LLM_E_INVALID, "awq: clip search: missing buffer");
     LLM_TRY(check_shape("clip search weight", rows, cols));
     LLM_TRY(check_shape("clip search tokens", n, cols));

@@ -1211,6 +1211,19 @@ static void awq_in_free(struct awq_in *a, int64_t n)
 static llm_status awq_pack(struct lin *L)
 {
     struct qt *t = L->t;
+    if (llm_kq_type(t->to)) { /* a GGUF block type: its own quantizer, as the search assumed */
+        const uint64_t rb = llm_type_row_bytes(t->to, (uint64_t)L->cols);
+        if (!t->data)
+            t->data = llm_malloc((size_t)t->nbytes);
+        llm_status s = t->data ? LLM_OK : LLM_E_NOMEM;
+        for (int64_t i = 0; !s && i < L->rows; i++) {
+            uint8_t *row = (uint8_t *)t->data + rb * (uint64_t)(L->row0 + i);
+            s = llm_kq_quantize_row(t->to, L->W + i * L->cols, row, L->cols, NULL);
+            if (!s)
+                s = llm_dequantize_row(t->to, row, L->W + i * L->cols, L->cols);
+        }
+        return s;
+    }
     struct llm_qgrid g;
     LLM_TRY(llm_qgrid_of(t->to, &g));
     int64_t gs = g.group ? g.group : L->cols, ng = (L->cols + gs - 1) / gs;

@@ -471,7 +471,8 @@ static llm_status plan(struct qctx *q)
                 t->stage = nl;
         }
         struct llm_qgrid fg;
-        if (t->spec.method == LLM_QM_GPTQ && !llm_kq_type(t->to) && t->spec.type >= 0 &&
+        if ((t->spec.method == LLM_QM_GPTQ || t->spec.method == LLM_QM_AWQ) &&
+            !llm_kq_type(t->to) && t->spec.type >= 0 &&
             llm_kq_type((enum llm_type)t->spec.type) && llm_qgrid_of(t->to, &fg) != LLM_OK) {
             /* rows that hold no block of any GGUF quantized type fall back
              * to f16, which is kept */

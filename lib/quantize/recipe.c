@@ -178,16 +178,14 @@ llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm
         }
         break;
     case LLM_QM_GPTQ:
+    case LLM_QM_AWQ:
         if (s->type >= 0 && llm_kq_type((enum llm_type)s->type)) {
-            *out = (enum llm_type)s->type; /* GPTQ on a GGUF block type's grid */
+            *out = (enum llm_type)s->type; /* on a GGUF block type's grid */
             return LLM_OK;
         }
-        /* fall through */
-    case LLM_QM_AWQ:
         if (s->type >= 0)
-            return llm_error_set(LLM_E_INVALID, "%s takes bits/group/sym, not an explicit type%s", m,
-                                 s->method == LLM_QM_GPTQ ? " (other than a GGUF block type: "
-                                                            "q4_k ...)" : "");
+            return llm_error_set(LLM_E_INVALID, "%s takes bits/group/sym, not an explicit type "
+                                 "(other than a GGUF block type: q4_k ...)", m);
         break;
     default:
         return llm_error_set(LLM_E_INVALID, "no method");
