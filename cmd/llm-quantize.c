@@ -53,7 +53,7 @@ static const struct llm_opt opts[] = {
 static struct llm_cli cli = {
     .prog = "llm-quantize",
     .synopsis = "-m IN -o OUT [--method METHOD] [--bits B] [--group G] [--calib FILE] [OPTIONS]\n"
-                "-m IN -o OUT --type TYPE [--method rtn|gptq] [--calib FILE] [OPTIONS]\n"
+                "-m IN -o OUT --type TYPE [--method rtn|gptq|awq] [--calib FILE] [OPTIONS]\n"
                 "-m IN -o OUT --target-bpw B --calib FILE [--method rtn|gptq] [OPTIONS]\n"
                 "-m IN -o OUT --recipe FILE [--calib FILE] [OPTIONS]",
     .summary = "Quantize a model: round to nearest, GPTQ, AWQ, NF4 or FP8.",

@@ -17,6 +17,8 @@
 #include "../quant/quant.h"
 #include "backend.h"
 
+#include "../quant/kquants.h"
+
 /* Multiply-adds below which an op stays on one thread. */
 #define CPU_SERIAL_WORK (1 << 16)
 
@@ -98,41 +100,87 @@ static llm_status cpu_download(struct llm_backend *b, void *dst, const void *src
     return LLM_OK;
 }
 
-/* The interleaved copy of a 4-bit matrix that takes it (ops/matmul.h: the
- * CPU's decode layout, 2.5x fewer instructions per block than the rows);
- * other weights are read in place. LLM_X16=0 in the environment keeps the
- * rows (to compare). */
+/* The 8-bit twin of a 32-element GGUF type, the same values exactly (an
+ * element's value d*c, or d*c + m, with the same binary16 d and m and its
+ * canonical code c as a byte): Q5_0 and IQ4_NL as q8_0, Q5_1 as q8z_g32;
+ * the type itself otherwise. */
+static enum llm_type twin8(enum llm_type t)
+{
+    return t == LLM_TYPE_Q5_0 || t == LLM_TYPE_IQ4_NL ? LLM_TYPE_Q8_0
+         : t == LLM_TYPE_Q5_1                         ? LLM_TYPE_Q8Z_G32
+                                                      : t;
+}
+
+/* rows (n) of type t at src as rows of its 8-bit twin at dst */
+static void widen8(enum llm_type t, const uint8_t *src, int64_t ne0, int64_t n, uint8_t *dst)
+{
+    const uint64_t sb = llm_type_traits(t)->block_bytes;
+    const enum llm_type d8 = twin8(t);
+    const uint64_t db = llm_type_traits(d8)->block_bytes;
+    int16_t c[32];
+    float s[2], m[2];
+    for (int64_t b = 0; b < n * (ne0 / 32); b++) {
+        const uint8_t *blk = src + (uint64_t)b * sb;
+        uint8_t *out = dst + (uint64_t)b * db;
+        llm_kq_unpack(t, blk, c, s, m);
+        memcpy(out, blk, d8 == LLM_TYPE_Q8Z_G32 ? 4 : 2); /* d (and m), binary16 */
+        for (int j = 0; j < 32; j++)
+            out[db - 32 + j] = (uint8_t)(int8_t)c[j];
+    }
+}
+
+/* The interleaved copy of a matrix that takes it (ops/matmul.h: the
+ * CPU's decode layout, 2.5x fewer instructions per block than the rows):
+ * the 4- and 8-bit types, and Q5_0, Q5_1 and IQ4_NL through their 8-bit
+ * twins (twin8), which on SmolLM2's Q4_K_M (166 of its 211 matrices Q5_0)
+ * decode faster than the 5-bit rows although they read more bytes. Other
+ * weights are read in place. LLM_X16=0 in the environment keeps the rows
+ * (to compare). */
 static llm_status cpu_bind(struct llm_backend *b, struct llm_weight *w,
                            void (*done)(void *ctx, const void *p, size_t n), void *ctx)
 {
     struct cpu_backend *cb = (struct cpu_backend *)b;
+    const enum llm_type xt = twin8(w->type);
     if (!cb->repack || w->x16 || !w->data || !llm_x16_enabled() ||
-        !llm_x16_ok(w->type, w->ne0, w->rows))
+        !llm_x16_ok(xt, w->ne0, w->rows))
         return LLM_OK;
     const size_t rb = (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0);
+    const size_t xb = (size_t)llm_type_row_bytes(xt, (uint64_t)w->ne0);
     void *own = cb->owned;
     LLM_TRY(llm_grow(&own, &cb->cap_owned, cb->n_owned + 1, sizeof *cb->owned));
     cb->owned = own;
-    uint8_t *p = llm_malloc(rb * (size_t)w->rows);
-    if (!p)
+    uint8_t *p = llm_malloc(xb * (size_t)w->rows);
+    uint8_t *wide = xt != w->type ? llm_malloc(xb * 1024) : NULL; // (1024, xb)
+    if (!p || (xt != w->type && !wide)) {
+        llm_free(p);
+        llm_free(wide);
         return llm_error_set(LLM_E_NOMEM, "no memory for the interleaved copy of a %lld x %lld "
                              "%s matrix", (long long)w->rows, (long long)w->ne0,
                              llm_type_name(w->type));
+    }
     /* groups of 16 rows are independent: a stretch at a time, each handed
      * back as soon as it is copied */
     const uint8_t *src = w->data;
     for (int64_t r = 0; r < w->rows; r += 1024) {
         const int64_t n = w->rows - r < 1024 ? w->rows - r : 1024;
-        llm_status s = llm_x16_pack(w->type, src + (size_t)r * rb, w->ne0, n, p + (size_t)r * rb);
+        const uint8_t *rows = src + (size_t)r * rb;
+        if (wide) {
+            widen8(w->type, rows, w->ne0, n, wide);
+            rows = wide;
+        }
+        llm_status s = llm_x16_pack(xt, rows, w->ne0, n, p + (size_t)r * xb);
         if (s) {
             llm_free(p);
+            llm_free(wide);
             return s;
         }
         if (done)
             done(ctx, src + (size_t)r * rb, (size_t)n * rb);
     }
+    llm_free(wide);
     cb->owned[cb->n_owned++] = p;
     w->x16 = p;
+    w->x16_type = xt;
     return LLM_OK;
 }
 
@@ -144,8 +192,10 @@ static llm_status cpu_embed(struct llm_backend *b, const struct llm_weight *W, c
 {
     (void)b;
     const uint64_t rb = llm_type_row_bytes(W->type, (uint64_t)W->ne0);
-    uint8_t *grp = NULL; /* (16, rb) a group of rows unpacked */
-    if (W->x16 && !(grp = llm_malloc(16 * (size_t)rb)))
+    const enum llm_type xt = W->x16 ? W->x16_type : W->type;
+    const uint64_t xb = llm_type_row_bytes(xt, (uint64_t)W->ne0);
+    uint8_t *grp = NULL; /* (16, xb) a group of rows unpacked */
+    if (W->x16 && !(grp = llm_malloc(16 * (size_t)xb)))
         return LLM_E_NOMEM;
     llm_status s = LLM_OK;
     for (int32_t i = 0; i < n && !s; i++) {
@@ -157,11 +207,11 @@ static llm_status cpu_embed(struct llm_backend *b, const struct llm_weight *W, c
         }
         const uint8_t *row = (const uint8_t *)W->data + rb * (uint64_t)t;
         if (grp) {
-            s = llm_x16_unpack(W->type, W->x16, W->ne0, t / 16 * 16, t / 16 * 16 + 16, grp);
-            row = grp + rb * (uint64_t)(t % 16);
+            s = llm_x16_unpack(xt, W->x16, W->ne0, t / 16 * 16, t / 16 * 16 + 16, grp);
+            row = grp + xb * (uint64_t)(t % 16);
         }
-        if (!s)
-            s = llm_dequantize_row(W->type, row, x + (int64_t)i * W->ne0, W->ne0);
+        if (!s) /* the 8-bit twin's values are the type's exactly */
+            s = llm_dequantize_row(grp ? xt : W->type, row, x + (int64_t)i * W->ne0, W->ne0);
     }
     llm_free(grp);
     return s;
@@ -220,9 +270,9 @@ static void mm_run(int i, int nth, void *arg)
         if (r0 >= r1)
             continue;
         if (W->x16)
-            s = j->n == 1 ? llm_matvec_x16(W->type, W->x16, j->X, j->Y[w], W->ne0, r0, r1)
-                          : llm_matmul_x16(W->type, W->x16, j->X, j->Y[w], W->ne0, j->n, W->rows,
-                                           r0, r1);
+            s = j->n == 1 ? llm_matvec_x16(W->x16_type, W->x16, j->X, j->Y[w], W->ne0, r0, r1)
+                          : llm_matmul_x16(W->x16_type, W->x16, j->X, j->Y[w], W->ne0, j->n,
+                                           W->rows, r0, r1);
         else if (j->n == 1)
             s = llm_matvec(W->type, W->data, j->X, j->Y[w], W->ne0, r0, r1);
         else

@@ -557,8 +557,10 @@ static void drop_embedding(struct llm_model *m)
 {
     struct llm_weight *e = &m->tok_embd;
     /* a tied table is read from the head's copy */
-    if (m->c.tie_embeddings && m->output.x16)
+    if (m->c.tie_embeddings && m->output.x16) {
         e->x16 = m->output.x16;
+        e->x16_type = m->output.x16_type;
+    }
     if (e->data && (!m->c.tie_embeddings || m->output.x16))
         llm_file_drop_pages(m->f, e->data,
                             (size_t)llm_type_row_bytes(e->type, (uint64_t)e->ne0) * (size_t)e->rows);

@@ -449,15 +449,20 @@ static void run_prompt(struct llm_model *m, float *lg)
 /* A 4-bit model runs its matrices in the interleaved layout of
  * ops/matmul.h, made at load for every matrix whose shape takes it, and
  * gives the row layout's logits (LLM_X16=0) up to float rounding: both
- * take exact integer dots of the same int16 activations. */
+ * take exact integer dots of the same int16 activations. GGUF's Q5_0,
+ * IQ4_NL and Q5_1 go interleaved as their 8-bit twins (q8_0, q8z_g32:
+ * the same values), with the same result. */
 Test(model, interleaved_q4_matches_row_layout)
 {
     if (!llm_x16_enabled()) {
         cr_skip_test("no kernel reads the interleaved layout here (LLM_ISA, LLM_MATMUL_ACT)");
         return;
     }
-    enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64 };
-    for (int ti = 0; ti < 3; ti++) {
+    enum llm_type types[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64,
+                              LLM_TYPE_Q5_0, LLM_TYPE_Q5_1, LLM_TYPE_IQ4_NL };
+    enum llm_type twins[] = { LLM_TYPE_Q4_0, LLM_TYPE_Q4_1, LLM_TYPE_Q4Z_G64,
+                              LLM_TYPE_Q8_0, LLM_TYPE_Q8Z_G32, LLM_TYPE_Q8_0 };
+    for (int ti = 0; ti < 6; ti++) {
         struct llm_model *m[2];
         float *lg[2];
         for (int x16 = 0; x16 < 2; x16++) {
@@ -479,7 +484,8 @@ Test(model, interleaved_q4_matches_row_layout)
         /* q4z_g64: the FFN's 96-wide down rows are no whole groups and keep their rows */
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             cr_assert(ws[i]->type == types[ti] &&
-                          !ws[i]->x16 == !llm_x16_ok(ws[i]->type, ws[i]->ne0, ws[i]->rows) &&
+                          !ws[i]->x16 == !llm_x16_ok(twins[ti], ws[i]->ne0, ws[i]->rows) &&
+                          (!ws[i]->x16 || ws[i]->x16_type == twins[ti]) &&
                           (ws[i]->x16 || ws[i] == &L->down),
                       "weight %zu of %s", i, llm_type_name(types[ti]));
         cr_assert(!m[0]->layers[1].down.x16 && !m[1]->tok_embd.x16);
