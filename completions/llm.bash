@@ -379,6 +379,14 @@ _llm_quantize()
             _llm_words 'rtn gptq awq nf4 fp8'
             return
             ;;
+        --type)
+            _llm_words 'q4_k_m q4_k_s q5_k_m q5_k_s q6_k q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1'
+            return
+            ;;
+        --target-bpw)
+            :
+            return
+            ;;
         --bits)
             _llm_words '3 4 8'
             return
@@ -459,7 +467,7 @@ _llm_quantize()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -o --output --method --bits --group --sym --asym --double-quant --fp8-scale --calib --samples --seq-len --seed --damp --act-order --static-groups --reference-grid --v-hessian --gptaq --mse --block-size --awq-grid --no-duo-scaling --no-clip --awq-tokens --recipe --report --allow-requantize -t --threads --compress --progress -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -o --output --method --type --target-bpw --bits --group --sym --asym --double-quant --fp8-scale --calib --samples --seq-len --seed --damp --act-order --static-groups --reference-grid --v-hessian --gptaq --mse --block-size --awq-grid --no-duo-scaling --no-clip --awq-tokens --recipe --report --allow-requantize -t --threads --compress --progress -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi
