@@ -640,3 +640,46 @@ Test(quantize, few_calibration_tokens_warn_once)
     cr_assert_eq(w.n, 0, "%s", w.last);
     llm_file_free(f);
 }
+
+/* llama.cpp b4748's mixtures on a 30-layer model (SmolLM2's layer sets,
+ * read off llama-quantize's files), and its fallbacks. */
+Test(quantize, gguf_mixtures_and_fallbacks)
+{
+    static const int more[] = { 0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29 };
+    for (int l = 0; l < 30; l++) {
+        int m = 0;
+        for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+            m |= more[i] == l;
+        char v[64], d[64], q[64];
+        snprintf(v, sizeof v, "blk.%d.attn_v.weight", l);
+        snprintf(d, sizeof d, "blk.%d.ffn_down.weight", l);
+        snprintf(q, sizeof q, "blk.%d.attn_q.weight", l);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, v, l, 30, 0, 576), m ? LLM_TYPE_Q6_K : LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, d, l, 30, 0, 1536), m ? LLM_TYPE_Q6_K : LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q5_K_M, d, l, 30, 0, 1536), m ? LLM_TYPE_Q6_K : LLM_TYPE_Q5_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, q, l, 30, 0, 576), LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_S, v, l, 30, 0, 576), l < 4 ? LLM_TYPE_Q5_K : LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_S, d, l, 30, 0, 1536), l < 3 ? LLM_TYPE_Q5_K : LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q6_K, v, l, 30, 0, 576), LLM_TYPE_Q6_K);
+    }
+    /* the head: q6_k, or q8_0 outright when 256 does not divide its rows */
+    cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, "output.weight", -1, 30, 1, 4096), LLM_TYPE_Q6_K);
+    cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, "token_embd.weight", -1, 30, 1, 576), LLM_TYPE_Q8_0);
+    cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, "token_embd.weight", -1, 30, 0, 576), LLM_TYPE_Q4_K);
+    /* fallbacks: llama.cpp's table, f16 past 32 */
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q4_K, 576), LLM_TYPE_Q5_0);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q5_K, 576), LLM_TYPE_Q5_1);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q6_K, 576), LLM_TYPE_Q8_0);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q2_K, 576), LLM_TYPE_IQ4_NL);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q3_K, 576), LLM_TYPE_IQ4_NL);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_IQ4_XS, 576), LLM_TYPE_IQ4_NL);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q4_K, 1536), LLM_TYPE_Q4_K);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q4_K, 172), LLM_TYPE_F16);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q5_0, 172), LLM_TYPE_F16);
+    cr_assert_eq(llm_q_fallback(LLM_TYPE_Q4_0, 172), LLM_TYPE_Q4_0); /* ours pad: not GGUF's rule */
+    enum llm_qmix mx;
+    cr_assert_eq(llm_qmix_parse("Q4_K_M", &mx), LLM_OK);
+    cr_assert_eq(mx, LLM_QMIX_Q4_K_M);
+    cr_assert_eq(llm_qmix_parse("q3_k_m", &mx), LLM_E_INVALID);
+    cr_assert(strstr(llm_error_detail(LLM_E_INVALID), "q4_k_s"));
+}
