@@ -61,6 +61,21 @@ SIMD_INLINE void SIMD(kq_scale8)(uint64_t u, float d, int neg, float *out)
     _mm256_storeu_ps(out, v);
 }
 
+/* A Q4_K/Q5_K block's eight sub-block scales d*sc (s) and minimums
+ * -(dmin*mn) (m): the 6-bit fields (formats.md §1.6) unpacked a word at a
+ * time */
+SIMD_INLINE void SIMD(kq_scales_k4)(const uint8_t *b, float *s, float *m)
+{
+    uint32_t u[3];
+    memcpy(u, b + 4, 12);
+    const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
+                        (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4) << 32;
+    const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
+                        (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4) << 32;
+    SIMD(kq_scale8)(sc, SIMD(ldh)(b), 0, s);
+    SIMD(kq_scale8)(mn, SIMD(ldh)(b + 2), 1, m);
+}
+
 /* bits of a 32-bit word (little-endian bytes at p) as 32 bytes, 0 or `v` */
 SIMD_INLINE __m256i SIMD(kq_bits)(const uint8_t *p, uint8_t v)
 {
@@ -112,15 +127,7 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
     case LLM_TYPE_Q5_K: {
         const int five = t == LLM_TYPE_Q5_K;
         const uint8_t *b = row + e0 / 256 * (five ? 176 : 144);
-        /* the eight 6-bit scales and mins (formats.md §1.6) a word at a time */
-        uint32_t u[3];
-        memcpy(u, b + 4, 12);
-        const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
-                            (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4) << 32;
-        const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
-                            (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4) << 32;
-        SIMD(kq_scale8)(sc, SIMD(ldh)(b), 0, k->s);
-        SIMD(kq_scale8)(mn, SIMD(ldh)(b + 2), 1, k->m);
+        SIMD(kq_scales_k4)(b, k->s, k->m);
         const uint8_t *ql = b + (five ? 48 : 16);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
@@ -486,14 +493,7 @@ static int SIMD(kq_dots)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
     case LLM_TYPE_Q5_K: {
         const int five = t == LLM_TYPE_Q5_K;
         const uint8_t *b = row + e0 / 256 * (five ? 176 : 144);
-        uint32_t u[3];
-        memcpy(u, b + 4, 12);
-        const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
-                            (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4) << 32;
-        const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
-                            (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4) << 32;
-        SIMD(kq_scale8)(sc, SIMD(ldh)(b), 0, s);
-        SIMD(kq_scale8)(mn, SIMD(ldh)(b + 2), 1, m);
+        SIMD(kq_scales_k4)(b, s, m);
         const uint8_t *ql = b + (five ? 48 : 16);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {

@@ -594,7 +594,7 @@ static void quant_q45_k(const float *x, uint8_t *b, const float *imp, int bits)
     const int nmax = (1 << bits) - 1;
     uint8_t L[256], Ls[8], Lm[8];
     float sc[8], mins[8], sw[8], w[32], maxs = 0, maxm = 0;
-    const float sigma2 = 2 * sum_sq(x, 256) / 256, av = sqrtf(sigma2);
+    const float sigma2 = 2 * sum_sq(x, 256) / 256;
     for (int k = 0; k < 8; k++) {
         const float *xs = x + 32 * k;
         if (imp) {
@@ -616,7 +616,6 @@ static void quant_q45_k(const float *x, uint8_t *b, const float *imp, int bits)
         maxs = fmaxf(maxs, sc[k]);
         maxm = fmaxf(maxm, mins[k]);
     }
-    (void)av;
     float dblk, mblk;
     if (imp) {
         dblk = qp_search(8, 63, sc, Ls, sw);
