@@ -152,7 +152,7 @@ t_bench_compare_bad_file() {
 # ---- kernel microbenchmarks ------------------------------------------------------------
 t_bench_kernels_usage_errors() {
     expect 2 "$BENCH" -m x --types q4_0 && has "$TMP/err" "--types goes with --kernels" || return 1
-    expect 2 "$BENCH" --kernels --types q4_0,q5_k && has "$TMP/err" "q5_k" || return 1
+    expect 2 "$BENCH" --kernels --types q4_0,q5_z && has "$TMP/err" "q5_z" || return 1
     expect 2 "$BENCH" --kernels --types u8 && has "$TMP/err" "unknown type 'u8'" || return 1
     expect 2 "$BENCH" --kernels -p 8 && has "$TMP/err" "--kernels takes at most one model" || return 1
     expect 2 "$BENCH" --kernels -m a -m b && has "$TMP/err" "--kernels takes at most one model" || return 1
