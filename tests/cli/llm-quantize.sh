@@ -431,7 +431,7 @@ t_quantize_recipe_without_gptq_refuses_calib() {
     q_base || return 1
     printf 'rules:\n  - match: "blk.*"\n    method: nf4\n' >"$TMP/nf4.yaml"
     expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/nf4.yaml" --calib "$Q_CAL" &&
-    has "$TMP/err" "calibration text given, but no tensor uses gptq, awq or fp8" && [ ! -e "$TMP/qx.llm" ]
+    has "$TMP/err" "calibration text given, but no tensor uses gptq, awq, fp8 or rtn to a GGUF block type" && [ ! -e "$TMP/qx.llm" ]
 }
 # --reference-grid is the reference's find_params, recorded in the metadata;
 # on a symmetric grid it differs from the round-to-nearest rule (step
