@@ -26,8 +26,10 @@ for f in "$@"; do
         k=$(echo "$t" | tr -d ' -')
         r=0
         while [ $r -lt "$rounds" ]; do
+            # llama-bench runs its default -p 512 and -n 128 too unless told 0
+            case $t in -p*) lt="$t -n 0" ;; *) lt="-p 0 $t" ;; esac
             # shellcheck disable=SC2086
-            "$lb" -m "$f" $t -t "$threads" -r 3 -o csv 2>/dev/null | tail -1 |
+            "$lb" -m "$f" $lt -t "$threads" -r 3 -o csv 2>/dev/null | tail -1 |
                 awk -F, '{ gsub(/"/, "", $0); print $(NF - 1) }' >>"$tmp/$n-$k-lc"
             # shellcheck disable=SC2086
             bin/llm-bench -m "$f" $t -t "$threads" -r 3 -o csv 2>/dev/null | tail -1 |
