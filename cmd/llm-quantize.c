@@ -155,12 +155,17 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
     fprintf(f, ",\n  \"seconds\": %.3f,\n  \"params\": %llu,\n  \"bytes_in\": %llu,\n"
                "  \"bytes_out\": %llu,\n  \"bits_per_weight\": %.4f,\n  \"target_bpw\": %s,\n"
                "  \"calibration\": {\"windows\": %lld, \"window_tokens\": %lld, "
-               "\"text_tokens\": %llu},\n  \"dequantized_input\": %s,\n  \"tensors\": [",
+               "\"text_tokens\": %llu, \"seconds\": {\"total\": %.3f, \"forward\": %.3f, "
+               "\"hessians\": %.3f, \"solve\": %.3f, \"search\": %.3f}},\n"
+               "  \"dequantized_input\": %s,\n  \"tensors\": [",
             r->seconds, (unsigned long long)r->params, (unsigned long long)r->bytes_in,
             (unsigned long long)r->bytes_out,
             r->params ? 8.0 * (double)r->bytes_out / (double)r->params : 0.0, target,
             (long long)r->calib_windows, (long long)r->calib_len,
-            (unsigned long long)r->calib_text_tokens, r->dequantized_input ? "true" : "false");
+            (unsigned long long)r->calib_text_tokens, r->calib_seconds[LLM_QP_TOTAL],
+            r->calib_seconds[LLM_QP_FORWARD], r->calib_seconds[LLM_QP_HESSIAN],
+            r->calib_seconds[LLM_QP_SOLVE], r->calib_seconds[LLM_QP_SEARCH],
+            r->dequantized_input ? "true" : "false");
     for (size_t i = 0; i < r->n; i++) {
         const struct llm_qtensor_report *t = &r->t[i];
         fputs(i ? ",\n    {\"name\": " : "\n    {\"name\": ", f);

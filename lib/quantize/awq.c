@@ -654,7 +654,7 @@ llm_status llm_awq_search_scale_gram(enum llm_type t, const float *G, int64_t n_
 
 struct cl_ctx {
     const struct llm_qgrid *g;
-    const struct rhs *b; // (n_groups): X's columns of each group, packed
+    const struct rhs *b; // (n_groups): each group's Gram matrix over the tokens, packed
     float *W;
     int64_t rows, cols, gl, n_groups, n;
     int n_grid, n_cand;
@@ -695,7 +695,8 @@ static void cl_worker(int ti, int nt, void *arg)
                 }
             }
             memset(out, 0, sizeof out);
-            gemm(&c->b[k], A, len, mb * nc, EPI_SUMSQ, NULL, 0, NULL, 0, out);
+            /* each candidate's sum over the tokens of (a . x)^2, as a G_k a^T */
+            gemm(&c->b[k], A, len, mb * nc, EPI_DOT, NULL, 0, A, len, out);
             for (int64_t r = 0; r < mb; r++) {
                 const double *e = out + r * nc;
                 int best = 0;
@@ -741,11 +742,25 @@ llm_status llm_awq_search_clip(enum llm_type t, const float *X, int64_t n, int64
     float *scratch = llm_malloc((size_t)n_threads * CL_ROWS * (size_t)n_cand * (size_t)gl *
                                 sizeof(float));
     double *err = llm_calloc((size_t)n_threads * 2, sizeof(double));
-    if (!b || !scratch || !err)
+    float *XT = llm_malloc((size_t)gl * (size_t)n * sizeof(float)); /* (gl, n) a group's X^T */
+    float *G = llm_malloc((size_t)gl * (size_t)gl * sizeof(float)); /* (gl, gl) */
+    if (!b || !scratch || !err || !XT || !G)
         goto done;
+    /* A candidate's error on a group is sum over tokens of (a . x_k)^2 =
+     * a G_k a^T with G_k = X_k^T X_k the group's Gram matrix over the
+     * sample: gl^2 operations per candidate and row instead of gl * n. */
     for (int64_t k = 0; k < n_groups; k++) {
         const int64_t len = cols - k * gl < gl ? cols - k * gl : gl;
-        if ((st = rhs_pack(&b[k], X + k * gl, cols, n, len, isa)) != LLM_OK)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < len; c++)
+                XT[c * n + i] = X[i * cols + k * gl + c];
+        struct rhs bx;
+        if ((st = rhs_pack(&bx, XT, n, len, n, isa)) != LLM_OK)
+            goto done;
+        struct gram_ctx gc = { .b = &bx, .XT = XT, .G = G, .cols = len, .n = n };
+        st = run_threads(n_threads < len ? n_threads : (int)len, gram_worker, &gc);
+        rhs_free(&bx);
+        if (st != LLM_OK || (st = rhs_pack(&b[k], G, len, len, len, isa)) != LLM_OK)
             goto done;
     }
     struct cl_ctx c = { .g = &g, .b = b, .W = W, .rows = rows, .cols = cols, .gl = gl,
@@ -768,6 +783,8 @@ done:
     llm_free(b);
     llm_free(scratch);
     llm_free(err);
+    llm_free(XT);
+    llm_free(G);
     return st;
 }
 

@@ -65,7 +65,11 @@ struct qctx {
     float *X;                   /* (N, dim) residual stream of every window, N = n * len */
     float *A;                   /* (N, q dim) attention outputs */
     float *Xf, *Af;             /* GPTAQ: X and A of the float model (else NULL) */
+    float *Hc;                  /* GPTQ: (N, ffn_dim) the FFN's hidden states as down's
+                                   Hessian saw them, for the residual after it (else NULL:
+                                   computed again) */
     int64_t N;
+    double ph[LLM_QP_N];        /* seconds by phase (the report's calib_seconds) */
     /* progress */
     int64_t work_done, work_total;
     double t0;

@@ -886,7 +886,8 @@ static void free_ctx(struct qctx *q)
 /* --target-bpw's first pass: the candidates' errors, layer by layer on
  * the float model's activations; then the choice. */
 static llm_status measure_and_allocate(struct llm_file *in, const struct llm_quantize_params *p,
-                                       struct llm_model *m, struct qchoice **out, size_t *n)
+                                       struct llm_model *m, struct qchoice **out, size_t *n,
+                                       double ph[LLM_QP_N])
 {
     struct qctx q1;
     memset(&q1, 0, sizeof q1);
@@ -906,6 +907,7 @@ static llm_status measure_and_allocate(struct llm_file *in, const struct llm_qua
         s = llm_q_calib_stage(&q1, ++q1.stage_done);
     if (!s)
         s = allocate(&q1, p->target_bpw, out, n);
+    memcpy(ph, q1.ph, sizeof q1.ph);
     free_ctx(&q1);
     return s;
 }
@@ -934,7 +936,7 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
     llm_status s = llm_model_from_file_borrowed(&q.m, in, &mp);
     struct qchoice *choice = NULL;
     if (!s && p->target_bpw > 0) {
-        s = measure_and_allocate(in, p, q.m, &choice, &q.n_choice);
+        s = measure_and_allocate(in, p, q.m, &choice, &q.n_choice, q.ph); /* its time counts */
         q.choice = choice;
     }
     struct llm_file *of = NULL;
@@ -961,6 +963,10 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
         rep->calib_len = q.cal.len;
         rep->calib_text_tokens = q.cal.text_tokens;
         rep->target_bpw = p->target_bpw;
+        memcpy(rep->calib_seconds, q.ph, sizeof q.ph);
+        /* the forward passes: what the stages did besides the rest */
+        rep->calib_seconds[LLM_QP_FORWARD] =
+            q.ph[LLM_QP_TOTAL] - q.ph[LLM_QP_HESSIAN] - q.ph[LLM_QP_SOLVE] - q.ph[LLM_QP_SEARCH];
         llm_file_totals(in, &rep->params, &rep->bytes_in);
         uint64_t params;
         llm_file_totals(of, &params, &rep->bytes_out);

@@ -157,6 +157,16 @@ struct llm_qtensor_report {
     enum llm_type cand[LLM_QCAND_MAX];
     double cand_err[LLM_QCAND_MAX];
 };
+/* The parts of a calibrated run's time (llm_qreport.calib_seconds). */
+enum llm_qphase {
+    LLM_QP_TOTAL,   /* the calibration: reading the text, and every stage */
+    LLM_QP_FORWARD, /* the forward passes: norms, attention, FFN, residuals */
+    LLM_QP_HESSIAN, /* sums of x x^T (and v's attention-weighted inputs) */
+    LLM_QP_SOLVE,   /* GPTQ (or rounding) of each matrix on its Hessian */
+    LLM_QP_SEARCH,  /* AWQ's scale and clip searches and packing */
+    LLM_QP_N
+};
+
 struct llm_qreport {
     struct llm_qtensor_report *t;
     size_t n, cap;
@@ -167,6 +177,9 @@ struct llm_qreport {
     uint64_t params;
     int dequantized_input;   /* the input had quantized weights (--allow-requantize) */
     double target_bpw;       /* --target-bpw (0: none) */
+    /* where the calibrated stages' time went (seconds; all 0 without
+     * calibration): llm_qphase */
+    double calib_seconds[LLM_QP_N];
 };
 void llm_qreport_free(struct llm_qreport *r);
 
