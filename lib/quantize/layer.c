@@ -24,6 +24,7 @@
 #include "../quant/quant.h"
 #include "awq.h"
 #include "gptq.h"
+#include "vhess.h"
 #include "../quant/grid.h"
 #include "../ops/matmul.h" // llm_pool
 #include "../quant/kquants.h"
@@ -103,30 +104,14 @@ static void hacc_free(struct hacc *h)
 }
 
 /* Add the n tokens x (n, cols): the product T . T^T of the transposed
- * chunk runs on the backend's matmul (threaded, SIMD). */
-/* Feature rows per product of hacc_add: x x^T is symmetric, so only the
- * blocks on and below the diagonal are formed (58% of the full product at
- * 576 features, 53% at 1536), each one call of the GEMM. */
-#define HACC_BLOCK 96
-
-/* sum (c, c) += A B^T for A, B (c, len) (rows: features): the blocks on
- * and below the diagonal when `lower` (the product is symmetric), else all
- * of it. y: scratch (HACC_BLOCK, c). */
-static llm_status gram_add(struct qctx *q, double *sum, const float *A, const float *B, int64_t c,
-                           int64_t len, int lower, float *y)
+ * chunk runs on the backend's matmul (threaded, SIMD); x x^T is symmetric,
+ * so only the blocks on and below the diagonal are formed (58% of the full
+ * product at 576 features, 53% at 1536; vhess.h llm_q_gram_add). */
+/* mm as the products of vhess.h */
+static llm_status qmm(void *ctx, const float *W, int64_t rows, int64_t cols, const float *X,
+                      int32_t n, float *Y)
 {
-    for (int64_t b0 = 0; b0 < c; b0 += HACC_BLOCK) {
-        const int64_t b1 = c - b0 < HACC_BLOCK ? c : b0 + HACC_BLOCK, w = lower ? b1 : c;
-        /* y (b1 - b0, w) = A[b0:b1] B[0:w]^T */
-        LLM_TRY(mm(q, B, w, len, A + b0 * len, (int32_t)(b1 - b0), y));
-        for (int64_t i = b0; i < b1; i++) {
-            const float *yi = y + (i - b0) * w;
-            double *s = sum + i * c;
-            for (int64_t j = 0; j < (lower ? i + 1 : c); j++)
-                s[j] += yi[j];
-        }
-    }
-    return LLM_OK;
+    return mm(ctx, W, rows, cols, X, n, Y);
 }
 
 static llm_status hacc_add_raw(struct qctx *q, struct hacc *h, const float *x, int32_t n)
@@ -146,7 +131,7 @@ static llm_status hacc_add_raw(struct qctx *q, struct hacc *h, const float *x, i
         h->asum[j] += a;
     }
     /* sum[i][j] for j <= i; hacc_mean fills the upper half */
-    LLM_TRY(gram_add(q, h->sum, h->t, h->t, c, n, 1, h->y));
+    LLM_TRY(llm_q_gram_add(qmm, q, h->sum, h->t, h->t, c, n, 1, h->y));
     h->n += n;
     return LLM_OK;
 }
@@ -832,89 +817,6 @@ static llm_status normed_hessian(struct qctx *q, int32_t l, enum llm_norm which,
  * term sum_h (Y_fh - Y_h)^T Y_h, Y_fh from the float stream, q and k
  * (their W0): (Xf^T C - X^T M) X with C = sum_h P_fh^T P_h. */
 
-/* Probability rows of one chunk, gathered for a product over queries:
- * S (b1, hpg * m) with S[j][h * m + (i - i0)] = probs[hq0 + h][i][j] for
- * keys j < b1, the chunk's queries i0 <= i < n (m = n - i0) and the
- * group's hpg heads; probs (n_heads, n, pl). */
-static void gather_probs(const float *probs, int64_t hq0, int64_t hpg, int32_t n, int64_t pl,
-                         int32_t i0, int64_t b1, float *S)
-{
-    const int64_t m = n - i0, K = hpg * m;
-    for (int64_t h = 0; h < hpg; h++) {
-        const float *P = probs + (hq0 + h) * n * pl;
-        /* in tiles of 16 queries: each reads 16 rows, writes 16 columns */
-        for (int32_t a = i0; a < n; a += 16) {
-            const int32_t a1 = n - a < 16 ? n : a + 16;
-            for (int64_t j = 0; j < b1; j++)
-                for (int32_t i = a; i < a1; i++)
-                    S[j * K + h * m + (i - i0)] = P[(int64_t)i * pl + j];
-        }
-    }
-}
-
-/* v_hessians' per-group accumulators for one window */
-struct vgroup {
-    float *M;  /* (len, len) sum_h P_h^T P_h, rows on and below the diagonal */
-    float *CT; /* GPTAQ: (len, len) CT[r][k] = sum_h sum_i P_h[i][r] P_fh[i][k], or NULL */
-};
-
-/* Add one chunk's probabilities (probs[0] quantized, probs[1] float: (n_heads,
- * n, off + n)) of the group's heads hq0.. to its M (and CT). A key j of the
- * chunk is reached only by queries i >= j - off; a block of keys [b0, b1)
- * so needs queries from b0 - off on. */
-static llm_status vgroup_add(struct qctx *q, struct vgroup *vg, float *const probs[2],
-                             int64_t hq0, int64_t hpg, int32_t off, int32_t n, float *S, float *Sf,
-                             float *y)
-{
-    const int64_t len = q->cal.len, pl = off + n;
-    for (int64_t b0 = 0; b0 < pl; b0 += HACC_BLOCK) {
-        const int64_t b1 = pl - b0 < HACC_BLOCK ? pl : b0 + HACC_BLOCK;
-        const int32_t i0 = b0 > off ? (int32_t)(b0 - off) : 0;
-        const int64_t K = hpg * (n - i0);
-        gather_probs(probs[0], hq0, hpg, n, pl, i0, b1, S);
-        /* y (b1 - b0, b1) = S[b0:b1] S[0:b1]^T: M's rows b0..b1, below the diagonal */
-        LLM_TRY(mm(q, S, b1, K, S + b0 * K, (int32_t)(b1 - b0), y));
-        for (int64_t r = b0; r < b1; r++)
-            for (int64_t k = 0; k <= r; k++)
-                vg->M[r * len + k] += y[(r - b0) * b1 + k];
-        if (!vg->CT)
-            continue;
-        /* y (b1 - b0, pl) = S[b0:b1] Sf^T: CT's rows b0..b1, every key of the float side */
-        gather_probs(probs[1], hq0, hpg, n, pl, i0, pl, Sf);
-        LLM_TRY(mm(q, Sf, pl, K, S + b0 * K, (int32_t)(b1 - b0), y));
-        for (int64_t r = b0; r < b1; r++)
-            for (int64_t k = 0; k < pl; k++)
-                vg->CT[r * len + k] += y[(r - b0) * pl + k];
-    }
-    return LLM_OK;
-}
-
-/* The window's share of group g's sums, from its M (and CT): h->sum +=
- * X^T M X, h->dsum += (Xf^T C - X^T M) X; XT, XfT (dim, len) the normed
- * inputs transposed; Z, U scratch (dim, len). */
-static llm_status vgroup_window(struct qctx *q, struct vgroup *vg, struct hacc *h, int64_t hpg,
-                                const float *XT, const float *XfT, float *Z, float *U)
-{
-    const int64_t len = q->cal.len, dim = h->cols;
-    for (int64_t r = 0; r < len; r++) /* M's upper half from its lower */
-        for (int64_t k = r + 1; k < len; k++)
-            vg->M[r * len + k] = vg->M[k * len + r];
-    /* Z (dim, len) = (M X)^T = X^T M */
-    LLM_TRY(mm(q, vg->M, len, len, XT, (int32_t)dim, Z));
-    LLM_TRY(gram_add(q, h->sum, XT, Z, dim, len, 1, h->y));
-    if (vg->CT) {
-        /* U (dim, len) = Xf^T C - X^T M; dsum += U X */
-        LLM_TRY(mm(q, vg->CT, len, len, XfT, (int32_t)dim, U));
-        for (int64_t i = 0; i < dim * len; i++)
-            U[i] -= Z[i];
-        LLM_TRY(gram_add(q, h->dsum, U, XT, dim, len, 0, h->y));
-        memset(vg->CT, 0, (size_t)(len * len) * sizeof(float));
-    }
-    memset(vg->M, 0, (size_t)(len * len) * sizeof(float));
-    h->n += len * hpg;
-    return LLM_OK;
-}
-
 static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct lin *lk,
                              struct lin *lv, float **H, float **D)
 {
@@ -922,7 +824,6 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
     const int64_t dim = cf->dim, nh = cf->n_heads, nkv = cf->n_kv_heads, hpg = nh / nkv;
     const int64_t qd = nh * cf->head_dim, len = q->cal.len, nb = q->nb;
     const int asym = q->Xf != NULL, nv = asym ? 2 : 1; /* quantized, float */
-    const int64_t ny = HACC_BLOCK * (len > dim ? len : dim);
     float *XT[2] = { 0 }, *probs[2] = { 0 };
     int fail = 0;
     for (int v = 0; v < nv; v++) {
@@ -930,23 +831,14 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
         probs[v] = llm_malloc((size_t)(nh * nb * len) * sizeof(float)); /* (nh, nb, <= len) */
         fail |= !XT[v] || !probs[v];
     }
-    float *S = llm_malloc((size_t)(len * hpg * nb) * sizeof(float));   /* gather_probs' */
-    float *Sf = asym ? llm_malloc((size_t)(len * hpg * nb) * sizeof(float)) : NULL;
-    float *Z = llm_malloc((size_t)(dim * len) * sizeof(float));
-    float *U = asym ? llm_malloc((size_t)(dim * len) * sizeof(float)) : NULL;
-    float *y = llm_malloc((size_t)ny * sizeof(float));
     float *att = llm_malloc((size_t)(nb * qd) * sizeof(float)); /* (nb, qd) not used */
     struct hacc *h = llm_calloc((size_t)nkv, sizeof *h);
-    struct vgroup *vg = llm_calloc((size_t)nkv, sizeof *vg);
-    llm_status s = !fail && S && (!asym || (Sf && U)) && Z && y && att && h && vg
-                       ? LLM_OK
-                       : LLM_E_NOMEM;
+    struct llm_vhess *vh = llm_calloc((size_t)nkv, sizeof *vh); /* a window's M, C per group */
+    llm_status s = !fail && att && h && vh ? LLM_OK : LLM_E_NOMEM;
     for (int64_t g = 0; g < nkv && !s; g++) {
         s = hacc_init_x(&h[g], dim, 1, asym);
-        vg[g].M = llm_calloc((size_t)(len * len), sizeof(float));
-        vg[g].CT = asym ? llm_calloc((size_t)(len * len), sizeof(float)) : NULL;
-        if (!s && (!vg[g].M || (asym && !vg[g].CT)))
-            s = LLM_E_NOMEM;
+        if (!s)
+            s = llm_vhess_init(&vh[g], len, dim, hpg, nb, asym);
     }
     for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
         /* the model's attention of the chunk with the quantized q and k (and
@@ -962,25 +854,30 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
                 s = attn_chunk(q, l, q->xb, lq, v ? lq->W0 : lq->W, lk, v ? lk->W0 : lk->W, lv,
                                v ? lv->W0 : lv->W, NULL, v, k.off, k.n, att, probs[v]);
         }
+        /* each group's M (and C) takes the chunk; at the end of the window
+         * they go into its sums */
         double t0 = llm_q_now();
-        for (int64_t g = 0; g < nkv && !s; g++)
-            s = vgroup_add(q, &vg[g], probs, g * hpg, hpg, k.off, k.n, S, Sf, y);
-        for (int64_t g = 0; g < nkv && !s && k.off + k.n == len; g++)
-            s = vgroup_window(q, &vg[g], &h[g], hpg, XT[0], XT[1], Z, U);
+        const int last = k.off + k.n == len;
+        for (int64_t g = 0; g < nkv && !s; g++) {
+            s = llm_vhess_add(&vh[g], qmm, q, probs, g * hpg, k.off, k.n);
+            if (!s && last) {
+                s = llm_vhess_window(&vh[g], qmm, q, XT[0], XT[1], h[g].sum, h[g].dsum);
+                h[g].n += len * hpg;
+            }
+        }
         q->ph[LLM_QP_HESSIAN] += llm_q_now() - t0;
     }
     for (int64_t g = 0; g < nkv && !s; g++)
         s = hacc_gptq(&h[g], &H[g], &D[g]);
-    for (int64_t g = 0; g < nkv && h && vg; g++) {
+    for (int64_t g = 0; g < nkv && h && vh; g++) {
         hacc_free(&h[g]);
-        llm_free(vg[g].M);
-        llm_free(vg[g].CT);
+        llm_vhess_free(&vh[g]);
     }
     llm_free(h);
-    llm_free(vg);
+    llm_free(vh);
     for (int v = 0; v < 2; v++)
         llm_free(XT[v]), llm_free(probs[v]);
-    llm_free(S), llm_free(Sf), llm_free(Z), llm_free(U), llm_free(y), llm_free(att);
+    llm_free(att);
     return s;
 }
 
