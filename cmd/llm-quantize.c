@@ -156,7 +156,8 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
                "  \"bytes_out\": %llu,\n  \"bits_per_weight\": %.4f,\n  \"target_bpw\": %s,\n"
                "  \"calibration\": {\"windows\": %lld, \"window_tokens\": %lld, "
                "\"text_tokens\": %llu, \"seconds\": {\"total\": %.3f, \"forward\": %.3f, "
-               "\"hessians\": %.3f, \"solve\": %.3f, \"search\": %.3f}},\n"
+               "\"hessians\": %.3f, \"solve\": %.3f, \"search\": %.3f}, "
+               "\"ffn_hidden_kept\": %s},\n"
                "  \"dequantized_input\": %s,\n  \"tensors\": [",
             r->seconds, (unsigned long long)r->params, (unsigned long long)r->bytes_in,
             (unsigned long long)r->bytes_out,
@@ -165,6 +166,7 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
             (unsigned long long)r->calib_text_tokens, r->calib_seconds[LLM_QP_TOTAL],
             r->calib_seconds[LLM_QP_FORWARD], r->calib_seconds[LLM_QP_HESSIAN],
             r->calib_seconds[LLM_QP_SOLVE], r->calib_seconds[LLM_QP_SEARCH],
+            r->calib_ffn_kept ? "true" : "false",
             r->dequantized_input ? "true" : "false");
     for (size_t i = 0; i < r->n; i++) {
         const struct llm_qtensor_report *t = &r->t[i];

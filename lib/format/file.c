@@ -68,11 +68,12 @@ llm_status llm_file_add_map(struct llm_file *f, struct llm_map *m)
     return LLM_OK;
 }
 
-void llm_file_drop_pages(struct llm_file *f, const void *p, size_t n)
+int llm_file_drop_pages(struct llm_file *f, const void *p, size_t n)
 {
     for (size_t i = 0; i < f->n_maps; i++)
         if (llm_map_drop(&f->maps[i], p, n))
-            return;
+            return 1;
+    return 0;
 }
 
 /* Names are found through a hash table, so that a file with a hundred

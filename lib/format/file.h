@@ -120,8 +120,8 @@ llm_status llm_file_own(struct llm_file *f, void *p);
 /* Take over a mapping (it is closed with the file). */
 llm_status llm_file_add_map(struct llm_file *f, struct llm_map *m);
 /* llm_map_drop on the mapping of f that holds [p, p + n), if any (bytes
- * the file owns in memory are left alone). */
-void llm_file_drop_pages(struct llm_file *f, const void *p, size_t n);
+ * the file owns in memory are left alone); 1 if a mapping held them. */
+int llm_file_drop_pages(struct llm_file *f, const void *p, size_t n);
 
 /* Add a tensor; the shape is validated and nbytes computed. `data` may be
  * NULL (set t->fill afterwards). Names must be unique and shorter than

@@ -683,17 +683,18 @@ static llm_status calib_begin(struct qctx *q)
      * for GPTQ's copy of the FFN's hidden states. */
     uint64_t dropped = 0;
     for (size_t i = 0; i < q->n_t; i++)
-        if (q->t[i].in && q->t[i].in->data) {
-            llm_file_drop_pages(q->in, q->t[i].in->data, (size_t)q->t[i].in->nbytes);
+        if (q->t[i].in && q->t[i].in->data &&
+            llm_file_drop_pages(q->in, q->t[i].in->data, (size_t)q->t[i].in->nbytes))
             dropped += q->t[i].in->nbytes;
-        }
-    /* kept only where it takes no more than the weights that left: the
-     * peak stays what it was (else down's input is computed twice) */
+    /* kept only where it takes no more than the mapped weights that left
+     * (bytes the file holds in memory stay): the peak stays what it was,
+     * else down's input is computed twice */
     uint64_t nh;
     if (q->flow == FLOW_GPTQ && !c->n_expert &&
         llm_mul_ok((uint64_t)q->N, (uint64_t)c->ffn_dim * sizeof(float), &nh) && nh <= dropped &&
         nh <= SIZE_MAX)
         q->Hc = llm_malloc((size_t)nh); /* NULL: computed twice as well */
+    q->hc_kept = q->Hc != NULL;
     if (asym)
         memcpy(q->Xf, q->X, (size_t)nx);
     return LLM_OK;

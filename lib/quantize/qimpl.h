@@ -70,6 +70,7 @@ struct qctx {
                                    computed again) */
     int64_t N;
     double ph[LLM_QP_N];        /* seconds by phase (the report's calib_seconds) */
+    int hc_kept;                /* Hc was allocated (the report's calib_ffn_kept) */
     /* progress */
     int64_t work_done, work_total;
     double t0;

@@ -180,6 +180,8 @@ struct llm_qreport {
     /* where the calibrated stages' time went (seconds; all 0 without
      * calibration): llm_qphase */
     double calib_seconds[LLM_QP_N];
+    int calib_ffn_kept;      /* GPTQ kept the FFN's hidden states between down's Hessian and
+                                its residual (else they were computed twice) */
 };
 void llm_qreport_free(struct llm_qreport *r);
 

@@ -241,6 +241,27 @@ t_quantize_gptaq_runs() {
     expect 1 "$QUANT" -m "$TMP/q-base.llm" -o "$TMP/qx.llm" --recipe "$TMP/rtn.yaml" --gptaq &&
     has "$TMP/err" "--gptaq: no tensor uses gptq" && [ ! -e "$TMP/qx.llm" ]
 }
+# GPTQ keeps the FFN's hidden states between down's Hessian and its
+# residual when they fit in the mapped weights it no longer holds, else it
+# computes them again: both ways give the same bytes. A zstd-compressed
+# input is held in memory (nothing to drop), so it takes the second way;
+# the report says which way each run went. The stage-by-stage page dropping
+# runs in both.
+t_quantize_gptq_ffn_kept_or_recomputed_same_bytes() {
+    q_base || return 1
+    "$BIN/llm-convert" -q "$TMP/q-base.llm" --compress -o "$TMP/q-basez.llm" || return 1
+    local a
+    for a in q-base q-basez; do
+        "$QUANT" -q -m "$TMP/$a.llm" -o "$TMP/ffn-$a.llm" --method gptq --calib "$Q_CAL" \
+            --samples 4 --seq-len 64 --report "$TMP/ffn-$a.json" || return 1
+    done
+    grep -q '"ffn_hidden_kept": true' "$TMP/ffn-q-base.json" &&
+    grep -q '"ffn_hidden_kept": false' "$TMP/ffn-q-basez.json" || { echo "both runs kept (or recomputed)"; return 1; }
+    grep -q '"forward": [0-9.]*, "hessians": [0-9.]*, "solve": [0-9.]*, "search": 0.000' \
+        "$TMP/ffn-q-base.json" || { echo "no time split in the report"; return 1; }
+    [ "$(tensors "$TMP/ffn-q-base.llm")" = "$(tensors "$TMP/ffn-q-basez.llm")" ] ||
+        { echo "kept and recomputed hidden states gave different bytes"; return 1; }
+}
 # --mse, the reference's range search: recorded in the metadata, different
 # bytes, and at 3 bits a clear gain (on all 3070 windows 8.15 -> 7.27, base
 # 4.97); a recipe whose gptq tensors are fp8 (no integer range) is refused.
