@@ -575,6 +575,22 @@ static void gram_worker(int ti, int nt, void *arg)
              0, NULL);
 }
 
+/* G (len, len) = X_k^T X_k for the columns [c0, c0 + len) of X (n, ld);
+ * XT: scratch (len, n). */
+static llm_status gram_of(const float *X, int64_t n, int64_t ld, int64_t c0, int64_t len,
+                          enum isa isa, int n_threads, float *XT, float *G)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < len; c++)
+            XT[c * n + i] = X[i * ld + c0 + c];
+    struct rhs b;
+    LLM_TRY(rhs_pack(&b, XT, n, len, n, isa));
+    struct gram_ctx gc = { .b = &b, .XT = XT, .G = G, .cols = len, .n = n };
+    llm_status st = run_threads(n_threads < len ? n_threads : (int)len, gram_worker, &gc);
+    rhs_free(&b);
+    return st;
+}
+
 llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int64_t cols,
                                 const float *x_mean, int n_w, const float *const *W,
                                 const int64_t *rows, int n_grid, int duo_scaling, float *s,
@@ -607,15 +623,7 @@ llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int6
     float *G = llm_malloc((size_t)cols * (size_t)cols * sizeof(float));
     if (!XT || !G)
         goto done;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t c = 0; c < cols; c++)
-            XT[c * n + i] = X[i * cols + c];
-    if ((st = rhs_pack(&b, XT, n, cols, n, isa)) != LLM_OK)
-        goto done;
-    struct gram_ctx gc = { .b = &b, .XT = XT, .G = G, .cols = cols, .n = n };
-    st = run_threads(n_threads < cols ? n_threads : (int)cols, gram_worker, &gc);
-    rhs_free(&b);
-    if (st != LLM_OK)
+    if ((st = gram_of(X, n, cols, 0, cols, isa, n_threads, XT, G)) != LLM_OK)
         goto done;
     llm_free(XT);
     XT = NULL;
@@ -751,16 +759,8 @@ llm_status llm_awq_search_clip(enum llm_type t, const float *X, int64_t n, int64
      * sample: gl^2 operations per candidate and row instead of gl * n. */
     for (int64_t k = 0; k < n_groups; k++) {
         const int64_t len = cols - k * gl < gl ? cols - k * gl : gl;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t c = 0; c < len; c++)
-                XT[c * n + i] = X[i * cols + k * gl + c];
-        struct rhs bx;
-        if ((st = rhs_pack(&bx, XT, n, len, n, isa)) != LLM_OK)
-            goto done;
-        struct gram_ctx gc = { .b = &bx, .XT = XT, .G = G, .cols = len, .n = n };
-        st = run_threads(n_threads < len ? n_threads : (int)len, gram_worker, &gc);
-        rhs_free(&bx);
-        if (st != LLM_OK || (st = rhs_pack(&b[k], G, len, len, len, isa)) != LLM_OK)
+        if ((st = gram_of(X, n, cols, k * gl, len, isa, n_threads, XT, G)) != LLM_OK ||
+            (st = rhs_pack(&b[k], G, len, len, len, isa)) != LLM_OK)
             goto done;
     }
     struct cl_ctx c = { .g = &g, .b = b, .W = W, .rows = rows, .cols = cols, .gl = gl,

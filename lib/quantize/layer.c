@@ -103,10 +103,6 @@ static void hacc_free(struct hacc *h)
     memset(h, 0, sizeof *h);
 }
 
-/* Add the n tokens x (n, cols): the product T . T^T of the transposed
- * chunk runs on the backend's matmul (threaded, SIMD); x x^T is symmetric,
- * so only the blocks on and below the diagonal are formed (58% of the full
- * product at 576 features, 53% at 1536; vhess.h llm_q_gram_add). */
 /* mm as the products of vhess.h */
 static llm_status qmm(void *ctx, const float *W, int64_t rows, int64_t cols, const float *X,
                       int32_t n, float *Y)
@@ -114,16 +110,27 @@ static llm_status qmm(void *ctx, const float *W, int64_t rows, int64_t cols, con
     return mm(ctx, W, rows, cols, X, n, Y);
 }
 
-static llm_status hacc_add_raw(struct qctx *q, struct hacc *h, const float *x, int32_t n)
+/* t[j * ldt + i] = x[i * c + j] for x (n, c): in tiles of 16 tokens, each
+ * reading 16 rows and writing 16-float runs (a plain loop writes one float
+ * per cache line) */
+static void transpose(const float *x, int32_t n, int64_t c, float *t, int64_t ldt)
 {
-    int64_t c = h->cols;
-    /* t = x^T in tiles of 16 tokens: each reads 16 rows, writes 16-float runs */
     for (int32_t a = 0; a < n; a += 16) {
         const int32_t a1 = n - a < 16 ? n : a + 16;
         for (int64_t j = 0; j < c; j++)
             for (int32_t i = a; i < a1; i++)
-                h->t[j * n + i] = x[(int64_t)i * c + j];
+                t[j * ldt + i] = x[(int64_t)i * c + j];
     }
+}
+
+/* Add the n tokens x (n, cols): the product T . T^T of the transposed
+ * chunk runs on the backend's matmul (threaded, SIMD); x x^T is symmetric,
+ * so only the blocks on and below the diagonal are formed (58% of the full
+ * product at 576 features, 53% at 1536; vhess.h llm_q_gram_add). */
+static llm_status hacc_add_raw(struct qctx *q, struct hacc *h, const float *x, int32_t n)
+{
+    int64_t c = h->cols;
+    transpose(x, n, c, h->t, n);
     for (int64_t j = 0; j < c; j++) {
         double a = 0.0;
         for (int32_t i = 0; i < n; i++)
@@ -155,9 +162,9 @@ static llm_status hacc_add_pair(struct qctx *q, struct hacc *h, const float *x, 
     llm_status s = hacc_add_raw(q, h, x, n);
     if (!s && h->dsum && xf) {
         int64_t c = h->cols;
-        for (int32_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < c; j++)
-                h->td[j * n + i] = xf[(int64_t)i * c + j] - x[(int64_t)i * c + j];
+        transpose(xf, n, c, h->td, n);
+        for (int64_t i = 0; i < c * n; i++) /* td = xf^T - x^T, t holding x^T */
+            h->td[i] -= h->t[i];
         s = mm(q, h->t, c, n, h->td, (int32_t)c, h->y); /* y = td t^T */
         for (int64_t i = 0; i < c * c && !s; i++)
             h->dsum[i] += h->y[i];
@@ -533,7 +540,7 @@ static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const 
  * own Hessian H[b], or plainly for other methods; L->W becomes the file's
  * values (original column order). D (cols, cols): GPTAQ's cross term for
  * nh == 1 (hacc_gptq), or NULL. */
-static llm_status quant_lin_timed(struct qctx *q, struct lin *L, const float *const *H, int nh,
+static llm_status quant_lin_blocks_raw(struct qctx *q, struct lin *L, const float *const *H, int nh,
                                   const float *const *D)
 {
     double t0 = llm_q_now();
@@ -609,7 +616,7 @@ static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *c
                                    const float *const *D)
 {
     double t0 = llm_q_now();
-    llm_status s = quant_lin_timed(q, L, H, nh, D);
+    llm_status s = quant_lin_blocks_raw(q, L, H, nh, D);
     q->ph[LLM_QP_SOLVE] += llm_q_now() - t0;
     return s;
 }
@@ -627,6 +634,21 @@ static struct llm_weight fvec(const float *v, int64_t n)
 }
 
 /* ---- calibration setup -------------------------------------------------- */
+
+/* Drop the file pages of the input tensors of stage `stage` (-1: of every
+ * stage) that a mapping holds; the bytes dropped. A later read maps them
+ * back in. */
+static uint64_t drop_inputs(struct qctx *q, int stage)
+{
+    uint64_t dropped = 0;
+    for (size_t i = 0; i < q->n_t; i++) {
+        const struct llm_tensor *in = q->t[i].in;
+        if (in && in->data && (stage < 0 || q->t[i].stage == stage) &&
+            llm_file_drop_pages(q->in, in->data, (size_t)in->nbytes))
+            dropped += in->nbytes;
+    }
+    return dropped;
+}
 
 static llm_status calib_begin(struct qctx *q)
 {
@@ -681,11 +703,7 @@ static llm_status calib_begin(struct qctx *q)
      * each stage drops its own when the next begins (calib_stage): what
      * stays resident is the activations and one block, which leaves room
      * for GPTQ's copy of the FFN's hidden states. */
-    uint64_t dropped = 0;
-    for (size_t i = 0; i < q->n_t; i++)
-        if (q->t[i].in && q->t[i].in->data &&
-            llm_file_drop_pages(q->in, q->t[i].in->data, (size_t)q->t[i].in->nbytes))
-            dropped += q->t[i].in->nbytes;
+    const uint64_t dropped = drop_inputs(q, -1);
     /* kept only where it takes no more than the mapped weights that left
      * (bytes the file holds in memory stay): the peak stays what it was,
      * else down's input is computed twice */
@@ -848,9 +866,8 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
         for (int v = 0; v < nv && !s; v++) {
             const float *X = (v ? q->Xf : q->X) + k.row0 * dim;
             s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, X, q->xb, k.n);
-            for (int32_t i = 0; !s && i < k.n; i++)
-                for (int64_t j = 0; j < dim; j++)
-                    XT[v][j * len + k.off + i] = q->xb[(int64_t)i * dim + j];
+            if (!s)
+                transpose(q->xb, k.n, dim, XT[v] + k.off, len);
             if (!s)
                 s = attn_chunk(q, l, q->xb, lq, v ? lq->W0 : lq->W, lk, v ? lk->W0 : lk->W, lv,
                                v ? lv->W0 : lv->W, NULL, v, k.off, k.n, att, probs[v]);
@@ -1764,9 +1781,8 @@ static llm_status calib_stage(struct qctx *q, int stage)
         return q->flow == FLOW_GPTQ ? gptq_head(q) : LLM_OK;
     }
     snprintf(q->stage_name, sizeof q->stage_name, "layer %d/%d", stage + 1, cf->n_layers);
-    for (size_t i = 0; i < q->n_t; i++) /* the previous block's weights are done with */
-        if (q->t[i].stage == stage - 1 && q->t[i].in && q->t[i].in->data)
-            llm_file_drop_pages(q->in, q->t[i].in->data, (size_t)q->t[i].in->nbytes);
+    if (stage > 0) /* the previous block's weights are done with */
+        drop_inputs(q, stage - 1);
     llm_q_progress(q, 0);
     struct lin L[NLIN];
     memset(L, 0, sizeof L);
