@@ -50,8 +50,8 @@ static const struct llm_opt opts[] = {
     { OPT_MAXSEQS, "max-seqs", LLM_ARG_REQUIRED, "N", "with --serve*: sequences running at once (default: 16)", NULL },
     { OPT_STEPTOK, "step-tokens", LLM_ARG_REQUIRED, "N", "with --serve*: tokens per forward pass at most (default: 512)", NULL },
     { OPT_NOPREFIX, "no-prefix-cache", LLM_ARG_NONE, NULL, "with --serve*: do not keep computed prompt blocks for later requests", NULL },
-    { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding: greedy text of --prompts with and without FILE as the draft model", "file" },
-    { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding: the same with prompt lookup as the draft", NULL },
+    { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding: greedy text of --prompts with and without FILE as the draft model; with --serve*, each run again speculating", "file" },
+    { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding: the same with prompt lookup as the draft; with --serve*, each run again speculating", NULL },
     { OPT_GRAMMAR, "grammar", LLM_ARG_REQUIRED, "FILE", "constrained decoding: the cost per token of the GBNF grammar in FILE on --prompts", "file" },
     { OPT_SCHEMA, "json-schema", LLM_ARG_REQUIRED, "FILE", "constrained decoding: the same with the JSON Schema in FILE", "file" },
     { OPT_REGEX, "regex", LLM_ARG_REQUIRED, "RE", "constrained decoding: the same with a regular expression", NULL },
@@ -74,7 +74,7 @@ static struct llm_cli cli = {
                 "--suite FILE [-o FORMAT]\n"
                 "--ppl FILE [--ctx N] [--chunks N] [--score-all] [--kv-type TYPE] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
-                "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [-m FILE]... [-t LIST] [-o FORMAT]\n"
+                "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [--draft FILE|--lookup] [-m FILE]... [-t LIST] [-o FORMAT]\n"
                 "--draft FILE|--lookup --prompts FILE [--chat] [SPEC OPTIONS] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--grammar FILE|--json-schema FILE|--regex RE|--json-object --prompts FILE [--chat] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
                 "--compare [--threshold PCT] OLD NEW",
@@ -168,27 +168,38 @@ static int do_serve(struct args *a)
     struct llm_bench_plan *p = &a->plan;
     struct llm_bench_header h;
     sweep_header(p, &h);
-    const size_t total = p->n_models * p->n_threads;
+    /* with --draft or --lookup, each run twice: plain, then speculating */
+    const struct llm_spec_params *spec = a->serve.spec;
+    const size_t runs = spec ? 2 : 1, total = p->n_models * p->n_threads * runs;
     struct llm_serve_result *res = llm_calloc(total, sizeof *res);
     if (!res)
         return llm_cli_fail(&cli, LLM_E_NOMEM);
     a->serve.defaults.sp.seed = a->serve.seed;
+    a->serve.draft_name = a->spec.draft;
     llm_status s = LLM_OK;
+    if (a->spec.draft)
+        s = llm_model_open(&a->serve.draft, a->spec.draft, NULL);
     size_t n = 0;
     for (size_t mi = 0; mi < p->n_models && !s; mi++) {
         struct llm_model *m;
         if ((s = llm_model_open(&m, p->models[mi], NULL)))
             break;
-        for (size_t ti = 0; ti < p->n_threads && !s; ti++) {
-            if (cli.verbose > 0)
-                fprintf(stderr, "%s: %s: serving, %d threads\n", cli.prog, p->models[mi],
-                        p->threads[ti]);
-            if (!(s = llm_bench_serve(&res[n], m, p->models[mi], &a->serve, p->threads[ti],
-                                      a->have_ctx ? (int32_t)a->ctx : 0)))
-                n++;
-        }
+        if (a->serve.draft)
+            s = llm_spec_check_draft(m, a->serve.draft);
+        for (size_t ti = 0; ti < p->n_threads && !s; ti++)
+            for (size_t k = 0; k < runs && !s; k++) {
+                a->serve.spec = k ? spec : NULL;
+                if (cli.verbose > 0)
+                    fprintf(stderr, "%s: %s: serving, %d threads%s%s\n", cli.prog,
+                            p->models[mi], p->threads[ti], k ? ", speculating with " : "",
+                            k ? (a->spec.draft ? a->spec.draft : "lookup") : "");
+                if (!(s = llm_bench_serve(&res[n], m, p->models[mi], &a->serve, p->threads[ti],
+                                          a->have_ctx ? (int32_t)a->ctx : 0)))
+                    n++;
+            }
         llm_model_close(m);
     }
+    llm_model_close(a->serve.draft);
     if (!s)
         s = llm_bench_sprint(stdout, p->format, &h, res, n);
     int refused = n && res[0].errors > 0; /* the same file for every run */
@@ -789,9 +800,16 @@ int main(int argc, char **argv)
         if (a.spec.spec.ngram_min > a.spec.spec.ngram_max)
             return llm_cli_usage(&cli, "--ngram-min %d is above --ngram-max %d",
                                  a.spec.spec.ngram_min, a.spec.spec.ngram_max);
-        if (!a.prompts)
+        if (serving && (a.prompts || a.spec.chat))
+            return llm_cli_usage(&cli, "--prompts and --chat go with the prompt-set test; with "
+                                 "--serve, speculation runs on its requests");
+        if (serving)
+            a.serve.spec = &a.spec.spec;
+        else if (!a.prompts)
             return llm_cli_usage(&cli, "%s needs --prompts FILE", a.spec.draft ? "--draft" : "--lookup");
-        if (serving || a.n_batch || a.have_warmup || a.bw || a.peak || a.ppl || a.suite ||
+    }
+    if (spec && !serving) {
+        if (a.n_batch || a.have_warmup || a.bw || a.peak || a.ppl || a.suite ||
             a.kernels || a.compare || a.have_ctx || n_ops)
             return llm_cli_usage(&cli, "--draft and --lookup go with -m, -n, -t, -r, -o and the "
                                  "speculation options only");

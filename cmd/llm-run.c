@@ -73,8 +73,8 @@ static const struct llm_opt opts[] = {
     { OPT_STATSJSON, "stats-json", LLM_ARG_REQUIRED, "FILE", "with --batch: write the run's summary as JSON to FILE", "file" },
     { OPT_KVTRACE, "kv-trace", LLM_ARG_REQUIRED, "FILE", "with --batch: write one JSON line per scheduler step to FILE (llm-kvstat --trace reads it)", "file" },
     { OPT_ROLE, "role", LLM_ARG_REQUIRED, "ROLE", "with --batch, in two processes: 'prefill' computes the prompts and writes their states as a stream (-o or stdout); 'decode' reads that stream (--batch FILE, default stdin) and answers the requests", "prefill decode" },
-    { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding with FILE as the draft model (the target's vocabulary; a low-bit llm-quantize of the target is a good one)", "file" },
-    { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding by prompt lookup: draft the tokens that followed the last n-gram where it occurred before", NULL },
+    { OPT_DRAFT, "draft", LLM_ARG_REQUIRED, "FILE", "speculative decoding with FILE as the draft model (the target's vocabulary; a low-bit llm-quantize of the target is a good one); with --batch, for every request", "file" },
+    { OPT_LOOKUP, "lookup", LLM_ARG_NONE, NULL, "speculative decoding by prompt lookup: draft the tokens that followed the last n-gram where it occurred before; with --batch, for every request", NULL },
     { OPT_NGRAMMIN, "ngram-min", LLM_ARG_REQUIRED, "N", "with --lookup: the shortest n-gram matched (default: 2)", NULL },
     { OPT_NGRAMMAX, "ngram-max", LLM_ARG_REQUIRED, "N", "with --lookup: the longest n-gram matched, tried first (default: 4)", NULL },
     { OPT_DRAFTN, "draft-n", LLM_ARG_REQUIRED, "N", "draft N tokens per target pass (default: chosen from the measured acceptance and costs, none when drafting does not pay)", NULL },
@@ -109,6 +109,7 @@ static struct llm_cli cli = {
               "  llm-run -m smollm2.llm --batch requests.jsonl -o answers.jsonl --temp 0\n"
               "  llm-run -m smollm2.llm --batch requests.jsonl --role prefill | llm-run -m smollm2.llm --role decode --temp 0\n"
               "  llm-run -m smollm2-f32.llm --draft smollm2-gptq4.llm -p 'Once upon a time' --temp 0 -v\n"
+              "  llm-run -m smollm2.llm --batch rewrites.jsonl -o answers.jsonl --lookup\n"
               "  llm-run -m smollm2.llm -f long.txt --prefill-only --kv-out - | llm-run -m smollm2.llm --kv-in - -n 64\n"
               "  echo 'Hello world' | llm-run -m smollm2.llm --tokenize --json\n"
               "  llm-run -m smollm2.llm --detokenize -p '19556 905'\n",
@@ -926,13 +927,37 @@ static llm_status open_context(const struct args *a, struct llm_model *m, struct
     return LLM_OK;
 }
 
+/* The draft model's context: as many sequences as the target's, as long,
+ * with a pool of as many blocks (--batch: --max-seqs slots, one for each
+ * of the target's). */
+static llm_status open_draft(struct args *a, struct llm_model *dm, struct llm_context *c)
+{
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = llm_context_n_ctx(c);
+    cp.kv_type_k = a->kv[0];
+    cp.kv_type_v = a->kv[1];
+    cp.n_threads = a->threads;
+    cp.block_size = a->block_size;
+    if (a->batch) {
+        struct llm_kv_stats ks;
+        llm_kv_stats(llm_context_kv(c), &ks);
+        cp.n_seq = llm_context_n_seq(c);
+        cp.n_batch = a->step_tokens;
+        cp.kv_blocks = ks.n_blocks;
+    }
+    return llm_context_new(&a->spec.draft, dm, &cp);
+}
+
 /* --batch: the file through the engine; a summary on stderr. Exit status:
  * 0 every line answered, 3 some lines got error records, 128 + the signal
  * when interrupted (the finished lines are written: --resume goes on). */
-static int do_batch(const struct args *a, struct llm_model *m)
+static int do_batch(struct args *a, struct llm_model *m, struct llm_model *dm)
 {
     struct llm_context *c;
     llm_status s = open_context(a, m, &c);
+    if (!s && dm && (s = open_draft(a, dm, c)))
+        llm_context_free(c);
     if (s)
         return llm_cli_fail(&cli, s);
     catch_signals(1);
@@ -952,6 +977,7 @@ static int do_batch(const struct args *a, struct llm_model *m)
     bp.engine.step_tokens = a->step_tokens;
     bp.engine.prefix_cache = !a->no_prefix;
     bp.engine.ignore_eos = a->ignore_eos;
+    bp.engine.spec = speculating(a) ? &a->spec : NULL;
     const char *slash = strrchr(a->model, '/');
     bp.model_name = slash ? slash + 1 : a->model;
     struct llm_batch_summary sum;
@@ -985,8 +1011,16 @@ static int do_batch(const struct args *a, struct llm_model *m)
                 e->kv_peak, e->kv_blocks);
         if (e->kv_slots)
             fprintf(stderr, "; window slots: %d of %d", e->kv_slots_peak, e->kv_slots);
+        if (bp.engine.spec)
+            fprintf(stderr, "; speculation: %lld drafted, %lld accepted (%.1f%%), %.2f accepted "
+                    "per drafting round, %.3f target passes per token", (long long)e->spec_drafted,
+                    (long long)e->spec_accepted, e->spec_drafted ? 100.0 * (double)e->spec_accepted
+                    / (double)e->spec_drafted : 0.0, e->spec_rounds ? (double)e->spec_accepted /
+                    (double)e->spec_rounds : 0.0, e->spec_tokens ? (double)e->spec_passes /
+                    (double)e->spec_tokens : 0.0);
         fputc('\n', stderr);
     }
+    llm_context_free(a->spec.draft);
     llm_context_free(c);
     if (s == LLM_E_INTERRUPTED) {
         fprintf(stderr, "%s: %s\n", cli.prog, llm_error_detail(s));
@@ -1045,19 +1079,6 @@ static void report_grammar(const struct args *a, const struct llm_gen_result *r,
             "%d tokens forced\n", cli.prog, a->t_grammar_s * 1e3, (long long)st.n_masks,
             (long long)st.n_cached, (long long)st.n_positions, st.t_median_us, st.t_p99_us,
             st.t_max_us, st.t_total_s, forced);
-}
-
-/* The draft model's context: one sequence as long as the target's. */
-static llm_status open_draft(struct args *a, struct llm_model *dm, const struct llm_context *c)
-{
-    struct llm_context_params cp;
-    llm_context_params_default(&cp);
-    cp.n_ctx = llm_context_n_ctx(c);
-    cp.kv_type_k = a->kv[0];
-    cp.kv_type_v = a->kv[1];
-    cp.n_threads = a->threads;
-    cp.block_size = a->block_size;
-    return llm_context_new(&a->spec.draft, dm, &cp);
 }
 
 /* --kv-in: the sampler options not given here are the state's. */
@@ -1403,10 +1424,10 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "%s does not go with %s", grammar_option(&a),
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
                              : "--batch (use response_format in the requests)");
-    if (speculating(&a) && (tokmode || a.n_seq > 1 || a.batch))
+    if (speculating(&a) && (tokmode || a.n_seq > 1 || a.role == LLM_BATCH_PREFILL))
         return llm_cli_usage(&cli, "%s does not go with %s", a.draft ? "--draft" : "--lookup",
                              tokmode ? (a.tokenize ? "--tokenize" : "--detokenize")
-                             : a.batch ? "--batch" : "--n-seq");
+                             : a.n_seq > 1 ? "--n-seq" : "--role prefill (it draws no tokens)");
     if (a.prefill_only && !a.kv_out)
         return llm_cli_usage(&cli, "--prefill-only needs --kv-out FILE (where the state goes)");
     if (a.kv_compress && !a.kv_out && !a.prompt_cache && a.role != LLM_BATCH_PREFILL)
@@ -1511,7 +1532,7 @@ int main(int argc, char **argv)
         llm_model_close(m);
         return llm_cli_fail(&cli, s);
     }
-    rc = a.batch ? do_batch(&a, m) : do_generate(&a, m, dm);
+    rc = a.batch ? do_batch(&a, m, dm) : do_generate(&a, m, dm);
     close_grammar(&a);
     llm_model_close(dm);
     llm_model_close(m);

@@ -242,6 +242,10 @@ struct llm_serve_params {
     double rate;                    /* requests/s of Poisson arrivals; 0: all at the start */
     struct llm_engine_params engine;
     struct llm_req_defaults defaults; /* request file: what a line leaves out (llm-run's) */
+    /* speculation in the engine (engine.spec is set by the run): */
+    const struct llm_spec_params *spec; /* lookup, n-gram sizes, draft length; NULL: none */
+    struct llm_model *draft;        /* with spec: the draft model (NULL: lookup) */
+    const char *draft_name;         /* for the result: the draft's path */
 };
 void llm_serve_params_default(struct llm_serve_params *p);
 
@@ -265,11 +269,14 @@ struct llm_serve_result {
     int64_t lookup_tokens, hit_tokens; /* prompt tokens looked up in the prefix index, found */
     int64_t preemptions;
     int32_t kv_blocks, kv_peak;    /* the pool, and the most blocks in use */
+    char draft[512];               /* speculation: the draft's path or "lookup"; "" none */
+    int64_t spec_drafted, spec_accepted, spec_rounds, spec_passes, spec_tokens; /* engine.h */
 };
 
 /* Run the workload on m with n_threads in a fresh context of max_seqs
  * sequences (n_ctx 0: the longest synthetic sequence, or the model's
- * default for a file). Requests join the engine when their arrival time
+ * default for a file), speculating with p->spec (the draft model, if any,
+ * in a context of as many sequences and blocks). Requests join the engine when their arrival time
  * comes; latencies count from it. Bad lines of a request file are named on
  * stderr, counted in r->errors and not run. */
 llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, const char *model,

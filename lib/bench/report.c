@@ -461,6 +461,28 @@ llm_status llm_bench_kprint(FILE *f, enum llm_bench_format fmt, const struct llm
 
 /* ---- serving results (--serve) ------------------------------------------------ */
 
+/* Speculation's share of drafts kept, drafts kept per round that drafted,
+ * and target passes per token; NaN where nothing was counted. */
+struct spec_rates {
+    double kept, per_round, passes;
+};
+
+static struct spec_rates spec_rates(int64_t drafted, int64_t accepted, int64_t rounds,
+                                    int64_t passes, int64_t tokens)
+{
+    return (struct spec_rates){
+        .kept = drafted ? (double)accepted / (double)drafted : NAN,
+        .per_round = rounds ? (double)accepted / (double)rounds : NAN,
+        .passes = tokens ? (double)passes / (double)tokens : NAN,
+    };
+}
+
+static struct spec_rates serve_spec_rates(const struct llm_serve_result *r)
+{
+    return spec_rates(r->spec_drafted, r->spec_accepted, r->spec_rounds, r->spec_passes,
+                      r->spec_tokens);
+}
+
 static size_t fields_of_serve(struct field *f, const struct llm_bench_header *h, const void *item)
 {
     const struct llm_serve_result *r = item;
@@ -499,6 +521,13 @@ static size_t fields_of_serve(struct field *f, const struct llm_bench_header *h,
     f[n++] = U64("preemptions", (uint64_t)r->preemptions);
     f[n++] = U64("kv_blocks", (uint64_t)r->kv_blocks);
     f[n++] = U64("kv_blocks_peak", (uint64_t)r->kv_peak);
+    const struct spec_rates x = serve_spec_rates(r);
+    f[n++] = STR("draft", r->draft);
+    f[n++] = U64("spec_drafted", (uint64_t)r->spec_drafted);
+    f[n++] = U64("spec_accepted", (uint64_t)r->spec_accepted);
+    f[n++] = NUM("spec_acceptance_rate", r->draft[0] ? x.kept : NAN);
+    f[n++] = NUM("spec_mean_accepted_length", r->draft[0] ? x.per_round : NAN);
+    f[n++] = NUM("spec_passes_per_token", r->draft[0] ? x.passes : NAN);
     return n;
 }
 
@@ -507,10 +536,14 @@ static void print_smd(FILE *o, const struct llm_bench_header *h, const void *ite
     const struct llm_serve_result *r = items;
     md_machine(o, h);
     fputc('\n', o);
+    int spec = 0; /* a column for speculation when a run speculated */
+    for (size_t i = 0; i < n; i++)
+        spec |= r[i].draft[0] != 0;
     fputs("| model | threads | workload | seqs | req/s | out t/s | TTFT ms p50/p90/p99 "
-          "| TPOT ms p50/p90/p99 | ITL ms p50/p90/p99 | prefix hit | preempt | errors |\n"
-          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-          o);
+          "| TPOT ms p50/p90/p99 | ITL ms p50/p90/p99 | prefix hit | preempt | errors |", o);
+    fputs(spec ? " draft: kept, passes/token |\n" : "\n", o);
+    fputs("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", o);
+    fputs(spec ? " --- |\n" : "\n", o);
     for (size_t i = 0; i < n; i++) {
         const struct llm_serve_result *x = &r[i];
         fputs("| ", o);
@@ -529,7 +562,17 @@ static void print_smd(FILE *o, const struct llm_bench_header *h, const void *ite
             fprintf(o, "%.1f%% | ", 100.0 * (double)x->hit_tokens / (double)x->lookup_tokens);
         else
             fputs(x->prefix_cache ? "0.0% | " : "off | ", o);
-        fprintf(o, "%lld | %lld |\n", (long long)x->preemptions, (long long)x->errors);
+        fprintf(o, "%lld | %lld |", (long long)x->preemptions, (long long)x->errors);
+        if (spec && x->draft[0]) {
+            const struct spec_rates k = serve_spec_rates(x);
+            fputc(' ', o);
+            md_file(o, x->draft);
+            fprintf(o, ": %.1f%%, %.3f |", 100.0 * (isnan(k.kept) ? 0 : k.kept),
+                    isnan(k.passes) ? 1.0 : k.passes);
+        } else if (spec) {
+            fputs(" - |", o);
+        }
+        fputc('\n', o);
     }
 }
 
@@ -542,19 +585,9 @@ llm_status llm_bench_sprint(FILE *f, enum llm_bench_format fmt, const struct llm
 
 /* ---- speculative decoding (--draft, --lookup) --------------------------------- */
 
-/* The share of drafts kept, drafts kept per round that drafted, and target
- * passes per token; NaN where nothing was counted. */
-struct spec_rates {
-    double kept, per_round, passes;
-};
-
 static struct spec_rates spec_rates_of(const struct llm_spec_result *r)
 {
-    return (struct spec_rates){
-        .kept = r->drafted ? (double)r->accepted / (double)r->drafted : NAN,
-        .per_round = r->rounds ? (double)r->accepted / (double)r->rounds : NAN,
-        .passes = r->tokens ? (double)r->passes / (double)r->tokens : NAN,
-    };
+    return spec_rates(r->drafted, r->accepted, r->rounds, r->passes, r->tokens);
 }
 
 static size_t fields_of_spec(struct field *f, const struct llm_bench_header *h, const void *item)

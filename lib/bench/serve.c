@@ -232,14 +232,28 @@ llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, cons
         cp.n_ctx = 1 + p->shared_prefix + p->prompt_max + p->gen_max;
     struct llm_context *c = NULL;
     LLM_TRY(llm_context_new(&c, m, &cp));
+    struct llm_spec_params sp = { 0 };
+    struct llm_engine_params ep = p->engine;
+    llm_status s = LLM_OK;
+    if (p->spec) {
+        sp = *p->spec;
+        sp.draft = NULL;
+        ep.spec = &sp;
+        snprintf(r->draft, sizeof r->draft, "%s", p->draft ? p->draft_name : "lookup");
+        struct llm_kv_stats ks;
+        llm_kv_stats(llm_context_kv(c), &ks);
+        cp.n_ctx = llm_context_n_ctx(c);
+        cp.kv_blocks = ks.n_blocks;
+        if (p->draft)
+            s = llm_context_new(&sp.draft, p->draft, &cp);
+    }
     struct llm_request *q = NULL;
     size_t n = 0;
-    llm_status s;
     struct llm_rng g;
     llm_rng_seed(&g, p->seed);
-    if (p->requests)
+    if (!s && p->requests)
         s = from_file(&q, &n, &r->errors, p, c);
-    else if (!(s = (q = llm_calloc((size_t)p->n_requests, sizeof *q)) ? LLM_OK : LLM_E_NOMEM)) {
+    else if (!s && !(s = (q = llm_calloc((size_t)p->n_requests, sizeof *q)) ? LLM_OK : LLM_E_NOMEM)) {
         n = (size_t)p->n_requests;
         s = synthetic(q, p, m, &g);
     }
@@ -250,7 +264,6 @@ llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, cons
     for (size_t i = 1; !s && i < n; i++)
         arrive[i] = arrive[i - 1] + (p->rate > 0 ? -log(1.0 - llm_rng_uniform(&g)) / p->rate : 0);
     struct tally t = { 0 };
-    struct llm_engine_params ep = p->engine;
     ep.ignore_eos = p->engine.ignore_eos || !p->requests;
     ep.record_itl = 1;
     struct llm_engine_callbacks cb = { .done = on_done, .ctx = &t };
@@ -306,8 +319,14 @@ llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, cons
         r->preemptions = st.preemptions;
         r->kv_blocks = st.kv_blocks;
         r->kv_peak = st.kv_peak;
+        r->spec_drafted = st.spec_drafted;
+        r->spec_accepted = st.spec_accepted;
+        r->spec_rounds = st.spec_rounds;
+        r->spec_passes = st.spec_passes;
+        r->spec_tokens = st.spec_tokens;
     }
     llm_engine_free(e);
+    llm_context_free(sp.draft);
     for (size_t i = 0; i < n; i++)
         llm_request_free(&q[i]); /* the queued ones were zeroed by the engine */
     llm_free(q);

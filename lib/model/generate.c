@@ -361,14 +361,26 @@ static llm_status spec_init(struct gen *g, struct spec_state *st, const int32_t 
         st->q_n = llm_calloc(K, sizeof(int32_t));
         if (!st->q_ids || !st->q_probs || !st->q_n)
             return LLM_E_NOMEM;
-        /* the draft draws from the target's chain without its penalties: any
-         * q keeps the rule exact, and this one needs no history */
-        struct llm_sampler_params dp = g->p->sp;
-        dp.repeat_penalty = 1;
-        dp.presence_penalty = dp.frequency_penalty = 0;
-        dp.seed ^= 0x9e3779b97f4a7c15ull;
-        LLM_TRY(llm_sampler_new(&st->dsmp, &dp, g->n_vocab));
+        LLM_TRY(llm_spec_draft_sampler(&st->dsmp, &g->p->sp, g->n_vocab));
     }
+    return LLM_OK;
+}
+
+llm_status llm_spec_lookup_masked(const struct llm_spec_params *sp, const int32_t *toks, int32_t n,
+                                  const struct llm_gmatch *gm, int32_t want, int32_t *d,
+                                  int32_t *nd)
+{
+    *nd = llm_spec_lookup(toks, n, sp->ngram_min, sp->ngram_max, want, d);
+    if (!gm || !*nd)
+        return LLM_OK;
+    struct llm_gmatch *w;
+    LLM_TRY(llm_gmatch_copy(&w, gm));
+    for (int32_t j = 0; j < *nd; j++) /* cut at the first the grammar refuses */
+        if (llm_gmatch_accept(w, d[j])) {
+            llm_error_clear();
+            *nd = j;
+        }
+    llm_gmatch_free(w);
     return LLM_OK;
 }
 
@@ -384,20 +396,12 @@ static llm_status spec_draft(struct gen *g, struct spec_state *st, int32_t want,
     st->calls_s = 0;
     if (want <= 0)
         return LLM_OK;
+    if (!sp->draft)
+        return llm_spec_lookup_masked(sp, st->toks, st->n_toks, g->s[0].gm, want, st->d, nd);
     /* under a grammar, drafts follow it too: a copy of the matcher walks them */
     struct llm_gmatch *gm = NULL;
     if (g->s[0].gm)
         LLM_TRY(llm_gmatch_copy(&gm, g->s[0].gm));
-    if (!sp->draft) {
-        *nd = llm_spec_lookup(st->toks, st->n_toks, sp->ngram_min, sp->ngram_max, want, st->d);
-        for (int32_t j = 0; gm && j < *nd; j++) /* cut at the first the grammar refuses */
-            if (llm_gmatch_accept(gm, st->d[j])) {
-                llm_error_clear();
-                *nd = j;
-            }
-        llm_gmatch_free(gm);
-        return LLM_OK;
-    }
     llm_status s = spec_draft_model(g, st, want, nd, gm);
     llm_gmatch_free(gm);
     return s;
@@ -422,29 +426,18 @@ static llm_status spec_draft_model(struct gen *g, struct spec_state *st, int32_t
     }
     st->dlen = st->n_toks;
     for (int32_t j = 0; j < want; j++) {
-        int32_t x = 0, n_allowed, only;
+        int32_t x, n_allowed, only;
         if (gm) {
             LLM_TRY(llm_gmatch_apply(gm, st->dlog, &n_allowed, &only));
             if (!n_allowed) /* nothing can follow: the drafts so far */
                 break;
         }
-        if (st->sampled) {
-            int32_t *ids = st->q_ids + (size_t)j * V;
-            float *pr = st->q_probs + (size_t)j * V;
-            const int32_t qn = llm_sampler_dist(st->dsmp, st->dlog, ids, pr);
-            double r = llm_sampler_uniform(st->dsmp), acc = 0;
+        int32_t qn;
+        x = llm_spec_draft_token(st->dsmp, st->dlog, g->n_vocab,
+                                 st->sampled ? st->q_ids + (size_t)j * V : NULL,
+                                 st->sampled ? st->q_probs + (size_t)j * V : NULL, &qn);
+        if (st->sampled)
             st->q_n[j] = qn;
-            x = ids[qn - 1];
-            for (int32_t i = 0; i < qn; i++)
-                if (r < (acc += pr[i])) {
-                    x = ids[i];
-                    break;
-                }
-        } else {
-            for (int32_t i = 1; i < g->n_vocab; i++)
-                if (st->dlog[i] > st->dlog[x])
-                    x = i;
-        }
         st->d[j] = x;
         *nd = j + 1;
         if (gm && llm_gmatch_accept(gm, x)) { /* not expected: x was allowed */

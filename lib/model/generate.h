@@ -102,6 +102,13 @@ struct llm_gen_result {
  * strings, or len when there is none. */
 size_t llm_stop_find(const char *s, size_t len, const char *const *stop, size_t n_stop);
 
+/* Prompt lookup (llm_spec_lookup with sp's n-gram sizes): up to want
+ * tokens after toks (n) into d, cut at the first that the grammar refuses
+ * from gm's place (NULL: no grammar); *nd receives how many. */
+llm_status llm_spec_lookup_masked(const struct llm_spec_params *sp, const int32_t *toks, int32_t n,
+                                  const struct llm_gmatch *gm, int32_t want, int32_t *d,
+                                  int32_t *nd);
+
 /* Run `prompt` (n_prompt >= 1 tokens) through fresh sequences of `c` and
  * generate p->n_seq completions; res (n_seq) receives their results. The
  * model must have a tokenizer. */

@@ -46,6 +46,36 @@ llm_status llm_spec_check_draft(struct llm_model *target, struct llm_model *draf
     return LLM_OK;
 }
 
+llm_status llm_spec_draft_sampler(struct llm_sampler **out, const struct llm_sampler_params *target,
+                                  int32_t n_vocab)
+{
+    struct llm_sampler_params dp = *target;
+    dp.repeat_penalty = 1;
+    dp.presence_penalty = dp.frequency_penalty = 0;
+    dp.seed ^= 0x9e3779b97f4a7c15ull;
+    return llm_sampler_new(out, &dp, n_vocab);
+}
+
+int32_t llm_spec_draft_token(struct llm_sampler *dsmp, float *logits, int32_t n_vocab,
+                             int32_t *q_ids, float *q_probs, int32_t *q_n)
+{
+    *q_n = 0;
+    if (!dsmp) {
+        int32_t x = 0;
+        for (int32_t i = 1; i < n_vocab; i++)
+            if (logits[i] > logits[x])
+                x = i;
+        return x;
+    }
+    const int32_t qn = llm_sampler_dist(dsmp, logits, q_ids, q_probs);
+    double r = llm_sampler_uniform(dsmp), acc = 0;
+    *q_n = qn;
+    for (int32_t i = 0; i < qn; i++)
+        if (r < (acc += q_probs[i]))
+            return q_ids[i];
+    return q_ids[qn - 1];
+}
+
 int32_t llm_spec_lookup(const int32_t *toks, int32_t n, int32_t ngram_min, int32_t ngram_max,
                         int32_t k, int32_t *out)
 {

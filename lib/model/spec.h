@@ -51,6 +51,18 @@ llm_status llm_spec_check_draft(struct llm_model *target, struct llm_model *draf
 int32_t llm_spec_lookup(const int32_t *toks, int32_t n, int32_t ngram_min, int32_t ngram_max,
                         int32_t k, int32_t *out);
 
+/* The draft model's sampler under the rejection rule: the target's chain
+ * without its penalties (any q keeps the rule exact, and this one needs no
+ * history), seeded apart from the target's. */
+llm_status llm_spec_draft_sampler(struct llm_sampler **out, const struct llm_sampler_params *target,
+                                  int32_t n_vocab);
+
+/* A draft token from the draft model's logits (n_vocab; modified): drawn
+ * by dsmp, its distribution left in q_ids/q_probs (n_vocab each) and *q_n,
+ * or with dsmp NULL the most likely token (*q_n = 0: a point mass). */
+int32_t llm_spec_draft_token(struct llm_sampler *dsmp, float *logits, int32_t n_vocab,
+                             int32_t *q_ids, float *q_probs, int32_t *q_n);
+
 /* Scratch for llm_spec_verify: dense copies of p and q. */
 struct llm_spec_scratch {
     int32_t n_vocab;

@@ -245,7 +245,7 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             "\"kv_window_slots_peak\":%d,\"ttft_s\":{\"p50\":%.4f,\"p90\":%.4f,"
             "\"p99\":%.4f},\"tpot_s\":{\"p50\":%.5f,\"p90\":%.5f,\"p99\":%.5f},\"e2e_s\":{"
             "\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f},\"itl_s\":{\"p50\":%.5f,\"p90\":%.5f,"
-            "\"p99\":%.5f},\"loaded_states\":%lld}\n",
+            "\"p99\":%.5f},\"loaded_states\":%lld",
             (long long)s->lines, (long long)s->answered, (long long)s->errors,
             (long long)s->skipped, (long long)s->duplicates, s->interrupted ? "true" : "false",
             s->seconds, (long long)s->prompt_tokens, (long long)s->completion_tokens,
@@ -258,6 +258,16 @@ void llm_batch_summary_json(FILE *f, const struct llm_batch_summary *s)
             s->ttft[0], s->ttft[1],
             s->ttft[2], s->tpot[0], s->tpot[1], s->tpot[2], s->e2e[0], s->e2e[1], s->e2e[2],
             s->itl[0], s->itl[1], s->itl[2], (long long)s->loaded);
+    if (s->speculating)
+        fprintf(f, ",\"speculation\":{\"drafted\":%lld,\"accepted\":%lld,\"acceptance_rate\":%.4f,"
+                "\"draft_rounds\":%lld,\"mean_accepted_length\":%.3f,\"target_passes\":%lld,"
+                "\"tokens\":%lld,\"passes_per_token\":%.4f}", (long long)e->spec_drafted,
+                (long long)e->spec_accepted, e->spec_drafted ? (double)e->spec_accepted /
+                (double)e->spec_drafted : 0.0, (long long)e->spec_rounds, e->spec_rounds
+                ? (double)e->spec_accepted / (double)e->spec_rounds : 0.0,
+                (long long)e->spec_passes, (long long)e->spec_tokens, e->spec_tokens
+                ? (double)e->spec_passes / (double)e->spec_tokens : 0.0);
+    fputs("}\n", f);
 }
 
 /* ---- the run ------------------------------------------------------------- */
@@ -705,6 +715,7 @@ llm_status llm_batch_run(struct llm_context *c, const struct llm_batch_params *p
         duplicates(&r);
     if (trace && fclose(trace) && !s)
         s = llm_error_set(LLM_E_IO, "%s: write error: %s", p->trace_path, strerror(errno));
+    sum->speculating = p->engine.spec && p->role != LLM_BATCH_PREFILL;
     if (r.e) {
         llm_engine_stats(r.e, &sum->engine);
         llm_status ls = latencies(r.e, sum);

@@ -55,6 +55,8 @@ struct llm_batch_summary {
     int64_t prompt_tokens, completion_tokens;
     double seconds;
     int interrupted;
+    int speculating;                /* the engine drafted (engine.spec): the summary's JSON has
+                                       a "speculation" object */
     struct llm_engine_stats engine;
     /* percentiles over the answered requests (seconds; all of them are
      * queued at the start, so TTFT includes the wait for a slot) */

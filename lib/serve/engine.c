@@ -43,6 +43,19 @@ struct choice {
     int32_t *top_ids;           /* (n_gen, k) */
     float *top_lp;              /* (n_gen, k) */
     size_t cap_lp, cap_ti, cap_tl;
+    /* speculative decoding (p.spec) */
+    int dec;                    /* decodes this step: its run is the pending token, then nd drafts */
+    int32_t nd;                 /* drafts in this step's run */
+    int32_t want;               /* drafts the step holds room for, until the draft model fills them */
+    int32_t *d;                 /* (kmax) the drafts */
+    int32_t *q_ids;             /* (kmax, n_vocab) sampled drafts: the distributions they came */
+    float *q_probs;             /* (kmax, n_vocab)   from */
+    int32_t *q_n;               /* (kmax) */
+    struct llm_sampler *dsmp;   /* draws the sampled drafts */
+    struct llm_gmatch *dgm;     /* a copy of gm that walks the drafts (draft model) */
+    int32_t dlen;               /* positions its slot of the draft's context holds */
+    int32_t calls;              /* this step's draft calls it took part in */
+    double calls_s;             /* and its share of their seconds */
 };
 
 struct req {
@@ -98,6 +111,20 @@ struct llm_engine {
     size_t cap_lat;
     double *itl;                /* (n_itl) gaps between successive tokens of a choice */
     size_t n_itl, cap_itl;
+    /* speculative decoding (p.spec; NULL: none) */
+    const struct llm_spec_params *sp;
+    int32_t kmax;               /* the most drafts a choice takes a step */
+    struct llm_spec_tuner tun;  /* the draft length, from every choice's rounds */
+    int32_t k_step;             /* this step's draft length */
+    int32_t k_left;             /* choices that may still draft this step */
+    struct llm_context *dc;     /* the draft model's context (NULL: lookup), slot for slot */
+    struct llm_kv *dkv;
+    float *dlog;                /* (max_seqs, n_vocab) each slot's latest draft logits */
+    float *dout;                /* (max_seqs, n_vocab) a draft call's rows */
+    int32_t *dbt, *dbp, *dbq;   /* (n_db) a draft call's tokens, positions, slots */
+    int8_t *dbl;                /* (n_db) */
+    int32_t n_db;               /* max(step_tokens, max_seqs) */
+    struct llm_spec_scratch sc;
 };
 
 /* ---- requests ------------------------------------------------------------ */
@@ -115,6 +142,12 @@ static void req_free(struct req *q)
         llm_free(c->lp);
         llm_free(c->top_ids);
         llm_free(c->top_lp);
+        llm_free(c->d);
+        llm_free(c->q_ids);
+        llm_free(c->q_probs);
+        llm_free(c->q_n);
+        llm_sampler_free(c->dsmp);
+        llm_gmatch_free(c->dgm);
     }
     llm_free(q->ch);
     llm_free(q->pre);
@@ -154,6 +187,37 @@ static int32_t total_of(const struct req *q, const struct choice *c)
 
 /* ---- engine -------------------------------------------------------------- */
 
+/* Speculation's engine-wide parts: the draft context checked against the
+ * target's, the draft calls' buffers. */
+static llm_status spec_setup(struct llm_engine *e, const struct llm_spec_params *sp)
+{
+    e->sp = sp;
+    e->kmax = sp->draft_n > 0 ? sp->draft_n : sp->draft_max > 0 ? sp->draft_max : 16;
+    llm_spec_tuner_init(&e->tun);
+    LLM_TRY(llm_spec_scratch_init(&e->sc, e->n_vocab));
+    if (!sp->draft)
+        return LLM_OK;
+    if (llm_context_n_seq(sp->draft) < e->p.max_seqs || llm_context_n_ctx(sp->draft) < e->n_ctx)
+        return llm_error_set(LLM_E_INVALID, "engine: the draft's context has %d sequences of %d "
+                             "tokens, the target's %d of %d", llm_context_n_seq(sp->draft),
+                             llm_context_n_ctx(sp->draft), e->p.max_seqs, e->n_ctx);
+    e->dc = sp->draft;
+    e->dkv = llm_context_kv(e->dc);
+    const size_t M = (size_t)e->p.max_seqs, V = (size_t)e->n_vocab;
+    e->n_db = e->p.step_tokens > e->p.max_seqs ? e->p.step_tokens : e->p.max_seqs;
+    e->dlog = llm_malloc(M * V * sizeof(float));
+    e->dout = llm_malloc(M * V * sizeof(float));
+    e->dbt = llm_malloc(3 * (size_t)e->n_db * sizeof(int32_t));
+    e->dbl = llm_malloc((size_t)e->n_db);
+    if (!e->dlog || !e->dout || !e->dbt || !e->dbl)
+        return LLM_E_NOMEM;
+    e->dbp = e->dbt + e->n_db;
+    e->dbq = e->dbp + e->n_db;
+    for (int32_t i = 0; i < e->p.max_seqs; i++)
+        llm_context_reset(e->dc, i);
+    return LLM_OK;
+}
+
 llm_status llm_engine_new(struct llm_engine **out, struct llm_context *c,
                           const struct llm_engine_params *p, const struct llm_engine_callbacks *cb)
 {
@@ -180,15 +244,23 @@ llm_status llm_engine_new(struct llm_engine **out, struct llm_context *c,
     e->n_ctx = llm_context_n_ctx(c);
     e->bs = e->kv->p.block_size;
     const size_t S = (size_t)p->step_tokens, V = (size_t)e->n_vocab;
+    /* the step's rows of logits: one per choice that draws, and with
+     * speculation one per drafted token too (within the step's tokens) */
+    size_t rows = (size_t)p->max_seqs;
+    llm_status s = LLM_OK;
+    if (p->spec && !p->prefill_only) {
+        s = spec_setup(e, p->spec);
+        rows += S < (size_t)p->max_seqs * (size_t)(e->kmax + 1) ? S
+                : (size_t)p->max_seqs * (size_t)(e->kmax + 1);
+    }
     e->run = llm_calloc((size_t)p->max_seqs, sizeof *e->run);
     e->slots = llm_malloc((size_t)p->max_seqs * sizeof(int32_t));
     e->plan = llm_malloc(S * sizeof *e->plan);
     e->bt = llm_malloc(3 * S * sizeof(int32_t));
     e->bl = llm_malloc(S);
-    e->blog = llm_malloc((size_t)p->max_seqs * V * sizeof(float));
+    e->blog = llm_malloc(rows * V * sizeof(float));
     e->raw = llm_malloc(V * sizeof(float));
-    llm_status s = LLM_OK;
-    if (!e->run || !e->slots || !e->plan || !e->bt || !e->bl || !e->blog || !e->raw)
+    if (!s && (!e->run || !e->slots || !e->plan || !e->bt || !e->bl || !e->blog || !e->raw))
         s = LLM_E_NOMEM;
     if (!s && p->prefix_cache)
         s = llm_prefix_new(&e->pc, e->kv);
@@ -227,6 +299,13 @@ void llm_engine_free(struct llm_engine *e)
     llm_free(e->raw);
     llm_free(e->lat);
     llm_free(e->itl);
+    for (int32_t i = 0; e->dc && i < e->p.max_seqs; i++)
+        llm_context_reset(e->dc, i);
+    llm_free(e->dlog);
+    llm_free(e->dout);
+    llm_free(e->dbt);
+    llm_free(e->dbl);
+    llm_spec_scratch_release(&e->sc);
     llm_free(e);
 }
 
@@ -323,11 +402,15 @@ static void release_slot(struct llm_engine *e, struct choice *c)
     if (c->slot < 0)
         return;
     llm_context_reset(e->c, c->slot);
+    if (e->dc)
+        llm_context_reset(e->dc, c->slot);
     e->slots[e->n_slots++] = c->slot;
     c->slot = -1;
     c->n_kv = 0;
     c->forked = 0;
     c->row = -1;
+    c->dec = 0;
+    c->nd = c->want = c->dlen = 0;
 }
 
 static void run_remove(struct llm_engine *e, struct req *q)
@@ -446,11 +529,16 @@ static llm_status take_token(struct llm_engine *e, struct req *q, struct choice 
 }
 
 /* Sample c's next token from its row of the step's logits (changed in
- * place by the sampler); t: when the step's tokens were drawn. */
-static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c, double t)
+ * place by the sampler); t: when the step's tokens were drawn. With
+ * speculation, draft is the drafted token at this position (-1: none),
+ * `at` its index in c's drafts, and *accepted says whether it was kept. */
+static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c, double t,
+                         int32_t draft, int32_t at, int *accepted)
 {
     float *logits = e->blog + (size_t)c->row * e->n_vocab;
     c->row = -1;
+    if (accepted)
+        *accepted = 0;
     if (q->r.max_tokens >= 0 && c->n_gen >= q->r.max_tokens) {
         finish(e, q, c, "length");
         return LLM_OK;
@@ -473,7 +561,18 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c, 
         finish(e, q, c, "stop");
         return LLM_OK;
     }
-    id = only >= 0 ? only : llm_sampler_sample(c->smp, logits);
+    if (!accepted) {
+        id = only >= 0 ? only : llm_sampler_sample(c->smp, logits);
+    } else if (only >= 0) {
+        id = only;
+        *accepted = draft >= 0 && draft == only;
+    } else {
+        const int32_t qn = draft >= 0 && c->q_n ? c->q_n[at] : 0;
+        const size_t V = (size_t)e->n_vocab;
+        id = llm_spec_verify(c->smp, logits, draft, qn ? c->q_ids + (size_t)at * V : NULL,
+                             qn ? c->q_probs + (size_t)at * V : NULL, qn, e->sp->rule, &e->sc,
+                             accepted);
+    }
     llm_sampler_accept(c->smp, id);
     if (q->r.logprobs) {
         const size_t k = (size_t)q->r.top_logprobs, n = (size_t)c->n_gen + 1;
@@ -496,6 +595,279 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c, 
         }
     }
     return take_token(e, q, c, id);
+}
+
+/* ---- speculative decoding (spec.h) -------------------------------------- */
+
+/* A choice's own speculation state, made at its first admission: the
+ * draft sampler (seed apart from its sampler's sp) when the draft model
+ * samples under the rejection rule. */
+static llm_status spec_choice_new(struct llm_engine *e, struct choice *c,
+                                  const struct llm_sampler_params *sp)
+{
+    const size_t K = (size_t)e->kmax, V = (size_t)e->n_vocab;
+    c->d = llm_malloc(K * sizeof(int32_t));
+    if (!c->d)
+        return LLM_E_NOMEM;
+    if (!e->dc || e->sp->rule != LLM_SPEC_REJECTION || sp->temp <= 0)
+        return LLM_OK;
+    c->q_ids = llm_malloc(K * V * sizeof(int32_t));
+    c->q_probs = llm_malloc(K * V * sizeof(float));
+    c->q_n = llm_calloc(K, sizeof(int32_t));
+    if (!c->q_ids || !c->q_probs || !c->q_n)
+        return LLM_E_NOMEM;
+    return llm_spec_draft_sampler(&c->dsmp, sp, e->n_vocab);
+}
+
+/* This step's draft length, the same for every choice: the one given, or
+ * the tuner's choice from all choices' rounds (each choice's share of a
+ * step's time is its share of the step's tokens, so that a batch whose
+ * pass costs little more than its tokens' arithmetic, where checking
+ * drafts is not cheap, drafts little or nothing). The first step of all
+ * only times the pass; the draft model's first look, and a look after
+ * plain steps when drafting has not paid, is taken by one choice. */
+static void spec_length(struct llm_engine *e)
+{
+    e->k_left = e->p.max_seqs;
+    if (e->sp->draft_n > 0) {
+        e->k_step = e->sp->draft_n;
+        return;
+    }
+    if (e->tun.w <= 0) {
+        e->k_step = 0;
+        return;
+    }
+    const int looking = e->tun.plain >= e->tun.probe;
+    e->k_step = llm_spec_tuner_k(&e->tun, e->kmax);
+    if ((e->dc && e->tun.steps <= 0) || (looking && e->k_step == 1))
+        e->k_left = 1;
+}
+
+/* A decoding choice's drafts for this step, within `spare` tokens of the
+ * step's budget: by lookup at once, or room held for the draft model
+ * (spec_draft_all fills it). Returns how many tokens follow its pending
+ * one in the step's run. */
+static llm_status spec_reserve(struct llm_engine *e, struct req *q, struct choice *c,
+                               int32_t spare, int32_t *nd)
+{
+    *nd = c->nd = c->want = 0;
+    c->calls = 0;
+    c->calls_s = 0;
+    if (c->n_gen < 1 || spare <= 0 || e->k_left <= 0) /* a first token may be copied to the
+                                                          forks: drawn plainly */
+        return LLM_OK;
+    e->k_left--;
+    int64_t want = e->k_step;
+    if (q->r.max_tokens >= 0 && want > (int64_t)q->r.max_tokens - c->n_gen - 1)
+        want = (int64_t)q->r.max_tokens - c->n_gen - 1; /* a round draws nd + 1 */
+    if (want > e->n_ctx - total_of(q, c)) /* the drafts' positions stay in the context */
+        want = e->n_ctx - total_of(q, c);
+    if (want > spare)
+        want = spare;
+    if (want <= 0)
+        return LLM_OK;
+    if (e->dc) {
+        *nd = c->nd = c->want = (int32_t)want;
+        return LLM_OK;
+    }
+    LLM_TRY(llm_spec_lookup_masked(e->sp, c->toks, total_of(q, c), c->gm, (int32_t)want, c->d,
+                                   &c->nd));
+    *nd = c->nd;
+    return LLM_OK;
+}
+
+/* The choices' drafts give their room back (the pool is short). */
+static int spec_drop(struct llm_engine *e)
+{
+    int dropped = 0;
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        struct entry *p = &e->plan[i];
+        if (p->c->nd > 0) {
+            p->k -= p->c->nd;
+            p->c->nd = p->c->want = 0;
+            dropped = 1;
+        }
+    }
+    return dropped;
+}
+
+/* One call of the draft model over the runs in dbt/dbp/dbq/dbl (n tokens);
+ * its rows go to their slots' dlog, in batch order; *dt: its seconds. */
+static llm_status spec_draft_call(struct llm_engine *e, int32_t n, double *dt)
+{
+    struct llm_batch b = { .n = n, .token = e->dbt, .pos = e->dbp, .seq = e->dbq, .logits = e->dbl };
+    const double t0 = llm_now_s();
+    LLM_TRY(llm_decode_batch(e->dc, &b, e->dout));
+    *dt = llm_now_s() - t0;
+    const size_t V = (size_t)e->n_vocab;
+    for (int32_t i = 0, r = 0; i < n; i++)
+        if (e->dbl[i])
+            memcpy(e->dlog + (size_t)e->dbq[i] * V, e->dout + (size_t)r++ * V, V * sizeof(float));
+    return LLM_OK;
+}
+
+/* The draft model fills the room the plan's choices hold (c->want): it
+ * catches up with each one's tokens (the prompt's from a sibling that has
+ * it), then drafts one token a call for all of them at once. A choice the
+ * draft's pool cannot hold, or whose catch-up does not fit the step,
+ * drafts nothing this step. */
+static llm_status spec_draft_all(struct llm_engine *e)
+{
+    const size_t V = (size_t)e->n_vocab;
+    int32_t free_ = llm_kv_free_blocks(e->dkv), n = 0, most = 0;
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        struct entry *p = &e->plan[i];
+        struct choice *c = p->c;
+        struct req *q = p->q;
+        if (c->want <= 0)
+            continue;
+        const int32_t tot = total_of(q, c);
+        for (int32_t j = 0; c->dlen < q->n_prompt && j < q->r.n; j++) {
+            struct choice *o = &q->ch[j];
+            if (o != c && o->slot >= 0 && llm_context_seq_len(e->dc, o->slot) >= q->n_prompt) {
+                LLM_TRY(llm_context_fork(e->dc, o->slot, c->slot, q->n_prompt));
+                c->dlen = q->n_prompt;
+            }
+        }
+        /* the tokens it has not seen, then the drafts but the last */
+        int32_t m = tot - c->dlen;
+        const int32_t need = llm_kv_need(e->dkv, c->slot, c->dlen, m + c->want - 1, NULL);
+        const int part = m > e->n_db - n; /* a long catch-up goes on next step */
+        if (need > free_ || part) {
+            p->k -= c->nd;
+            c->nd = c->want = 0;
+        }
+        if (need > free_)
+            continue;
+        free_ -= need;
+        if (part)
+            m = e->n_db - n;
+        for (int32_t j = 0; j < m; j++, n++) {
+            e->dbt[n] = c->toks[c->dlen + j];
+            e->dbp[n] = c->dlen + j;
+            e->dbq[n] = c->slot;
+            e->dbl[n] = !part && j == m - 1;
+        }
+        /* a short catch-up (the round's last tokens) is one of its draft
+         * steps for the tuner; a long one (the prompt) is not. calls_s
+         * holds its tokens until the call's time is shared out. */
+        c->calls = m <= 2 && !part;
+        c->calls_s = m;
+        c->dlen += m;
+        c->nd = 0;
+        most = c->want > most ? c->want : most;
+    }
+    double dt = 0;
+    if (n)
+        LLM_TRY(spec_draft_call(e, n, &dt));
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        struct choice *c = e->plan[i].c;
+        if (c->dec)
+            c->calls_s = c->calls ? dt * c->calls_s / n : 0; /* its tokens' share */
+    }
+    for (int32_t j = 0; j < most; j++) {
+        n = 0;
+        for (int32_t i = 0; i < e->n_plan; i++) {
+            struct choice *c = e->plan[i].c;
+            if (c->want <= j || c->nd != j)
+                continue;
+            float *dl = e->dlog + (size_t)c->slot * V;
+            if (j == 0 && c->gm) /* under a grammar, a copy of the matcher walks the drafts */
+                LLM_TRY(llm_gmatch_copy(&c->dgm, c->gm));
+            int32_t n_allowed = 1, only, qn;
+            if (c->dgm)
+                LLM_TRY(llm_gmatch_apply(c->dgm, dl, &n_allowed, &only));
+            if (!n_allowed) { /* nothing can follow: the drafts so far */
+                c->want = j;
+                continue;
+            }
+            const int32_t x = llm_spec_draft_token(c->dsmp, dl, e->n_vocab,
+                                                   c->dsmp ? c->q_ids + (size_t)j * V : NULL,
+                                                   c->dsmp ? c->q_probs + (size_t)j * V : NULL,
+                                                   &qn);
+            if (c->dsmp)
+                c->q_n[j] = qn;
+            c->d[j] = x;
+            c->nd = j + 1;
+            if (c->dgm && llm_gmatch_accept(c->dgm, x)) { /* not expected: x was allowed */
+                llm_error_clear();
+                c->nd = j;
+            }
+            if (c->nd == j || (c->dgm && llm_gmatch_must_end(c->dgm)) || j + 1 >= c->want) {
+                c->want = c->nd; /* done */
+                continue;
+            }
+            e->dbt[n] = x;
+            e->dbp[n] = c->dlen++;
+            e->dbq[n] = c->slot;
+            e->dbl[n++] = 1;
+        }
+        if (!n)
+            continue;
+        LLM_TRY(spec_draft_call(e, n, &dt));
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t k = 0; k < e->n_plan; k++)
+                if (e->plan[k].c->slot == e->dbq[i]) {
+                    e->plan[k].c->calls++;
+                    e->plan[k].c->calls_s += dt / n;
+                }
+    }
+    /* each run: the pending token and the drafts made */
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        struct entry *p = &e->plan[i];
+        if (!p->c->dec)
+            continue;
+        p->k = 1 + p->c->nd;
+        p->c->want = 0;
+        llm_gmatch_free(p->c->dgm);
+        p->c->dgm = NULL;
+    }
+    return LLM_OK;
+}
+
+/* A decoding choice draws from its rows: the drafted positions in order
+ * while its sampler keeps the drafts, then the token after the last one
+ * kept (a bonus when all are). Its KV is cut back to the kept tokens, the
+ * draft's to what still holds; row_s: the step's seconds per token, for
+ * the tuner. */
+static llm_status spec_sample(struct llm_engine *e, struct req *q, struct choice *c, double t,
+                              double row_s)
+{
+    const int32_t nd = c->nd, row0 = c->row, n_before = total_of(q, c), gen0 = c->n_gen;
+    const int32_t before = c->n_kv - 1 - nd; /* its positions before the step */
+    int32_t kept = 0;
+    for (int32_t r = 0; r <= nd; r++) {
+        int acc;
+        c->row = row0 + r;
+        LLM_TRY(sample(e, q, c, t, r < nd ? c->d[r] : -1, r, &acc));
+        if (c->finish || !acc)
+            break;
+        kept++;
+    }
+    c->row = -1;
+    c->dec = 0;
+    c->nd = 0;
+    e->st.spec_drafted += nd;
+    e->st.spec_accepted += kept;
+    e->st.spec_rounds += nd > 0;
+    e->st.spec_passes++;
+    e->st.spec_tokens += c->n_gen - gen0;
+    llm_spec_tuner_round(&e->tun, nd, kept, c->calls, c->calls_s, 1 + nd, row_s * (1 + nd));
+    if (c->finish) /* its blocks are released */
+        return LLM_OK;
+    /* the target keeps the pending token and the drafts kept; what a cut
+     * into a quantized block loses is computed again next step */
+    if (nd > 0) {
+        c->n_kv = llm_context_truncate(e->c, c->slot, before + 1 + kept);
+        if (e->pc && c->n_kv / e->bs > before / e->bs)
+            LLM_TRY(llm_prefix_insert(e->pc, c->slot, c->toks, c->n_kv));
+    }
+    /* the draft holds the tokens before the round and its drafts but the
+     * last: those kept still hold */
+    const int32_t valid = n_before + (kept < nd - 1 ? kept : nd - 1 > 0 ? nd - 1 : 0);
+    if (e->dc && valid < c->dlen)
+        c->dlen = llm_context_truncate(e->dc, c->slot, valid);
+    return LLM_OK;
 }
 
 /* ---- planning a step ----------------------------------------------------- */
@@ -572,9 +944,13 @@ static llm_status admit(struct llm_engine *e, struct req *q)
                 llm_sampler_accept(c->smp, q->r.ids[j]);
             if (q->r.gmask)
                 LLM_TRY(llm_gmatch_new(&c->gm, q->r.gmask));
+            if (e->sp)
+                LLM_TRY(spec_choice_new(e, c, &sp));
         }
         c->slot = e->slots[--e->n_slots];
         llm_context_reset(e->c, c->slot);
+        if (e->dc)
+            llm_context_reset(e->dc, c->slot);
         c->n_kv = 0;
         c->forked = 0;
     }
@@ -621,6 +997,8 @@ static llm_status fit(struct llm_engine *e)
         int32_t need = plan_need(e), free_ = llm_kv_free_blocks(e->kv);
         if (need <= free_)
             return LLM_OK;
+        if (spec_drop(e)) /* drafts are the first to go */
+            continue;
         if (e->pc && llm_prefix_evict(e->pc, need - free_) > 0)
             continue;
         if (e->n_run > 1) {
@@ -666,7 +1044,17 @@ static llm_status plan_step(struct llm_engine *e)
             e->run[j] = e->run[j - 1];
             e->run[j - 1] = t;
         }
-    /* decodes first, then the prompts and recomputations in chunks */
+    /* decodes first, then the prompts and recomputations in chunks; with
+     * speculation, the budget the decodes leave holds their drafts */
+    int32_t spare = budget;
+    if (e->sp)
+        spec_length(e);
+    for (int32_t i = 0; i < e->n_run; i++)
+        for (int32_t j = 0; j < e->run[i]->r.n; j++) {
+            struct choice *c = &e->run[i]->ch[j];
+            c->dec = 0;
+            spare -= computes(e->run[i], c) && total_of(e->run[i], c) - c->n_kv == 1;
+        }
     for (int pass = 0; pass < 2; pass++)
         for (int32_t i = 0; i < e->n_run && budget > 0; i++) {
             struct req *q = e->run[i];
@@ -677,9 +1065,14 @@ static llm_status plan_step(struct llm_engine *e)
                 int32_t rem = total_of(q, c) - c->n_kv;
                 if (rem <= 0 || (pass == 0) != (rem == 1))
                     continue;
-                int32_t k = rem < budget ? rem : budget;
-                plan_add(e, q, c, k);
-                budget -= k;
+                int32_t k = rem < budget ? rem : budget, nd = 0;
+                if (pass == 0 && e->sp) {
+                    c->dec = 1;
+                    LLM_TRY(spec_reserve(e, q, c, spare < budget - 1 ? spare : budget - 1, &nd));
+                    spare -= nd;
+                }
+                plan_add(e, q, c, k + nd);
+                budget -= k + nd;
             }
         }
     /* waiting requests join while slots and the budget allow */
@@ -718,7 +1111,8 @@ static llm_status plan_step(struct llm_engine *e)
             break;
         }
     }
-    return fit(e);
+    LLM_TRY(fit(e));
+    return e->dc ? spec_draft_all(e) : LLM_OK;
 }
 
 /* ---- a step -------------------------------------------------------------- */
@@ -732,15 +1126,17 @@ llm_status llm_engine_step(struct llm_engine *e)
     for (int32_t i = 0; i < e->n_plan; i++) {
         const struct entry *p = &e->plan[i];
         const int32_t end = p->c->n_kv + p->k, tot = total_of(p->q, p->c);
+        /* a speculating run: its pending token and drafts, each giving logits */
+        const int spec = p->c->nd > 0;
         for (int32_t j = 0; j < p->k; j++) {
-            e->bt[n] = p->c->toks[p->c->n_kv + j];
+            e->bt[n] = spec && j ? p->c->d[j - 1] : p->c->toks[p->c->n_kv + j];
             e->bp[n] = p->c->n_kv + j;
             e->bq[n] = p->c->slot;
-            e->bl[n] = j == p->k - 1 && end == tot;
+            e->bl[n] = spec || (j == p->k - 1 && end == tot);
             n++;
         }
-        if (p->k == 1 && end == tot)
-            dec++;
+        if (spec || (p->k == 1 && end == tot))
+            dec += p->k;
         else
             pre += p->k;
     }
@@ -754,9 +1150,12 @@ llm_status llm_engine_step(struct llm_engine *e)
         }
         q->admitted_now = 0;
     }
+    double pass_s = 0;
     if (n) {
         struct llm_batch b = { .n = n, .token = e->bt, .pos = e->bp, .seq = e->bq, .logits = e->bl };
+        const double t0 = llm_now_s();
         LLM_TRY(llm_decode_batch(e->c, &b, e->blog));
+        pass_s = llm_now_s() - t0;
     }
     e->st.steps++;
     e->st.prefill_tokens += pre;
@@ -770,6 +1169,11 @@ llm_status llm_engine_step(struct llm_engine *e)
         struct entry *p = &e->plan[i];
         const int32_t before = p->c->n_kv;
         p->c->n_kv += p->k;
+        if (p->c->nd > 0) { /* its rows are checked, and its KV cut, when it draws */
+            p->c->row = rows;
+            rows += p->k;
+            continue;
+        }
         if (p->c->n_kv == total_of(p->q, p->c))
             p->c->row = rows++;
         if (p->q->pre && p->c->row >= 0) { /* a loaded state's logits */
@@ -818,7 +1222,8 @@ llm_status llm_engine_step(struct llm_engine *e)
         }
         for (int32_t j = 0; j < q->r.n; j++)
             if (q->ch[j].row >= 0 && !q->ch[j].finish)
-                LLM_TRY(sample(e, q, &q->ch[j], t));
+                LLM_TRY(q->ch[j].dec ? spec_sample(e, q, &q->ch[j], t, pass_s / n)
+                                     : sample(e, q, &q->ch[j], t, -1, -1, NULL));
         if (q->n_live == 0) {
             LLM_TRY(answer(e, q, t));
             continue;

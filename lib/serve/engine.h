@@ -16,6 +16,13 @@
  * invariant, so a request's output is the same bits whatever it ran beside,
  * however it was chunked, cached or preempted: the text a single llm-run
  * with its seed gives.
+ *
+ * With speculation (p->spec), each choice that decodes drafts tokens after
+ * its pending one (by lookup, or by the draft model, whose steps run as
+ * batches over all choices), and the step's one pass checks every choice's
+ * drafts at once; each choice keeps the drafts its own sampler agrees with
+ * (spec.h) and its KV is cut back to them. Under the match rule the text is
+ * still plain decoding's.
  */
 #ifndef LLM_SERVE_ENGINE_H
 #define LLM_SERVE_ENGINE_H
@@ -35,6 +42,10 @@ struct llm_engine_params {
                                a long batch run would hold one double per token) */
     int prefill_only;       /* compute prompts only: each goes to the prefilled
                                callback, then the request is answered with no choices */
+    const struct llm_spec_params *spec; /* speculative decoding of every choice (NULL: none):
+                               prompt lookup, or a draft context of max_seqs sequences as long
+                               as the target's; the drafts of all choices are checked in the
+                               step's one pass */
 };
 void llm_engine_params_default(struct llm_engine_params *p);
 
@@ -65,6 +76,10 @@ struct llm_engine_stats {
     int32_t kv_logical;     /* table entries of all sequences (a shared block once per table) */
     int64_t kv_tokens;      /* positions held by running sequences */
     int32_t last_prefill, last_decode; /* tokens of the last step */
+    /* speculative decoding: tokens drafted and kept, rounds that drafted;
+       the target's passes that decoding choices took part in (one a step
+       each), and the tokens those passes gave */
+    int64_t spec_drafted, spec_accepted, spec_rounds, spec_passes, spec_tokens;
 };
 
 struct llm_engine;

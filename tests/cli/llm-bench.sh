@@ -380,6 +380,34 @@ t_bench_serve_text_too_short() {
     has "$TMP/err" "$TMP/nonexistent.jsonl"
 }
 
+# Serving with speculation: each run twice, plain then speculating, the same
+# requests and tokens; the draft (the model itself, 3 tokens a round) keeps
+# every draft of these greedy requests: fewer passes than tokens.
+t_bench_serve_spec() {
+    need "$B260" "$TSTORIES"
+    command -v python3 >/dev/null || skip "no python3"
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" --serve-text "$TSTORIES" $SERVE_SYN --max-seqs 4 --draft "$B260" \
+        --draft-n 3 -o json && mv "$TMP/out" "$TMP/a.json" || return 1
+    # shellcheck disable=SC2086
+    expect 0 "$BENCH" -m "$B260" --serve-text "$TSTORIES" $SERVE_SYN --lookup &&
+        has "$TMP/out" "| errors | draft: kept, passes/token |" &&
+        grep -q '^| stories260K.gguf | 1 | serve 12 x p8-40 g1-12, all at once | 16 | .* | - |$' "$TMP/out" &&
+        grep -q '^| stories260K.gguf | 1 | serve 12 x p8-40 g1-12, all at once | 16 | .* | lookup: ' "$TMP/out" ||
+        return 1
+    python3 - "$TMP/a.json" <<'PY'
+import json, sys
+a, b = json.load(open(sys.argv[1]))
+assert a["draft"] == "" and a["spec_drafted"] == 0 and a["spec_passes_per_token"] is None, a
+assert b["draft"].endswith("stories260K.gguf"), b
+assert (a["prompt_tokens"], a["output_tokens"]) == (b["prompt_tokens"], b["output_tokens"]), (a, b)
+assert b["spec_drafted"] > 0 and b["spec_accepted"] == b["spec_drafted"], b
+assert b["spec_acceptance_rate"] == 1 and b["spec_passes_per_token"] < 0.6, b
+PY
+    expect 2 "$BENCH" -m x --serve r --lookup --prompts p && has "$TMP/err" "speculation runs on its requests" &&
+    expect 2 "$BENCH" -m x --serve r --lookup --draft-n 2 --draft-max 4 && has "$TMP/err" "use one"
+}
+
 # ---- speculative decoding (--draft, --lookup) --------------------------------
 # stories260K as its own draft keeps every draft: 100% in every format.
 t_bench_spec_draft_and_lookup() {
@@ -411,7 +439,7 @@ t_bench_spec_usage_errors_exit_2() {
     expect 2 "$BENCH" -m x --draft d --prompts p --ngram-max 3 && has "$TMP/err" "go with --lookup" &&
     expect 2 "$BENCH" -m x --lookup --prompts p -p 64 && has "$TMP/err" "one -n N" &&
     expect 2 "$BENCH" -m x --lookup --prompts p -n 8,16 && has "$TMP/err" "one -n N" &&
-    expect 2 "$BENCH" -m x --lookup --prompts p --serve r && has "$TMP/err" "speculation options only" &&
+    expect 2 "$BENCH" -m x --lookup --prompts p --ppl r && has "$TMP/err" "speculation options only" &&
     expect 2 "$BENCH" -m x --lookup --prompts p --draft-n 2 --draft-max 4 && has "$TMP/err" "use one"
 }
 # ---- constrained decoding (--grammar, --json-schema, --regex, --json-object) ---

@@ -136,6 +136,7 @@ t_run_spec_usage_errors_exit_2() {
     expect 2 "$RUN" -m x --lookup --ngram-min 4 --ngram-max 2 && has "$TMP/err" "above --ngram-max" &&
     expect 2 "$RUN" -m x --lookup --spec-rule maybe && has "$TMP/err" "not match or rejection" &&
     expect 2 "$RUN" -m x --lookup --n-seq 2 && has "$TMP/err" "--lookup does not go with --n-seq" &&
+    expect 2 "$RUN" -m x --batch y --role prefill --draft z && has "$TMP/err" "--draft does not go with --role prefill" &&
     expect 2 "$RUN" -m x --draft y --tokenize && expect 2 "$RUN" -m x --lookup --draft-n 0
 }
 
@@ -800,6 +801,67 @@ t_run_batch_interrupt_and_resume() {
     diff <(strip "$TMP/full.jsonl") <(strip "$TMP/part.jsonl") || return 1
     expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/part.jsonl" --resume &&
     has "$TMP/err" "not the same input" && one_line
+}
+# Speculation in a batch: every request's drafts are checked in the step's
+# one pass, and each answer is the plain run's, byte for byte: by lookup,
+# by the model as its own draft (greedy drafts, which sampled requests often
+# refuse: the KV is cut back), in steps of 16 tokens with a pool so small
+# that requests are preempted, and on the decode side of a role pipeline.
+t_run_batch_spec_same_answers() {
+    r_stories
+    batch_requests
+    cat "$TMP/req.jsonl" "$TMP/req.jsonl" >"$TMP/req2.jsonl"
+    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/a.jsonl" || return 1
+    local o
+    for o in "--lookup --draft-n 3" "--draft $TMP/s.llm" "--draft $TMP/s.llm --draft-n 4"; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/b.jsonl" $o \
+            --stats-json "$TMP/st.json" && diff <(strip "$TMP/a.jsonl") <(strip "$TMP/b.jsonl") &&
+            has "$TMP/err" "speculation: " && has "$TMP/st.json" '"speculation":{"drafted":' &&
+            ! has "$TMP/st.json" '"speculation":{"drafted":0,' || { echo "with $o"; return 1; }
+    done
+    # the last draft kept some and refused some; fewer passes than tokens
+    python3 - "$TMP/st.json" <<'PY' || return 1
+import json, sys
+s = json.load(open(sys.argv[1]))["speculation"]
+assert 0 < s["accepted"] < s["drafted"], s
+assert s["target_passes"] < s["tokens"] and s["passes_per_token"] < 1, s
+PY
+    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/b.jsonl" --draft "$TMP/s.llm" \
+        --draft-n 4 --kv-blocks 6 --ctx 64 --max-seqs 6 --step-tokens 16 --stats-json "$TMP/st.json" &&
+        ! grep -q '"preemptions":0,' "$TMP/st.json" && diff <(strip "$TMP/a.jsonl") <(strip "$TMP/b.jsonl") ||
+        return 1
+    expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch '$TMP/req2.jsonl' --role prefill 2>/dev/null | '$RUN' -m '$TMP/s.llm' --role decode --lookup" &&
+        diff <(strip "$TMP/a.jsonl") <(strip "$TMP/out")
+}
+# SmolLM2 q8_0 with its 4-bit self as the draft, which disagrees: chat and
+# completion requests with every sampler option, log-probabilities, n = 2,
+# a stop string and a JSON response_format give the plain run's lines.
+t_run_batch_spec_smollm2_every_option() {
+    r_smol || return 1
+    [ -e "$TMP/smol-q8.llm" ] || "$BIN/llm-convert" -q "$R_SMOL" -t q8_0 -o "$TMP/smol-q8.llm" || return 1
+    {
+        echo '{"custom_id":"a","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Write a haiku about the sea."}],"max_tokens":40,"temperature":0}}'
+        echo '{"custom_id":"b","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Rewrite in plain words: The quick brown fox jumps over the lazy dog, and the dog does not move."}],"max_tokens":40,"temperature":0.9,"seed":4,"top_k":20,"top_p":0.9,"min_p":0.02,"presence_penalty":0.2,"frequency_penalty":0.1,"logprobs":true,"top_logprobs":3}}'
+        echo '{"custom_id":"c","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Give a JSON object with a name and an age."}],"max_tokens":40,"temperature":0.7,"seed":2,"n":2,"response_format":{"type":"json_object"}}}'
+        echo '{"custom_id":"d","url":"/v1/completions","body":{"prompt":"The capital of France is","max_tokens":30,"temperature":1.0,"seed":9,"stop":["."]}}'
+    } >"$TMP/sreq.jsonl"
+    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+    expect 0 "$RUN" -m "$TMP/smol-q8.llm" --batch "$TMP/sreq.jsonl" -o "$TMP/a.jsonl" -t 2 || return 1
+    has "$TMP/a.jsonl" '"top_logprobs":[{' || return 1
+    local o
+    for o in "--draft $TMP/smol.llm --draft-n 3" "--lookup --draft-n 4"; do
+        # shellcheck disable=SC2086
+        expect 0 "$RUN" -m "$TMP/smol-q8.llm" --batch "$TMP/sreq.jsonl" -o "$TMP/b.jsonl" -t 2 $o \
+            --stats-json "$TMP/st.json" && diff <(strip "$TMP/a.jsonl") <(strip "$TMP/b.jsonl") ||
+            { echo "with $o"; return 1; }
+    done
+    python3 - "$TMP/st.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["speculation"]
+assert 0 < s["accepted"] < s["drafted"], s
+PY
 }
 # Prefill and decode in two processes: `--role prefill | --role decode`
 # answers the same lines as one process, through a pipe and through a

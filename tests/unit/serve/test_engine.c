@@ -239,6 +239,63 @@ Test(engine, every_schedule_gives_the_single_run_text, .timeout = 0)
     llm_model_close(m);
 }
 
+/* Speculation in the engine: every choice drafts (by lookup, or by the
+ * model as its own draft: greedy drafts, which greedy requests keep and
+ * sampled ones often refuse, so that the KV is cut back), one pass checks
+ * them all, and the text stays the single run's, through chunks and
+ * preemptions; no block of either pool is left behind. */
+Test(engine, speculation_gives_the_single_run_text, .timeout = 0)
+{
+    struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 2);
+    if (!m) {
+        cr_skip_test("stories260K.gguf is absent");
+        return;
+    }
+    run_single(m, ref);
+    struct llm_spec_params sp;
+    llm_spec_params_default(&sp);
+    struct llm_engine_params ep;
+    struct llm_engine_stats st;
+    llm_engine_params_default(&ep);
+    ep.record_itl = 1;
+    ep.spec = &sp;
+    sp.lookup = 1;
+    ep.max_seqs = 8, ep.step_tokens = 64;
+    run_engine(m, &ep, 0, got, &st);
+    same(ref, got, "lookup");
+    cr_assert_gt(st.spec_drafted, 0, "lookup drafts");
+    static const struct {
+        int32_t max_seqs, step_tokens, kv_blocks, draft_n, prefix;
+    } runs[] = {
+        { 8, 64, 0, 4, 1 },     /* 8 at once, 4 drafts each */
+        { 6, 5, 0, 3, 0 },      /* chunks of 5: the drafts share a small budget */
+        { 8, 48, 24, 4, 0 },    /* a pool too small: drafts dropped, requests preempted */
+        { 4, 512, 0, 0, 1 },    /* the draft length adapted */
+    };
+    sp.lookup = 0;
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        ep.max_seqs = runs[i].max_seqs, ep.step_tokens = runs[i].step_tokens;
+        ep.prefix_cache = runs[i].prefix;
+        sp.draft_n = runs[i].draft_n;
+        sp.draft = open_ctx(m, ep.max_seqs, runs[i].kv_blocks, ep.step_tokens);
+        int64_t pre = run_engine(m, &ep, runs[i].kv_blocks, got, &st);
+        char what[64];
+        snprintf(what, sizeof what, "draft model, run %zu", i);
+        same(ref, got, what);
+        cr_assert(st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted,
+                  "%s: %lld drafted, %lld kept", what, (long long)st.spec_drafted,
+                  (long long)st.spec_accepted);
+        cr_assert_lt(st.spec_passes, st.spec_tokens, "%s: fewer passes than tokens", what);
+        if (runs[i].kv_blocks)
+            cr_assert_gt(pre, 0, "%s: the small pool preempts", what);
+        struct llm_kv_stats ks;
+        llm_context_kv_stats(sp.draft, &ks, NULL);
+        cr_assert_eq(ks.used, 0, "%s: every block of the draft's pool is free again", what);
+        llm_context_free(sp.draft);
+    }
+    llm_model_close(m);
+}
+
 Test(engine, priority_orders_the_queue)
 {
     struct llm_model *m = llm_test_model("gguf/stories260K.gguf", 2);
