@@ -117,6 +117,7 @@ struct llm_engine {
     struct llm_spec_tuner tun;  /* the draft length, from every choice's rounds */
     int32_t k_step;             /* this step's draft length */
     int32_t k_left;             /* choices that may still draft this step */
+    const struct choice *look;  /* a look: the one choice that drafts (NULL: any) */
     struct llm_context *dc;     /* the draft model's context (NULL: lookup), slot for slot */
     struct llm_kv *dkv;
     float *dlog;                /* (max_seqs, n_vocab) each slot's latest draft logits */
@@ -599,6 +600,8 @@ static llm_status sample(struct llm_engine *e, struct req *q, struct choice *c, 
 
 /* ---- speculative decoding (spec.h) -------------------------------------- */
 
+static int computes(const struct req *q, const struct choice *c);
+
 /* A choice's own speculation state, made at its first admission: the
  * draft sampler (seed apart from its sampler's sp) when the draft model
  * samples under the rejection rule. */
@@ -629,6 +632,7 @@ static llm_status spec_choice_new(struct llm_engine *e, struct choice *c,
 static void spec_length(struct llm_engine *e)
 {
     e->k_left = e->p.max_seqs;
+    e->look = NULL;
     if (e->sp->draft_n > 0) {
         e->k_step = e->sp->draft_n;
         return;
@@ -639,8 +643,20 @@ static void spec_length(struct llm_engine *e)
     }
     const int looking = e->tun.plain >= e->tun.probe;
     e->k_step = llm_spec_tuner_k(&e->tun, e->kmax);
-    if ((e->dc && e->tun.steps <= 0) || (looking && e->k_step == 1))
-        e->k_left = 1;
+    if (!(e->dc && e->tun.steps <= 0) && !(looking && e->k_step == 1))
+        return;
+    /* a look: by the decoding choice the draft has seen the most of, whose
+     * catch-up costs least */
+    e->k_left = 1;
+    int32_t least = INT32_MAX;
+    for (int32_t i = 0; e->dc && i < e->n_run; i++)
+        for (int32_t j = 0; j < e->run[i]->r.n; j++) {
+            const struct choice *c = &e->run[i]->ch[j];
+            const int32_t behind = total_of(e->run[i], c) - c->dlen;
+            if (computes(e->run[i], c) && c->n_gen > 0 && c->n_kv == total_of(e->run[i], c) - 1 &&
+                behind < least)
+                least = behind, e->look = c;
+        }
 }
 
 /* A decoding choice's drafts for this step, within `spare` tokens of the
@@ -653,9 +669,8 @@ static llm_status spec_reserve(struct llm_engine *e, struct req *q, struct choic
     *nd = c->nd = c->want = 0;
     c->calls = 0;
     c->calls_s = 0;
-    if (c->n_gen < 1 || spare <= 0 || e->k_left <= 0) /* a first token may be copied to the
-                                                          forks: drawn plainly */
-        return LLM_OK;
+    if (c->n_gen < 1 || spare <= 0 || e->k_left <= 0 || (e->look && c != e->look))
+        return LLM_OK; /* (a first token may be copied to the forks: drawn plainly) */
     e->k_left--;
     int64_t want = e->k_step;
     if (q->r.max_tokens >= 0 && want > (int64_t)q->r.max_tokens - c->n_gen - 1)
