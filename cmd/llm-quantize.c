@@ -18,7 +18,7 @@ static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the quantized model to FILE ('-' = stdout)", "file" },
     { OPT_METHOD, "method", LLM_ARG_REQUIRED, "METHOD", "rtn, gptq, awq, nf4 or fp8 (default: rtn)", "rtn gptq awq nf4 fp8" },
-    { OPT_TYPE, "type", LLM_ARG_REQUIRED, "TYPE", "a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp's mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k); rtn weighs its columns by --calib's inputs, gptq and awq fit its grid", "q4_k_m q4_k_s q5_k_m q5_k_s q6_k q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1" },
+    { OPT_TYPE, "type", LLM_ARG_REQUIRED, "TYPE", "a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp's mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q3_k_m, q3_k_s, q3_k_l); rtn weighs its columns by --calib's inputs, gptq and awq fit its grid", "q4_k_m q4_k_s q5_k_m q5_k_s q6_k q3_k_m q3_k_s q3_k_l q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1" },
     { OPT_TARGET, "target-bpw", LLM_ARG_REQUIRED, "B", "choose each linear layer's GGUF type (q2_k to q8_0) by its output error on --calib's data, for B bits per weight overall; with rtn or gptq", NULL },
     { OPT_BITS, "bits", LLM_ARG_REQUIRED, "B", "3, 4 or 8 bits for rtn, gptq, awq (3: zero points only; awq: 3 or 4) (default: 4)", "3 4 8" },
     { OPT_GROUP, "group", LLM_ARG_REQUIRED, "G", "group size 32, 64, 128, or 'channel' (default: 128)", "32 64 128 channel" },
@@ -274,8 +274,9 @@ int main(int argc, char **argv)
             if (llm_type_parse(arg, &ty) || llm_type_traits(ty)->ggml_type < 0 ||
                 !llm_type_traits(ty)->is_quant || ty == LLM_TYPE_Q8_K)
                 return llm_cli_usage(&cli, "--type: '%s' is not a GGUF quantized type or mixture "
-                                     "(q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q2_k, q3_k, q4_k, "
-                                     "q5_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1)", arg);
+                                     "(q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q3_k_m, q3_k_s, "
+                                     "q3_k_l, q2_k, q3_k, q4_k, q5_k, q5_0, q5_1, iq4_nl, iq4_xs, "
+                                     "q8_0, q4_0, q4_1)", arg);
             p.def.type = (int)ty;
             have_type = 1;
             break;

@@ -380,7 +380,7 @@ _llm_quantize()
             return
             ;;
         --type)
-            _llm_words 'q4_k_m q4_k_s q5_k_m q5_k_s q6_k q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1'
+            _llm_words 'q4_k_m q4_k_s q5_k_m q5_k_s q6_k q3_k_m q3_k_s q3_k_l q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1'
             return
             ;;
         --target-bpw)

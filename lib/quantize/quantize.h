@@ -76,7 +76,8 @@ llm_status llm_qspec_type(const struct llm_qspec *s, enum llm_type cur, enum llm
  * ffn_down, q6_k for the output head (q8_0 when its rows do not hold
  * 256-element blocks; a tied embedding table is the head). */
 enum llm_qmix { LLM_QMIX_NONE, LLM_QMIX_Q4_K_S, LLM_QMIX_Q4_K_M, LLM_QMIX_Q5_K_S,
-                LLM_QMIX_Q5_K_M, LLM_QMIX_Q6_K };
+                LLM_QMIX_Q5_K_M, LLM_QMIX_Q6_K, LLM_QMIX_Q3_K_S, LLM_QMIX_Q3_K_M,
+                LLM_QMIX_Q3_K_L };
 /* "q4_k_m" ... (case-insensitive); LLM_E_INVALID naming the choices. */
 llm_status llm_qmix_parse(const char *s, enum llm_qmix *out);
 const char *llm_qmix_name(enum llm_qmix m);

@@ -44,7 +44,8 @@ llm_status llm_qmethod_parse(const char *s, enum llm_qmethod *out)
     return llm_error_set(LLM_E_INVALID, "unknown method '%s' (keep, rtn, gptq, awq, nf4, fp8)", s);
 }
 
-static const char *const mix_names[] = { "none", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k" };
+static const char *const mix_names[] = { "none",   "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m",
+                                         "q6_k",   "q3_k_s", "q3_k_m", "q3_k_l" };
 
 const char *llm_qmix_name(enum llm_qmix m)
 {
@@ -58,8 +59,8 @@ llm_status llm_qmix_parse(const char *s, enum llm_qmix *out)
             *out = (enum llm_qmix)i;
             return LLM_OK;
         }
-    return llm_error_set(LLM_E_INVALID, "unknown mixture '%s' (q4_k_s, q4_k_m, q5_k_s, q5_k_m, "
-                         "q6_k)", s);
+    return llm_error_set(LLM_E_INVALID, "unknown mixture '%s' (q3_k_s, q3_k_m, q3_k_l, q4_k_s, "
+                         "q4_k_m, q5_k_s, q5_k_m, q6_k)", s);
 }
 
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and
@@ -78,18 +79,31 @@ static int ends_with(const char *s, const char *suffix)
 enum llm_type llm_qmix_type(enum llm_qmix m, const char *name, int layer, int n_layers, int head,
                             int64_t ne0)
 {
+    const int q3 = m == LLM_QMIX_Q3_K_S || m == LLM_QMIX_Q3_K_M || m == LLM_QMIX_Q3_K_L;
     const enum llm_type base = m == LLM_QMIX_Q6_K                             ? LLM_TYPE_Q6_K
                              : m == LLM_QMIX_Q5_K_S || m == LLM_QMIX_Q5_K_M ? LLM_TYPE_Q5_K
+                             : q3                                             ? LLM_TYPE_Q3_K
                                                                               : LLM_TYPE_Q4_K;
     if (head) /* llama.cpp gives the head q8_0 outright when 256 does not divide its rows */
         return ne0 % 256 ? LLM_TYPE_Q8_0 : LLM_TYPE_Q6_K;
     const int v = ends_with(name, "attn_v.weight"), down = strstr(name, "ffn_down") != NULL;
+    /* q3_k_m and q3_k_l lift the attention's output projection too (for
+     * models without experts) */
+    if (ends_with(name, "attn_output.weight") && (m == LLM_QMIX_Q3_K_M || m == LLM_QMIX_Q3_K_L))
+        return m == LLM_QMIX_Q3_K_M ? LLM_TYPE_Q4_K : LLM_TYPE_Q5_K;
     if (layer < 0 || (!v && !down)) {
         if (ends_with(name, "attn_qkv.weight"))
-            return m == LLM_QMIX_Q4_K_M ? LLM_TYPE_Q5_K : m == LLM_QMIX_Q5_K_M ? LLM_TYPE_Q6_K : base;
+            return m == LLM_QMIX_Q4_K_M                             ? LLM_TYPE_Q5_K
+                   : m == LLM_QMIX_Q5_K_M                           ? LLM_TYPE_Q6_K
+                   : m == LLM_QMIX_Q3_K_M || m == LLM_QMIX_Q3_K_L ? LLM_TYPE_Q4_K
+                                                                    : base;
         return base;
     }
     switch (m) {
+    case LLM_QMIX_Q3_K_M: /* attn_v: q5_k for the first two; ffn_down: q5_k for the first 16th */
+        return (v ? layer < 2 : layer < n_layers / 16) ? LLM_TYPE_Q5_K : LLM_TYPE_Q4_K;
+    case LLM_QMIX_Q3_K_L:
+        return LLM_TYPE_Q5_K;
     case LLM_QMIX_Q4_K_M:
     case LLM_QMIX_Q5_K_M:
         return more_bits(layer, n_layers) ? LLM_TYPE_Q6_K : base;

@@ -716,19 +716,30 @@ t_quantize_gguf_types_match_llama_cpp() {
 }
 
 # llama.cpp's Q4_K_M mixture of SmolLM2 (q6_k and q4_k where rows hold 256,
-# its fallbacks q5_0 and q8_0 elsewhere, q8_0 for the tied embeddings):
-# the same bytes as llama-quantize b4748's file, tensor for tensor.
-t_quantize_q4_k_m_matches_llama_cpp_smollm2() {
-    local smol=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf
+# its fallbacks q5_0 and q8_0 elsewhere, q8_0 for the tied embeddings), and
+# its Q3_K_S, Q3_K_M and Q3_K_L: the same bytes as llama-quantize b4748's
+# files, tensor for tensor.
+t_quantize_mixtures_match_llama_cpp_smollm2() {
+    local smol=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf mix
     need "$smol"
     case $BIN in *build-san*) skip "slow under the sanitizers; the synthetic case runs there" ;; esac
-    "$BIN/llm-convert" -q "$smol" -t f32 -o "$TMP/kqs-f32.llm" &&
-    expect 0 "$QUANT" -m "$TMP/kqs-f32.llm" -o "$TMP/kqs.llm" --type q4_k_m || return 1
-    has "$TMP/err" "bits per weight" && "$BIN/llm-convert" -q "$TMP/kqs.llm" -o "$TMP/kqs.gguf" || return 1
-    kq_sums "$TMP/kqs.gguf" >"$TMP/kqs-ours.txt"
-    grep -v '^#' "$KQ_GOLD/smollm2-q4_k_m.txt" >"$TMP/kqs-want.txt"
-    diff "$TMP/kqs-want.txt" "$TMP/kqs-ours.txt" >"$TMP/kqs.diff" || { echo "differs from llama.cpp:"; head -6 "$TMP/kqs.diff"; return 1; }
-    [ "$(grep -c ' q6_k ' "$TMP/kqs-ours.txt")" = 14 ] && [ "$(grep -c ' q4_k ' "$TMP/kqs-ours.txt")" = 16 ]
+    "$BIN/llm-convert" -q "$smol" -t f32 -o "$TMP/kqs-f32.llm" || return 1
+    # Q4_K_M, and the three Q3_K mixtures (their 576-wide rows fall back to
+    # iq4_nl, q5_0 and q5_1 as llama.cpp's do)
+    for mix in q4_k_m q3_k_s q3_k_m q3_k_l; do
+        expect 0 "$QUANT" -m "$TMP/kqs-f32.llm" -o "$TMP/kqs.llm" --type $mix || return 1
+        has "$TMP/err" "bits per weight" && "$BIN/llm-convert" -q "$TMP/kqs.llm" -o "$TMP/kqs.gguf" || return 1
+        kq_sums "$TMP/kqs.gguf" >"$TMP/kqs-ours.txt"
+        grep -v '^#' "$KQ_GOLD/smollm2-$mix.txt" >"$TMP/kqs-want.txt"
+        diff "$TMP/kqs-want.txt" "$TMP/kqs-ours.txt" >"$TMP/kqs.diff" ||
+            { echo "$mix differs from llama.cpp:"; head -6 "$TMP/kqs.diff"; return 1; }
+        [ $mix != q4_k_m ] ||
+            { [ "$(grep -c ' q6_k ' "$TMP/kqs-ours.txt")" = 14 ] && [ "$(grep -c ' q4_k ' "$TMP/kqs-ours.txt")" = 16 ]; } ||
+            return 1
+        [ $mix != q3_k_m ] ||
+            { [ "$(grep -c ' q3_k ' "$TMP/kqs-ours.txt")" = 0 ] && [ "$(grep -c ' q4_k ' "$TMP/kqs-ours.txt")" = 29 ]; } ||
+            return 1
+    done
 }
 
 # Calibrated, on SmolLM2's 1536-wide ffn_down: round to nearest weighted by

@@ -661,7 +661,23 @@ Test(quantize, gguf_mixtures_and_fallbacks)
         cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_S, v, l, 30, 0, 576), l < 4 ? LLM_TYPE_Q5_K : LLM_TYPE_Q4_K);
         cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_S, d, l, 30, 0, 1536), l < 3 ? LLM_TYPE_Q5_K : LLM_TYPE_Q4_K);
         cr_assert_eq(llm_qmix_type(LLM_QMIX_Q6_K, v, l, 30, 0, 576), LLM_TYPE_Q6_K);
+        /* the Q3_K mixtures: q3_k, more bits for attn_v, attn_output and ffn_down */
+        char o[64];
+        snprintf(o, sizeof o, "blk.%d.attn_output.weight", l);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_M, v, l, 30, 0, 576), l < 2 ? LLM_TYPE_Q5_K : LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_M, d, l, 30, 0, 1536), l < 1 ? LLM_TYPE_Q5_K : LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_M, o, l, 30, 0, 576), LLM_TYPE_Q4_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_M, q, l, 30, 0, 576), LLM_TYPE_Q3_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_L, v, l, 30, 0, 576), LLM_TYPE_Q5_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_L, o, l, 30, 0, 576), LLM_TYPE_Q5_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_L, q, l, 30, 0, 576), LLM_TYPE_Q3_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_S, v, l, 30, 0, 576), LLM_TYPE_Q3_K);
+        cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_S, d, l, 30, 0, 1536), LLM_TYPE_Q3_K);
     }
+    /* a fused qkv: q4_k under q3_k_m and q3_k_l, q5_k under q4_k_m */
+    cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_M, "blk.3.attn_qkv.weight", 3, 30, 0, 3072), LLM_TYPE_Q4_K);
+    cr_assert_eq(llm_qmix_type(LLM_QMIX_Q3_K_S, "blk.3.attn_qkv.weight", 3, 30, 0, 3072), LLM_TYPE_Q3_K);
+    cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, "blk.3.attn_qkv.weight", 3, 30, 0, 3072), LLM_TYPE_Q5_K);
     /* the head: q6_k, or q8_0 outright when 256 does not divide its rows */
     cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, "output.weight", -1, 30, 1, 4096), LLM_TYPE_Q6_K);
     cr_assert_eq(llm_qmix_type(LLM_QMIX_Q4_K_M, "token_embd.weight", -1, 30, 1, 576), LLM_TYPE_Q8_0);
@@ -680,6 +696,8 @@ Test(quantize, gguf_mixtures_and_fallbacks)
     enum llm_qmix mx;
     cr_assert_eq(llm_qmix_parse("Q4_K_M", &mx), LLM_OK);
     cr_assert_eq(mx, LLM_QMIX_Q4_K_M);
-    cr_assert_eq(llm_qmix_parse("q3_k_m", &mx), LLM_E_INVALID);
-    cr_assert(strstr(llm_error_detail(LLM_E_INVALID), "q4_k_s"));
+    cr_assert_eq(llm_qmix_parse("Q3_K_M", &mx), LLM_OK);
+    cr_assert_eq(mx, LLM_QMIX_Q3_K_M);
+    cr_assert_eq(llm_qmix_parse("q2_k_m", &mx), LLM_E_INVALID);
+    cr_assert(strstr(llm_error_detail(LLM_E_INVALID), "q3_k_l"));
 }
