@@ -700,6 +700,13 @@ batch_requests() {
         echo '{"prompt":"One day","max_tokens":12,"temperature":0}'
     } >"$TMP/req.jsonl"
 }
+# answers without their creation times, sorted: the same lines whatever the order
+batch_strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
+# the request set twice over (duplicate custom_ids), and its answers in $TMP/a.jsonl
+batch_plain2() {
+    r_stories && batch_requests && cat "$TMP/req.jsonl" "$TMP/req.jsonl" >"$TMP/req2.jsonl" &&
+        expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/a.jsonl"
+}
 # Every answer is the text of a single llm-run with the same seed.
 t_run_batch_matches_single_runs() {
     r_stories
@@ -726,18 +733,14 @@ t_run_batch_matches_single_runs() {
 # time with chunks of 3 tokens, without the prefix cache, and with a pool
 # so small that requests are preempted.
 t_run_batch_same_answers_every_schedule() {
-    r_stories
-    batch_requests
-    cat "$TMP/req.jsonl" "$TMP/req.jsonl" >"$TMP/req2.jsonl"
-    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
-    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/a.jsonl" || return 1
+    batch_plain2 || return 1
     expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch - --completion-order --max-seqs 3 --step-tokens 3 --no-prefix-cache <'$TMP/req2.jsonl'" &&
     has "$TMP/err" '<stdin>: custom_id "g1" is used by more than one line' &&
-    diff <(strip "$TMP/a.jsonl") <(strip "$TMP/out") || return 1
+    diff <(batch_strip "$TMP/a.jsonl") <(batch_strip "$TMP/out") || return 1
     expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" --kv-blocks 8 --ctx 64 --max-seqs 6 \
         --stats-json "$TMP/stats.json" && has "$TMP/err" "10 answered" &&
     ! grep -q '"preemptions":0,' "$TMP/stats.json" &&
-    diff <(strip "$TMP/a.jsonl") <(strip "$TMP/out")
+    diff <(batch_strip "$TMP/a.jsonl") <(batch_strip "$TMP/out")
 }
 # Bad lines of every kind: one output line for each input line (blank
 # lines are not requests), an error record for each bad one, exit 3.
@@ -779,7 +782,6 @@ t_run_batch_interrupt_and_resume() {
     for i in $(seq 60); do
         echo "{\"custom_id\":\"c$i\",\"body\":{\"prompt\":\"Once upon a time $i\",\"max_tokens\":200,\"temperature\":0.8,\"seed\":$i}}"
     done >"$TMP/many.jsonl"
-    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
     expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/full.jsonl" --max-seqs 2 -t 1 || return 1
     "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/part.jsonl" --max-seqs 2 -t 1 2>"$TMP/err" &
     local pid=$! n=0
@@ -798,7 +800,7 @@ t_run_batch_interrupt_and_resume() {
     printf '{"id":"line-' >>"$TMP/part.jsonl" # a line cut short by a kill
     expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/many.jsonl" -o "$TMP/part.jsonl" --resume \
         --max-seqs 2 -t 1 && has "$TMP/err" "answered before (--resume)" &&
-    diff <(strip "$TMP/full.jsonl") <(strip "$TMP/part.jsonl") || return 1
+    diff <(batch_strip "$TMP/full.jsonl") <(batch_strip "$TMP/part.jsonl") || return 1
     expect 1 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req.jsonl" -o "$TMP/part.jsonl" --resume &&
     has "$TMP/err" "not the same input" && one_line
 }
@@ -808,16 +810,12 @@ t_run_batch_interrupt_and_resume() {
 # refuse: the KV is cut back), in steps of 16 tokens with a pool so small
 # that requests are preempted, and on the decode side of a role pipeline.
 t_run_batch_spec_same_answers() {
-    r_stories
-    batch_requests
-    cat "$TMP/req.jsonl" "$TMP/req.jsonl" >"$TMP/req2.jsonl"
-    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
-    expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/a.jsonl" || return 1
+    batch_plain2 || return 1
     local o
     for o in "--lookup --draft-n 3" "--draft $TMP/s.llm" "--draft $TMP/s.llm --draft-n 4"; do
         # shellcheck disable=SC2086
         expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/b.jsonl" $o \
-            --stats-json "$TMP/st.json" && diff <(strip "$TMP/a.jsonl") <(strip "$TMP/b.jsonl") &&
+            --stats-json "$TMP/st.json" && diff <(batch_strip "$TMP/a.jsonl") <(batch_strip "$TMP/b.jsonl") &&
             has "$TMP/err" "speculation: " && has "$TMP/st.json" '"speculation":{"drafted":' &&
             ! has "$TMP/st.json" '"speculation":{"drafted":0,' || { echo "with $o"; return 1; }
     done
@@ -830,10 +828,10 @@ assert s["target_passes"] < s["tokens"] and s["passes_per_token"] < 1, s
 PY
     expect 0 "$RUN" -m "$TMP/s.llm" --batch "$TMP/req2.jsonl" -o "$TMP/b.jsonl" --draft "$TMP/s.llm" \
         --draft-n 4 --kv-blocks 6 --ctx 64 --max-seqs 6 --step-tokens 16 --stats-json "$TMP/st.json" &&
-        ! grep -q '"preemptions":0,' "$TMP/st.json" && diff <(strip "$TMP/a.jsonl") <(strip "$TMP/b.jsonl") ||
+        ! grep -q '"preemptions":0,' "$TMP/st.json" && diff <(batch_strip "$TMP/a.jsonl") <(batch_strip "$TMP/b.jsonl") ||
         return 1
     expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch '$TMP/req2.jsonl' --role prefill 2>/dev/null | '$RUN' -m '$TMP/s.llm' --role decode --lookup" &&
-        diff <(strip "$TMP/a.jsonl") <(strip "$TMP/out")
+        diff <(batch_strip "$TMP/a.jsonl") <(batch_strip "$TMP/out")
 }
 # SmolLM2 q8_0 with its 4-bit self as the draft, which disagrees: chat and
 # completion requests with every sampler option, log-probabilities, n = 2,
@@ -847,14 +845,13 @@ t_run_batch_spec_smollm2_every_option() {
         echo '{"custom_id":"c","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Give a JSON object with a name and an age."}],"max_tokens":40,"temperature":0.7,"seed":2,"n":2,"response_format":{"type":"json_object"}}}'
         echo '{"custom_id":"d","url":"/v1/completions","body":{"prompt":"The capital of France is","max_tokens":30,"temperature":1.0,"seed":9,"stop":["."]}}'
     } >"$TMP/sreq.jsonl"
-    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
     expect 0 "$RUN" -m "$TMP/smol-q8.llm" --batch "$TMP/sreq.jsonl" -o "$TMP/a.jsonl" -t 2 || return 1
     has "$TMP/a.jsonl" '"top_logprobs":[{' || return 1
     local o
     for o in "--draft $TMP/smol.llm --draft-n 3" "--lookup --draft-n 4"; do
         # shellcheck disable=SC2086
         expect 0 "$RUN" -m "$TMP/smol-q8.llm" --batch "$TMP/sreq.jsonl" -o "$TMP/b.jsonl" -t 2 $o \
-            --stats-json "$TMP/st.json" && diff <(strip "$TMP/a.jsonl") <(strip "$TMP/b.jsonl") ||
+            --stats-json "$TMP/st.json" && diff <(batch_strip "$TMP/a.jsonl") <(batch_strip "$TMP/b.jsonl") ||
             { echo "with $o"; return 1; }
     done
     python3 - "$TMP/st.json" <<'PY'
@@ -931,7 +928,6 @@ t_run_batch_role_interrupt_and_resume() {
     for i in $(seq 40); do
         echo "{\"custom_id\":\"c$i\",\"body\":{\"prompt\":\"Once upon a time $i\",\"max_tokens\":60,\"temperature\":0.8,\"seed\":$i}}"
     done >"$TMP/many.jsonl"
-    strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
     # a decode side that never gets a stream does not create its output: no
     # older file of that name may be there for the resumed run to append to
     rm -f "$TMP/rpart.jsonl"
@@ -956,7 +952,7 @@ t_run_batch_role_interrupt_and_resume() {
         [ "$prc" = 0 ] && [ $drc = 0 ] || { echo "exits $prc $drc"; return 1; }
     fi
     expect 0 sh -c "'$RUN' -m '$TMP/s.llm' --batch '$TMP/many.jsonl' --role prefill 2>/dev/null | '$RUN' -m '$TMP/s.llm' --role decode -o '$TMP/rpart.jsonl' --resume --max-seqs 2 -t 1" &&
-    diff <(strip "$TMP/full.jsonl") <(strip "$TMP/rpart.jsonl")
+    diff <(batch_strip "$TMP/full.jsonl") <(batch_strip "$TMP/rpart.jsonl")
 }
 t_run_batch_role_usage() {
     r_stories
@@ -1270,15 +1266,14 @@ t_run_sliding_window_bounded_same_answers() {
             printf '{"custom_id": "w%d", "body": {"prompt": "%s Then %d.", "max_tokens": 12, "temperature": 0}}\n' \
                 "$i" "$long" "$i" >>"$TMP/wreq.jsonl"
         done
-        strip() { sed -E 's/"created":[0-9]+,//' "$1" | sort; }
-        expect 0 "$RUN" -m "$TMP/w-$a.llm" --batch "$TMP/wreq.jsonl" --ctx 2048 --step-tokens 2048 -v &&
+            expect 0 "$RUN" -m "$TMP/w-$a.llm" --batch "$TMP/wreq.jsonl" --ctx 2048 --step-tokens 2048 -v &&
             ! has "$TMP/err" "window slots" && mv "$TMP/out" "$TMP/full.jsonl" || return 1
         expect 0 "$RUN" -m "$TMP/w-$a.llm" --batch "$TMP/wreq.jsonl" --ctx 2048 --step-tokens 8 -v &&
             has "$TMP/err" "window slots:" &&
-            diff <(strip "$TMP/full.jsonl") <(strip "$TMP/out") || { echo "$a: steps of 8 differ"; return 1; }
+            diff <(batch_strip "$TMP/full.jsonl") <(batch_strip "$TMP/out") || { echo "$a: steps of 8 differ"; return 1; }
         expect 0 "$RUN" -m "$TMP/w-$a.llm" --batch "$TMP/wreq.jsonl" --ctx 2048 --step-tokens 8 \
             --no-prefix-cache --max-seqs 2 &&
-            diff <(strip "$TMP/full.jsonl") <(strip "$TMP/out") || { echo "$a: no prefix cache differs"; return 1; }
+            diff <(batch_strip "$TMP/full.jsonl") <(batch_strip "$TMP/out") || { echo "$a: no prefix cache differs"; return 1; }
     done
     # a state across processes, in a single run (steps of 512: the window
     # layers bounded at --ctx 2048)
