@@ -304,7 +304,10 @@ static inline float fq_one(const struct llm_qgrid *g, const struct llm_qgroup *p
 
 /* A GGUF block type (q4_k ...; quant/kquants.h) as AWQ's grid: its
  * blocks are the groups, and a group is pseudo-quantized by the type's own
- * round-to-nearest quantizer (which fits its block's scales itself). */
+ * round-to-nearest quantizer (which fits its block's scales itself),
+ * weighted by the columns' mean squared inputs where they are known (as
+ * llama.cpp's imatrix: without it AWQ on these grids trailed plain
+ * importance-weighted rounding). */
 static llm_status grid_of(enum llm_type t, struct llm_qgrid *g)
 {
     if (!llm_kq_type(t))
@@ -315,12 +318,13 @@ static llm_status grid_of(enum llm_type t, struct llm_qgrid *g)
     return LLM_OK;
 }
 
-/* w (n) = value(code(w)) on one group's AWQ grid. */
-static void fq_group(const struct llm_qgrid *g, float *w, int64_t n)
+/* w (n) = value(code(w)) on one group's AWQ grid; imp (n): the GGUF block
+ * types' importance of its columns, or NULL. */
+static void fq_group(const struct llm_qgrid *g, float *w, int64_t n, const float *imp)
 {
     if (llm_kq_type(g->type)) { /* n is one block: at most 256 */
         uint8_t blk[292];
-        if (n == g->group && llm_kq_quantize_row(g->type, w, blk, n, NULL) == LLM_OK)
+        if (n == g->group && llm_kq_quantize_row(g->type, w, blk, n, imp) == LLM_OK)
             llm_dequantize_row(g->type, blk, w, n);
         return;
     }
@@ -330,11 +334,11 @@ static void fq_group(const struct llm_qgrid *g, float *w, int64_t n)
         w[i] = fq_one(g, &p, w[i]);
 }
 
-static void fq_row(const struct llm_qgrid *g, float *w, int64_t cols)
+static void fq_row(const struct llm_qgrid *g, float *w, int64_t cols, const float *imp)
 {
     const int64_t gl = group_len(g, cols);
     for (int64_t c0 = 0; c0 < cols; c0 += gl)
-        fq_group(g, w + c0, cols - c0 < gl ? cols - c0 : gl);
+        fq_group(g, w + c0, cols - c0 < gl ? cols - c0 : gl, imp ? imp + c0 : NULL);
 }
 
 static llm_status check_shape(const char *what, int64_t rows, int64_t cols)
@@ -354,7 +358,7 @@ llm_status llm_awq_fake_quant(enum llm_type t, float *W, int64_t rows, int64_t c
     LLM_TRY(check_shape("fake_quant", rows, cols));
     LLM_CHECK(W, LLM_E_INVALID, "awq: fake_quant: no weights");
     for (int64_t r = 0; r < rows; r++)
-        fq_row(&g, W + r * cols, cols);
+        fq_row(&g, W + r * cols, cols, NULL);
     return LLM_OK;
 }
 
@@ -370,6 +374,7 @@ struct ss_ctx {
     int64_t total;          /* sum of rows */
     int n_cand;
     const float *S;         /* (n_cand, cols) candidate scales */
+    const float *IMP;       /* (n_cand, cols) the scaled columns' mean squared inputs, or NULL */
     const struct rhs *b;    /* X (direct) or G (gram) */
     int gram;
     float *scratch;         /* (n_threads, SS_ROWS, cols) */
@@ -400,7 +405,7 @@ static void ss_worker(int ti, int nt, void *arg)
                     const float *wr = w + r * cols;
                     for (int64_t i = 0; i < cols; i++)
                         d[i] = wr[i] * s[i];
-                    fq_row(c->g, d, cols);
+                    fq_row(c->g, d, cols, c->IMP ? c->IMP + (int64_t)k * cols : NULL);
                     for (int64_t i = 0; i < cols; i++)
                         d[i] = wr[i] - d[i] / s[i];
                 }
@@ -467,7 +472,8 @@ static void scale_at(const float *x_mean, const float *w_mean, int64_t cols, flo
 }
 
 static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, int gram,
-                               double n_tok, int64_t cols, const float *x_mean, int n_w,
+                               double n_tok, int64_t cols, const float *x_mean, const float *xsq,
+                               int n_w,
                                const float *const *W, const int64_t *rows, int n_grid, int duo,
                                float *s, struct llm_awq_scale_result *r, double *history,
                                int n_threads)
@@ -487,7 +493,10 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
     double *acc = llm_malloc((size_t)cols * sizeof(double));
     float *scratch = llm_malloc((size_t)n_threads * SS_ROWS * (size_t)cols * sizeof(float));
     double *part = llm_calloc((size_t)n_threads * (size_t)n_cand * (size_t)n_w, sizeof(double));
-    if (!S || !w_mean || !acc || !scratch || !part)
+    /* a GGUF block type weighs its columns by their inputs, scaled as s scales them */
+    float *IMP = xsq && llm_kq_type(g->type)
+                     ? llm_malloc((size_t)n_cand * (size_t)cols * sizeof(float)) : NULL;
+    if (!S || !w_mean || !acc || !scratch || !part || (xsq && llm_kq_type(g->type) && !IMP))
         goto done;
     if (duo)
         w_mean_of(g, n_w, W, rows, cols, acc, w_mean);
@@ -496,9 +505,12 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
     for (int k = 0; k < n_grid; k++)
         scale_at(x_mean, duo ? w_mean : NULL, cols, (float)((double)k / n_grid),
                  (float)(1.0 - (double)k / n_grid), S + (k + 1) * cols);
+    for (int64_t k = 0; IMP && k < n_cand; k++)
+        for (int64_t i = 0; i < cols; i++)
+            IMP[k * cols + i] = xsq[i] / (S[k * cols + i] * S[k * cols + i]);
     struct ss_ctx c = { .g = g, .cols = cols, .n_w = n_w, .W = W, .rows = rows, .total = total,
-                        .n_cand = n_cand, .S = S, .b = b, .gram = gram, .scratch = scratch,
-                        .part = part };
+                        .n_cand = n_cand, .S = S, .IMP = IMP, .b = b, .gram = gram,
+                        .scratch = scratch, .part = part };
     if ((st = run_threads(n_threads, ss_worker, &c)) != LLM_OK)
         goto done;
     int best = -1;
@@ -526,6 +538,7 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
     st = LLM_OK;
 done:
     llm_free(S);
+    llm_free(IMP);
     llm_free(w_mean);
     llm_free(acc);
     llm_free(scratch);
@@ -612,10 +625,18 @@ llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int6
     struct rhs b = { 0 };
     llm_status st;
     if (!gram) {
-        LLM_TRY(rhs_pack(&b, X, cols, n, cols, isa));
-        st = search_scale(&g, &b, 0, (double)n, cols, x_mean, n_w, W, rows, n_grid, duo_scaling,
-                          s, r, history, n_threads);
+        float *xsq = llm_kq_type(t) ? llm_calloc((size_t)cols, sizeof(float)) : NULL;
+        if (llm_kq_type(t) && !xsq)
+            return LLM_E_NOMEM;
+        for (int64_t i = 0; xsq && i < n; i++)
+            for (int64_t j = 0; j < cols; j++)
+                xsq[j] += X[i * cols + j] * X[i * cols + j] / (float)n;
+        st = rhs_pack(&b, X, cols, n, cols, isa);
+        if (!st)
+            st = search_scale(&g, &b, 0, (double)n, cols, x_mean, xsq, n_w, W, rows, n_grid,
+                              duo_scaling, s, r, history, n_threads);
         rhs_free(&b);
+        llm_free(xsq);
         return st;
     }
     st = LLM_E_NOMEM;
@@ -625,12 +646,12 @@ llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int6
         goto done;
     if ((st = gram_of(X, n, cols, 0, cols, isa, n_threads, XT, G)) != LLM_OK)
         goto done;
-    llm_free(XT);
-    XT = NULL;
     if ((st = rhs_pack(&b, G, cols, cols, cols, isa)) != LLM_OK)
         goto done;
-    st = search_scale(&g, &b, 1, (double)n, cols, x_mean, n_w, W, rows, n_grid, duo_scaling, s, r,
-                      history, n_threads);
+    for (int64_t j = 0; j < cols; j++) /* the mean squares, G's diagonal over n */
+        XT[j] = G[j * cols + j] / (float)n;
+    st = search_scale(&g, &b, 1, (double)n, cols, x_mean, XT, n_w, W, rows, n_grid, duo_scaling,
+                      s, r, history, n_threads);
 done:
     rhs_free(&b);
     llm_free(XT);
@@ -649,11 +670,18 @@ llm_status llm_awq_search_scale_gram(enum llm_type t, const float *G, int64_t n_
     LLM_CHECK(G && n_tok >= 1, LLM_E_INVALID, "awq: scale search: no Gram matrix (%lld tokens)",
               (long long)n_tok);
     LLM_TRY(check_shape("scale search Gram matrix", cols, cols));
+    float *xsq = llm_malloc((size_t)cols * sizeof(float));
+    if (!xsq)
+        return LLM_E_NOMEM;
+    for (int64_t j = 0; j < cols; j++) /* the mean squares, G's diagonal over n_tok */
+        xsq[j] = G[j * cols + j] / (float)n_tok;
     struct rhs b;
-    LLM_TRY(rhs_pack(&b, G, cols, cols, cols, isa_pick()));
-    llm_status st = search_scale(&g, &b, 1, (double)n_tok, cols, x_mean, n_w, W, rows, n_grid,
-                                 duo_scaling, s, r, history, n_threads);
+    llm_status st = rhs_pack(&b, G, cols, cols, cols, isa_pick());
+    if (!st)
+        st = search_scale(&g, &b, 1, (double)n_tok, cols, x_mean, xsq, n_w, W, rows, n_grid,
+                          duo_scaling, s, r, history, n_threads);
     rhs_free(&b);
+    llm_free(xsq);
     return st;
 }
 
@@ -663,6 +691,7 @@ llm_status llm_awq_search_scale_gram(enum llm_type t, const float *G, int64_t n_
 struct cl_ctx {
     const struct llm_qgrid *g;
     const struct rhs *b; // (n_groups): each group's Gram matrix over the tokens, packed
+    const float *imp;    // (cols) the columns' summed squared inputs (GGUF block types), or NULL
     float *W;
     int64_t rows, cols, gl, n_groups, n;
     int n_grid, n_cand;
@@ -696,7 +725,7 @@ static void cl_worker(int ti, int nt, void *arg)
                     float *a = A + (r * nc + q) * len;
                     for (int64_t i = 0; i < len; i++)
                         a[i] = w[i] < -m ? -m : (w[i] > m ? m : w[i]);
-                    fq_group(c->g, a, len);
+                    fq_group(c->g, a, len, c->imp ? c->imp + c0 : NULL);
                     for (int64_t i = 0; i < len; i++)
                         a[i] -= w[i];
                     mv[r * nc + q] = m;
@@ -752,7 +781,8 @@ llm_status llm_awq_search_clip(enum llm_type t, const float *X, int64_t n, int64
     double *err = llm_calloc((size_t)n_threads * 2, sizeof(double));
     float *XT = llm_malloc((size_t)gl * (size_t)n * sizeof(float)); /* (gl, n) a group's X^T */
     float *G = llm_malloc((size_t)gl * (size_t)gl * sizeof(float)); /* (gl, gl) */
-    if (!b || !scratch || !err || !XT || !G)
+    float *imp = llm_kq_type(t) ? llm_malloc((size_t)cols * sizeof(float)) : NULL;
+    if (!b || !scratch || !err || !XT || !G || (llm_kq_type(t) && !imp))
         goto done;
     /* A candidate's error on a group is sum over tokens of (a . x_k)^2 =
      * a G_k a^T with G_k = X_k^T X_k the group's Gram matrix over the
@@ -762,8 +792,10 @@ llm_status llm_awq_search_clip(enum llm_type t, const float *X, int64_t n, int64
         if ((st = gram_of(X, n, cols, k * gl, len, isa, n_threads, XT, G)) != LLM_OK ||
             (st = rhs_pack(&b[k], G, len, len, len, isa)) != LLM_OK)
             goto done;
+        for (int64_t j = 0; imp && j < len; j++) /* the importance: G_k's diagonal */
+            imp[k * gl + j] = G[j * len + j];
     }
-    struct cl_ctx c = { .g = &g, .b = b, .W = W, .rows = rows, .cols = cols, .gl = gl,
+    struct cl_ctx c = { .g = &g, .b = b, .imp = imp, .W = W, .rows = rows, .cols = cols, .gl = gl,
                         .n_groups = n_groups, .n = n, .n_grid = n_grid, .n_cand = n_cand,
                         .scratch = scratch, .err = err };
     if ((st = run_threads(n_threads, cl_worker, &c)) != LLM_OK)
@@ -785,6 +817,7 @@ done:
     llm_free(err);
     llm_free(XT);
     llm_free(G);
+    llm_free(imp);
     return st;
 }
 

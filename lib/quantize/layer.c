@@ -1297,21 +1297,30 @@ static void awq_in_free(struct awq_in *a, int64_t n)
     llm_free(a);
 }
 
-/* Quantize L with AWQ's grid rule (after scaling and clipping). */
-static llm_status awq_pack(struct lin *L)
+/* Quantize L with AWQ's grid rule (after scaling and clipping); G (cols,
+ * cols): the mean x x^T of its input before the scales, or NULL. */
+static llm_status awq_pack(struct lin *L, const float *G)
 {
     struct qt *t = L->t;
-    if (llm_kq_type(t->to)) { /* a GGUF block type: its own quantizer, as the search assumed */
+    if (llm_kq_type(t->to)) {
+        /* a GGUF block type: its own quantizer, as the search assumed,
+         * weighted by the scaled columns' mean squared inputs */
         const uint64_t rb = llm_type_row_bytes(t->to, (uint64_t)L->cols);
         if (!t->data)
             t->data = llm_malloc((size_t)t->nbytes);
-        llm_status s = t->data ? LLM_OK : LLM_E_NOMEM;
+        float *imp = G ? llm_malloc((size_t)L->cols * sizeof(float)) : NULL;
+        llm_status s = t->data && (imp || !G) ? LLM_OK : LLM_E_NOMEM;
+        for (int64_t j = 0; imp && j < L->cols; j++) {
+            const float c = L->colscale ? L->colscale[j] : 1.0f;
+            imp[j] = G[j * L->cols + j] / (c * c);
+        }
         for (int64_t i = 0; !s && i < L->rows; i++) {
             uint8_t *row = (uint8_t *)t->data + rb * (uint64_t)(L->row0 + i);
-            s = llm_kq_quantize_row(t->to, L->W + i * L->cols, row, L->cols, NULL);
+            s = llm_kq_quantize_row(t->to, L->W + i * L->cols, row, L->cols, imp);
             if (!s)
                 s = llm_dequantize_row(t->to, row, L->W + i * L->cols, L->cols);
         }
+        llm_free(imp);
         return s;
     }
     struct llm_qgrid g;
@@ -1409,7 +1418,7 @@ static llm_status awq_finish(struct qctx *q, struct lin *L, const struct awq_in 
             s = llm_awq_search_clip(L->t->to, in->sample, in->ns, L->cols, L->W, L->rows,
                                     q->p->awq_grid, 0.5f, NULL, NULL, n_threads(q));
         if (!s)
-            s = awq_pack(L);
+            s = awq_pack(L, G);
     } else {
         s = llm_q_quantize_plain(q, L->t, L->expert, L->W, L->row0, L->rows, L->cols);
     }
