@@ -108,10 +108,10 @@ t_gguf_llm_gguf_llm_lossless() {
 }
 t_smollm2_q4_1_blocks_survive() {
     need "$SMOL"
-    "$CONVERT" "$SMOL" -o "$TMP/s.llm" && "$CONVERT" "$TMP/s.llm" -o "$TMP/s.gguf" || return 1
+    "$CONVERT" "$SMOL" -o "$TMP/cv-s.llm" && "$CONVERT" "$TMP/cv-s.llm" -o "$TMP/cv-s.gguf" || return 1
     tensors "$SMOL" >"$TMP/t0"
     grep -q 'type: q4_1' "$TMP/t0" || { echo "no q4_1 tensors in $SMOL"; return 1; }
-    diff "$TMP/t0" <(tensors "$TMP/s.llm") && diff "$TMP/t0" <(tensors "$TMP/s.gguf")
+    diff "$TMP/t0" <(tensors "$TMP/cv-s.llm") && diff "$TMP/t0" <(tensors "$TMP/cv-s.gguf")
 }
 t_vocab_only_gguf() {
     need "$DATA/vocab/ggml-vocab-gpt-2.gguf"
@@ -265,40 +265,40 @@ hfq_same_blocks() {
 }
 t_gptq_export_round_trip() {
     hfq_shape
-    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_g128 -o "$TMP/s.llm" || return 1
-    expect 0 "$CONVERT" "$TMP/s.llm" --to gptq --dequant -o "$TMP/gptq" || return 1
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_g128 -o "$TMP/cv-syn.llm" || return 1
+    expect 0 "$CONVERT" "$TMP/cv-syn.llm" --to gptq --dequant -o "$TMP/gptq" || return 1
     has "$TMP/gptq/config.json" '"quant_method": "gptq"' && has "$TMP/gptq/config.json" '"checkpoint_format": "gptq"' &&
     has "$TMP/gptq/quantize_config.json" '"group_size": 128' && [ -s "$TMP/gptq/model.safetensors" ] || return 1
-    expect 0 "$CONVERT" "$TMP/gptq" -o "$TMP/r.llm" && hfq_same_blocks "$TMP/s.llm" "$TMP/r.llm" || return 1
+    expect 0 "$CONVERT" "$TMP/gptq" -o "$TMP/r.llm" && hfq_same_blocks "$TMP/cv-syn.llm" "$TMP/r.llm" || return 1
     expect 0 "$CONVERT" --info "$TMP/r.llm" && has "$TMP/out" 'method: gptq' &&
     ! grep -q 'model\.layers' "$TMP/out"
 }
 t_gptq_v2_and_awq_round_trip() {
     hfq_shape
-    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_0 -o "$TMP/s.llm" || return 1
-    expect 0 "$CONVERT" "$TMP/s.llm" --to gptq_v2 --dequant -o "$TMP/v2" &&
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_0 -o "$TMP/cv-syn.llm" || return 1
+    expect 0 "$CONVERT" "$TMP/cv-syn.llm" --to gptq_v2 --dequant -o "$TMP/v2" &&
     has "$TMP/v2/config.json" '"checkpoint_format": "gptq_v2"' || return 1
-    expect 0 "$CONVERT" "$TMP/v2" -o "$TMP/r2.llm" && hfq_same_blocks "$TMP/s.llm" "$TMP/r2.llm" || return 1
-    expect 0 "$CONVERT" "$TMP/s.llm" --to awq --dequant -o "$TMP/awq" &&
+    expect 0 "$CONVERT" "$TMP/v2" -o "$TMP/r2.llm" && hfq_same_blocks "$TMP/cv-syn.llm" "$TMP/r2.llm" || return 1
+    expect 0 "$CONVERT" "$TMP/cv-syn.llm" --to awq --dequant -o "$TMP/awq" &&
     has "$TMP/awq/config.json" '"version": "gemm"' && [ ! -e "$TMP/awq/quantize_config.json" ] || return 1
-    expect 0 "$CONVERT" "$TMP/awq" -o "$TMP/r3.llm" && hfq_same_blocks "$TMP/s.llm" "$TMP/r3.llm"
+    expect 0 "$CONVERT" "$TMP/awq" -o "$TMP/r3.llm" && hfq_same_blocks "$TMP/cv-syn.llm" "$TMP/r3.llm"
 }
 t_gptq_export_refusals() {
     hfq_shape
-    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_0 -o "$TMP/s.llm" || return 1
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_0 -o "$TMP/cv-syn.llm" || return 1
     # the embedding is q4_0: refused unless --dequant
-    expect 1 "$CONVERT" "$TMP/s.llm" --to gptq -o "$TMP/refused" && has "$TMP/err" "tensor 'token_embd.weight'" &&
+    expect 1 "$CONVERT" "$TMP/cv-syn.llm" --to gptq -o "$TMP/refused" && has "$TMP/err" "tensor 'token_embd.weight'" &&
     has "$TMP/err" "--dequant" && [ ! -e "$TMP/refused" ] || return 1
-    expect 1 "$CONVERT" "$TMP/s.llm" --to awq --type q8_0 --dequant -o "$TMP/refused" &&
+    expect 1 "$CONVERT" "$TMP/cv-syn.llm" --to awq --type q8_0 --dequant -o "$TMP/refused" &&
     has "$TMP/err" "no linear weight of an integer grid type" && [ ! -e "$TMP/refused" ] || return 1
-    expect 2 "$CONVERT" "$TMP/s.llm" --to gptq -o - && has "$TMP/err" "writes a directory" || return 1
-    expect 2 "$CONVERT" "$TMP/s.llm" --dequant -o "$TMP/x.llm" && has "$TMP/err" "--dequant goes with" || return 1
-    expect 2 "$CONVERT" "$TMP/s.llm" --to gptq --compress -o "$TMP/refused" && has "$TMP/err" "--compress applies"
+    expect 2 "$CONVERT" "$TMP/cv-syn.llm" --to gptq -o - && has "$TMP/err" "writes a directory" || return 1
+    expect 2 "$CONVERT" "$TMP/cv-syn.llm" --dequant -o "$TMP/x.llm" && has "$TMP/err" "--dequant goes with" || return 1
+    expect 2 "$CONVERT" "$TMP/cv-syn.llm" --to gptq --compress -o "$TMP/refused" && has "$TMP/err" "--compress applies"
 }
 t_gptq_bad_checkpoint_one_line() {
     hfq_shape
-    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_g64 -o "$TMP/s.llm" &&
-    "$CONVERT" "$TMP/s.llm" --to gptq --dequant -o "$TMP/g" || return 1
+    "$CONVERT" --synthetic "$TMP/shape.yaml" --type q4_g64 -o "$TMP/cv-syn.llm" &&
+    "$CONVERT" "$TMP/cv-syn.llm" --to gptq --dequant -o "$TMP/g" || return 1
     head -c 20000 "$TMP/g/model.safetensors" >"$TMP/cut" && mv "$TMP/cut" "$TMP/g/model.safetensors"
     expect 1 "$CONVERT" "$TMP/g" -o "$TMP/x.llm" && has "$TMP/err" "$TMP/g/model.safetensors" &&
     [ "$(wc -l <"$TMP/err")" = 1 ] && [ ! -e "$TMP/x.llm" ]

@@ -114,8 +114,8 @@ t_kvstat_real_model() {
     expect 0 "$KVSTAT" "$g" --mem 2M --json && [ "$(kv_field bytes_per_token)" = 640 ] || return 1
     has "$TMP/out" '"weights": 1171200' && has "$TMP/out" '"kv_mem": 925952' || return 1
     # the same through .llm
-    "$BIN/llm-convert" "$g" -o "$TMP/s.llm" || return 1
-    expect 0 "$KVSTAT" "$TMP/s.llm" --json && [ "$(kv_field bytes_per_token)" = 640 ]
+    "$BIN/llm-convert" "$g" -o "$TMP/kv-s.llm" || return 1
+    expect 0 "$KVSTAT" "$TMP/kv-s.llm" --json && [ "$(kv_field bytes_per_token)" = 640 ]
 }
 t_kvstat_shared_prefix() {
     # llama-3-8b: 128 KiB a token, blocks of 16 = 2 MiB; 1500 of 2048 tokens shared by 32
