@@ -39,7 +39,7 @@ static const struct llm_opt opts[] = {
     { OPT_MSE, "mse", LLM_ARG_OPTIONAL, "NORM", "gptq: shrink each group's range to the least error in the NORM-th power, as the reference's mse search (default: 2.4)", NULL },
     { OPT_BLOCK, "block-size", LLM_ARG_REQUIRED, "N", "gptq (and fp8 with --calib): columns per lazy batch update (default: 128)", NULL },
     { OPT_GRID, "awq-grid", LLM_ARG_REQUIRED, "N", "awq: grid points of the scale and clip searches (default: 20)", NULL },
-    { OPT_NO_DUO, "no-duo-scaling", LLM_ARG_NONE, NULL, "awq: scales from activations only (llm-awq), not AutoAWQ's activations and weights", NULL },
+    { OPT_NO_DUO, "no-duo-scaling", LLM_ARG_NONE, NULL, "awq: scales from activations only (llm-awq), not AutoAWQ's activations and weights (on GGUF block types the default tries both)", NULL },
     { OPT_NO_CLIP, "no-clip", LLM_ARG_NONE, NULL, "awq: skip the weight clipping search", NULL },
     { OPT_AWQ_TOKENS, "awq-tokens", LLM_ARG_REQUIRED, "N", "awq: calibration tokens sampled for the clip search (default: 4096)", NULL },
     { OPT_RECIPE, "recipe", LLM_ARG_REQUIRED, "FILE", "YAML recipe: tensor-name patterns to method, bits, group", "file" },

@@ -122,7 +122,7 @@ complete -c llm-quantize -l gptaq -d 'gptq (and fp8 with --calib): asymmetric ca
 complete -c llm-quantize -l mse -d 'gptq: shrink each group\'s range to the least error in the NORM-th power, as the reference\'s mse search (default: 2.4)'
 complete -c llm-quantize -l block-size -x -d 'gptq (and fp8 with --calib): columns per lazy batch update (default: 128)'
 complete -c llm-quantize -l awq-grid -x -d 'awq: grid points of the scale and clip searches (default: 20)'
-complete -c llm-quantize -l no-duo-scaling -d 'awq: scales from activations only (llm-awq), not AutoAWQ\'s activations and weights'
+complete -c llm-quantize -l no-duo-scaling -d 'awq: scales from activations only (llm-awq), not AutoAWQ\'s activations and weights (on GGUF block types the default tries both)'
 complete -c llm-quantize -l no-clip -d 'awq: skip the weight clipping search'
 complete -c llm-quantize -l awq-tokens -x -d 'awq: calibration tokens sampled for the clip search (default: 4096)'
 complete -c llm-quantize -l recipe -r -F -d 'YAML recipe: tensor-name patterns to method, bits, group'

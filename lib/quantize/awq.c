@@ -480,8 +480,9 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
 {
     /* candidate 0: plain RTN; candidates 1..n_grid: the grid (under plain
      * scaling the first grid point is s = 1 already, but computing it twice
-     * keeps one code path for a 5 % cost) */
-    const int n_cand = n_grid + 1;
+     * keeps one code path for a 5 % cost); duo 2: the grid with the
+     * weights' term, then without it */
+    const int forms = duo == 2 ? 2 : 1, n_cand = forms * n_grid + 1;
     int64_t total = 0;
     for (int j = 0; j < n_w; j++)
         total += rows[j];
@@ -502,9 +503,10 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
         w_mean_of(g, n_w, W, rows, cols, acc, w_mean);
     for (int64_t i = 0; i < cols; i++)
         S[i] = 1.0f;
-    for (int k = 0; k < n_grid; k++)
-        scale_at(x_mean, duo ? w_mean : NULL, cols, (float)((double)k / n_grid),
-                 (float)(1.0 - (double)k / n_grid), S + (k + 1) * cols);
+    for (int k = 0; k < forms * n_grid; k++)
+        scale_at(x_mean, duo && k < n_grid ? w_mean : NULL, cols,
+                 (float)((double)(k % n_grid) / n_grid),
+                 (float)(1.0 - (double)(k % n_grid) / n_grid), S + (k + 1) * cols);
     for (int64_t k = 0; IMP && k < n_cand; k++)
         for (int64_t i = 0; i < cols; i++)
             IMP[k * cols + i] = xsq[i] / (S[k * cols + i] * S[k * cols + i]);
@@ -527,12 +529,13 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
             r->loss_before = loss;
             continue;
         }
-        if (history)
+        if (history && k <= n_grid)
             history[k - 1] = loss;
         if (best < 0 || loss < best_loss)
             best = k, best_loss = loss;
     }
-    r->ratio = (float)(best - 1) / (float)n_grid;
+    r->ratio = (float)((best - 1) % n_grid) / (float)n_grid;
+    r->duo = duo == 1 || (duo == 2 && best <= n_grid);
     r->loss_best = best_loss;
     memcpy(s, S + (int64_t)best * cols, (size_t)cols * sizeof(float));
     st = LLM_OK;
@@ -548,7 +551,7 @@ done:
 
 static llm_status check_search(enum llm_type t, struct llm_qgrid *g, int64_t cols,
                                const float *x_mean, int n_w, const float *const *W,
-                               const int64_t *rows, int n_grid, float *s,
+                               const int64_t *rows, int n_grid, int duo, float *s,
                                struct llm_awq_scale_result *r, int n_threads)
 {
     LLM_TRY(grid_of(t, g));
@@ -556,6 +559,8 @@ static llm_status check_search(enum llm_type t, struct llm_qgrid *g, int64_t col
     LLM_CHECK(n_w >= 1 && n_grid >= 1 && n_grid <= 1000 && n_threads >= 1, LLM_E_INVALID,
               "awq: scale search: n_w %d, n_grid %d (at most 1000), n_threads %d must be >= 1",
               n_w, n_grid, n_threads);
+    LLM_CHECK(duo >= 0 && duo <= 2, LLM_E_INVALID, "awq: scale search: duo_scaling %d (0, 1, 2)",
+              duo);
     int64_t total = 0;
     for (int j = 0; j < n_w; j++) {
         LLM_CHECK(W[j], LLM_E_INVALID, "awq: scale search: weight %d missing", j);
@@ -610,7 +615,7 @@ llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int6
                                 struct llm_awq_scale_result *r, double *history, int n_threads)
 {
     struct llm_qgrid g;
-    LLM_TRY(check_search(t, &g, cols, x_mean, n_w, W, rows, n_grid, s, r, n_threads));
+    LLM_TRY(check_search(t, &g, cols, x_mean, n_w, W, rows, n_grid, duo_scaling, s, r, n_threads));
     LLM_CHECK(X, LLM_E_INVALID, "awq: scale search: no tokens");
     LLM_TRY(check_shape("scale search tokens", n, cols));
     int64_t total = 0;
@@ -666,7 +671,7 @@ llm_status llm_awq_search_scale_gram(enum llm_type t, const float *G, int64_t n_
                                      double *history, int n_threads)
 {
     struct llm_qgrid g;
-    LLM_TRY(check_search(t, &g, cols, x_mean, n_w, W, rows, n_grid, s, r, n_threads));
+    LLM_TRY(check_search(t, &g, cols, x_mean, n_w, W, rows, n_grid, duo_scaling, s, r, n_threads));
     LLM_CHECK(G && n_tok >= 1, LLM_E_INVALID, "awq: scale search: no Gram matrix (%lld tokens)",
               (long long)n_tok);
     LLM_TRY(check_shape("scale search Gram matrix", cols, cols));

@@ -44,6 +44,7 @@ llm_status llm_awq_fake_quant(enum llm_type t, float *W, int64_t rows, int64_t c
 
 struct llm_awq_scale_result {
     float ratio;        /* alpha of the chosen grid point, in [0, 1) */
+    int duo;            /* the chosen scales have the weights' term (duo scaling) */
     double loss_before; /* plain RTN (s = 1) */
     double loss_best;   /* at the chosen scales */
 };
@@ -59,7 +60,9 @@ struct llm_awq_scale_result {
  * inf/NaN entries set to 1 (AutoAWQ); loss = sum_j mean over (n, rows[j]) of
  * (X W_j^T - (X/s) Q(W_j s)^T)^2. The first smallest loss wins. Writes the
  * winning s (cols) and *r; history (n_grid) receives each grid point's loss
- * when not NULL. W is not modified. Under duo_scaling alpha = 0 is not plain
+ * when not NULL. duo_scaling 2 searches both forms (2 n_grid points; history
+ * gets the duo ones) and keeps the lower loss, r->duo saying which won.
+ * W is not modified. Under duo_scaling alpha = 0 is not plain
  * RTN, and the reference keeps the best grid point even when it is worse
  * than r->loss_before; so does this function (the driver may compare).
  * n_threads >= 1; n_grid <= 1000. LLM_E_INVALID for bad arguments,

@@ -400,6 +400,41 @@ Test(test_awq, scale_search_beats_rtn_other_grids)
     check_search(LLM_TYPE_Q4_0, 100, 1, 1);
 }
 
+/* duo_scaling 2 searches both forms and keeps the lower loss: the winner's
+ * scales and loss, on an integer grid and on a GGUF block type (q5_0, whose
+ * quantizer is weighted by the inputs) */
+Test(test_awq, scale_search_both_forms)
+{
+    static const int salient[] = { 3, 40, 90 };
+    const int64_t cols = 128, rows[2] = { 64, 48 }, n = 256;
+    static const enum llm_type types[] = { LLM_TYPE_Q4_1, LLM_TYPE_Q5_0 };
+    rng_s = 23;
+    float *X = make_tokens(n, cols, salient, 3, 12.0f);
+    const float *W[2] = { make_weights(rows[0], cols, 0.02), make_weights(rows[1], cols, 0.02) };
+    float *x_mean = x_mean_of(X, n, cols), *s[3] = { fvec(cols), fvec(cols), fvec(cols) };
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        struct llm_awq_scale_result r[3];
+        for (int duo = 0; duo < 3; duo++)
+            cr_assert_eq(llm_awq_search_scale(types[t], X, n, cols, x_mean, 2, W, rows, 20, duo,
+                                              s[duo], &r[duo], NULL, 2),
+                         LLM_OK, "%s", llm_error_detail(LLM_E_INVALID));
+        const int win = r[1].loss_best <= r[0].loss_best ? 1 : 0;
+        cr_assert_eq(r[2].duo, win, "%s: duo %d, want %d", llm_type_name(types[t]), r[2].duo, win);
+        cr_assert(r[2].loss_best == r[win].loss_best && r[2].ratio == r[win].ratio,
+                  "%s: loss %.9g ratio %g, want %.9g %g", llm_type_name(types[t]), r[2].loss_best,
+                  r[2].ratio, r[win].loss_best, r[win].ratio);
+        cr_assert(memcmp(s[2], s[win], (size_t)cols * sizeof(float)) == 0);
+        cr_assert_eq(r[0].duo, 0);
+        cr_assert_eq(r[1].duo, 1);
+    }
+    struct llm_awq_scale_result r;
+    cr_assert_eq(llm_awq_search_scale(LLM_TYPE_Q4_1, X, n, cols, x_mean, 2, W, rows, 20, 3, s[0],
+                                      &r, NULL, 1),
+                 LLM_E_INVALID);
+    free(X), free((void *)W[0]), free((void *)W[1]), free(x_mean);
+    free(s[0]), free(s[1]), free(s[2]);
+}
+
 Test(test_awq, scale_search_rejects_bad_input)
 {
     const int64_t rows[1] = { 2 };
