@@ -524,7 +524,7 @@ static llm_status spec_round_end(struct gen *g, struct spec_state *st, int32_t n
     /* the draft holds the tokens before the round and its drafts but the
      * last: those kept still hold */
     if (st->sp->draft) {
-        int32_t valid = n_before + (kept < nd - 1 ? kept : nd - 1 > 0 ? nd - 1 : 0);
+        int32_t valid = n_before + llm_spec_draft_kept(nd, kept);
         if (valid < st->dlen) {
             st->dlen = valid;
             s = spec_cut(g, st, st->sp->draft, valid);

@@ -63,6 +63,14 @@ llm_status llm_spec_draft_sampler(struct llm_sampler **out, const struct llm_sam
 int32_t llm_spec_draft_token(struct llm_sampler *dsmp, float *logits, int32_t n_vocab,
                              int32_t *q_ids, float *q_probs, int32_t *q_n);
 
+/* Of a round's nd drafts, those the draft model decoded (all but the last)
+ * that still hold when kept were kept: what its KV keeps past the tokens
+ * before the round. */
+static inline int32_t llm_spec_draft_kept(int32_t nd, int32_t kept)
+{
+    return kept < nd - 1 ? kept : nd - 1 > 0 ? nd - 1 : 0;
+}
+
 /* Scratch for llm_spec_verify: dense copies of p and q. */
 struct llm_spec_scratch {
     int32_t n_vocab;

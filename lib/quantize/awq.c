@@ -609,6 +609,13 @@ static llm_status gram_of(const float *X, int64_t n, int64_t ld, int64_t c0, int
     return st;
 }
 
+/* xsq (cols): the inputs' mean squares, G's (cols, cols) diagonal over n tokens */
+static void mean_squares(const float *G, int64_t cols, int64_t n, float *xsq)
+{
+    for (int64_t j = 0; j < cols; j++)
+        xsq[j] = G[j * cols + j] / (float)n;
+}
+
 llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int64_t cols,
                                 const float *x_mean, int n_w, const float *const *W,
                                 const int64_t *rows, int n_grid, int duo_scaling, float *s,
@@ -653,8 +660,7 @@ llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int6
         goto done;
     if ((st = rhs_pack(&b, G, cols, cols, cols, isa)) != LLM_OK)
         goto done;
-    for (int64_t j = 0; j < cols; j++) /* the mean squares, G's diagonal over n */
-        XT[j] = G[j * cols + j] / (float)n;
+    mean_squares(G, cols, n, XT); /* XT is free now: (cols) of it */
     st = search_scale(&g, &b, 1, (double)n, cols, x_mean, XT, n_w, W, rows, n_grid, duo_scaling,
                       s, r, history, n_threads);
 done:
@@ -678,8 +684,7 @@ llm_status llm_awq_search_scale_gram(enum llm_type t, const float *G, int64_t n_
     float *xsq = llm_malloc((size_t)cols * sizeof(float));
     if (!xsq)
         return LLM_E_NOMEM;
-    for (int64_t j = 0; j < cols; j++) /* the mean squares, G's diagonal over n_tok */
-        xsq[j] = G[j * cols + j] / (float)n_tok;
+    mean_squares(G, cols, n_tok, xsq);
     struct rhs b;
     llm_status st = rhs_pack(&b, G, cols, cols, cols, isa_pick());
     if (!st)

@@ -820,12 +820,11 @@ static llm_status spec_draft_all(struct llm_engine *e)
         if (!n)
             continue;
         LLM_TRY(spec_draft_call(e, n, &dt));
-        for (int32_t i = 0; i < n; i++)
-            for (int32_t k = 0; k < e->n_plan; k++)
-                if (e->plan[k].c->slot == e->dbq[i]) {
-                    e->plan[k].c->calls++;
-                    e->plan[k].c->calls_s += dt / n;
-                }
+        for (int32_t i = 0; i < e->n_plan; i++) { /* those in the call: drafted j, go on */
+            struct choice *c = e->plan[i].c;
+            if (c->nd == j + 1 && c->want > j + 1)
+                c->calls++, c->calls_s += dt / n;
+        }
     }
     /* each run: the pending token and the drafts made */
     for (int32_t i = 0; i < e->n_plan; i++) {
@@ -879,7 +878,7 @@ static llm_status spec_sample(struct llm_engine *e, struct req *q, struct choice
     }
     /* the draft holds the tokens before the round and its drafts but the
      * last: those kept still hold */
-    const int32_t valid = n_before + (kept < nd - 1 ? kept : nd - 1 > 0 ? nd - 1 : 0);
+    const int32_t valid = n_before + llm_spec_draft_kept(nd, kept);
     if (e->dc && valid < c->dlen)
         c->dlen = llm_context_truncate(e->dc, c->slot, valid);
     return LLM_OK;
