@@ -19,7 +19,7 @@ static const struct llm_opt opts[] = {
     { 'o', "output", LLM_ARG_REQUIRED, "FILE", "write the quantized model to FILE ('-' = stdout)", "file" },
     { OPT_METHOD, "method", LLM_ARG_REQUIRED, "METHOD", "rtn, gptq, awq, nf4 or fp8 (default: rtn)", "rtn gptq awq nf4 fp8" },
     { OPT_TYPE, "type", LLM_ARG_REQUIRED, "TYPE", "a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp's mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q3_k_m, q3_k_s, q3_k_l); rtn weighs its columns by --calib's inputs, gptq and awq fit its grid", "q4_k_m q4_k_s q5_k_m q5_k_s q6_k q3_k_m q3_k_s q3_k_l q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1" },
-    { OPT_TARGET, "target-bpw", LLM_ARG_REQUIRED, "B", "choose each linear layer's GGUF type (q2_k to q8_0) by its output error on --calib's data, for B bits per weight overall; with rtn or gptq", NULL },
+    { OPT_TARGET, "target-bpw", LLM_ARG_REQUIRED, "B", "choose each linear layer's GGUF type (q2_k to q8_0) by the KL divergence it adds to the output on --calib's data, for B bits per weight overall; with rtn or gptq", NULL },
     { OPT_BITS, "bits", LLM_ARG_REQUIRED, "B", "3, 4 or 8 bits for rtn, gptq, awq (3: zero points only; awq: 3 or 4) (default: 4)", "3 4 8" },
     { OPT_GROUP, "group", LLM_ARG_REQUIRED, "G", "group size 32, 64, 128, or 'channel' (default: 128)", "32 64 128 channel" },
     { OPT_SYM, "sym", LLM_ARG_NONE, NULL, "symmetric grid (default at 8 bits)", NULL },
@@ -156,7 +156,7 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
                "  \"bytes_out\": %llu,\n  \"bits_per_weight\": %.4f,\n  \"target_bpw\": %s,\n"
                "  \"calibration\": {\"windows\": %lld, \"window_tokens\": %lld, "
                "\"text_tokens\": %llu, \"seconds\": {\"total\": %.3f, \"forward\": %.3f, "
-               "\"hessians\": %.3f, \"solve\": %.3f, \"search\": %.3f}, "
+               "\"hessians\": %.3f, \"solve\": %.3f, \"search\": %.3f, \"sensitivity\": %.3f}, "
                "\"ffn_hidden_kept\": %s},\n"
                "  \"dequantized_input\": %s,\n  \"tensors\": [",
             r->seconds, (unsigned long long)r->params, (unsigned long long)r->bytes_in,
@@ -166,6 +166,7 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
             (unsigned long long)r->calib_text_tokens, r->calib_seconds[LLM_QP_TOTAL],
             r->calib_seconds[LLM_QP_FORWARD], r->calib_seconds[LLM_QP_HESSIAN],
             r->calib_seconds[LLM_QP_SOLVE], r->calib_seconds[LLM_QP_SEARCH],
+            r->calib_seconds[LLM_QP_SENS],
             r->calib_ffn_kept ? "true" : "false",
             r->dequantized_input ? "true" : "false");
     for (size_t i = 0; i < r->n; i++) {
@@ -195,6 +196,11 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
             for (int k = 0; k < t->n_cand; k++) {
                 fprintf(f, "%s\"%s\": ", k ? ", " : "", llm_type_name(t->cand[k]));
                 json_num(f, t->cand_err[k]);
+            }
+            fputs("}, \"candidates_kl\": {", f);
+            for (int k = 0; k < t->n_cand; k++) {
+                fprintf(f, "%s\"%s\": ", k ? ", " : "", llm_type_name(t->cand[k]));
+                json_num(f, t->cand_kl[k]);
             }
             fputc('}', f);
         }

@@ -183,6 +183,18 @@ llm_status llm_layer_ffn_out(struct llm_context *c, int32_t l, const struct llm_
     return join(c, &c->m->layers[l].post_ffn_norm, x, n);
 }
 
+llm_status llm_layer_logits(struct llm_context *c, const struct llm_weight *head, const float *xb,
+                            float *logits, int32_t n)
+{
+    if (n < 1 || n > c->n_batch)
+        return llm_error_set(LLM_E_INVALID, "logits of %d rows (1..%d)", n, c->n_batch);
+    const struct llm_weight *w[1] = { pick(head, &c->m->output) };
+    float *y[1] = { logits };
+    LLM_TRY(llm_model_matmul(c, 1, w, NULL, xb, y, n));
+    llm_model_softcap(&c->m->c, logits, (int64_t)n * c->m->c.n_vocab);
+    return LLM_OK;
+}
+
 llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x)
 {
     LLM_TRY(c->be->ops->embed(c->be, &c->m->tok_embd, tokens, n, x));

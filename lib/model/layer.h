@@ -80,6 +80,13 @@ typedef llm_status (*llm_moe_tap)(void *arg, int32_t e, int down, const float *x
 llm_status llm_layer_moe(struct llm_context *c, int32_t l, const struct llm_moe_lin *lin,
                          llm_moe_tap tap, void *arg, const float *xb, float *x, int32_t n);
 
+/* logits (n, n_vocab) of rows xb (n, dim), normed by the head's norm
+ * (llm_layer_norm LLM_NORM_OUT), through the output head (head NULL: the
+ * model's) and the final soft-cap: the forward pass's own last stage;
+ * logits is the caller's. */
+llm_status llm_layer_logits(struct llm_context *c, const struct llm_weight *head, const float *xb,
+                            float *logits, int32_t n);
+
 /* The embedding rows of tokens (n) into x (n, dim). */
 llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x);
 

@@ -1007,9 +1007,7 @@ static llm_status head_forward(struct llm_context *c, const int32_t *rows, int32
     LLM_TRY(llm_model_matmul(c, 1, w, NULL, c->xb, y, n_rows));
     LLM_TRY(b->ops->download(b, dst, c->logits,
                              (size_t)n_rows * (size_t)cf->n_vocab * sizeof(float)));
-    const float cap = cf->final_softcap;
-    for (int64_t i = 0; cap > 0 && i < (int64_t)n_rows * cf->n_vocab; i++)
-        dst[i] = cap * tanhf(dst[i] / cap);
+    llm_model_softcap(cf, dst, (int64_t)n_rows * cf->n_vocab);
     return LLM_OK;
 }
 

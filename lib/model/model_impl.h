@@ -3,6 +3,8 @@
  * model/layer.h). Everything else uses model.h. */
 #ifndef LLM_MODEL_MODEL_IMPL_H
 #define LLM_MODEL_MODEL_IMPL_H
+#include <math.h>
+
 #include "../backend/backend.h"
 #include "../kv/kv.h"
 #include "model.h"
@@ -83,6 +85,13 @@ struct llm_context {
 llm_status llm_model_matmul(struct llm_context *c, int n_w, const struct llm_weight *const *W,
                             const struct llm_weight *const *bias, const float *X, float *const *Y,
                             int32_t n);
+/* The final soft-cap of logits x (n) (gemma 2), in place; none without. */
+static inline void llm_model_softcap(const struct llm_config *cf, float *x, int64_t n)
+{
+    const float cap = cf->final_softcap;
+    for (int64_t i = 0; cap > 0 && i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
 /* c->cs (and c->cs_swa) for n tokens at positions pos[]. */
 void llm_model_rope_tables(struct llm_context *c, const int32_t *pos, int32_t n);
 /* One decoder layer over the n rows of a slice in c->x, whose runs are

@@ -240,6 +240,7 @@ struct lin {
      * whole tensor's lin, lin_free leaves them); -1 and 0 otherwise */
     int32_t expert;
     int64_t row0;
+    int kind;          /* LQ .. LD, LHEAD; -1: an expert's */
 };
 
 static llm_status lin_load(struct qctx *q, struct lin *L, const char *fmt, int layer)
@@ -248,6 +249,7 @@ static llm_status lin_load(struct qctx *q, struct lin *L, const char *fmt, int l
     snprintf(name, sizeof name, fmt, layer);
     memset(L, 0, sizeof *L);
     L->expert = -1;
+    L->kind = -1;
     L->t = llm_q_find(q, name);
     if (!L->t || !L->t->in)
         return llm_error_set(LLM_E_FORMAT, "%s: tensor '%s' is missing", q->in->path, name);
@@ -506,6 +508,14 @@ static void measure_rows(int ti, int nt, void *ctx)
     J->s[ti] = s;
 }
 
+/* Bits per weight of t's candidate k. */
+static double bits_of(const struct qt *t, int k)
+{
+    uint64_t b = 0;
+    llm_type_tensor_bytes(t->cand[k], t->in->n_dims, t->in->ne, &b);
+    return 8.0 * (double)b / (double)llm_tensor_nelements(t->in);
+}
+
 static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const *H, int nh)
 {
     struct qt *t = L->t;
@@ -530,6 +540,50 @@ static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const 
         if (!s)
             s = out_err_blocks(q, J.D, rows, c, H, nh, &e);
         t->cand_err[k] = e * (double)rows;
+    }
+    /* the errors into KL divergences (sens.c): measured at the candidate
+     * nearest the target's bits and at the smallest, the others taken
+     * from the nearer of the two in proportion to their errors (the KL
+     * divergence of a small change grows as its squared size, as the
+     * error does), between them on the line through both */
+    int near = 0, small = 0;
+    for (int k = 1; k < t->n_cand; k++) {
+        const double bk = bits_of(t, k), bn = bits_of(t, near);
+        if (fabs(bk - q->p->target_bpw) < fabs(bn - q->p->target_bpw) ||
+            (bk == bn && t->cand_err[k] < t->cand_err[near]))
+            near = k;
+        if (bk < bits_of(t, small) || (bk == bits_of(t, small) && t->cand_err[k] > t->cand_err[small]))
+            small = k;
+    }
+    const int pts[2] = { near, small };
+    double kl[2] = { 0, 0 };
+    for (int i = 0; i < (bits_of(t, small) < bits_of(t, near) ? 2 : 1) && q->sens && !s; i++) {
+        J.type = t->cand[pts[i]];
+        if (pool)
+            llm_pool_run(pool, measure_rows, &J);
+        else
+            measure_rows(0, 1, &J);
+        for (int k = 0; k < (pool ? nt : 1) && !s; k++)
+            s = J.s[k];
+        for (int64_t j = 0; !s && j < rows * c; j++) /* the candidate's values */
+            J.D[j] = L->W0[j] - J.D[j];
+        const double t0 = llm_q_now();
+        if (!s)
+            s = llm_qsens_kl(q, t->stage < q->m->c.n_layers ? t->stage : 0, L->kind, J.D, rows, c,
+                             &kl[i]);
+        q->ph[LLM_QP_SENS] += llm_q_now() - t0;
+        if (i == 0)
+            kl[1] = kl[0];
+    }
+    const double e0 = t->cand_err[near], e1 = t->cand_err[small];
+    for (int k = 0; k < t->n_cand; k++) {
+        const double e = t->cand_err[k];
+        if (e <= e0 || e1 <= e0)
+            t->cand_kl[k] = e0 > 0 ? kl[0] * e / e0 : kl[0];
+        else if (e <= e1)
+            t->cand_kl[k] = kl[0] + (kl[1] - kl[0]) * (e - e0) / (e1 - e0);
+        else
+            t->cand_kl[k] = kl[1] * e / e1;
     }
     llm_pool_free(pool);
     llm_free(J.D);
@@ -615,9 +669,9 @@ static llm_status quant_lin_blocks_raw(struct qctx *q, struct lin *L, const floa
 static llm_status quant_lin_blocks(struct qctx *q, struct lin *L, const float *const *H, int nh,
                                    const float *const *D)
 {
-    double t0 = llm_q_now();
+    double t0 = llm_q_now(), sens = q->ph[LLM_QP_SENS];
     llm_status s = quant_lin_blocks_raw(q, L, H, nh, D);
-    q->ph[LLM_QP_SOLVE] += llm_q_now() - t0;
+    q->ph[LLM_QP_SOLVE] += llm_q_now() - t0 - (q->ph[LLM_QP_SENS] - sens);
     return s;
 }
 
@@ -698,6 +752,13 @@ static llm_status calib_begin(struct qctx *q)
     for (int32_t w = 0; w < q->cal.n; w++)
         LLM_TRY(llm_layer_embed(q->ctx, q->cal.tokens + (int64_t)w * q->cal.len, q->cal.len,
                                 q->X + (int64_t)w * q->cal.len * c->dim));
+    /* --target-bpw's first pass: the float model's distributions, which
+     * each candidate's KL divergence is measured against */
+    if (q->measure) {
+        const double t0 = llm_q_now();
+        LLM_TRY(llm_qsens_begin(q));
+        q->ph[LLM_QP_SENS] += llm_q_now() - t0;
+    }
     /* The stages read the weights one block at a time; the pages that
      * loading (its checks) and the embedding brought in are dropped, and
      * each stage drops its own when the next begins (calib_stage): what
@@ -728,6 +789,7 @@ llm_status llm_q_calib_begin(struct qctx *q)
 
 void llm_q_calib_end(struct qctx *q)
 {
+    llm_qsens_free(q);
     llm_context_free(q->ctx);
     q->ctx = NULL;
     llm_free(q->X);
@@ -899,7 +961,6 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
     return s;
 }
 
-enum { LQ, LK, LV, LO, LG, LU, LD, NLIN };
 static const char *const lin_fmt[NLIN] = {
     "blk.%d.attn_q.weight",   "blk.%d.attn_k.weight", "blk.%d.attn_v.weight",
     "blk.%d.attn_output.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight",
@@ -1770,6 +1831,7 @@ static llm_status gptq_head(struct qctx *q)
     struct lin L;
     memset(&L, 0, sizeof L);
     L.expert = -1;
+    L.kind = LHEAD;
     L.t = t;
     if (!s) {
         s = llm_q_load_f32(q, t, &L.W, &L.rows, &L.cols);
@@ -1809,8 +1871,10 @@ static llm_status calib_stage(struct qctx *q, int stage)
     llm_status s = LLM_OK;
     /* a mixture of experts loads its feed-forward's tensors itself */
     const int n_lin = cf->n_expert ? LO + 1 : NLIN;
-    for (int i = 0; i < n_lin && !s; i++)
+    for (int i = 0; i < n_lin && !s; i++) {
         s = lin_load(q, &L[i], lin_fmt[i], stage);
+        L[i].kind = i;
+    }
     if (!s)
         s = q->flow == FLOW_GPTQ ? gptq_block(q, stage, L) : awq_block(q, stage, L);
     for (int i = 0; i < NLIN; i++)

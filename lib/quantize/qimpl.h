@@ -30,7 +30,12 @@ struct qt {
     int n_cand;
     enum llm_type cand[LLM_QCAND_MAX];
     double cand_err[LLM_QCAND_MAX];
+    double cand_kl[LLM_QCAND_MAX]; /* the KL divergence each is expected to add (sens.c) */
 };
+
+/* The linears of a decoder block in the order calibration takes them, and
+ * the output head. */
+enum { LQ, LK, LV, LO, LG, LU, LD, NLIN, LHEAD = NLIN };
 
 enum qflow { FLOW_NONE, FLOW_GPTQ, FLOW_AWQ };
 
@@ -42,7 +47,10 @@ struct qchoice {
     int n_cand;
     enum llm_type cand[LLM_QCAND_MAX];
     double cand_err[LLM_QCAND_MAX];
+    double cand_kl[LLM_QCAND_MAX];
 };
+
+struct llm_qsens;
 
 struct qctx {
     struct llm_file *in;
@@ -55,6 +63,7 @@ struct qctx {
     int stage_done;             /* stages processed: -1 .. n_layers */
     int measure;                /* --target-bpw's first pass */
     const struct qchoice *choice; /* --target-bpw's types for the second (n_choice) */
+    struct llm_qsens *sens;     /* the first pass's float-model distributions (sens.c) */
     size_t n_choice;
     /* calibration */
     struct llm_calib cal;
@@ -108,5 +117,17 @@ enum llm_type llm_q_fit_group(enum llm_type t, int64_t ne0);
 llm_status llm_q_calib_begin(struct qctx *q);
 llm_status llm_q_calib_stage(struct qctx *q, int stage);
 void llm_q_calib_end(struct qctx *q);
+
+/* sens.c: --target-bpw's first pass. The model's next-token distributions
+ * over the first LLM_QSENS_TOKENS calibration tokens, from q->X (the
+ * embeddings, before the first stage), kept in q->sens. */
+#define LLM_QSENS_TOKENS 512
+llm_status llm_qsens_begin(struct qctx *q);
+void llm_qsens_free(struct qctx *q);
+/* kl: their mean KL divergence when linear `kind` (LQ .. LD) of layer l,
+ * or the head (LHEAD), takes the values W (rows, cols), run from the
+ * measuring stage's stream q->X to the head with the model's own weights. */
+llm_status llm_qsens_kl(struct qctx *q, int32_t l, int kind, const float *W, int64_t rows,
+                        int64_t cols, double *kl);
 
 #endif

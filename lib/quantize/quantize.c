@@ -740,13 +740,15 @@ static llm_status build_output(struct qctx *q, struct llm_file **outp)
 }
 
 /* --target-bpw: the types that keep the weights within target bits per
- * weight with the least summed output error, from the errors measured in
- * the first pass (q1). The errors are absolute, each in its layer's output
- * units: on SmolLM2 at 5.0 bits that allocation gave a KL divergence of
- * 0.056 against 0.087 for errors relative to each output's energy. Each tensor's candidates are reduced to their lower
- * convex hull in (bytes, error); all start at their smallest, then the
- * upgrade that removes the most error per added byte is taken while it
- * fits (greedy on convex hulls: optimal up to the last upgrade's bytes). */
+ * weight with the least summed KL divergence, from the first pass (q1):
+ * each candidate's output error in its layer's units, put into the
+ * divergence it adds to the model's output (sens.c, layer.c measure_lin).
+ * On SmolLM2 the layer's own units chose worse (at 4.5 bits a KL
+ * divergence of 0.229: ffn_down on q2_k in 16 blocks). Each tensor's
+ * candidates are reduced to their lower convex hull in (bytes, KL); all
+ * start at their smallest, then the upgrade that removes the most
+ * divergence per added byte is taken while it fits (greedy on convex
+ * hulls: optimal up to the last upgrade's bytes). */
 static llm_status allocate(struct qctx *q1, double target, struct qchoice **out, size_t *n_out)
 {
     const char *path = q1->in->path;
@@ -785,6 +787,8 @@ static llm_status allocate(struct qctx *q1, double target, struct qchoice **out,
         ch->measured = t->measure;
         memcpy(ch->cand, t->cand, sizeof ch->cand);
         memcpy(ch->cand_err, t->cand_err, sizeof ch->cand_err);
+        memcpy(ch->cand_kl, t->cand_kl, sizeof ch->cand_kl);
+        const double *cost = t->cand_kl;
         for (int j = 0; j < t->n_cand; j++)
             llm_type_tensor_bytes(t->cand[j], t->in->n_dims, t->in->ne, &bytes[k][j]);
         if (!t->measure) {
@@ -811,13 +815,13 @@ static llm_status allocate(struct qctx *q1, double target, struct qchoice **out,
                 }
             for (int a = 0; a < t->n_cand; a++) {
                 const int j = order[a];
-                if (m && t->cand_err[j] >= t->cand_err[hull[k][m - 1]])
+                if (m && cost[j] >= cost[hull[k][m - 1]])
                     continue; /* more bytes, no less error */
                 while (m >= 2) { /* drop a point above the chord */
                     const int p0 = hull[k][m - 2], p1 = hull[k][m - 1];
-                    const double s01 = (t->cand_err[p0] - t->cand_err[p1]) /
+                    const double s01 = (cost[p0] - cost[p1]) /
                                        (double)(bytes[k][p1] - bytes[k][p0]);
-                    const double s12 = (t->cand_err[p1] - t->cand_err[j]) /
+                    const double s12 = (cost[p1] - cost[j]) /
                                        (double)(bytes[k][j] - bytes[k][p1]);
                     if (s12 < s01)
                         break;
@@ -847,7 +851,7 @@ static llm_status allocate(struct qctx *q1, double target, struct qchoice **out,
             const uint64_t db = bytes[i][j1] - bytes[i][j0];
             if (fixed + used + db > budget)
                 continue;
-            const double gain = (c[i].cand_err[j0] - c[i].cand_err[j1]) / (double)db;
+            const double gain = (c[i].cand_kl[j0] - c[i].cand_kl[j1]) / (double)db;
             if (gain > best) {
                 best = gain;
                 bi = i;
@@ -967,7 +971,8 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
         rep->calib_ffn_kept = q.hc_kept;
         /* the forward passes: what the stages did besides the rest */
         rep->calib_seconds[LLM_QP_FORWARD] =
-            q.ph[LLM_QP_TOTAL] - q.ph[LLM_QP_HESSIAN] - q.ph[LLM_QP_SOLVE] - q.ph[LLM_QP_SEARCH];
+            q.ph[LLM_QP_TOTAL] - q.ph[LLM_QP_HESSIAN] - q.ph[LLM_QP_SOLVE] - q.ph[LLM_QP_SEARCH] -
+            q.ph[LLM_QP_SENS];
         llm_file_totals(in, &rep->params, &rep->bytes_in);
         uint64_t params;
         llm_file_totals(of, &params, &rep->bytes_out);
@@ -980,6 +985,7 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
             e->n_cand = ch->n_cand;
             memcpy(e->cand, ch->cand, sizeof e->cand);
             memcpy(e->cand_err, ch->cand_err, sizeof e->cand_err);
+            memcpy(e->cand_kl, ch->cand_kl, sizeof e->cand_kl);
         }
     }
     llm_file_free(of);

@@ -153,10 +153,13 @@ struct llm_qtensor_report {
                                 rounded to nearest instead */
     /* --target-bpw: the types weighed and their measured output errors
      * (sum over the rows of tr((W - Q) H (W - Q)^T), Q rounded to nearest
-     * with the importance), the chosen one being `to` */
+     * with the importance), the chosen one being `to`, and the KL
+     * divergence each is expected to add to the model's output (the
+     * allocation's cost) */
     int n_cand;
     enum llm_type cand[LLM_QCAND_MAX];
     double cand_err[LLM_QCAND_MAX];
+    double cand_kl[LLM_QCAND_MAX];
 };
 /* The parts of a calibrated run's time (llm_qreport.calib_seconds). */
 enum llm_qphase {
@@ -165,6 +168,7 @@ enum llm_qphase {
     LLM_QP_HESSIAN, /* sums of x x^T (and v's attention-weighted inputs) */
     LLM_QP_SOLVE,   /* GPTQ (or rounding) of each matrix on its Hessian */
     LLM_QP_SEARCH,  /* AWQ's scale and clip searches and packing */
+    LLM_QP_SENS,    /* --target-bpw: the model's output with each tensor quantized */
     LLM_QP_N
 };
 

@@ -806,7 +806,7 @@ t_quantize_q4_k_fallbacks() {
 
 # --target-bpw: the types fit the budget (within the last upgrade's bytes),
 # a larger budget buys more bits, the report lists each candidate's measured
-# error with the choice, the metadata the target; an impossible target is
+# error and KL divergence with the choice, the metadata the target; an impossible target is
 # refused with the smallest reachable figure.
 t_quantize_target_bpw() {
     need "$DATA/llama2c/tok512.bin" "$Q_TS"
@@ -823,6 +823,7 @@ import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:])
 for r, t in ((a, 4), (b, 6)):
     assert r["target_bpw"] == t, r["target_bpw"]
+    assert r["calibration"]["seconds"]["sensitivity"] > 0, r["calibration"]
     # the greedy stops when the next upgrade does not fit: within 0.3 bits
     assert t - 0.3 <= r["bits_per_weight"] <= t, (t, r["bits_per_weight"])
     lin = [x for x in r["tensors"] if "candidates" in x]
@@ -831,6 +832,9 @@ for r, t in ((a, 4), (b, 6)):
         c = x["candidates"]
         assert x["to"] in c and len(c) == 7, x
         assert c["q2_k"] > c["q4_k"] > c["q6_k"] > c["q8_0"] >= 0, c
+        k = x["candidates_kl"]  # the allocation's cost: KL divergence added
+        assert k.keys() == c.keys() and x["to"] in k, x
+        assert k["q2_k"] > k["q4_k"] > k["q6_k"] > k["q8_0"] > 0, k
 types = lambda r: sorted(x["to"] for x in r["tensors"] if "candidates" in x)
 assert types(a) != types(b)
 PY
