@@ -102,7 +102,7 @@ complete -c llm-quantize -s m -l model -r -F -d 'the float model to quantize (.l
 complete -c llm-quantize -s o -l output -r -F -d 'write the quantized model to FILE (\'-\' = stdout)'
 complete -c llm-quantize -l method -x -a 'rtn gptq awq nf4 fp8' -d 'rtn, gptq, awq, nf4 or fp8 (default: rtn)'
 complete -c llm-quantize -l type -x -a 'q4_k_m q4_k_s q5_k_m q5_k_s q6_k q3_k_m q3_k_s q3_k_l q2_k q3_k q4_k q5_k q5_0 q5_1 iq4_nl iq4_xs q8_0 q4_0 q4_1' -d 'a GGUF type for the linear layers (q4_k, q5_k, q6_k, q2_k, q3_k, q5_0, q5_1, iq4_nl, iq4_xs, q8_0, q4_0, q4_1) or llama.cpp\'s mixture (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q3_k_m, q3_k_s, q3_k_l); rtn weighs its columns by --calib\'s inputs, gptq and awq fit its grid'
-complete -c llm-quantize -l target-bpw -x -d 'choose each linear layer\'s GGUF type (q2_k to q8_0) by its output error on --calib\'s data, for B bits per weight overall; with rtn or gptq'
+complete -c llm-quantize -l target-bpw -x -d 'choose each linear layer\'s GGUF type (q2_k to q8_0) by the KL divergence it adds to the output on --calib\'s data, for B bits per weight overall; with rtn or gptq'
 complete -c llm-quantize -l bits -x -a '3 4 8' -d '3, 4 or 8 bits for rtn, gptq, awq (3: zero points only; awq: 3 or 4) (default: 4)'
 complete -c llm-quantize -l group -x -a '32 64 128 channel' -d 'group size 32, 64, 128, or \'channel\' (default: 128)'
 complete -c llm-quantize -l sym -d 'symmetric grid (default at 8 bits)'
