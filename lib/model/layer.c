@@ -195,9 +195,10 @@ llm_status llm_layer_logits(struct llm_context *c, const struct llm_weight *head
     return LLM_OK;
 }
 
-llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x)
+llm_status llm_layer_embed(struct llm_context *c, const struct llm_weight *table,
+                           const int32_t *tokens, int32_t n, float *x)
 {
-    LLM_TRY(c->be->ops->embed(c->be, &c->m->tok_embd, tokens, n, x));
+    LLM_TRY(c->be->ops->embed(c->be, pick(table, &c->m->tok_embd), tokens, n, x));
     const struct llm_config *cf = &c->m->c;
     if (cf->gemma) /* as llama.cpp and transformers: sqrt(dim) in float */
         return c->be->ops->scale(c->be, x, sqrtf((float)cf->dim), (int64_t)n * cf->dim);

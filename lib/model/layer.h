@@ -87,8 +87,10 @@ llm_status llm_layer_moe(struct llm_context *c, int32_t l, const struct llm_moe_
 llm_status llm_layer_logits(struct llm_context *c, const struct llm_weight *head, const float *xb,
                             float *logits, int32_t n);
 
-/* The embedding rows of tokens (n) into x (n, dim). */
-llm_status llm_layer_embed(struct llm_context *c, const int32_t *tokens, int32_t n, float *x);
+/* The embedding rows of tokens (n) into x (n, dim), from table (vocab
+ * rows of dim; NULL: the model's). */
+llm_status llm_layer_embed(struct llm_context *c, const struct llm_weight *table,
+                           const int32_t *tokens, int32_t n, float *x);
 
 /* The context's backend, for the products of the caller's own (its
  * Hessians): the model's, with the context's threads. */

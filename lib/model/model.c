@@ -1125,7 +1125,7 @@ llm_status llm_decode_batch(struct llm_context *c, const struct llm_batch *b, fl
         if (c->kv->n_local)
             LLM_TRY(runs_prepare(c, c->sl, n_sl));
         llm_model_rope_tables(c, b->pos + s0, n);
-        LLM_TRY(llm_layer_embed(c, b->token + s0, n, c->x));
+        LLM_TRY(llm_layer_embed(c, NULL, b->token + s0, n, c->x));
         for (int32_t l = 0; l < cf->n_layers; l++)
             LLM_TRY(llm_model_layer(c, l, c->sl, n_sl, n));
         for (int32_t k = 0; k < n_sl; k++)

@@ -750,7 +750,7 @@ static llm_status calib_begin(struct qctx *q)
                                  (double)(na * (asym ? 2 : 1) + (asym ? nx : 0)) / 1e6);
     }
     for (int32_t w = 0; w < q->cal.n; w++)
-        LLM_TRY(llm_layer_embed(q->ctx, q->cal.tokens + (int64_t)w * q->cal.len, q->cal.len,
+        LLM_TRY(llm_layer_embed(q->ctx, NULL, q->cal.tokens + (int64_t)w * q->cal.len, q->cal.len,
                                 q->X + (int64_t)w * q->cal.len * c->dim));
     /* --target-bpw's first pass: the float model's distributions, which
      * each candidate's KL divergence is measured against */

@@ -125,8 +125,9 @@ void llm_q_calib_end(struct qctx *q);
 llm_status llm_qsens_begin(struct qctx *q);
 void llm_qsens_free(struct qctx *q);
 /* kl: their mean KL divergence when linear `kind` (LQ .. LD) of layer l,
- * or the head (LHEAD), takes the values W (rows, cols), run from the
- * measuring stage's stream q->X to the head with the model's own weights. */
+ * or the head (LHEAD; a tied table, the embedding too), takes the values W
+ * (rows, cols), run from the measuring stage's stream q->X (a tied table:
+ * from the embedding) to the head with the model's own weights. */
 llm_status llm_qsens_kl(struct qctx *q, int32_t l, int kind, const float *W, int64_t rows,
                         int64_t cols, double *kl);
 

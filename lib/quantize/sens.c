@@ -75,23 +75,23 @@ static double row_kl(struct llm_qsens *S, int64_t r, const float *z, int64_t nv,
     return kl > 0 ? kl : 0; /* rounding, for equal distributions */
 }
 
-/* The stream S->R from layer l (part 1: from its FFN, the stream being
- * past its attention) through the later layers and the head, with linear
- * `kind` of layer l (LHEAD: the head, l ignored) replaced by w (NULL:
- * none); each row's distribution stored as the base, or the mean KL
- * divergence from it. */
+/* The stream S->R from layer l (n_layers: the head alone; part 1: from
+ * its FFN, the stream being past its attention) through the later layers
+ * and the head, with linear `kind` of layer l (LHEAD: the head) replaced
+ * by w (NULL: none); each row's distribution stored as the base, or the
+ * mean KL divergence from it. */
 static llm_status run(struct qctx *q, int32_t l, int part, int kind, const struct llm_weight *w,
                       int store, double *kl)
 {
     struct llm_qsens *S = q->sens;
     const struct llm_config *cf = &q->m->c;
     const int64_t dim = cf->dim, nv = cf->n_vocab, rows = (int64_t)S->nw * S->n;
-    for (int32_t j = kind == LHEAD ? cf->n_layers : l; j < cf->n_layers; j++) {
+    for (int32_t j = l; j < cf->n_layers; j++) {
         struct llm_layer_lin lin;
         memset(&lin, 0, sizeof lin);
         const struct llm_weight **slot[NLIN] = { &lin.wq, &lin.wk, &lin.wv, &lin.wo,
                                                  &lin.gate, &lin.up, &lin.down };
-        if (j == l && w)
+        if (j == l && w && kind < NLIN)
             *slot[kind] = w;
         for (int32_t win = 0; win < S->nw; win++)
             for (int32_t off = 0; off < S->n; off += q->nb) {
@@ -156,15 +156,25 @@ llm_status llm_qsens_begin(struct qctx *q)
                              "available", (double)(rows * nv) * 4 / 1e6);
     /* q->X holds the embeddings: the float model from its first layer */
     take_rows(q);
-    return run(q, 0, 0, -1, NULL, 1, NULL);
+    return run(q, 0, 0, LQ, NULL, 1, NULL);
 }
 
 llm_status llm_qsens_kl(struct qctx *q, int32_t l, int kind, const float *W, int64_t rows,
                         int64_t cols, double *kl)
 {
     const struct llm_weight w = { .type = LLM_TYPE_F32, .data = W, .ne0 = cols, .rows = rows };
+    if (kind == LHEAD && q->m->c.tie_embeddings) {
+        /* a tied table is the embedding too: the whole model, from the
+         * rows W gives the tokens */
+        struct llm_qsens *S = q->sens;
+        for (int32_t win = 0; win < S->nw; win++)
+            LLM_TRY(llm_layer_embed(q->ctx, &w, q->cal.tokens + (int64_t)win * q->cal.len, S->n,
+                                    S->R + (int64_t)win * S->n * q->m->c.dim));
+        return run(q, 0, 0, kind, &w, 0, kl);
+    }
     take_rows(q);
     /* the stage holds layer l's input while it measures q, k, v and o, and
-     * the stream past the attention for gate, up and down (gptq_block) */
-    return run(q, l, kind >= LG && kind <= LD, kind, &w, 0, kl);
+     * the stream past the attention for gate, up and down (gptq_block);
+     * the head the stream past the last layer */
+    return run(q, kind == LHEAD ? q->m->c.n_layers : l, kind >= LG && kind <= LD, kind, &w, 0, kl);
 }

@@ -837,6 +837,24 @@ for r, t in ((a, 4), (b, 6)):
         assert k["q2_k"] > k["q4_k"] > k["q6_k"] > k["q8_0"] > 0, k
 types = lambda r: sorted(x["to"] for x in r["tensors"] if "candidates" in x)
 assert types(a) != types(b)
+# the least summed divergence within the budget: no change of one tensor's
+# type, or of two at once, that fits (with room for the allocation's
+# rounding, 1/65536 of the budget per tensor) lowers it
+size = {"q2_k": 84 / 256, "q3_k": 110 / 256, "iq4_xs": 136 / 256, "q4_k": 144 / 256,
+        "q5_k": 176 / 256, "q6_k": 210 / 256, "q8_0": 34 / 32}
+for r, t in ((a, 4), (b, 6)):
+    lin = [x for x in r["tensors"] if "candidates" in x]
+    nb = lambda x, ty: x["rows"] * x["cols"] * size[ty]
+    used = sum(nb(x, x["to"]) for x in lin)
+    room = t * r["params"] / 8 - (r["bytes_out"] - used) - used - len(lin) * (t * r["params"] / 8 / 65536 + 1)
+    kl = lambda x, ty: x["candidates_kl"][ty]
+    moves = [(nb(x, ty) - nb(x, x["to"]), kl(x, ty) - kl(x, x["to"]), i)
+             for i, x in enumerate(lin) for ty in x["candidates"] if ty != x["to"]]
+    for db, dk, i in moves:
+        assert not (db <= room and dk < -1e-9 * kl(lin[i], lin[i]["to"])), (t, lin[i]["name"], db, dk)
+    for db1, dk1, i in moves:
+        for db2, dk2, j in moves:
+            assert i == j or not (db1 + db2 <= room and dk1 + dk2 < -1e-9), (t, i, j, dk1 + dk2)
 PY
     "$BIN/llm-convert" --info "$TMP/tb-4.llm" >"$TMP/info" && has "$TMP/info" "target_bpw: 4" &&
     expect 1 "$QUANT" -m "$TMP/tb.llm" -o "$TMP/tb-1.llm" --target-bpw 1.5 --calib "$Q_TS" --samples 4 --seq-len 64 &&
