@@ -9,6 +9,7 @@
 #include "../../../lib/common/alloc.h"
 #include "../../../lib/format/import.h"
 #include "../../../lib/model/model.h"
+#include "../../../lib/quant/kquants.h"
 #include "../../../lib/quant/quant.h"
 #include "../../../lib/quantize/awq.h"
 #include "../../../lib/quantize/calib.h"
@@ -614,101 +615,130 @@ static struct warns calib_warns(struct llm_file *f, const char *txt, int method,
     return w;
 }
 
+/* The mean KL divergence of the model with tensor `name` alone quantized
+ * to `type` (rtn; with the importance of the calibration for the GGUF
+ * block types) from the float model f, over the first LLM_QSENS_TOKENS
+ * tokens of the calibration windows (windows of 128): llm_decode's logits,
+ * llm-bench's KL divergence. */
+static double kl_alone(struct llm_file *f, const char *txt, const char *name, enum llm_type type,
+                       uint64_t seed, const char *one)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "default:\n  method: keep\nrules:\n"
+             "  - match: %s\n    method: rtn\n    type: %s\n"
+             "  - match: token_embd.weight\n    method: keep\n"
+             "  - match: output.weight\n    method: keep\n",
+             name, llm_type_name(type));
+    struct llm_recipe *r;
+    cr_assert_eq(parse(text, &r), LLM_OK, "%s", llm_error_detail(LLM_E_INVALID));
+    struct llm_quantize_params p;
+    llm_quantize_params_default(&p);
+    p.recipe = r;
+    p.n_threads = 1;
+    if (llm_kq_type(type)) /* rounded with the importance, as measured */
+        p.calib_path = txt, p.n_samples = 8, p.seq_len = 128;
+    run_quant(f, &p, one, NULL);
+    llm_recipe_free(r);
+    struct llm_file *g;
+    cr_assert_eq(llm_import(&g, one, NULL), LLM_OK);
+    cr_assert_eq(llm_file_find(g, name)->type, type);
+    struct llm_tokenizer *tok;
+    cr_assert_eq(llm_tokenizer_new(&tok, f), LLM_OK);
+    struct llm_calib cal;
+    cr_assert_eq(llm_calib_load(&cal, tok, txt, 8, 128, seed), LLM_OK);
+    const int nv = 512;
+    double *lp = llm_malloc(nv * sizeof(double)), *lq = llm_malloc(nv * sizeof(double));
+    double sum = 0;
+    for (int win = 0; win < LLM_QSENS_TOKENS / 128; win++) {
+        float *a = logits_of(f, cal.tokens + win * 128, 128);
+        float *b = logits_of(g, cal.tokens + win * 128, 128);
+        for (int i = 0; i < 128; i++) {
+            llm_log_softmax(a + i * nv, nv, lp);
+            llm_log_softmax(b + i * nv, nv, lq);
+            sum += llm_kl_divergence(lp, lq, nv);
+        }
+        llm_free(a);
+        llm_free(b);
+    }
+    llm_free(lp);
+    llm_free(lq);
+    llm_calib_free(&cal);
+    llm_tokenizer_free(tok);
+    llm_file_free(g);
+    remove(one);
+    return sum / LLM_QSENS_TOKENS;
+}
+
 /* --target-bpw's cost of a candidate is the KL divergence it adds to the
  * model's output: at the two measured candidates (the one nearest the
  * target, the smallest) it is the divergence of the model with that
  * tensor alone quantized from the float model, over the first calibration
- * windows, as llm_decode and llm-bench's KL compute it; the others are in
- * proportion to their errors, between the two on the line through them. */
+ * windows, as llm_decode and llm-bench's KL compute it (for the tied
+ * table, in both its roles); the others are in proportion to their
+ * errors, between the two on the line through them. */
 Test(quantize, target_bpw_costs_are_kl_divergences)
 {
     TEST_DATA(txt, "text/calibration_datav3.txt");
-    struct llm_file *f = open_stories();
+    TEST_DATA(bin, "llama2c/stories260K.bin");
+    TEST_DATA(tokp, "llama2c/tok512.bin");
     const char *dir = llm_test_tmpdir();
     char out[512], one[512];
     snprintf(out, sizeof out, "%s/tb.llm", dir);
     snprintf(one, sizeof one, "%s/one.llm", dir);
-    struct llm_quantize_params p;
-    llm_quantize_params_default(&p);
-    p.target_bpw = 7.5; /* ffn's 172-wide rows stay f16 */
-    p.calib_path = txt;
-    p.n_samples = 8;
-    p.seq_len = 128;
-    p.n_threads = 1;
-    struct llm_qreport rep;
-    run_quant(f, &p, out, &rep);
-    const struct llm_qtensor_report *t = NULL;
-    for (size_t i = 0; i < rep.n; i++)
-        if (!strcmp(rep.t[i].name, "blk.1.attn_q.weight"))
-            t = &rep.t[i];
-    cr_assert_not_null(t);
-    /* 64-wide rows: iq4_nl, q5_0, q5_1, q8_0 */
-    cr_assert_eq(t->n_cand, 4);
-    double kl[4], err[4];
-    const enum llm_type want[4] = { LLM_TYPE_IQ4_NL, LLM_TYPE_Q5_0, LLM_TYPE_Q5_1, LLM_TYPE_Q8_0 };
-    for (int w = 0; w < 4; w++)
-        for (int k = 0; k < 4; k++)
-            if (t->cand[k] == want[w])
-                kl[w] = t->cand_kl[k], err[w] = t->cand_err[k];
-    cr_assert(kl[0] > kl[1] && kl[1] > kl[2] && kl[2] > kl[3] && kl[3] > 0, "%g %g %g %g", kl[0],
-              kl[1], kl[2], kl[3]);
-    /* q8_0 nearest the target, iq4_nl the smallest: the q5s on the line
-     * through them */
-    for (int w = 1; w <= 2; w++)
-        cr_assert_float_eq(kl[w], kl[3] + (kl[0] - kl[3]) * (err[w] - err[3]) / (err[0] - err[3]),
-                           1e-12 * kl[0]);
-    /* the model with blk.1.attn_q alone on q8_0 and on iq4_nl */
-    for (int w = 0; w < 4; w += 3) {
-        char text[512];
-        snprintf(text, sizeof text,
-                 "default:\n  method: keep\nrules:\n"
-                 "  - match: blk.1.attn_q.weight\n    method: rtn\n    type: %s\n"
-                 "  - match: token_embd.weight\n    method: keep\n"
-                 "  - match: output.weight\n    method: keep\n",
-                 llm_type_name(want[w]));
-        struct llm_recipe *r;
-        cr_assert_eq(parse(text, &r), LLM_OK, "%s", llm_error_detail(LLM_E_INVALID));
-        struct llm_quantize_params p1;
-        llm_quantize_params_default(&p1);
-        p1.recipe = r;
-        p1.n_threads = 1;
-        if (want[w] == LLM_TYPE_IQ4_NL) /* rounded with the importance, as measured */
-            p1.calib_path = txt, p1.n_samples = 8, p1.seq_len = 128;
-        run_quant(f, &p1, one, NULL);
-        llm_recipe_free(r);
-        struct llm_file *g;
-        cr_assert_eq(llm_import(&g, one, NULL), LLM_OK);
-        cr_assert_eq(llm_file_find(g, "blk.1.attn_q.weight")->type, want[w]);
-        struct llm_tokenizer *tok;
-        cr_assert_eq(llm_tokenizer_new(&tok, f), LLM_OK);
-        struct llm_calib cal;
-        cr_assert_eq(llm_calib_load(&cal, tok, txt, 8, 128, p.seed), LLM_OK);
-        const int nv = 512;
-        double *lp = llm_malloc(nv * sizeof(double)), *lq = llm_malloc(nv * sizeof(double));
-        double sum = 0;
-        for (int win = 0; win < LLM_QSENS_TOKENS / 128; win++) {
-            float *a = logits_of(f, cal.tokens + win * 128, 128);
-            float *b = logits_of(g, cal.tokens + win * 128, 128);
-            for (int i = 0; i < 128; i++) {
-                llm_log_softmax(a + i * nv, nv, lp);
-                llm_log_softmax(b + i * nv, nv, lq);
-                sum += llm_kl_divergence(lp, lq, nv);
+    /* stories260K's GGUF has its own head; the llama2.c file ties it to
+     * the embedding table */
+    struct llm_import_opts io;
+    llm_import_opts_default(&io);
+    io.tokenizer_path = tokp;
+    struct llm_file *files[2] = { open_stories(), NULL };
+    cr_assert_eq(llm_import(&files[1], bin, &io), LLM_OK);
+    static const char *const names[2][2] = { { "blk.1.attn_q.weight", "output.weight" },
+                                             { "token_embd.weight", NULL } };
+    for (int fi = 0; fi < 2; fi++) {
+        struct llm_file *f = files[fi];
+        struct llm_quantize_params p;
+        llm_quantize_params_default(&p);
+        p.target_bpw = 7.5; /* ffn's 172-wide rows stay f16 */
+        p.calib_path = txt;
+        p.n_samples = 8;
+        p.seq_len = 128;
+        p.n_threads = 1;
+        struct llm_qreport rep;
+        run_quant(f, &p, out, &rep);
+        for (int nm = 0; nm < 2 && names[fi][nm]; nm++) {
+            const char *name = names[fi][nm];
+            const struct llm_qtensor_report *t = NULL;
+            for (size_t i = 0; i < rep.n; i++)
+                if (!strcmp(rep.t[i].name, name))
+                    t = &rep.t[i];
+            cr_assert_not_null(t, "%s", name);
+            /* 64-wide rows: iq4_nl, q5_0, q5_1, q8_0 */
+            cr_assert_eq(t->n_cand, 4, "%s", name);
+            double kl[4], err[4];
+            const enum llm_type want[4] = { LLM_TYPE_IQ4_NL, LLM_TYPE_Q5_0, LLM_TYPE_Q5_1,
+                                            LLM_TYPE_Q8_0 };
+            for (int w = 0; w < 4; w++)
+                for (int k = 0; k < 4; k++)
+                    if (t->cand[k] == want[w])
+                        kl[w] = t->cand_kl[k], err[w] = t->cand_err[k];
+            cr_assert(kl[0] > kl[1] && kl[1] > kl[2] && kl[2] > kl[3] && kl[3] > 0,
+                      "%s: %g %g %g %g", name, kl[0], kl[1], kl[2], kl[3]);
+            /* q8_0 nearest the target, iq4_nl the smallest: the q5s on
+             * the line through them */
+            for (int w = 1; w <= 2; w++)
+                cr_assert_float_eq(kl[w],
+                                   kl[3] + (kl[0] - kl[3]) * (err[w] - err[3]) / (err[0] - err[3]),
+                                   1e-12 * kl[0]);
+            for (int w = 0; w < 4; w += 3) {
+                const double ref = kl_alone(f, txt, name, want[w], p.seed, one);
+                cr_assert(fabs(kl[w] - ref) <= 1e-3 * ref, "%s on %s: cost %g, KL divergence %g",
+                          name, llm_type_name(want[w]), kl[w], ref);
             }
-            llm_free(a);
-            llm_free(b);
         }
-        const double ref = sum / LLM_QSENS_TOKENS;
-        cr_assert(fabs(kl[w] - ref) <= 1e-3 * ref, "%s: cost %g, KL divergence %g",
-                  llm_type_name(want[w]), kl[w], ref);
-        llm_free(lp);
-        llm_free(lq);
-        llm_calib_free(&cal);
-        llm_tokenizer_free(tok);
-        llm_file_free(g);
-        remove(one);
+        llm_qreport_free(&rep);
+        llm_file_free(f);
     }
-    llm_qreport_free(&rep);
-    llm_file_free(f);
     remove(out);
     rmdir(dir);
 }
