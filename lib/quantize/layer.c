@@ -516,6 +516,20 @@ static double bits_of(const struct qt *t, int k)
     return 8.0 * (double)b / (double)llm_tensor_nelements(t->in);
 }
 
+/* J->D = W0 - Q for candidate type `type`, rows shared among nt threads. */
+static llm_status measure_type(struct measure_job *J, struct llm_pool *pool, int nt,
+                               enum llm_type type)
+{
+    J->type = type;
+    if (pool)
+        llm_pool_run(pool, measure_rows, J);
+    else
+        measure_rows(0, 1, J);
+    for (int i = 0; i < (pool ? nt : 1); i++)
+        LLM_TRY(J->s[i]);
+    return LLM_OK;
+}
+
 static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const *H, int nh)
 {
     struct qt *t = L->t;
@@ -529,13 +543,7 @@ static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const 
     if (!s && nt > 1)
         s = llm_pool_new(&pool, nt);
     for (int k = 0; k < t->n_cand && !s; k++) {
-        J.type = t->cand[k];
-        if (pool)
-            llm_pool_run(pool, measure_rows, &J);
-        else
-            measure_rows(0, 1, &J);
-        for (int i = 0; i < (pool ? nt : 1) && !s; i++)
-            s = J.s[i];
+        s = measure_type(&J, pool, nt, t->cand[k]);
         double e = 0;
         if (!s)
             s = out_err_blocks(q, J.D, rows, c, H, nh, &e);
@@ -558,13 +566,7 @@ static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const 
     const int pts[2] = { near, small };
     double kl[2] = { 0, 0 };
     for (int i = 0; i < (bits_of(t, small) < bits_of(t, near) ? 2 : 1) && q->sens && !s; i++) {
-        J.type = t->cand[pts[i]];
-        if (pool)
-            llm_pool_run(pool, measure_rows, &J);
-        else
-            measure_rows(0, 1, &J);
-        for (int k = 0; k < (pool ? nt : 1) && !s; k++)
-            s = J.s[k];
+        s = measure_type(&J, pool, nt, t->cand[pts[i]]);
         for (int64_t j = 0; !s && j < rows * c; j++) /* the candidate's values */
             J.D[j] = L->W0[j] - J.D[j];
         const double t0 = llm_q_now();

@@ -453,6 +453,15 @@ Test(quantize, awq_folding_keeps_the_float_model)
 
 /* ---- the quantizer end to end ------------------------------------------- */
 
+/* Calibration on 8 windows of 128 tokens of txt, one thread. */
+static void calib_8x128(struct llm_quantize_params *p, const char *txt)
+{
+    p->calib_path = txt;
+    p->n_samples = 8;
+    p->seq_len = 128;
+    p->n_threads = 1;
+}
+
 static void run_quant(struct llm_file *f, struct llm_quantize_params *p, const char *out,
                       struct llm_qreport *rep)
 {
@@ -470,10 +479,7 @@ Test(quantize, gptq_beats_rtn_on_real_calibration)
     struct llm_quantize_params p;
     llm_quantize_params_default(&p);
     p.def.method = LLM_QM_GPTQ;
-    p.calib_path = txt;
-    p.n_samples = 8;
-    p.seq_len = 128;
-    p.n_threads = 1;
+    calib_8x128(&p, txt);
     struct llm_qreport rep;
     run_quant(f, &p, out, &rep);
     int n_gptq = 0;
@@ -635,9 +641,9 @@ static double kl_alone(struct llm_file *f, const char *txt, const char *name, en
     struct llm_quantize_params p;
     llm_quantize_params_default(&p);
     p.recipe = r;
-    p.n_threads = 1;
-    if (llm_kq_type(type)) /* rounded with the importance, as measured */
-        p.calib_path = txt, p.n_samples = 8, p.seq_len = 128;
+    calib_8x128(&p, txt);
+    if (!llm_kq_type(type)) /* rounded with the importance only on the block types */
+        p.calib_path = NULL;
     run_quant(f, &p, one, NULL);
     llm_recipe_free(r);
     struct llm_file *g;
@@ -700,10 +706,7 @@ Test(quantize, target_bpw_costs_are_kl_divergences)
         struct llm_quantize_params p;
         llm_quantize_params_default(&p);
         p.target_bpw = 7.5; /* ffn's 172-wide rows stay f16 */
-        p.calib_path = txt;
-        p.n_samples = 8;
-        p.seq_len = 128;
-        p.n_threads = 1;
+        calib_8x128(&p, txt);
         struct llm_qreport rep;
         run_quant(f, &p, out, &rep);
         for (int nm = 0; nm < 2 && names[fi][nm]; nm++) {
