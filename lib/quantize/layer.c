@@ -470,8 +470,9 @@ static llm_status fp8_auto_scope(struct lin *L, const float *const *H, const flo
 /* --target-bpw's first pass: each candidate type's output error on the
  * calibration inputs, sum over rows of tr((W - Q) H (W - Q)^T), Q rounded
  * to nearest with diag(H) as the importance (the GGUF block types) or
- * plainly; rows in nh equal blocks, block b on H[b]. L->W stays float, so
- * the next layers see the float model's activations. */
+ * plainly; rows in nh equal blocks, block b on H[b]; and the KL divergence
+ * it adds to the model's output (measure_lin). L->W stays float, so the
+ * next layers see the float model's activations. */
 struct measure_job {
     const struct lin *L;
     const float *const *H;
@@ -542,39 +543,33 @@ static llm_status measure_lin(struct qctx *q, struct lin *L, const float *const 
     llm_status s = J.D ? LLM_OK : LLM_E_NOMEM;
     if (!s && nt > 1)
         s = llm_pool_new(&pool, nt);
+    /* Each error goes into a KL divergence (sens.c), measured at the
+     * candidate nearest the target's bits and at the smallest (the first
+     * of equals), from the candidate's values W0 - D while D is at hand;
+     * the others are taken from the nearer of the two in proportion to
+     * their errors (the divergence of a small change grows as its squared
+     * size, as the error does), between them on the line through both. */
+    const double target = q->p->target_bpw;
+    int near = 0, small = 0;
+    for (int k = 1; k < t->n_cand; k++) {
+        if (fabs(bits_of(t, k) - target) < fabs(bits_of(t, near) - target))
+            near = k;
+        if (bits_of(t, k) < bits_of(t, small))
+            small = k;
+    }
+    double kl[2] = { 0, 0 }; /* near, small */
     for (int k = 0; k < t->n_cand && !s; k++) {
         s = measure_type(&J, pool, nt, t->cand[k]);
         double e = 0;
         if (!s)
             s = out_err_blocks(q, J.D, rows, c, H, nh, &e);
         t->cand_err[k] = e * (double)rows;
-    }
-    /* the errors into KL divergences (sens.c): measured at the candidate
-     * nearest the target's bits and at the smallest, the others taken
-     * from the nearer of the two in proportion to their errors (the KL
-     * divergence of a small change grows as its squared size, as the
-     * error does), between them on the line through both */
-    int near = 0, small = 0;
-    for (int k = 1; k < t->n_cand; k++) {
-        const double bk = bits_of(t, k), bn = bits_of(t, near);
-        if (fabs(bk - q->p->target_bpw) < fabs(bn - q->p->target_bpw) ||
-            (bk == bn && t->cand_err[k] < t->cand_err[near]))
-            near = k;
-        if (bk < bits_of(t, small) || (bk == bits_of(t, small) && t->cand_err[k] > t->cand_err[small]))
-            small = k;
-    }
-    const int pts[2] = { near, small };
-    double kl[2] = { 0, 0 };
-    for (int i = 0; i < (bits_of(t, small) < bits_of(t, near) ? 2 : 1) && q->sens && !s; i++) {
-        s = measure_type(&J, pool, nt, t->cand[pts[i]]);
-        for (int64_t j = 0; !s && j < rows * c; j++) /* the candidate's values */
+        if (s || (k != near && k != small))
+            continue;
+        for (int64_t j = 0; j < rows * c; j++) /* the candidate's values */
             J.D[j] = L->W0[j] - J.D[j];
-        const double t0 = llm_q_now();
-        if (!s)
-            s = llm_qsens_kl(q, t->stage < q->m->c.n_layers ? t->stage : 0, L->kind, J.D, rows, c,
-                             &kl[i]);
-        q->ph[LLM_QP_SENS] += llm_q_now() - t0;
-        if (i == 0)
+        s = llm_qsens_kl(q, t->stage, L->kind, J.D, rows, c, &kl[k == near ? 0 : 1]);
+        if (k == near && k == small)
             kl[1] = kl[0];
     }
     const double e0 = t->cand_err[near], e1 = t->cand_err[small];
@@ -756,11 +751,8 @@ static llm_status calib_begin(struct qctx *q)
                                 q->X + (int64_t)w * q->cal.len * c->dim));
     /* --target-bpw's first pass: the float model's distributions, which
      * each candidate's KL divergence is measured against */
-    if (q->measure) {
-        const double t0 = llm_q_now();
+    if (q->measure)
         LLM_TRY(llm_qsens_begin(q));
-        q->ph[LLM_QP_SENS] += llm_q_now() - t0;
-    }
     /* The stages read the weights one block at a time; the pages that
      * loading (its checks) and the embedding brought in are dropped, and
      * each stage drops its own when the next begins (calib_stage): what

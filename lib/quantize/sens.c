@@ -80,8 +80,8 @@ static double row_kl(struct llm_qsens *S, int64_t r, const float *z, int64_t nv,
  * and the head, with linear `kind` of layer l (LHEAD: the head) replaced
  * by w (NULL: none); each row's distribution stored as the base, or the
  * mean KL divergence from it. */
-static llm_status run(struct qctx *q, int32_t l, int part, int kind, const struct llm_weight *w,
-                      int store, double *kl)
+static llm_status run_rows(struct qctx *q, int32_t l, int part, int kind,
+                           const struct llm_weight *w, int store, double *kl)
 {
     struct llm_qsens *S = q->sens;
     const struct llm_config *cf = &q->m->c;
@@ -121,6 +121,16 @@ static llm_status run(struct qctx *q, int32_t l, int part, int kind, const struc
     return LLM_OK;
 }
 
+/* run_rows, its time in the report's `sensitivity` phase */
+static llm_status run(struct qctx *q, int32_t l, int part, int kind, const struct llm_weight *w,
+                      int store, double *kl)
+{
+    const double t0 = llm_q_now();
+    llm_status s = run_rows(q, l, part, kind, w, store, kl);
+    q->ph[LLM_QP_SENS] += llm_q_now() - t0;
+    return s;
+}
+
 /* The scored rows of the current stream q->X into S->R. */
 static void take_rows(struct qctx *q)
 {
@@ -145,7 +155,7 @@ llm_status llm_qsens_begin(struct qctx *q)
     const int64_t rows = (int64_t)S->nw * S->n, dim = cf->dim, nv = cf->n_vocab;
     const int64_t qd = (int64_t)cf->n_heads * cf->head_dim;
     S->R = llm_malloc((size_t)(rows * dim) * sizeof(float));
-    S->xb = llm_malloc((size_t)((q->nb > LOGIT_ROWS ? q->nb : LOGIT_ROWS) * dim) * sizeof(float));
+    S->xb = llm_malloc((size_t)(q->nb * dim) * sizeof(float));
     S->att = llm_malloc((size_t)(q->nb * qd) * sizeof(float));
     S->h = llm_malloc((size_t)(q->nb * cf->ffn_dim) * sizeof(float));
     S->z = llm_malloc((size_t)(LOGIT_ROWS * nv) * sizeof(float));
