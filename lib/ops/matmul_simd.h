@@ -1464,6 +1464,105 @@ SIMD_INLINE void SIMD(x16_group8)(const uint8_t *gp, const struct llm_qx16 *xq, 
 #endif
 }
 
+#ifdef SIMD_AVX512
+/* Two to four tokens of a group of 16 rows at once (AVX-512; AVX2's 16
+ * registers hold the sums of one): y + t ldy (16) = the rows . token t,
+ * whose blocks are xq + t nq, the codes widened once for all of them. The
+ * int32 sums are exact, so their split into chains does not change them:
+ * here one chain per token and activation block (the tokens are chains
+ * enough), where x16_group keeps two. Per token and activation block,
+ * x16_group's order of float operations: each token's result is decode's
+ * bit for bit. Each token's sums are an array of their own: in one array
+ * GCC kept them in memory. */
+#define X16_MULTI 4
+
+/* acc + block j's int32 sums s[j] times the 16 scales and the token's
+ * block scale, then + the 16 minimums times its ds (zero points), j < nsub */
+SIMD_INLINE __m512 SIMD(x16_fold)(__m512 acc, const __m512i *s, int nsub, const uint8_t *blk,
+                                  const struct llm_qx16 *b, int zp)
+{
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    const __m512 m = zp ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32))) : d;
+#pragma GCC unroll 4
+    for (int j = 0; j < nsub; j++) {
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(d, _mm512_set1_ps(b[j].d)),
+                              acc);
+        if (zp)
+            acc = _mm512_fmadd_ps(m, _mm512_set1_ps(b[j].ds), acc);
+    }
+    return acc;
+}
+
+#define X16_TOKENS(X) X(0) X(1) X(2) X(3)
+
+/* x16_group (q8: x16_group8) for NT tokens, NT and the shape constants */
+SIMD_INLINE void SIMD(x16_group_n)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t nq,
+                                   int64_t ng, int q8, int zp, int G, int BB, float *y,
+                                   int64_t ldy, int NT)
+{
+    const int nsub = G / 32;
+    const uint64_t bb = 16 * (uint64_t)BB;
+#define X16_ACC(t) __m512 acc##t = _mm512_setzero_ps();
+    X16_TOKENS(X16_ACC)
+#undef X16_ACC
+    for (int64_t k = 0; k < ng; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * bb, *cq = blk + (zp ? 64 : 32);
+        /* token t's blocks, and its sums: block j's starts at its -8 sum(q)
+         * (4-bit symmetric types) */
+#define X16_INIT(t)                                                                   \
+    const struct llm_qx16 *b##t = xq + (uint64_t)(t < NT ? t : 0) * nq + k * nsub;    \
+    __m512i s##t[4];                                                                  \
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                               \
+        s##t[j] = _mm512_set1_epi32(!q8 && !zp && j < nsub ? b##t[j].m8 : 0);
+        X16_TOKENS(X16_INIT)
+#undef X16_INIT
+        int32_t p;
+#define X16_DP(t, j, w, src)                                         \
+    if (t < NT) {                                                    \
+        memcpy(&p, src, 4);                                          \
+        s##t[j] = _mm512_dpwssd_epi32(s##t[j], w, _mm512_set1_epi32(p)); \
+    }
+        if (q8) {
+            /* unit u: the pair (2u, 2u+1), activation block u / 16 */
+#pragma GCC unroll 64 /* all of it: the sums' indices must be constants */
+            for (int u = 0; u < G / 2; u++) {
+                __m512i w;
+                SIMD(x16_codes8)(cq + 32 * u, zp, &w);
+                const int j = u / 16, o = 2 * (u % 16);
+#define X16_D8(t) X16_DP(t, j, w, b##t[j].qs + o)
+                X16_TOKENS(X16_D8)
+#undef X16_D8
+            }
+        } else {
+            /* unit u: low nibbles elements 2u, 2u+1, high 2u + G/2, ... */
+#pragma GCC unroll 32
+            for (int u = 0; u < G / 4; u++) {
+                __m512i lo, hi;
+                SIMD(x16_codes)(cq + 32 * u, &lo, &hi);
+                const int el = 2 * u, eh = 2 * u + G / 2, jl = el / 32, jh = eh / 32;
+#define X16_D4(t)                                 \
+    X16_DP(t, jl, lo, b##t[jl].qs + el % 32)      \
+    X16_DP(t, jh, hi, b##t[jh].qs + eh % 32)
+                X16_TOKENS(X16_D4)
+#undef X16_D4
+            }
+        }
+#undef X16_DP
+#define X16_FOLD(t)                                                \
+    if (t < NT)                                                    \
+        acc##t = SIMD(x16_fold)(acc##t, s##t, nsub, blk, b##t, zp);
+        X16_TOKENS(X16_FOLD)
+#undef X16_FOLD
+    }
+#define X16_OUT(t)                             \
+    if (t < NT)                                \
+        _mm512_storeu_ps(y + t * ldy, acc##t);
+    X16_TOKENS(X16_OUT)
+#undef X16_OUT
+}
+#undef X16_TOKENS
+#endif
+
 /* The float types interleaved (f32, f16, bf16): element k of the 16 rows
  * of a group side by side (k-major), so that one load gives row i in lane
  * i and every product is one FMA a token, with no reduction across lanes:
@@ -1768,6 +1867,97 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
     return LLM_OK;
 }
 
+#ifdef X16_MULTI
+/* Y[j ldy + r] for tokens j < nt (2 to X16_MULTI) and rows r in [r0, r1)
+ * (multiples of 16) of interleaved integer rows P . the tokens' blocks
+ * xq + j nq: each group read once for all of them */
+SIMD_INLINE void SIMD(x16_multi)(enum llm_type t, const void *P, const struct llm_qx16 *xq,
+                                 int64_t ne0, float *Y, int64_t ldy, int64_t r0, int64_t r1,
+                                 int nt)
+{
+    struct SIMD(shape) sh;
+    SIMD(shape_of)(t, &sh);
+    const int64_t nq = ne0 / 32, ng = ne0 / sh.G;
+    const uint64_t gbytes = (uint64_t)ng * 16 * (uint64_t)sh.BB; /* a group of 16 rows */
+    for (int64_t g = r0 / 16; g < r1 / 16; g++) {
+        const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gbytes;
+        float *yg = Y + 16 * g;
+        /* constant shapes, so that the loops unroll */
+        switch (t) {
+#define X16_M(T, q8, zp, G, BB) \
+    case T: SIMD(x16_group_n)(gp, xq, nq, ng, q8, zp, G, BB, yg, ldy, nt); break;
+            X16_M(LLM_TYPE_Q4_0, 0, 0, 32, 18)
+            X16_M(LLM_TYPE_Q4_1, 0, 1, 32, 20)
+            X16_M(LLM_TYPE_Q4_G64, 0, 0, 64, 34)
+            X16_M(LLM_TYPE_Q4Z_G64, 0, 1, 64, 36)
+            X16_M(LLM_TYPE_Q4_G128, 0, 0, 128, 66)
+            X16_M(LLM_TYPE_Q4Z_G128, 0, 1, 128, 68)
+            X16_M(LLM_TYPE_Q8_0, 1, 0, 32, 34)
+            X16_M(LLM_TYPE_Q8_G64, 1, 0, 64, 66)
+            X16_M(LLM_TYPE_Q8_G128, 1, 0, 128, 130)
+            X16_M(LLM_TYPE_Q8Z_G32, 1, 1, 32, 36)
+            X16_M(LLM_TYPE_Q8Z_G64, 1, 1, 64, 68)
+            X16_M(LLM_TYPE_Q8Z_G128, 1, 1, 128, 132)
+#undef X16_M
+        default:
+            break;
+        }
+    }
+}
+
+/* x16_multi for each token count apart (constant, so that the tokens'
+ * sums fold away past it) */
+#define X16_MULTI_FN(n)                                                                       \
+    static __attribute__((noinline)) void SIMD(x16_multi##n)(                                 \
+        enum llm_type t, const void *P, const struct llm_qx16 *xq, int64_t ne0, float *Y,     \
+        int64_t ldy, int64_t r0, int64_t r1)                                                  \
+    {                                                                                         \
+        SIMD(x16_multi)(t, P, xq, ne0, Y, ldy, r0, r1, n);                                    \
+    }
+X16_MULTI_FN(2)
+X16_MULTI_FN(3)
+X16_MULTI_FN(4)
+#undef X16_MULTI_FN
+
+/* Y[j ldy + r] for tokens j < nb (at most X16_FEW_NB) and rows r in
+ * [r0, r1) of interleaved integer rows P: up to four tokens a pass over
+ * the rows (x16_group_n), a single one by decode's kernel. The int16
+ * GEMM widens each block into memory first, which costs more than it
+ * saves for a few tokens (a speculative check, a draft's catch-up, a small
+ * batch: 2 tokens of SmolLM2 q4 took 1.7 times one, now 1.2). */
+#define X16_FEW_NB 8
+static llm_status SIMD(x16_few)(enum llm_type t, const void *P, const float *X, float *Y,
+                                int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const int64_t nq = ne0 / 32;
+    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
+    if ((uint64_t)(nq * nb) > sizeof stack / sizeof stack[0]) {
+        xq = llm_malloc((size_t)(nq * nb) * sizeof *xq);
+        if (!xq)
+            return LLM_E_NOMEM;
+    }
+    for (int64_t b = 0; b < nb; b++)
+        SIMD(quantize_x16)(X + b * ne0, ne0, xq + b * nq);
+    /* passes of equal size (5 tokens: 3 + 2, not 4 + 1) */
+    const int64_t passes = (nb + X16_MULTI - 1) / X16_MULTI, per = (nb + passes - 1) / passes;
+    llm_status s = LLM_OK;
+    for (int64_t b = 0; b < nb && !s; b += per) {
+        const int64_t n = nb - b < per ? nb - b : per;
+        const struct llm_qx16 *xb = xq + b * nq;
+        float *yb = Y + b * ldy;
+        switch (n) {
+        case 2: SIMD(x16_multi2)(t, P, xb, ne0, yb, ldy, r0, r1); break;
+        case 3: SIMD(x16_multi3)(t, P, xb, ne0, yb, ldy, r0, r1); break;
+        case 4: SIMD(x16_multi4)(t, P, xb, ne0, yb, ldy, r0, r1); break;
+        default: s = SIMD(llm_matvec_x16)(t, P, X + b * ne0, yb, ne0, r0, r1); break;
+        }
+    }
+    if (xq != stack)
+        llm_free(xq);
+    return s;
+}
+#endif
+
 /* Products of several tokens on interleaved rows: the int16 GEMM, reading
  * the groups in place (SIMD(gq_x16_pair)); each token's result is
  * SIMD(llm_matvec_x16)'s. */
@@ -1778,6 +1968,10 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
         SIMD(xf_products)(t, P, X, Y, ne0, nb, ldy, r0, r1);
         return LLM_OK;
     }
+#ifdef X16_MULTI
+    if (nb <= X16_FEW_NB)
+        return SIMD(x16_few)(t, P, X, Y, ne0, nb, ldy, r0, r1);
+#endif
     struct SIMD(shape) sh;
     SIMD(shape_of)(t, &sh);
     return SIMD(gemm_q16)(t, &sh, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
