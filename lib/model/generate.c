@@ -334,7 +334,7 @@ static llm_status spec_init(struct gen *g, struct spec_state *st, const int32_t 
     const size_t V = (size_t)g->n_vocab;
     st->sp = sp;
     st->kmax = sp->draft_n > 0 ? sp->draft_n : sp->draft_max > 0 ? sp->draft_max : 16;
-    llm_spec_tuner_init(&st->tun);
+    llm_spec_tuner_init(&st->tun, llm_spec_cost_ratio(g->c, sp->draft));
     st->sampled = sp->draft && sp->rule == LLM_SPEC_REJECTION && g->p->sp.temp > 0;
     const size_t K = (size_t)st->kmax;
     st->toks = llm_malloc(((size_t)g->n_ctx + 1) * sizeof(int32_t));

@@ -191,9 +191,18 @@ int32_t llm_spec_verify(struct llm_sampler *target, float *logits, int32_t draft
 #define TUNER_PROBE_MIN 32
 #define TUNER_PROBE_MAX 1024
 
-void llm_spec_tuner_init(struct llm_spec_tuner *t)
+double llm_spec_cost_ratio(struct llm_context *target, struct llm_context *draft)
+{
+    if (!draft)
+        return 0;
+    const uint64_t tb = llm_model_weight_bytes(llm_context_model(target));
+    return tb ? (double)llm_model_weight_bytes(llm_context_model(draft)) / (double)tb : 0;
+}
+
+void llm_spec_tuner_init(struct llm_spec_tuner *t, double ratio)
 {
     memset(t, 0, sizeof *t);
+    t->ratio = ratio > 0 ? ratio : 0;
     /* a prior worth a few rounds: alpha 0.75 */
     t->kept = 3;
     t->rejected = 1;
@@ -203,19 +212,24 @@ void llm_spec_tuner_init(struct llm_spec_tuner *t)
 /* The best k (0: a plain step) by the estimates. */
 static int32_t tuner_best(const struct llm_spec_tuner *t, int32_t kmax)
 {
-    if (t->w <= 0) /* nothing timed yet */
+    if (t->w <= 0 && t->ratio <= 0) /* nothing timed, drafts free: 4 */
         return kmax < 4 ? kmax : 4;
     const double alpha = t->kept / (t->kept + t->rejected);
-    const double step = t->steps > 0 ? t->step_s / t->steps : 0;
-    /* the pass: a + b n, by least squares where the counts vary enough */
-    const double mean_n = t->sn / t->w, mean_t = t->st / t->w;
-    const double var = t->snn / t->w - mean_n * mean_n;
-    double b = var > 0.25 ? (t->snt / t->w - mean_n * mean_t) / var : -1;
-    double a = mean_t - b * mean_n;
-    if (b < 0 || a <= 0) {
-        a = mean_t / (1 + mean_n / 16);
-        b = a / 16;
+    /* the pass: a + b n, by least squares where the counts vary enough;
+     * before any, a one-token pass costs 1 */
+    double a = 16.0 / 17, b = a / 16;
+    if (t->w > 0) {
+        const double mean_n = t->sn / t->w, mean_t = t->st / t->w;
+        const double var = t->snn / t->w - mean_n * mean_n;
+        b = var > 0.25 ? (t->snt / t->w - mean_n * mean_t) / var : -1;
+        a = mean_t - b * mean_n;
+        if (b < 0 || a <= 0) {
+            a = mean_t / (1 + mean_n / 16);
+            b = a / 16;
+        }
     }
+    /* a draft step: as timed, else the weights' prior */
+    const double step = t->steps > 0 ? t->step_s / t->steps : t->ratio * (a + b);
     /* drafting must promise 10% more than a plain step: a round has costs
      * the model leaves out (the draft's catch-up, the bookkeeping) */
     int32_t best = 0;

@@ -112,8 +112,16 @@ struct llm_spec_tuner {
     double w, sn, snn, st, snt;     /* decayed sums of the target passes: 1, n, n^2, t, n t */
     int32_t plain;                  /* plain steps since the last draft */
     int32_t probe;                  /* plain steps before the next look (32 .. 1024) */
+    double ratio;                   /* a draft step over a one-token pass until timed */
 };
-void llm_spec_tuner_init(struct llm_spec_tuner *t);
+/* The tuner, with the prior cost of a draft step over a one-token target
+ * pass (0: free, as lookup's) that holds until a step is timed: without
+ * it, the first rounds draft as if drafts were free, which a draft that
+ * never pays (a q4 draft of a q8_0 target: 0.6) loses. */
+void llm_spec_tuner_init(struct llm_spec_tuner *t, double ratio);
+/* That prior: the draft's weight bytes over the target's, the ratio of
+ * their bandwidth-bound decode (0 without a draft). */
+double llm_spec_cost_ratio(struct llm_context *target, struct llm_context *draft);
 /* A round: nd drafted, kept of them; the draft's steps (calls of one or
  * two tokens) and their seconds; the target pass's tokens and seconds
  * (rows 0: no pass). */

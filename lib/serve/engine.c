@@ -194,7 +194,7 @@ static llm_status spec_setup(struct llm_engine *e, const struct llm_spec_params 
 {
     e->sp = sp;
     e->kmax = sp->draft_n > 0 ? sp->draft_n : sp->draft_max > 0 ? sp->draft_max : 16;
-    llm_spec_tuner_init(&e->tun);
+    llm_spec_tuner_init(&e->tun, llm_spec_cost_ratio(e->c, sp->draft));
     LLM_TRY(llm_spec_scratch_init(&e->sc, e->n_vocab));
     if (!sp->draft)
         return LLM_OK;

@@ -89,7 +89,7 @@ Test(spec, lookup_takes_the_latest_longest_match)
 Test(spec, adaptive_length_follows_acceptance_and_costs)
 {
     struct llm_spec_tuner t;
-    llm_spec_tuner_init(&t);
+    llm_spec_tuner_init(&t, 0);
     cr_assert_eq(llm_spec_tuner_k(&t, 16), 4); /* nothing timed: 4 */
     cr_assert_eq(llm_spec_tuner_k(&t, 2), 2);
     /* lookup-like: free drafts, 95% kept, passes of 20 ms + 1 ms a token */
@@ -119,13 +119,27 @@ Test(spec, adaptive_length_follows_acceptance_and_costs)
     }
     cr_assert_eq(llm_spec_tuner_k(&t, 16), 1);
     /* in between: alpha 0.75, a draft step a quarter of a pass */
-    llm_spec_tuner_init(&t);
+    llm_spec_tuner_init(&t, 0);
     for (int i = 0; i < 200; i++) {
         int nd = 1 + i % 4, kept = (i % 4 == 3) ? nd : nd * 3 / 4;
         llm_spec_tuner_round(&t, nd, kept, nd, 0.005 * nd, nd + 1, 0.018 + 0.0015 * (nd + 1));
     }
     int32_t k = llm_spec_tuner_k(&t, 16);
     cr_assert(k >= 2 && k <= 4, "k %d", k);
+    /* before anything is timed, the weights' prior: a draft step 0.6 of a
+     * pass (a q4 draft of a q8_0 target) does not pay at alpha 0.75, and
+     * looks after 32 plain steps; 0.15 (of an f32 target) drafts 3 */
+    llm_spec_tuner_init(&t, 0.6);
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 0);
+    for (int i = 0; i < 32; i++)
+        llm_spec_tuner_round(&t, 0, 0, 0, 0, 1, 0.004);
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 1);
+    llm_spec_tuner_init(&t, 0.15);
+    cr_assert_eq(llm_spec_tuner_k(&t, 16), 3);
+    /* timed steps replace the prior: drafts that cost nothing */
+    for (int i = 0; i < 40; i++)
+        llm_spec_tuner_round(&t, 4, 4, 4, 0, 5, 0.020);
+    cr_assert_geq(llm_spec_tuner_k(&t, 16), 8);
 }
 
 /* The rejection rule on an 8-token vocabulary: whatever q the draft came
