@@ -589,15 +589,8 @@ static llm_status SIMD(kq_matmul)(enum llm_type t, const uint8_t *W, uint64_t rb
         return SIMD(gemm_q16)(t, &sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
     }
     const int64_t nq = ne0 / 32;
-    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
-    uint64_t n;
-    if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) || !llm_mul_ok(n, sizeof *xq, &n))
-        return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
-                             (long long)nb, (long long)ne0);
-    if (n > sizeof stack && !(xq = llm_malloc((size_t)n)))
-        return LLM_E_NOMEM;
-    for (int64_t b = 0; b < nb; b++)
-        SIMD(quantize_x16)(X + b * ne0, ne0, xq + b * nq);
+    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
+    LLM_TRY(SIMD(quantize_x16_all)(X, ne0, nb, stack, SIMD_STACK_QX / 2, &xq));
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = W + (uint64_t)r * rb;
         float out[SIMD_NT];

@@ -196,6 +196,25 @@ static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
     }
 }
 
+/* The int16 blocks of nb tokens X (nb, ne0) into *xq: stack (cap blocks)
+ * when they fit, else memory the caller frees (when *xq is not stack) */
+static llm_status SIMD(quantize_x16_all)(const float *X, int64_t ne0, int64_t nb,
+                                         struct llm_qx16 *stack, size_t cap,
+                                         struct llm_qx16 **xq)
+{
+    const int64_t nq = (ne0 + 31) / 32;
+    uint64_t n;
+    *xq = stack;
+    if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) || !llm_mul_ok(n, sizeof **xq, &n))
+        return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
+                             (long long)nb, (long long)ne0);
+    if (n > cap * sizeof *stack && !(*xq = llm_malloc((size_t)n)))
+        return LLM_E_NOMEM;
+    for (int64_t b = 0; b < nb; b++)
+        SIMD(quantize_x16)(X + b * ne0, ne0, *xq + b * nq);
+    return LLM_OK;
+}
+
 // ----------------------------------------------------------------------------
 // weight codes of the 32 elements [32k, 32k+32) of a row
 
@@ -1754,19 +1773,8 @@ llm_status SIMD(llm_matmul)(enum llm_type t, const void *W, const float *X, floa
     }
     const int64_t nq = (ne0 + 31) / 32;
     if (act == LLM_ACT_Q16) {
-        struct llm_qx16 stack16[SIMD_STACK_QX / 2], *xq16 = stack16;
-        uint64_t n;
-        if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) ||
-            !llm_mul_ok(n, sizeof(struct llm_qx16), &n))
-            return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
-                                 (long long)nb, (long long)ne0);
-        if (n > sizeof stack16) {
-            xq16 = llm_malloc((size_t)n);
-            if (!xq16)
-                return LLM_E_NOMEM;
-        }
-        for (int64_t b = 0; b < nb; b++)
-            SIMD(quantize_x16)(X + b * ne0, ne0, xq16 + b * nq);
+        struct llm_qx16 stack16[SIMD_STACK_QX / 2], *xq16;
+        LLM_TRY(SIMD(quantize_x16_all)(X, ne0, nb, stack16, SIMD_STACK_QX / 2, &xq16));
         SIMD(rows_q16)(t, W, rb, xq16, nq, ne0, Y, nb, ldy, r0, r1);
         if (xq16 != stack16)
             llm_free(xq16);
@@ -1931,18 +1939,8 @@ static llm_status SIMD(x16_few)(enum llm_type t, const void *P, const float *X, 
                                 int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
 {
     const int64_t nq = ne0 / 32;
-    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
-    uint64_t n;
-    if (!llm_mul_ok((uint64_t)nq, (uint64_t)nb, &n) || !llm_mul_ok(n, sizeof *xq, &n))
-        return llm_error_set(LLM_E_NOMEM, "matmul: %lld tokens of %lld elements overflow",
-                             (long long)nb, (long long)ne0);
-    if (n > sizeof stack) {
-        xq = llm_malloc((size_t)n);
-        if (!xq)
-            return LLM_E_NOMEM;
-    }
-    for (int64_t b = 0; b < nb; b++)
-        SIMD(quantize_x16)(X + b * ne0, ne0, xq + b * nq);
+    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
+    LLM_TRY(SIMD(quantize_x16_all)(X, ne0, nb, stack, SIMD_STACK_QX / 2, &xq));
     /* passes of sizes as equal as can be (13 tokens: 4 3 3 3; never 1) */
     const int64_t passes = (nb + X16_MULTI - 1) / X16_MULTI;
     for (int64_t r = r0; r < r1; r += 16)
