@@ -312,7 +312,7 @@ struct llm_spec_result {
     int32_t n_prompts, n_gen;
     int64_t tokens;             /* generated per pass over the prompts (the same both ways) */
     struct llm_stats plain_ts, spec_ts; /* generated tokens/s of each pass */
-    double speedup;             /* median spec / median plain */
+    double speedup;             /* the median over passes of spec / plain t/s */
     int64_t drafted, accepted, rounds, passes; /* of the last pass, speculating */
 };
 

@@ -61,7 +61,11 @@ Test(bench_spec, stories260k_drafting_itself_keeps_every_draft)
     cr_assert_eq(r.drafted, 2 * 8 * 4);
     cr_assert_eq(r.passes, 2 * 8);
     cr_assert_eq(r.plain_ts.n, 2);
+    /* the median of the two passes' ratios lies between the extreme
+     * pairings of their speeds */
     cr_assert_gt(r.speedup, 0);
+    cr_assert_geq(r.speedup, r.spec_ts.min / r.plain_ts.max * (1 - 1e-12));
+    cr_assert_leq(r.speedup, r.spec_ts.max / r.plain_ts.min * (1 + 1e-12));
     cr_assert_str_eq(r.draft, path);
     llm_model_close(dm);
     llm_model_close(m);
