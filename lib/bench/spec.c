@@ -204,13 +204,14 @@ llm_status llm_bench_spec(struct llm_spec_result *r, struct llm_model *m, const 
      * prompt, so its ratio sees one machine, where the machine's speed
      * drifts between passes (by a third on a shared one) */
     struct llm_stats ratio = { 0 };
+    double *rx = plain_ts; /* its statistics are taken: its room holds the ratios */
     int timed = 1;
     for (int rep = 0; !s && rep < p->reps; rep++) {
         timed &= plain_ts[rep] > 0;
-        plain_ts[rep] = plain_ts[rep] > 0 ? spec_ts[rep] / plain_ts[rep] : 0;
+        rx[rep] = plain_ts[rep] > 0 ? spec_ts[rep] / plain_ts[rep] : 0;
     }
     if (!s)
-        s = llm_stats_compute(&ratio, plain_ts, (size_t)p->reps);
+        s = llm_stats_compute(&ratio, rx, (size_t)p->reps);
     r->speedup = !s && timed ? ratio.median : NAN;
     llm_free(ids);
     llm_free(a.id);

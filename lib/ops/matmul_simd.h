@@ -1833,6 +1833,23 @@ llm_status SIMD(llm_matvec)(enum llm_type t, const void *W, const float *x, floa
     return SIMD(llm_matmul)(t, W, x, y, ne0, rb, 1, 0, r0, r1, act, inv);
 }
 
+/* The integer types of the interleaved layout (matmul.c x16_group) and
+ * their shapes, as constants for the kernels' loops to unroll: X(type,
+ * 8-bit codes, zero points, elements a scale G, bytes a row's block BB) */
+#define X16_INT_TYPES(X)                    \
+    X(LLM_TYPE_Q4_0, 0, 0, 32, 18)          \
+    X(LLM_TYPE_Q4_1, 0, 1, 32, 20)          \
+    X(LLM_TYPE_Q4_G64, 0, 0, 64, 34)        \
+    X(LLM_TYPE_Q4Z_G64, 0, 1, 64, 36)       \
+    X(LLM_TYPE_Q4_G128, 0, 0, 128, 66)      \
+    X(LLM_TYPE_Q4Z_G128, 0, 1, 128, 68)     \
+    X(LLM_TYPE_Q8_0, 1, 0, 32, 34)          \
+    X(LLM_TYPE_Q8_G64, 1, 0, 64, 66)        \
+    X(LLM_TYPE_Q8_G128, 1, 0, 128, 130)     \
+    X(LLM_TYPE_Q8Z_G32, 1, 1, 32, 36)       \
+    X(LLM_TYPE_Q8Z_G64, 1, 1, 64, 68)       \
+    X(LLM_TYPE_Q8Z_G128, 1, 1, 128, 132)
+
 llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, float *y,
                                 int64_t ne0, int64_t r0, int64_t r1)
 {
@@ -1842,32 +1859,27 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
     }
     struct SIMD(shape) sh;
     SIMD(shape_of)(t, &sh);
-    const int64_t nq = ne0 / 32, ng = ne0 / sh.G;
+    const int64_t ng = ne0 / sh.G;
     const uint64_t gbytes = (uint64_t)ng * 16 * (uint64_t)sh.BB; /* a group of 16 rows */
-    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq = stack;
-    if ((uint64_t)nq > sizeof stack / sizeof stack[0]) {
-        xq = llm_malloc((size_t)nq * sizeof *xq);
-        if (!xq)
-            return LLM_E_NOMEM;
-    }
-    SIMD(quantize_x16)(x, ne0, xq);
+    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
+    LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
     for (int64_t g = r0 / 16; g < r1 / 16; g++) {
         const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gbytes;
         float *yg = y + 16 * g;
-        /* constant shapes, so that x16_group's loops unroll */
+        /* constant shapes, so that x16_group's loops unroll (matmul.c's
+         * x16_check has refused every other type) */
         switch (t) {
-        case LLM_TYPE_Q4_0: SIMD(x16_group)(gp, xq, ng, 0, 32, 18, yg); break;
-        case LLM_TYPE_Q4_1: SIMD(x16_group)(gp, xq, ng, 1, 32, 20, yg); break;
-        case LLM_TYPE_Q4_G64: SIMD(x16_group)(gp, xq, ng, 0, 64, 34, yg); break;
-        case LLM_TYPE_Q4Z_G64: SIMD(x16_group)(gp, xq, ng, 1, 64, 36, yg); break;
-        case LLM_TYPE_Q4_G128: SIMD(x16_group)(gp, xq, ng, 0, 128, 66, yg); break;
-        case LLM_TYPE_Q8_0: SIMD(x16_group8)(gp, xq, ng, 0, 32, 34, yg); break;
-        case LLM_TYPE_Q8_G64: SIMD(x16_group8)(gp, xq, ng, 0, 64, 66, yg); break;
-        case LLM_TYPE_Q8_G128: SIMD(x16_group8)(gp, xq, ng, 0, 128, 130, yg); break;
-        case LLM_TYPE_Q8Z_G32: SIMD(x16_group8)(gp, xq, ng, 1, 32, 36, yg); break;
-        case LLM_TYPE_Q8Z_G64: SIMD(x16_group8)(gp, xq, ng, 1, 64, 68, yg); break;
-        case LLM_TYPE_Q8Z_G128: SIMD(x16_group8)(gp, xq, ng, 1, 128, 132, yg); break;
-        default: SIMD(x16_group)(gp, xq, ng, 1, 128, 68, yg); break; /* q4z_g128 */
+#define X16_DEC(T, q8, zp, G, BB)                               \
+    case T:                                                     \
+        if (q8)                                                 \
+            SIMD(x16_group8)(gp, xq, ng, zp, G, BB, yg);        \
+        else                                                    \
+            SIMD(x16_group)(gp, xq, ng, zp, G, BB, yg);         \
+        break;
+            X16_INT_TYPES(X16_DEC)
+#undef X16_DEC
+        default:
+            break;
         }
     }
     if (xq != stack)
@@ -1876,51 +1888,35 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
 }
 
 #ifdef X16_MULTI
-/* Y[j ldy + r] for tokens j < nt (2 to X16_MULTI) and rows r in [r0, r1)
- * (multiples of 16) of interleaved integer rows P . the tokens' blocks
- * xq + j nq: each group read once for all of them */
+/* Y[j ldy + r] for tokens j < nt (2 to X16_MULTI) and the 16 rows r of
+ * group g of interleaved integer rows P . the tokens' blocks xq + j nq */
 SIMD_INLINE void SIMD(x16_multi)(enum llm_type t, const void *P, const struct llm_qx16 *xq,
-                                 int64_t ne0, float *Y, int64_t ldy, int64_t r0, int64_t r1,
-                                 int nt)
+                                 int64_t ne0, float *Y, int64_t ldy, int64_t g, int nt)
 {
     struct SIMD(shape) sh;
     SIMD(shape_of)(t, &sh);
     const int64_t nq = ne0 / 32, ng = ne0 / sh.G;
-    const uint64_t gbytes = (uint64_t)ng * 16 * (uint64_t)sh.BB; /* a group of 16 rows */
-    for (int64_t g = r0 / 16; g < r1 / 16; g++) {
-        const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gbytes;
-        float *yg = Y + 16 * g;
-        /* constant shapes, so that the loops unroll */
-        switch (t) {
+    const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * (uint64_t)ng * 16 * (uint64_t)sh.BB;
+    float *yg = Y + 16 * g;
+    /* constant shapes, so that the loops unroll */
+    switch (t) {
 #define X16_M(T, q8, zp, G, BB) \
     case T: SIMD(x16_group_n)(gp, xq, nq, ng, q8, zp, G, BB, yg, ldy, nt); break;
-            X16_M(LLM_TYPE_Q4_0, 0, 0, 32, 18)
-            X16_M(LLM_TYPE_Q4_1, 0, 1, 32, 20)
-            X16_M(LLM_TYPE_Q4_G64, 0, 0, 64, 34)
-            X16_M(LLM_TYPE_Q4Z_G64, 0, 1, 64, 36)
-            X16_M(LLM_TYPE_Q4_G128, 0, 0, 128, 66)
-            X16_M(LLM_TYPE_Q4Z_G128, 0, 1, 128, 68)
-            X16_M(LLM_TYPE_Q8_0, 1, 0, 32, 34)
-            X16_M(LLM_TYPE_Q8_G64, 1, 0, 64, 66)
-            X16_M(LLM_TYPE_Q8_G128, 1, 0, 128, 130)
-            X16_M(LLM_TYPE_Q8Z_G32, 1, 1, 32, 36)
-            X16_M(LLM_TYPE_Q8Z_G64, 1, 1, 64, 68)
-            X16_M(LLM_TYPE_Q8Z_G128, 1, 1, 128, 132)
+        X16_INT_TYPES(X16_M)
 #undef X16_M
-        default:
-            break;
-        }
+    default:
+        break;
     }
 }
 
 /* x16_multi for each token count apart (constant, so that the tokens'
  * sums fold away past it) */
-#define X16_MULTI_FN(n)                                                                       \
-    static __attribute__((noinline)) void SIMD(x16_multi##n)(                                 \
-        enum llm_type t, const void *P, const struct llm_qx16 *xq, int64_t ne0, float *Y,     \
-        int64_t ldy, int64_t r0, int64_t r1)                                                  \
-    {                                                                                         \
-        SIMD(x16_multi)(t, P, xq, ne0, Y, ldy, r0, r1, n);                                    \
+#define X16_MULTI_FN(n)                                                                   \
+    static __attribute__((noinline)) void SIMD(x16_multi##n)(                             \
+        enum llm_type t, const void *P, const struct llm_qx16 *xq, int64_t ne0, float *Y, \
+        int64_t ldy, int64_t g)                                                           \
+    {                                                                                     \
+        SIMD(x16_multi)(t, P, xq, ne0, Y, ldy, g, n);                                     \
     }
 X16_MULTI_FN(2)
 X16_MULTI_FN(3)
@@ -1943,15 +1939,15 @@ static llm_status SIMD(x16_few)(enum llm_type t, const void *P, const float *X, 
     LLM_TRY(SIMD(quantize_x16_all)(X, ne0, nb, stack, SIMD_STACK_QX / 2, &xq));
     /* passes of sizes as equal as can be (13 tokens: 4 3 3 3; never 1) */
     const int64_t passes = (nb + X16_MULTI - 1) / X16_MULTI;
-    for (int64_t r = r0; r < r1; r += 16)
+    for (int64_t g = r0 / 16; g < r1 / 16; g++)
         for (int64_t i = 0, b = 0; i < passes; i++) {
             const int64_t m = nb / passes + (i < nb % passes);
             const struct llm_qx16 *xb = xq + b * nq;
             float *yb = Y + b * ldy;
             switch (m) {
-            case 2: SIMD(x16_multi2)(t, P, xb, ne0, yb, ldy, r, r + 16); break;
-            case 3: SIMD(x16_multi3)(t, P, xb, ne0, yb, ldy, r, r + 16); break;
-            default: SIMD(x16_multi4)(t, P, xb, ne0, yb, ldy, r, r + 16); break;
+            case 2: SIMD(x16_multi2)(t, P, xb, ne0, yb, ldy, g); break;
+            case 3: SIMD(x16_multi3)(t, P, xb, ne0, yb, ldy, g); break;
+            default: SIMD(x16_multi4)(t, P, xb, ne0, yb, ldy, g); break; /* 4 */
             }
             b += m;
         }
@@ -1961,8 +1957,9 @@ static llm_status SIMD(x16_few)(enum llm_type t, const void *P, const float *X, 
 }
 #endif
 
-/* Products of several tokens on interleaved rows: the int16 GEMM, reading
- * the groups in place (SIMD(gq_x16_pair)); each token's result is
+/* Products of several tokens on interleaved rows: 2 to X16_FEW_NB tokens
+ * of the integer types by the group kernels (AVX-512), more by the int16
+ * GEMM reading the groups in place; each token's result is
  * SIMD(llm_matvec_x16)'s. */
 llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, float *Y,
                                 int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
