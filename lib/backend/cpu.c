@@ -25,8 +25,10 @@
 struct cpu_backend {
     struct llm_backend base;
     struct llm_pool *pool;
-    float *scores;          /* (n_threads, ATT_GROUP, scores_cap) attention scratch */
+    float *scores;          /* (n_threads, scores_heads, ATT_GROUP, scores_cap) attention
+                             * scratch */
     size_t scores_cap;
+    int32_t scores_heads;
     int repack;             /* bind makes the interleaved 4-bit copies */
     void **owned;           /* (n_owned) the copies bind made */
     size_t n_owned, cap_owned;
@@ -75,6 +77,7 @@ static llm_status cpu_threads(struct llm_backend *b, int n)
     llm_free(cb->scores);
     cb->scores = NULL;
     cb->scores_cap = 0;
+    cb->scores_heads = 0;
     b->n_threads = n;
     return LLM_OK;
 }
@@ -413,54 +416,60 @@ static inline int32_t swa_start(int32_t len, int32_t swa)
 }
 
 /* Causal attention of nt consecutive query tokens (token i sees positions
- * [0, len0 + i), or the last swa of them) of one head over one KV head,
- * walking the sequence's block
- * table block by block (no division per position); each block's rows go to
- * the multi-row kernels of vec.h, once per token while the block is in
- * cache. q: token i's query at q + i * qs; o likewise; sc (nt, cap):
- * scratch for the scores, whose last hd floats a row hold the token's
- * rotated query when the keys are q4 (kv.h: the rotation). q4ch keys: a
- * token reads its own block from the fp16 rows win (kv_dim apart, the
- * first at position w0), every block before it quantized (kv.h). Each
- * token's arithmetic is the same whatever nt. */
+ * [0, len0 + i), or the last swa of them) of nh query heads that share KV
+ * head kvh, walking the sequence's block table block by block (no
+ * division per position); each block's rows go to the multi-row kernels of
+ * vec.h once per token while the block is in cache, and for float, fp16
+ * and bf16 caches once for all nh heads (a row loaded once for them). q:
+ * token i's query of head j at q + i * qs + j * hd; o likewise; sc (nh,
+ * nt, cap): scratch for the scores, whose last hd floats a row hold the
+ * token's rotated query when the keys are q4 (kv.h: the rotation); probs:
+ * head j's token i at probs + j * ps + i * pld. q4ch keys: a token reads its
+ * own block from the fp16 rows win (kv_dim apart, the first at position
+ * w0), every block before it quantized (kv.h). Each token's and head's
+ * arithmetic is the same whatever nt and nh. */
 CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh,
-                              int32_t hd, float scale, float softcap, const float *q, int64_t qs,
-                              int32_t nt, int32_t len0, int32_t swa, float *sc, int64_t cap, float *o,
-                              float *probs, int64_t pld, const uint16_t *win, int32_t w0)
+                              int32_t nh, int32_t hd, float scale, float softcap, const float *q,
+                              int64_t qs, int32_t nt, int32_t len0, int32_t swa, float *sc,
+                              int64_t cap, float *o, float *probs, int64_t ps, int64_t pld,
+                              const uint16_t *win, int32_t w0)
 {
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
     /* blocks wholly before the first token's window are read by none */
     const int32_t first = swa_start(len0, swa) / bs * bs;
     const int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
-    const int64_t kvd = kv->kv_dim;
+    const int64_t kvd = kv->kv_dim, hs = (int64_t)nt * cap; /* a head's scores */
     const enum llm_type tk = kv->p.type_k, tv = kv->p.type_v;
+    /* float, fp16 and bf16 rows: the kernels for all the heads at once */
+    const int kn = tk == LLM_TYPE_F32 || tk == LLM_TYPE_F16 || tk == LLM_TYPE_BF16;
+    const int vn = tv == LLM_TYPE_F32 || tv == LLM_TYPE_F16 || tv == LLM_TYPE_BF16;
     /* rows addressed in bytes, which the rows of blocks need: head kvh
      * starts row_bytes / n_kv_heads * kvh into its row; the element types
      * step rows by kvd elements */
     const int64_t rk = (int64_t)kv->row_bytes_k, hk = rk / kv->p.n_kv_heads;
     const int64_t rv = (int64_t)kv->row_bytes_v, hv = rv / kv->p.n_kv_heads;
     const uint8_t *K = kv->k, *V = kv->v;
-    const float *qq = q;
-    int64_t qst = qs;
-    if (tk == LLM_TYPE_Q4_0) {
-        qq = sc + cap - hd, qst = cap;
-        for (int32_t i = 0; i < nt; i++) {
-            memcpy(sc + i * cap + cap - hd, q + i * qs, (size_t)hd * sizeof(float));
-            llm_vec_hadamard32(sc + i * cap + cap - hd, hd);
-        }
-    }
+    if (tk == LLM_TYPE_Q4_0) /* each (head, token) row's rotated query, at its end */
+        for (int32_t j = 0; j < nh; j++)
+            for (int32_t i = 0; i < nt; i++) {
+                float *r = sc + j * hs + i * cap + cap - hd;
+                memcpy(r, q + i * qs + j * hd, (size_t)hd * sizeof(float));
+                llm_vec_hadamard32(r, hd);
+            }
     for (int32_t p0 = first; tk == LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
         const int64_t row0 = llm_kv_block_row(kv, layer, table[p0 / bs]);
         const uint8_t *kb = K + row0 * rk + kvh * llm_q4ch_head_bytes(hd, bs);
-        for (int32_t i = 0; i < nt; i++) {
-            const int32_t own = (len0 + i - 1) / bs * bs; /* this token's block */
-            float *si = sc + i * cap + p0;
-            if (p0 < own)
-                llm_vec_dots_q4ch(q + i * qs, kb, hd, bs, si);
-            else if (p0 == own)
-                llm_vec_dots_f16(q + i * qs, win + (int64_t)(p0 - w0) * kvd + (int64_t)kvh * hd,
-                                 kvd, len0 + i - p0, hd, si);
-        }
+        for (int32_t j = 0; j < nh; j++)
+            for (int32_t i = 0; i < nt; i++) {
+                const int32_t own = (len0 + i - 1) / bs * bs; /* this token's block */
+                float *si = sc + j * hs + i * cap + p0;
+                const float *qi = q + i * qs + j * hd;
+                if (p0 < own)
+                    llm_vec_dots_q4ch(qi, kb, hd, bs, si);
+                else if (p0 == own)
+                    llm_vec_dots_f16(qi, win + (int64_t)(p0 - w0) * kvd + (int64_t)kvh * hd, kvd,
+                                     len0 + i - p0, hd, si);
+            }
     }
     for (int32_t p0 = first; tk != LLM_TYPE_Q4Z_CH && p0 < len; p0 += bs) {
         const int64_t row0 = llm_kv_block_row(kv, layer, table[p0 / bs]);
@@ -469,45 +478,37 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             if (m <= 0)
                 continue;
             const uint8_t *kb = K + (row0 + a - p0) * rk + kvh * hk;
+            const float *qi = q + i * qs;
             float *si = sc + i * cap + a;
-            const float *qi = qq + i * qst;
-            if (tk == LLM_TYPE_Q8_0)
-                llm_vec_dots_q8_0(qi, kb, rk, m, hd, si);
-            else if (tk == LLM_TYPE_Q4_0)
-                llm_vec_dots_q4_0(qi, kb, rk, m, hd, si);
-            else if (tk == LLM_TYPE_FP8_E4M3)
-                llm_vec_dots_fp8(qi, kb, kvd, m, hd, si);
-            else if (tk == LLM_TYPE_F16)
-                llm_vec_dots_f16(qi, (const uint16_t *)kb, kvd, m, hd, si);
+            if (tk == LLM_TYPE_F16)
+                llm_vec_dots_f16_n(qi, hd, nh, (const uint16_t *)kb, kvd, m, hd, si, hs);
             else if (tk == LLM_TYPE_BF16)
-                llm_vec_dots_bf16(qi, (const uint16_t *)kb, kvd, m, hd, si);
-            else
-                llm_vec_dots_f32(qi, (const float *)kb, kvd, m, hd, si);
+                llm_vec_dots_bf16_n(qi, hd, nh, (const uint16_t *)kb, kvd, m, hd, si, hs);
+            else if (kn)
+                llm_vec_dots_f32_n(qi, hd, nh, (const float *)kb, kvd, m, hd, si, hs);
+            for (int32_t j = 0; !kn && j < nh; j++, si += hs) {
+                if (tk == LLM_TYPE_Q8_0)
+                    llm_vec_dots_q8_0(qi + j * hd, kb, rk, m, hd, si);
+                else if (tk == LLM_TYPE_Q4_0)
+                    llm_vec_dots_q4_0(sc + j * hs + i * cap + cap - hd, kb, rk, m, hd, si);
+                else /* fp8 */
+                    llm_vec_dots_fp8(qi + j * hd, kb, kvd, m, hd, si);
+            }
         }
     }
-    for (int32_t i = 0; i < nt; i++) {
-        float *si = sc + i * cap, mx = -INFINITY, sum = 0.0f;
-        const int32_t li = len0 + i, lo = swa_start(li, swa);
-        for (int32_t p = lo; p < li; p++) {
-            si[p] *= scale;
-            if (softcap > 0) /* Gemma 2's soft-capping */
-                si[p] = softcap * tanhf(si[p] / softcap);
-            mx = si[p] > mx ? si[p] : mx;
+    for (int32_t j = 0; j < nh; j++)
+        for (int32_t i = 0; i < nt; i++) {
+            float *si = sc + j * hs + i * cap;
+            const int32_t li = len0 + i, lo = swa_start(li, swa);
+            llm_vec_softmax(si, lo, li, scale, softcap);
+            memset(o + i * qs + j * hd, 0, (size_t)hd * sizeof(float));
+            if (probs) { /* the tap: row i's probabilities, zeros outside them */
+                float *pr = probs + j * ps + i * pld;
+                memset(pr, 0, (size_t)lo * sizeof(float));
+                memcpy(pr + lo, si + lo, (size_t)(li - lo) * sizeof(float));
+                memset(pr + li, 0, (size_t)(pld - li) * sizeof(float));
+            }
         }
-        for (int32_t p = lo; p < li; p++) {
-            si[p] = expf(si[p] - mx);
-            sum += si[p];
-        }
-        const float inv = 1.0f / sum;
-        for (int32_t p = lo; p < li; p++)
-            si[p] *= inv;
-        memset(o + i * qs, 0, (size_t)hd * sizeof(float));
-        if (probs) { /* the tap: row i's probabilities, zeros outside them */
-            memset(probs + i * pld, 0, (size_t)lo * sizeof(float));
-            memcpy(probs + i * pld + lo, si + lo, (size_t)(li - lo) * sizeof(float));
-            memset(probs + i * pld + li, 0, (size_t)(pld - li) * sizeof(float));
-        }
-    }
     for (int32_t p0 = first; p0 < len; p0 += bs) {
         const int64_t row0 = llm_kv_block_row(kv, layer, table[p0 / bs]);
         for (int32_t i = 0, a; i < nt; i++) {
@@ -516,31 +517,35 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
                 continue;
             const uint8_t *vb = V + (row0 + a - p0) * rv + kvh * hv;
             const float *wi = sc + i * cap + a;
-            if (tv == LLM_TYPE_Q8_0)
-                llm_vec_axpys_q8_0(o + i * qs, wi, vb, rv, m, hd);
-            else if (tv == LLM_TYPE_Q4_0)
-                llm_vec_axpys_q4_0(o + i * qs, wi, vb, rv, m, hd);
-            else if (tv == LLM_TYPE_FP8_E4M3)
-                llm_vec_axpys_fp8(o + i * qs, wi, vb, kvd, m, hd);
-            else if (tv == LLM_TYPE_F16)
-                llm_vec_axpys_f16(o + i * qs, wi, (const uint16_t *)vb, kvd, m, hd);
+            float *oi = o + i * qs;
+            if (tv == LLM_TYPE_F16)
+                llm_vec_axpys_f16_n(oi, hd, wi, hs, nh, (const uint16_t *)vb, kvd, m, hd);
             else if (tv == LLM_TYPE_BF16)
-                llm_vec_axpys_bf16(o + i * qs, wi, (const uint16_t *)vb, kvd, m, hd);
-            else
-                llm_vec_axpys_f32(o + i * qs, wi, (const float *)vb, kvd, m, hd);
+                llm_vec_axpys_bf16_n(oi, hd, wi, hs, nh, (const uint16_t *)vb, kvd, m, hd);
+            else if (vn)
+                llm_vec_axpys_f32_n(oi, hd, wi, hs, nh, (const float *)vb, kvd, m, hd);
+            for (int32_t j = 0; !vn && j < nh; j++, wi += hs, oi += hd) {
+                if (tv == LLM_TYPE_Q8_0)
+                    llm_vec_axpys_q8_0(oi, wi, vb, rv, m, hd);
+                else if (tv == LLM_TYPE_Q4_0)
+                    llm_vec_axpys_q4_0(oi, wi, vb, rv, m, hd);
+                else /* fp8 */
+                    llm_vec_axpys_fp8(oi, wi, vb, kvd, m, hd);
+            }
         }
     }
     if (tv == LLM_TYPE_Q4_0) /* the values were rotated: rotate the sum back */
-        for (int32_t i = 0; i < nt; i++)
-            llm_vec_hadamard32(o + i * qs, hd);
+        for (int32_t j = 0; j < nh; j++)
+            for (int32_t i = 0; i < nt; i++)
+                llm_vec_hadamard32(o + i * qs + j * hd, hd);
 }
 
 /* Tasks (a group of ATT_GROUP tokens of a segment, and a head or the
  * j->per query heads of one KV head) go round-robin to the threads: under
  * the causal mask later tokens cost more, and contiguous halves gave one
  * thread three times the other's work. A KV head's query heads in one task
- * read its rows from memory once, then from L2; each head's arithmetic is
- * the same either way. */
+ * read its rows once for all of them; each head's arithmetic is the same
+ * either way. */
 static void att_run(int ti, int nth, void *arg)
 {
     struct att_job *j = arg;
@@ -550,7 +555,7 @@ static void att_run(int ti, int nth, void *arg)
     const struct llm_attn_shape *s = j->s;
     int32_t hd = s->head_dim, grp = s->n_heads / s->n_kv_heads;
     int64_t qs = (int64_t)s->n_heads * hd, cap = (int64_t)j->scores_cap;
-    float *sc = j->scores + (size_t)ti * ATT_GROUP * j->scores_cap;
+    float *sc = j->scores + (size_t)ti * ATT_GROUP * (size_t)j->per * j->scores_cap;
     int32_t g = 0; /* the segment of the task: tasks only grow */
     for (int64_t task = ti; task < j->task0[j->n_seg]; task += nth) {
         while (task >= j->task0[g + 1])
@@ -560,14 +565,13 @@ static void att_run(int ti, int nth, void *arg)
         int32_t t0 = (int32_t)(local / units) * ATT_GROUP;
         int32_t nt = sg->n - t0 < ATT_GROUP ? sg->n - t0 : ATT_GROUP;
         const int64_t pld = sg->pos + sg->n;
-        for (int32_t h = (int32_t)(local % units) * j->per, e = h + j->per; h < e; h++) {
-            int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
-            float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
-            att_group(j->kv, j->layer, sg->seq, h / grp, hd, s->scale, s->softcap, j->q + qo, qs, nt,
-                      sg->pos + t0 + 1, s->window, sc, cap, j->out + qo, pr, pld,
-                      j->win ? j->win + j->win_off[g] : NULL,
-                      sg->pos / j->kv->p.block_size * j->kv->p.block_size);
-        }
+        const int32_t h = (int32_t)(local % units) * j->per;
+        int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
+        float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
+        att_group(j->kv, j->layer, sg->seq, h / grp, j->per, hd, s->scale, s->softcap, j->q + qo,
+                  qs, nt, sg->pos + t0 + 1, s->window, sc, cap, j->out + qo, pr,
+                  (int64_t)sg->n * pld, pld, j->win ? j->win + j->win_off[g] : NULL,
+                  sg->pos / j->kv->p.block_size * j->kv->p.block_size);
     }
 }
 
@@ -648,12 +652,14 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
     for (int32_t i = 0; i < n_seg; i++)
         cb->task0[i + 1] = cb->task0[i] + (int64_t)(seg[i].n + ATT_GROUP - 1) / ATT_GROUP *
                                               (s->n_heads / per);
-    /* a token's scores, then room for its rotated query (att_group) */
+    /* a token's scores, then room for its rotated query (att_group): a
+     * thread's ATT_GROUP tokens of each of its task's heads */
     size_t cap = (size_t)kv->p.max_tokens + (size_t)s->head_dim;
-    if (cb->scores_cap < cap) {
+    if (cb->scores_cap < cap || cb->scores_heads < grp) {
         llm_free(cb->scores);
-        cb->scores = llm_malloc(cap * (size_t)nth * ATT_GROUP * sizeof(float));
+        cb->scores = llm_malloc(cap * (size_t)nth * ATT_GROUP * (size_t)grp * sizeof(float));
         cb->scores_cap = cb->scores ? cap : 0;
+        cb->scores_heads = cb->scores ? grp : 0;
         if (!cb->scores)
             return LLM_E_NOMEM;
     }
@@ -685,8 +691,7 @@ struct ew_job {
 
 static void swiglu_range(float *g, const float *u, int64_t lo, int64_t hi)
 {
-    for (int64_t i = lo; i < hi; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    llm_vec_swiglu(g + lo, u + lo, hi - lo);
 }
 
 /* GELU's tanh form, as transformers' gelu_pytorch_tanh and ggml_gelu

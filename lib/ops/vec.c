@@ -279,6 +279,46 @@ void llm_vec_geglu_ref(float *g, const float *u, int64_t n)
     }
 }
 
+void llm_vec_swiglu_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + exp_poly(-g[i])) * u[i];
+}
+
+/* the scale (and Gemma 2's soft cap) and the maximum, every tier's first
+ * pass: element-wise, and the maximum does not depend on the order */
+static float softmax_scale(float *s, int64_t lo, int64_t hi, float scale, float softcap)
+{
+    float mx = -INFINITY;
+    for (int64_t p = lo; p < hi; p++) {
+        float v = s[p] * scale;
+        if (softcap > 0)
+            v = softcap * tanhf(v / softcap);
+        s[p] = v;
+        mx = v > mx ? v : mx;
+    }
+    return mx;
+}
+
+/* the lanes' sums in a fixed order */
+static float softmax_lanes(const float *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+void llm_vec_softmax_ref(float *s, int64_t lo, int64_t hi, float scale, float softcap)
+{
+    const float mx = softmax_scale(s, lo, hi, scale, softcap);
+    float lane[8] = { 0 };
+    for (int64_t p = lo; p < hi; p++) {
+        s[p] = exp_poly(s[p] - mx);
+        lane[p & 7] += s[p];
+    }
+    const float inv = 1.0f / softmax_lanes(lane);
+    for (int64_t p = lo; p < hi; p++)
+        s[p] *= inv;
+}
+
 #ifdef VEC_X86
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -337,33 +377,47 @@ void llm_vec_geglu_ref(float *g, const float *u, int64_t n)
  * in registers over all the rows, in two sets of accumulators (even and
  * odd rows) so that consecutive rows do not wait on each other's FMA. */
 
+/* reduce16 in two halves: its first three stages over the 8 vectors of
+ * rows 8h .. 8h+7 (lane L: [row 8h+L (2 parts), row 8h+4+L (2 parts)]),
+ * then its last over the two halves; dots_n keeps one half while it sums
+ * the other, with reduce16's operations, so its bits */
+static inline __attribute__((always_inline)) T_AVX512 __m512 reduce8_half(const __m512 *v)
+{
+    __m512 t[4], u[2];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) /* 256-bit halves: [sum of v[2j] | of v[2j+1]] */
+        t[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xEE));
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; j++) /* 128-bit lanes: rows 4j .. 4j+3 */
+        u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x44), _mm512_shuffle_ps(u[0], u[1], 0xEE));
+}
+
+static inline __attribute__((always_inline)) T_AVX512 __m512 reduce16_fin(__m512 w0, __m512 w1)
+{
+    /* lane L: rows L, L+4, L+8, L+12; element 4L+i holds row L + 4i */
+    const __m512 x = _mm512_add_ps(_mm512_shuffle_ps(w0, w1, 0x88), _mm512_shuffle_ps(w0, w1, 0xDD));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, x);
+}
+
 /* lane r of the result = the sum of v[r]'s lanes, r < 16 */
 static inline __attribute__((always_inline)) T_AVX512 __m512 reduce16(const __m512 *v)
 {
-    __m512 t[8], u[4], w[2];
-    for (int j = 0; j < 8; j++) /* 256-bit halves: [sum of v[2j] | of v[2j+1]] */
-        t[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xEE));
-    for (int j = 0; j < 4; j++) /* 128-bit lanes: rows 4j .. 4j+3 */
-        u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0x88),
-                             _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0xDD));
-    for (int j = 0; j < 2; j++) /* lane L: [row 8j+L (2 parts), row 8j+4+L (2 parts)] */
-        w[j] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0x44),
-                             _mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0xEE));
-    /* lane L: rows L, L+4, L+8, L+12; element 4L+i holds row L + 4i */
-    const __m512 x = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88),
-                                   _mm512_shuffle_ps(w[0], w[1], 0xDD));
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, x);
+    return reduce16_fin(reduce8_half(v), reduce8_half(v + 8));
 }
 
 /* lane r of the result = the sum of v[r]'s lanes, r < 8 */
 static inline __attribute__((always_inline)) T_AVX2 __m256 reduce8(const __m256 *v)
 {
     __m256 t[4], u[2];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) /* [sum of v[2j] | of v[2j+1]] in 128-bit halves */
         t[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20),
                              _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
+#pragma GCC unroll 2
     for (int j = 0; j < 2; j++) /* half h: [row 4j+h (2 parts), row 4j+2+h (2 parts)] */
         u[j] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * j], t[2 * j + 1], 0x44),
                              _mm256_shuffle_ps(t[2 * j], t[2 * j + 1], 0xEE));
@@ -373,69 +427,149 @@ static inline __attribute__((always_inline)) T_AVX2 __m256 reduce8(const __m256 
     return _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-#define DOTS_AVX512(NAME, BT, LD16, MLD16)                                                  \
-    static T_AVX512 void NAME(const float *q, const BT *K, int64_t ldk, int64_t m,         \
-                              int64_t n, float *s)                                         \
+/* AVX-512: NAME##_q takes NQ (1 to 3) queries of a KV head over the same
+ * rows, each row loaded (and widened) once for all of them, and every
+ * query the same arithmetic whatever NQ: dots 16 rows at a time in two
+ * halves of 8 (so that three queries' sums fit the registers), then
+ * reduce16's stages; axpys with its even and odd row chains. NAME is one
+ * query, the decode step's call. */
+#define DOTS_AVX512(NAME, BT, LD16, MLD16)                                                \
+    static inline __attribute__((always_inline)) T_AVX512 void NAME##_q(                  \
+        const float *q, int64_t qs, int NQ, const BT *K, int64_t ldk, int64_t m, int64_t n, \
+        float *s, int64_t ss)                                                              \
     {                                                                                      \
         for (int64_t r0 = 0; r0 < m; r0 += 16) {                                           \
             const BT *row[16];                                                             \
-            __m512 acc[16];                                                                \
-            for (int r = 0; r < 16; r++) {                                                 \
+            _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)                          \
                 row[r] = K + (r0 + r < m ? r0 + r : 0) * ldk;                              \
-                acc[r] = _mm512_setzero_ps();                                              \
-            }                                                                              \
-            int64_t i = 0;                                                                 \
-            for (; i + 16 <= n; i += 16) {                                                 \
-                const __m512 qv = _mm512_loadu_ps(q + i);                                  \
-                _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)                      \
-                    acc[r] = _mm512_fmadd_ps(LD16(row[r], i), qv, acc[r]);                 \
-            }                                                                              \
-            if (i < n) {                                                                   \
-                const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);                     \
-                const __m512 qv = _mm512_maskz_loadu_ps(mk, q + i);                        \
-                _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)                      \
-                    acc[r] = _mm512_fmadd_ps(MLD16(mk, row[r], i), qv, acc[r]);            \
+            __m512 w[2][3];                                                                \
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                          \
+                __m512 acc[3][8];                                                          \
+                _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                        \
+                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)                    \
+                        acc[j][r] = _mm512_setzero_ps();                                   \
+                int64_t i = 0;                                                             \
+                for (; i + 16 <= n; i += 16) {                                             \
+                    __m512 qv[3];                                                          \
+                    _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                    \
+                        qv[j] = j < NQ ? _mm512_loadu_ps(q + j * qs + i) : qv[0];          \
+                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {                  \
+                        const __m512 k = LD16(row[8 * h + r], i);                          \
+                        _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                \
+                            if (j < NQ)                                                    \
+                                acc[j][r] = _mm512_fmadd_ps(k, qv[j], acc[j][r]);          \
+                    }                                                                      \
+                }                                                                          \
+                if (i < n) {                                                               \
+                    const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);                 \
+                    __m512 qv[3];                                                          \
+                    _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                    \
+                        qv[j] = j < NQ ? _mm512_maskz_loadu_ps(mk, q + j * qs + i) : qv[0]; \
+                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {                  \
+                        const __m512 k = MLD16(mk, row[8 * h + r], i);                     \
+                        _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                \
+                            if (j < NQ)                                                    \
+                                acc[j][r] = _mm512_fmadd_ps(k, qv[j], acc[j][r]);          \
+                    }                                                                      \
+                }                                                                          \
+                _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                        \
+                    if (j < NQ)                                                            \
+                        w[h][j] = reduce8_half(acc[j]);                                    \
             }                                                                              \
             const int64_t left = m - r0;                                                   \
             const __mmask16 out = left >= 16 ? (__mmask16)0xffff                           \
                                              : (__mmask16)((1u << left) - 1);              \
-            _mm512_mask_storeu_ps(s + r0, out, reduce16(acc));                             \
+            _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                            \
+                if (j < NQ)                                                                \
+                    _mm512_mask_storeu_ps(s + j * ss + r0, out, reduce16_fin(w[0][j], w[1][j])); \
         }                                                                                  \
+    }                                                                                      \
+    static T_AVX512 void NAME(const float *q, const BT *K, int64_t ldk, int64_t m, int64_t n, \
+                              float *s)                                                    \
+    {                                                                                      \
+        NAME##_q(q, 0, 1, K, ldk, m, n, s, 0);                                             \
     }
 
-#define AXPYS_AVX512(NAME, BT, MLD16)                                                       \
-    static T_AVX512 void NAME(float *y, const float *w, const BT *V, int64_t ldv, int64_t m, \
-                              int64_t n)                                                   \
+#define AXPYS_AVX512(NAME, BT, MLD16)                                                     \
+    static inline __attribute__((always_inline)) T_AVX512 void NAME##_q(                  \
+        float *y, int64_t ys, const float *w, int64_t ws, int NQ, const BT *V, int64_t ldv, \
+        int64_t m, int64_t n)                                                              \
     {                                                                                      \
         for (int64_t c = 0; c < n; c += 64) {                                              \
             __mmask16 mk[4];                                                               \
-            __m512 a[2][4];                                                                \
-            for (int j = 0; j < 4; j++) {                                                  \
-                const int64_t left = n - c - 16 * j;                                       \
-                mk[j] = left >= 16 ? (__mmask16)0xffff                                     \
+            __m512 a[3][2][4];                                                             \
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {                          \
+                const int64_t left = n - c - 16 * k;                                       \
+                mk[k] = left >= 16 ? (__mmask16)0xffff                                     \
                         : left > 0 ? (__mmask16)((1u << left) - 1)                         \
                                    : (__mmask16)0;                                         \
-                a[0][j] = _mm512_maskz_loadu_ps(mk[j], y + c + 16 * j);                    \
-                a[1][j] = _mm512_setzero_ps();                                             \
+                _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++) {                      \
+                    a[j][0][k] = j < NQ ? _mm512_maskz_loadu_ps(mk[k], y + j * ys + c + 16 * k) \
+                                        : _mm512_setzero_ps();                             \
+                    a[j][1][k] = _mm512_setzero_ps();                                      \
+                }                                                                          \
             }                                                                              \
             int64_t r = 0;                                                                 \
             for (; r + 2 <= m; r += 2)                                                     \
-                for (int e = 0; e < 2; e++) {                                              \
-                    const __m512 wv = _mm512_set1_ps(w[r + e]);                            \
+                _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                      \
                     const BT *v = V + (r + e) * ldv + c;                                   \
-                    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                    \
-                        a[e][j] = _mm512_fmadd_ps(wv, MLD16(mk[j], v, 16 * j), a[e][j]);   \
+                    __m512 x[4];                                                           \
+                    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                    \
+                        x[k] = MLD16(mk[k], v, 16 * k);                                    \
+                    _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                    \
+                        if (j < NQ) {                                                      \
+                            const __m512 wv = _mm512_set1_ps(w[j * ws + r + e]);           \
+                            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)            \
+                                a[j][e][k] = _mm512_fmadd_ps(wv, x[k], a[j][e][k]);        \
+                        }                                                                  \
                 }                                                                          \
             if (r < m) {                                                                   \
-                const __m512 wv = _mm512_set1_ps(w[r]);                                    \
                 const BT *v = V + r * ldv + c;                                             \
-                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                        \
-                    a[0][j] = _mm512_fmadd_ps(wv, MLD16(mk[j], v, 16 * j), a[0][j]);       \
+                __m512 x[4];                                                               \
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                        \
+                    x[k] = MLD16(mk[k], v, 16 * k);                                        \
+                _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                        \
+                    if (j < NQ) {                                                          \
+                        const __m512 wv = _mm512_set1_ps(w[j * ws + r]);                   \
+                        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                \
+                            a[j][0][k] = _mm512_fmadd_ps(wv, x[k], a[j][0][k]);            \
+                    }                                                                      \
             }                                                                              \
-            for (int j = 0; j < 4; j++)                                                    \
-                _mm512_mask_storeu_ps(y + c + 16 * j, mk[j],                               \
-                                      _mm512_add_ps(a[0][j], a[1][j]));                    \
+            _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                            \
+                if (j < NQ)                                                                \
+                    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                    \
+                        _mm512_mask_storeu_ps(y + j * ys + c + 16 * k, mk[k],              \
+                                              _mm512_add_ps(a[j][0][k], a[j][1][k]));      \
         }                                                                                  \
+    }                                                                                      \
+    static T_AVX512 void NAME(float *y, const float *w, const BT *V, int64_t ldv, int64_t m, \
+                              int64_t n)                                                   \
+    {                                                                                      \
+        NAME##_q(y, 0, w, 0, 1, V, ldv, m, n);                                             \
+    }
+
+/* NAME##_n: any number of queries, three at a time */
+#define DOTS_N_AVX512(NAME, BT)                                                             \
+    static T_AVX512 void NAME##_n(const float *q, int64_t qs, int nq, const BT *K,         \
+                                  int64_t ldk, int64_t m, int64_t n, float *s, int64_t ss)  \
+    {                                                                                      \
+        for (; nq >= 3; nq -= 3, q += 3 * qs, s += 3 * ss)                                 \
+            NAME##_q(q, qs, 3, K, ldk, m, n, s, ss);                                       \
+        if (nq == 2)                                                                       \
+            NAME##_q(q, qs, 2, K, ldk, m, n, s, ss);                                       \
+        else if (nq == 1)                                                                  \
+            NAME##_q(q, qs, 1, K, ldk, m, n, s, ss);                                       \
+    }
+#define AXPYS_N_AVX512(NAME, BT)                                                            \
+    static T_AVX512 void NAME##_n(float *y, int64_t ys, const float *w, int64_t ws, int nq,  \
+                                  const BT *V, int64_t ldv, int64_t m, int64_t n)          \
+    {                                                                                      \
+        for (; nq >= 3; nq -= 3, y += 3 * ys, w += 3 * ws)                                 \
+            NAME##_q(y, ys, w, ws, 3, V, ldv, m, n);                                       \
+        if (nq == 2)                                                                       \
+            NAME##_q(y, ys, w, ws, 2, V, ldv, m, n);                                       \
+        else if (nq == 1)                                                                  \
+            NAME##_q(y, ys, w, ws, 1, V, ldv, m, n);                                       \
     }
 
 /* AVX2 has no masked fp16 load: the columns past the last full 8 go by
@@ -448,7 +582,7 @@ static inline __attribute__((always_inline)) T_AVX2 __m256 reduce8(const __m256 
         for (int64_t r0 = 0; r0 < m; r0 += 8) {                                            \
             const BT *row[8];                                                              \
             __m256 acc[8];                                                                 \
-            for (int r = 0; r < 8; r++) {                                                  \
+            _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {                          \
                 row[r] = K + (r0 + r < m ? r0 + r : 0) * ldk;                              \
                 acc[r] = _mm256_setzero_ps();                                              \
             }                                                                              \
@@ -475,13 +609,13 @@ static inline __attribute__((always_inline)) T_AVX2 __m256 reduce8(const __m256 
         const int64_t n32 = n / 32 * 32;                                                   \
         for (int64_t c = 0; c < n32; c += 32) {                                            \
             __m256 a[2][4];                                                                \
-            for (int j = 0; j < 4; j++) {                                                  \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                          \
                 a[0][j] = _mm256_loadu_ps(y + c + 8 * j);                                  \
                 a[1][j] = _mm256_setzero_ps();                                             \
             }                                                                              \
             int64_t r = 0;                                                                 \
             for (; r + 2 <= m; r += 2)                                                     \
-                for (int e = 0; e < 2; e++) {                                              \
+                _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                      \
                     const __m256 wv = _mm256_set1_ps(w[r + e]);                            \
                     const BT *v = V + (r + e) * ldv + c;                                   \
                     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                    \
@@ -493,7 +627,7 @@ static inline __attribute__((always_inline)) T_AVX2 __m256 reduce8(const __m256 
                 _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                        \
                     a[0][j] = _mm256_fmadd_ps(wv, LD8(v, 8 * j), a[0][j]);                 \
             }                                                                              \
-            for (int j = 0; j < 4; j++)                                                    \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                            \
                 _mm256_storeu_ps(y + c + 8 * j, _mm256_add_ps(a[0][j], a[1][j]));          \
         }                                                                                  \
         for (int64_t r = 0; r < m && n32 < n; r++)                                         \
@@ -514,6 +648,13 @@ AXPYS_AVX512(axpys_bf16_avx512, uint16_t, MLD16_BF16)
 DOTS_AVX2(dots_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
 AXPYS_AVX2(axpys_bf16_avx2, uint16_t, LD8_BF16, CVT_BF16)
 DOTS_AVX512(dots_fp8_avx512, uint8_t, LD16_FP8, MLD16_FP8)
+DOTS_N_AVX512(dots_f32_avx512, float)
+DOTS_N_AVX512(dots_f16_avx512, uint16_t)
+DOTS_N_AVX512(dots_bf16_avx512, uint16_t)
+AXPYS_N_AVX512(axpys_f32_avx512, float)
+AXPYS_N_AVX512(axpys_f16_avx512, uint16_t)
+AXPYS_N_AVX512(axpys_bf16_avx512, uint16_t)
+
 AXPYS_AVX512(axpys_fp8_avx512, uint8_t, MLD16_FP8)
 DOTS_AVX2(dots_fp8_avx2, uint8_t, LD8_FP8, CVT_FP8)
 AXPYS_AVX2(axpys_fp8_avx2, uint8_t, LD8_FP8, CVT_FP8)
@@ -707,15 +848,10 @@ static T_AVX2 void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
     llm_vec_to_f16_ref(x + i, y + i, n - i);
 }
 
-/* 8 elements of llm_vec_geglu_ref's arithmetic, operation for operation
- * (no fused multiply-adds: the reference rounds each step) */
-static T_AVX2 __m256 geglu8(__m256 x, __m256 u)
+/* exp_poly of 8 elements, operation for operation (no fused
+ * multiply-adds: the reference rounds each step) */
+static inline __attribute__((always_inline)) T_AVX2 __m256 exp8(__m256 a)
 {
-    const __m256 z = _mm256_mul_ps(
-        _mm256_set1_ps(GELU_K),
-        _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(GELU_C),
-                                       _mm256_mul_ps(_mm256_mul_ps(x, x), x))));
-    __m256 a = _mm256_mul_ps(_mm256_set1_ps(-2.0f), z);
     a = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(EXP_LOG2E)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -731,9 +867,97 @@ static T_AVX2 __m256 geglu8(__m256 x, __m256 u)
                       _mm256_set1_ps(1.0f));
     const __m256i e = _mm256_slli_epi32(
         _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    const __m256 ex = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* 8 elements of llm_vec_geglu_ref's arithmetic, operation for operation */
+static T_AVX2 __m256 geglu8(__m256 x, __m256 u)
+{
+    const __m256 z = _mm256_mul_ps(
+        _mm256_set1_ps(GELU_K),
+        _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(GELU_C),
+                                       _mm256_mul_ps(_mm256_mul_ps(x, x), x))));
+    const __m256 ex = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), z));
     return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), ex)), u);
 }
+
+/* 8 elements of llm_vec_swiglu_ref's arithmetic, operation for operation */
+static T_AVX2 __m256 swiglu8(__m256 x, __m256 u)
+{
+    const __m256 ex = exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f))); /* -x */
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), ex)), u);
+}
+
+static T_AVX2 void swiglu_avx2(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    llm_vec_swiglu_ref(g + i, u + i, n - i); /* the same arithmetic */
+}
+
+/* llm_vec_softmax_ref's arithmetic 8 positions at a time, position p in
+ * lane p % 8 (the lanes outside [lo, hi) add zeros): the same bits. Only
+ * the chunks at the ends go through masked loads and stores (AMD's masked
+ * stores are slow). AVX-512 takes it too: what costs is exp's polynomial. */
+static inline __attribute__((always_inline)) T_AVX2 __m256i softmax_mask(int64_t c, int64_t lo,
+                                                                         int64_t hi)
+{
+    /* lanes c + l in [lo, hi) */
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_si256(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(hi - c)), lane),
+        _mm256_cmpgt_epi32(lane, _mm256_set1_epi32((int32_t)(lo - c) - 1)));
+}
+
+#define SOFTMAX_LOAD(c, m, full) ((full) ? _mm256_loadu_ps(s + (c)) : _mm256_maskload_ps(s + (c), (m)))
+#define SOFTMAX_STORE(c, m, full, v)            \
+    do {                                        \
+        if (full)                               \
+            _mm256_storeu_ps(s + (c), (v));     \
+        else                                    \
+            _mm256_maskstore_ps(s + (c), (m), (v)); \
+    } while (0)
+
+static T_AVX2 void softmax_avx2(float *s, int64_t lo, int64_t hi, float scale, float softcap)
+{
+    const int64_t c0 = lo & ~(int64_t)7;
+    const __m256i ones = _mm256_set1_epi32(-1);
+    __m256 mx;
+    if (softcap > 0) {
+        mx = _mm256_set1_ps(softmax_scale(s, lo, hi, scale, softcap));
+    } else {
+        __m256 m8 = _mm256_set1_ps(-INFINITY);
+        for (int64_t c = c0; c < hi; c += 8) {
+            const int full = c >= lo && c + 8 <= hi;
+            const __m256i m = full ? ones : softmax_mask(c, lo, hi);
+            const __m256 v = _mm256_mul_ps(SOFTMAX_LOAD(c, m, full), _mm256_set1_ps(scale));
+            SOFTMAX_STORE(c, m, full, v);
+            m8 = _mm256_max_ps(m8, full ? v : _mm256_blendv_ps(m8, v, _mm256_castsi256_ps(m)));
+        }
+        m8 = _mm256_max_ps(m8, _mm256_permute2f128_ps(m8, m8, 1));
+        m8 = _mm256_max_ps(m8, _mm256_shuffle_ps(m8, m8, 0x4e));
+        mx = _mm256_max_ps(m8, _mm256_shuffle_ps(m8, m8, 0xb1));
+    }
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t c = c0; c < hi; c += 8) {
+        const int full = c >= lo && c + 8 <= hi;
+        const __m256i m = full ? ones : softmax_mask(c, lo, hi);
+        const __m256 e = exp8(_mm256_sub_ps(SOFTMAX_LOAD(c, m, full), mx));
+        SOFTMAX_STORE(c, m, full, e);
+        sum = _mm256_add_ps(sum, full ? e : _mm256_and_ps(e, _mm256_castsi256_ps(m)));
+    }
+    float l[8];
+    _mm256_storeu_ps(l, sum);
+    const __m256 inv = _mm256_set1_ps(1.0f / softmax_lanes(l));
+    for (int64_t c = c0; c < hi; c += 8) {
+        const int full = c >= lo && c + 8 <= hi;
+        const __m256i m = full ? ones : softmax_mask(c, lo, hi);
+        SOFTMAX_STORE(c, m, full, _mm256_mul_ps(SOFTMAX_LOAD(c, m, full), inv));
+    }
+}
+#undef SOFTMAX_LOAD
+#undef SOFTMAX_STORE
 
 /* AVX-512 takes it too: the loop is bound by the divisions */
 static T_AVX2 void geglu_avx2(float *g, const float *u, int64_t n)
@@ -771,10 +995,54 @@ void llm_vec_to_f16(const float *x, uint16_t *y, int64_t n)
     VEC_DISPATCH(to_f16_avx2, to_f16_avx2, llm_vec_to_f16_ref, x, y, n)
 }
 
+void llm_vec_swiglu(float *g, const float *u, int64_t n)
+{
+    VEC_DISPATCH(swiglu_avx2, swiglu_avx2, llm_vec_swiglu_ref, g, u, n)
+}
+
+void llm_vec_softmax(float *s, int64_t lo, int64_t hi, float scale, float softcap)
+{
+    VEC_DISPATCH(softmax_avx2, softmax_avx2, llm_vec_softmax_ref, s, lo, hi, scale, softcap)
+}
+
 void llm_vec_geglu(float *g, const float *u, int64_t n)
 {
     VEC_DISPATCH(geglu_avx2, geglu_avx2, llm_vec_geglu_ref, g, u, n)
 }
+
+/* The multi-query forms: the AVX-512 kernels above, elsewhere the
+ * one-query kernel per query (the same bits either way) */
+#ifdef VEC_X86
+#define VEC_N_AVX512(call)                       \
+    if (llm_matmul_isa() == LLM_ISA_AVX512) {    \
+        call;                                    \
+        return;                                  \
+    }
+#else
+#define VEC_N_AVX512(call)
+#endif
+#define VEC_N(name, avx512, one, BT)                                                         \
+    void name(const float *q, int64_t qs, int nq, const BT *K, int64_t ldk, int64_t m,       \
+              int64_t n, float *s, int64_t ss)                                               \
+    {                                                                                        \
+        VEC_N_AVX512(avx512(q, qs, nq, K, ldk, m, n, s, ss))                                 \
+        for (int j = 0; j < nq; j++)                                                         \
+            one(q + j * qs, K, ldk, m, n, s + j * ss);                                       \
+    }
+#define VEC_AXN(name, avx512, one, BT)                                                       \
+    void name(float *y, int64_t ys, const float *w, int64_t ws, int nq, const BT *V,         \
+              int64_t ldv, int64_t m, int64_t n)                                             \
+    {                                                                                        \
+        VEC_N_AVX512(avx512(y, ys, w, ws, nq, V, ldv, m, n))                                 \
+        for (int j = 0; j < nq; j++)                                                         \
+            one(y + j * ys, w + j * ws, V, ldv, m, n);                                       \
+    }
+VEC_N(llm_vec_dots_f32_n, dots_f32_avx512_n, llm_vec_dots_f32, float)
+VEC_N(llm_vec_dots_f16_n, dots_f16_avx512_n, llm_vec_dots_f16, uint16_t)
+VEC_N(llm_vec_dots_bf16_n, dots_bf16_avx512_n, llm_vec_dots_bf16, uint16_t)
+VEC_AXN(llm_vec_axpys_f32_n, axpys_f32_avx512_n, llm_vec_axpys_f32, float)
+VEC_AXN(llm_vec_axpys_f16_n, axpys_f16_avx512_n, llm_vec_axpys_f16, uint16_t)
+VEC_AXN(llm_vec_axpys_bf16_n, axpys_bf16_avx512_n, llm_vec_axpys_bf16, uint16_t)
 
 void llm_vec_dots_f32(const float *q, const float *K, int64_t ldk, int64_t m, int64_t n, float *s)
 {

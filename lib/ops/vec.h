@@ -31,6 +31,23 @@ void llm_vec_to_f16_ref(const float *x, uint16_t *y, int64_t n);
 void llm_vec_geglu(float *g, const float *u, int64_t n);
 void llm_vec_geglu_ref(float *g, const float *u, int64_t n);
 
+/* The SwiGLU gate: g[i] = silu(g[i]) u[i] = g[i] / (1 + exp(-g[i])) u[i],
+ * exp as geglu's; every element the same arithmetic anywhere in g, and
+ * the SIMD variant the reference's bits. */
+void llm_vec_swiglu(float *g, const float *u, int64_t n);
+void llm_vec_swiglu_ref(float *g, const float *u, int64_t n);
+
+/* Attention's softmax of the scores s[lo, hi) in place: each first times
+ * scale (and, with softcap > 0, capped to softcap tanh(s / softcap), as
+ * Gemma 2), then exp(s - max) / sum, exp by geglu's polynomial (Cephes'
+ * expf; test_vec: within (n / 8 + 8) 2^-23 of the exact softmax of n
+ * scores, relative to each value). The sum runs in 8 lanes,
+ * position p in lane p % 8, and the lanes meet in a fixed order: a
+ * position's result depends on the scores and [lo, hi) alone, whoever
+ * calls, and the SIMD variant gives the reference's bits. */
+void llm_vec_softmax(float *s, int64_t lo, int64_t hi, float scale, float softcap);
+void llm_vec_softmax_ref(float *s, int64_t lo, int64_t hi, float scale, float softcap);
+
 /* m rows of a KV block, ldk (ldv) elements apart:
  * s[r] = sum_i q[i] K[r ldk + i] for r < m; s (m), q (n)
  * y[i] += sum_r w[r] V[r ldv + i] for i < n; y (n), w (m) */
@@ -57,6 +74,23 @@ void llm_vec_axpys_bf16(float *y, const float *w, const uint16_t *V, int64_t ldv
                         int64_t n);
 void llm_vec_axpys_bf16_ref(float *y, const float *w, const uint16_t *V, int64_t ldv, int64_t m,
                             int64_t n);
+/* The same for nq queries over the same rows (the query heads that share
+ * a KV head): query j at q + j qs gives s + j ss, and y + j ys gains its
+ * weights w + j ws; each query the bits of the one-query call. On AVX-512
+ * a row is loaded once for up to three queries. */
+void llm_vec_dots_f32_n(const float *q, int64_t qs, int nq, const float *K, int64_t ldk, int64_t m,
+                        int64_t n, float *s, int64_t ss);
+void llm_vec_dots_f16_n(const float *q, int64_t qs, int nq, const uint16_t *K, int64_t ldk,
+                        int64_t m, int64_t n, float *s, int64_t ss);
+void llm_vec_dots_bf16_n(const float *q, int64_t qs, int nq, const uint16_t *K, int64_t ldk,
+                         int64_t m, int64_t n, float *s, int64_t ss);
+void llm_vec_axpys_f32_n(float *y, int64_t ys, const float *w, int64_t ws, int nq, const float *V,
+                         int64_t ldv, int64_t m, int64_t n);
+void llm_vec_axpys_f16_n(float *y, int64_t ys, const float *w, int64_t ws, int nq,
+                         const uint16_t *V, int64_t ldv, int64_t m, int64_t n);
+void llm_vec_axpys_bf16_n(float *y, int64_t ys, const float *w, int64_t ws, int nq,
+                          const uint16_t *V, int64_t ldv, int64_t m, int64_t n);
+
 /* q8_0 rows (a key or value head as blocks of 32 int8 and their fp16
  * scale): n a multiple of 32, ldk and ldv in bytes, rows 2-byte aligned. The products of a
  * block are summed in float before its scale multiplies them. */

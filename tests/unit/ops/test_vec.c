@@ -568,42 +568,172 @@ Test(vec, to_f16_is_the_reference_rounding, .fini = restore)
     }
 }
 
-/* Gemma's GELU gate: within 4e-7 of the exact tanh form (relative to
- * max(|x|, 1) |u|) over -30..30 and the extremes, the SIMD variant the
- * reference's bits, and each element's bits the same at any position and
- * length (the tails). */
-Test(vec, geglu_close_to_exact_and_the_same_anywhere, .fini = restore)
+/* A gate g = f(g) u: within 4e-7 of the exact form (relative to max(|x|,
+ * 1) |u|) over -30..30 and the extremes, the SIMD variants the reference's
+ * bits, and each element's bits the same at any position and length (the
+ * tails). */
+static void check_gate(void (*ref)(float *, const float *, int64_t),
+                       void (*gate)(float *, const float *, int64_t), double (*exact)(double))
 {
     enum llm_isa is[3];
     int ni = isas(is);
     enum { N = 4001 };
-    static float x[N], u[N], g[N], ref[N];
+    static float x[N], u[N], g[N], want[N];
     for (int i = 0; i < N; i++) {
         x[i] = -30.0f + 60.0f * (float)i / (N - 1);
         u[i] = 0.5f + (float)(i % 7) * 0.25f;
     }
     x[0] = -1e30f, x[1] = 1e30f, x[2] = 0.0f, x[3] = -0.0f, x[4] = 1e-30f, x[5] = -3.5f;
-    memcpy(ref, x, sizeof x);
-    llm_vec_geglu_ref(ref, u, N);
+    memcpy(want, x, sizeof x);
+    ref(want, u, N);
     for (int i = 0; i < N; i++) {
-        const double xd = x[i], z = sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd);
-        const double want = 0.5 * xd * (1.0 + tanh(z)) * u[i];
-        const double tol = 4e-7 * fmax(fabs(xd), 1.0) * u[i];
-        cr_assert(fabs(ref[i] - want) <= tol, "x %g: %.9g, exact %.9g", xd, ref[i], want);
+        const double e = exact(x[i]) * u[i], tol = 4e-7 * fmax(fabs((double)x[i]), 1.0) * u[i];
+        cr_assert(fabs(want[i] - e) <= tol, "x %g: %.9g, exact %.9g", x[i], want[i], e);
     }
     for (int ii = 0; ii < ni; ii++) {
         llm_matmul_set_isa(is[ii]);
         memcpy(g, x, sizeof x);
-        llm_vec_geglu(g, u, N);
-        cr_assert(!memcmp(g, ref, sizeof g), "isa %d: not the reference's bits", is[ii]);
-        for (size_t li = 0; li < N_LENS; li++) /* short rows at odd offsets: the tails */
+        gate(g, u, N);
+        cr_assert(!memcmp(g, want, sizeof g), "isa %d: not the reference's bits", is[ii]);
+        for (size_t li = 0; li < N_LENS; li++)
             for (int off = 0; off < 9; off += 4) {
                 float t[300];
                 memcpy(t, x + 100 + off, (size_t)lens[li] * sizeof(float));
-                llm_vec_geglu(t, u + 100 + off, lens[li]);
-                cr_assert(!memcmp(t, ref + 100 + off, (size_t)lens[li] * sizeof(float)),
+                gate(t, u + 100 + off, lens[li]);
+                cr_assert(!memcmp(t, want + 100 + off, (size_t)lens[li] * sizeof(float)),
                           "isa %d: %lld elements at %d differ", is[ii], (long long)lens[li],
                           100 + off);
             }
+    }
+}
+
+/* GELU's tanh form and SiLU, exactly */
+static double gelu_exact(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double silu_exact(double x)
+{
+    return x / (1.0 + exp(-x));
+}
+
+/* Gemma's GELU gate */
+Test(vec, geglu_close_to_exact_and_the_same_anywhere, .fini = restore)
+{
+    check_gate(llm_vec_geglu_ref, llm_vec_geglu, gelu_exact);
+}
+
+/* the SwiGLU gate */
+Test(vec, swiglu_close_to_exact_and_the_same_anywhere, .fini = restore)
+{
+    check_gate(llm_vec_swiglu_ref, llm_vec_swiglu, silu_exact);
+}
+
+/* Attention's softmax: within (n / 8 + 8) 2^-23 of the exact softmax (in
+ * double, relative to each value) for windows [lo, hi) of every length
+ * and start modulo 8, with and without Gemma 2's soft cap; each SIMD
+ * variant the reference's bits; the scores outside the window untouched. */
+Test(vec, softmax_close_to_exact_and_the_reference_bits, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    enum { N = 1100 };
+    static float x[N], ref[N], got[N];
+    static double want[N];
+    rng = 11;
+    for (int i = 0; i < N; i++)
+        x[i] = 40.0f * rnd();
+    static const int64_t wins[][2] = { { 0, 1 },  { 3, 4 },   { 5, 7 },    { 0, 8 },    { 1, 9 },
+                                       { 7, 24 }, { 8, 17 },  { 13, 100 }, { 0, 1000 }, { 77, 1100 },
+                                       { 9, 10 }, { 40, 48 } };
+    for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++)
+        for (int cap = 0; cap < 2; cap++) {
+            const int64_t lo = wins[w][0], hi = wins[w][1];
+            const float scale = 0.125f, softcap = cap ? 5.0f : 0.0f;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t p = lo; p < hi; p++) {
+                double v = (double)x[p] * scale;
+                if (cap)
+                    v = softcap * tanh(v / softcap);
+                want[p] = v;
+                mx = v > mx ? v : mx;
+            }
+            for (int64_t p = lo; p < hi; p++)
+                sum += want[p] = exp(want[p] - mx);
+            memcpy(ref, x, sizeof x);
+            llm_vec_softmax_ref(ref, lo, hi, scale, softcap);
+            const double tol = ((double)(hi - lo) / 8 + 8) * 0x1p-23;
+            for (int64_t p = 0; p < N; p++)
+                if (p < lo || p >= hi)
+                    cr_assert(ref[p] == x[p], "[%lld, %lld): position %lld changed", (long long)lo,
+                              (long long)hi, (long long)p);
+                else
+                    cr_assert(fabs(ref[p] - want[p] / sum) <= tol * want[p] / sum,
+                              "[%lld, %lld) cap %d, position %lld: %.9g, exact %.9g", (long long)lo,
+                              (long long)hi, cap, (long long)p, ref[p], want[p] / sum);
+            for (int ii = 0; ii < ni; ii++) {
+                llm_matmul_set_isa(is[ii]);
+                memcpy(got, x, sizeof x);
+                llm_vec_softmax(got, lo, hi, scale, softcap);
+                cr_assert(!memcmp(got, ref, sizeof got), "isa %d, [%lld, %lld) cap %d: not the "
+                          "reference's bits", is[ii], (long long)lo, (long long)hi, cap);
+            }
+        }
+}
+
+/* The multi-query forms: 1 to 7 queries over the same rows (f32, fp16 and
+ * bf16 rows; every length and row count above), each query's scores and
+ * sums the bits of its own one-query call, and nothing written past m rows
+ * or n columns. */
+Test(vec, multi_query_kernels_give_each_query_the_one_query_bits, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    enum { NQ = 7 };
+    static float K[33 * LD_MAX], Kf[33 * LD_MAX];
+    static uint16_t H[33 * LD_MAX], B[33 * LD_MAX];
+    static float q[NQ * 260], s1[NQ * 36], sn[NQ * 36], w[NQ * 36], y1[NQ * 260], yn[NQ * 260];
+    for (int64_t i = 0; i < 33 * LD_MAX; i++)
+        B[i] = (uint16_t)(llm_fp32_to_fp16(0) + (rnd() > 0 ? 0x3f00u : 0xbf00u) + (uint16_t)(i % 97));
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        for (size_t li = 0; li < N_LENS; li++)
+            for (size_t mi = 0; mi < N_ROWS; mi++)
+                for (int nq = 1; nq <= NQ; nq++)
+                    for (int t = 0; t < 3; t++) {
+                        const int64_t n = lens[li], m = row_counts[mi], ld = n + 3;
+                        const int64_t qs = n + 1, ss = m + 2; /* strides past the ends */
+                        rows_make(m, n, ld, K, Kf, H);
+                        for (int64_t i = 0; i < NQ * 260; i++)
+                            q[i] = rnd(), y1[i] = yn[i] = rnd();
+                        for (int64_t i = 0; i < NQ * 36; i++)
+                            w[i] = rnd(), s1[i] = sn[i] = 777.0f;
+                        for (int j = 0; j < nq; j++) {
+                            if (t == 0) {
+                                llm_vec_dots_f32(q + j * qs, K, ld, m, n, s1 + j * ss);
+                                llm_vec_axpys_f32(y1 + j * qs, w + j * ss, K, ld, m, n);
+                            } else {
+                                const uint16_t *R = t == 1 ? H : B;
+                                (t == 1 ? llm_vec_dots_f16 : llm_vec_dots_bf16)(q + j * qs, R, ld, m, n,
+                                                                             s1 + j * ss);
+                                (t == 1 ? llm_vec_axpys_f16 : llm_vec_axpys_bf16)(y1 + j * qs, w + j * ss,
+                                                                               R, ld, m, n);
+                            }
+                        }
+                        if (t == 0) {
+                            llm_vec_dots_f32_n(q, qs, nq, K, ld, m, n, sn, ss);
+                            llm_vec_axpys_f32_n(yn, qs, w, ss, nq, K, ld, m, n);
+                        } else if (t == 1) {
+                            llm_vec_dots_f16_n(q, qs, nq, H, ld, m, n, sn, ss);
+                            llm_vec_axpys_f16_n(yn, qs, w, ss, nq, H, ld, m, n);
+                        } else {
+                            llm_vec_dots_bf16_n(q, qs, nq, B, ld, m, n, sn, ss);
+                            llm_vec_axpys_bf16_n(yn, qs, w, ss, nq, B, ld, m, n);
+                        }
+                        cr_assert(!memcmp(s1, sn, sizeof s1) && !memcmp(y1, yn, sizeof y1),
+                                  "isa %d type %d n=%lld m=%lld nq=%d: not the one-query bits (or "
+                                  "written past the ends)", is[ii], t, (long long)n, (long long)m, nq);
+                    }
     }
 }
