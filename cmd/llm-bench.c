@@ -32,7 +32,7 @@ static const struct llm_opt opts[] = {
     { OPT_PPL, "ppl", LLM_ARG_REQUIRED, "FILE", "measure the perplexity of the model on a text file", "file" },
     { OPT_BASE, "base", LLM_ARG_REQUIRED, "FILE", "with --ppl: KL divergence of -m's predictions from this model's", "file" },
     { OPT_CHUNKS, "chunks", LLM_ARG_REQUIRED, "N", "with --ppl: score only the first N windows (llama-perplexity --chunks)", NULL },
-    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K and V, with --ppl (default: f32) or the speed tests (default: f16): f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch (keys per channel, values q4)", "f32 f16 bf16 q8 fp8_e4m3 q4 q4ch" },
+    { OPT_KVTYPE, "kv-type", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K and V, with --ppl (default: f32) or the speed, serving, speculation and grammar tests (default: f16, as llm-run): f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch (keys per channel, values q4)", "f32 f16 bf16 q8 fp8_e4m3 q4 q4ch" },
     { OPT_KVTYPE_K, "kv-type-k", LLM_ARG_REQUIRED, "TYPE", "KV cache type of K alone", "f32 f16 bf16 q8 fp8_e4m3 q4 q4ch" },
     { OPT_KVTYPE_V, "kv-type-v", LLM_ARG_REQUIRED, "TYPE", "KV cache type of V alone", "f32 f16 bf16 q8 fp8_e4m3 q4" },
     { OPT_SCORE_ALL, "score-all", LLM_ARG_NONE, NULL, "with --ppl: score every token of each window (the GPTQ/AWQ papers' protocol)", NULL },
@@ -74,9 +74,9 @@ static struct llm_cli cli = {
                 "--suite FILE [-o FORMAT]\n"
                 "--ppl FILE [--ctx N] [--chunks N] [--score-all] [--kv-type TYPE] [-t N] [--base FILE] -m FILE\n"
                 "--kernels [-m FILE] [--types LIST] [--ctx N] [-t LIST] [-r N] [-o FORMAT]\n"
-                "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [--draft FILE|--lookup] [-m FILE]... [-t LIST] [-o FORMAT]\n"
-                "--draft FILE|--lookup --prompts FILE [--chat] [SPEC OPTIONS] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
-                "--grammar FILE|--json-schema FILE|--regex RE|--json-object --prompts FILE [--chat] [-m FILE]... [-n N] [-t LIST] [-r N] [-o FORMAT]\n"
+                "--serve FILE|--serve-text FILE [--rate R] [SERVE OPTIONS] [--draft FILE|--lookup] [-m FILE]... [-t LIST] [--kv-type TYPE] [-o FORMAT]\n"
+                "--draft FILE|--lookup --prompts FILE [--chat] [SPEC OPTIONS] [-m FILE]... [-n N] [-t LIST] [--kv-type TYPE] [-r N] [-o FORMAT]\n"
+                "--grammar FILE|--json-schema FILE|--regex RE|--json-object --prompts FILE [--chat] [-m FILE]... [-n N] [-t LIST] [--kv-type TYPE] [-r N] [-o FORMAT]\n"
                 "--compare [--threshold PCT] OLD NEW",
     .summary = "Measure prefill (pp) and decode (tg) speed, latency percentiles and the share of\n"
                "the machine's roofline; serving throughput and latency; perplexity; compare two runs.",
@@ -758,16 +758,18 @@ int main(int argc, char **argv)
         return llm_cli_usage(&cli, "--requests, --prompt-len, --gen-len and --shared-prefix go "
                              "with --serve-text");
     const int spec = a.spec.draft || a.spec.spec.lookup;
-    if (a.have_kvtype && (a.kernels || a.compare || a.suite || serving || spec ||
-                          a.n_grammars))
+    if (a.have_kvtype && (a.kernels || a.compare || a.suite))
         return llm_cli_usage(&cli, "--kv-type, --kv-type-k and --kv-type-v go with --ppl "
-                             "(and --base) and the speed tests");
-    if (a.ppl) /* the defaults: f32 for perplexity, f16 for speed as llama-bench */
+                             "(and --base) and the speed, serving, speculation and grammar "
+                             "tests");
+    if (a.ppl) /* the defaults: f32 for perplexity; f16 for speed, as llama-bench and llm-run */
         a.kv[0] = a.have_kvtype & 1 ? a.kv[0] : LLM_TYPE_F32,
         a.kv[1] = a.have_kvtype & 2 ? a.kv[1] : LLM_TYPE_F32;
     else
         a.kv[0] = a.have_kvtype & 1 ? a.kv[0] : LLM_TYPE_F16,
         a.kv[1] = a.have_kvtype & 2 ? a.kv[1] : LLM_TYPE_F16;
+    a.serve.kv_k = a.spec.kv_k = a.gram.kv_k = a.kv[0];
+    a.serve.kv_v = a.spec.kv_v = a.gram.kv_v = a.kv[1];
     if (a.n_grammars) {
         if (a.n_grammars > 1)
             return llm_cli_usage(&cli, "--grammar, --json-schema, --regex and --json-object: "

@@ -18,7 +18,7 @@ complete -c llm-bench -l peak -x -d 'FMA peak for the roofline (default: probe i
 complete -c llm-bench -l ppl -r -F -d 'measure the perplexity of the model on a text file'
 complete -c llm-bench -l base -r -F -d 'with --ppl: KL divergence of -m\'s predictions from this model\'s'
 complete -c llm-bench -l chunks -x -d 'with --ppl: score only the first N windows (llama-perplexity --chunks)'
-complete -c llm-bench -l kv-type -x -a 'f32 f16 bf16 q8 fp8_e4m3 q4 q4ch' -d 'KV cache type of K and V, with --ppl (default: f32) or the speed tests (default: f16): f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch (keys per channel, values q4)'
+complete -c llm-bench -l kv-type -x -a 'f32 f16 bf16 q8 fp8_e4m3 q4 q4ch' -d 'KV cache type of K and V, with --ppl (default: f32) or the speed, serving, speculation and grammar tests (default: f16, as llm-run): f32, f16, bf16, q8, fp8_e4m3, q4 or q4ch (keys per channel, values q4)'
 complete -c llm-bench -l kv-type-k -x -a 'f32 f16 bf16 q8 fp8_e4m3 q4 q4ch' -d 'KV cache type of K alone'
 complete -c llm-bench -l kv-type-v -x -a 'f32 f16 bf16 q8 fp8_e4m3 q4' -d 'KV cache type of V alone'
 complete -c llm-bench -l score-all -d 'with --ppl: score every token of each window (the GPTQ/AWQ papers\' protocol)'

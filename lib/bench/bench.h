@@ -246,6 +246,7 @@ struct llm_serve_params {
     const struct llm_spec_params *spec; /* lookup, n-gram sizes, draft length; NULL: none */
     struct llm_model *draft;        /* with spec: the draft model (NULL: lookup) */
     const char *draft_name;         /* for the result: the draft's path */
+    enum llm_type kv_k, kv_v;       /* KV cache types (default f16, llm-run's) */
 };
 void llm_serve_params_default(struct llm_serve_params *p);
 
@@ -292,6 +293,7 @@ struct llm_spec_bench_params {
     int chat;                   /* each prompt is a user message in the chat template */
     int32_t n_gen;              /* tokens per prompt at most (default 128; EOS ends sooner) */
     int reps;                   /* passes over the prompt set (default 3) */
+    enum llm_type kv_k, kv_v;   /* both models' KV cache types (default f16, llm-run's) */
 };
 void llm_spec_bench_params_default(struct llm_spec_bench_params *p);
 
@@ -333,6 +335,7 @@ struct llm_grammar_bench_params {
     int chat;                   /* each prompt is a user message in the chat template */
     int32_t n_gen;              /* tokens per prompt at most (default 128) */
     int reps;                   /* passes over the prompt set (default 3) */
+    enum llm_type kv_k, kv_v;   /* KV cache types (default f16, llm-run's) */
 };
 void llm_grammar_bench_params_default(struct llm_grammar_bench_params *p);
 
@@ -421,8 +424,9 @@ void llm_bench_kresult_release(struct llm_bench_kresult *r);
  * flops (scores and weighted sum; the softmax is not counted). */
 llm_status llm_bench_product_cost(enum llm_type t, int64_t rows, int64_t ne0, int64_t nb,
                                   uint64_t *bytes, double *flops);
+/* One decode step's attention: K and V of n_ctx positions, elt bytes an element. */
 void llm_bench_attn_cost(int64_t n_ctx, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
-                         uint64_t *bytes, double *flops);
+                         size_t elt, uint64_t *bytes, double *flops);
 /* From r->ns.mean, bytes, flops and the roofs: gbs = bytes / mean ns,
  * gflops = flops / mean ns, and their shares (%) of the roofs (0 for a roof of 0). */
 void llm_bench_kernel_figures(struct llm_bench_kresult *r);
@@ -430,10 +434,16 @@ void llm_bench_kernel_figures(struct llm_bench_kresult *r);
 /* Single-query attention of heads [h0, h1): q (n_heads, hd), K and V
  * (n_ctx, n_kv_heads, hd), out (n_heads, hd), scores (n_heads, n_ctx)
  * scratch. Query head h reads KV head h / (n_heads / n_kv_heads); scores are
- * scaled by 1/sqrt(hd). The reference loop the attn benchmark times. */
+ * scaled by 1/sqrt(hd). The plain reference loop. */
 void llm_bench_attention(const float *q, const float *K, const float *V, float *out, float *scores,
                          int64_t n_ctx, int32_t n_heads, int32_t n_kv_heads, int32_t hd, int32_t h0,
                          int32_t h1);
+/* The same over fp16 K and V with the kernels a decode step runs (ops/vec.h:
+ * the dots and the sums 16 positions, a KV block, at a time, the softmax):
+ * what the attn benchmark times. */
+void llm_bench_attention_kernels(const float *q, const uint16_t *K, const uint16_t *V, float *out,
+                                 float *scores, int64_t n_ctx, int32_t n_heads, int32_t n_kv_heads,
+                                 int32_t hd, int32_t h0, int32_t h1);
 
 struct llm_bench_kspec {
     struct llm_bench_kshape shapes[LLM_BENCH_N_KSHAPES];

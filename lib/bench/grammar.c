@@ -18,6 +18,7 @@ void llm_grammar_bench_params_default(struct llm_grammar_bench_params *p)
     memset(p, 0, sizeof *p);
     p->n_gen = 128;
     p->reps = 3;
+    p->kv_k = p->kv_v = LLM_TYPE_F16;
 }
 
 llm_status llm_bench_grammar(struct llm_grammar_result *r, struct llm_model *m, const char *model,
@@ -41,6 +42,8 @@ llm_status llm_bench_grammar(struct llm_grammar_result *r, struct llm_model *m, 
     struct llm_context_params cp;
     llm_context_params_default(&cp);
     cp.n_threads = n_threads;
+    cp.kv_type_k = p->kv_k;
+    cp.kv_type_v = p->kv_v;
     double *plain = llm_calloc((size_t)p->reps, sizeof(double));
     double *constrained = llm_calloc((size_t)p->reps, sizeof(double));
     int32_t *ids = NULL;

@@ -8,6 +8,7 @@
 
 #include "../common/alloc.h"
 #include "../ops/matmul.h"
+#include "../ops/vec.h"
 #include "../quant/quant.h"
 #include "bench.h"
 
@@ -64,9 +65,9 @@ llm_status llm_bench_product_cost(enum llm_type t, int64_t rows, int64_t ne0, in
 }
 
 void llm_bench_attn_cost(int64_t n_ctx, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
-                         uint64_t *bytes, double *flops)
+                         size_t elt, uint64_t *bytes, double *flops)
 {
-    *bytes = 2 * (uint64_t)n_ctx * (uint64_t)n_kv_heads * (uint64_t)head_dim * sizeof(float);
+    *bytes = 2 * (uint64_t)n_ctx * (uint64_t)n_kv_heads * (uint64_t)head_dim * elt;
     *flops = 4.0 * (double)n_heads * (double)n_ctx * (double)head_dim;
 }
 
@@ -113,6 +114,26 @@ void llm_bench_attention(const float *q, const float *K, const float *V, float *
     }
 }
 
+void llm_bench_attention_kernels(const float *q, const uint16_t *K, const uint16_t *V, float *out,
+                                 float *scores, int64_t n_ctx, int32_t n_heads, int32_t n_kv_heads,
+                                 int32_t hd, int32_t h0, int32_t h1)
+{
+    const int32_t group = n_heads / n_kv_heads, bs = 16; /* the KV cache's default block */
+    const int64_t stride = (int64_t)n_kv_heads * hd;      // K, V: (n_ctx, n_kv_heads, hd)
+    for (int32_t h = h0; h < h1; h++) {
+        const uint16_t *Kh = K + (int64_t)(h / group) * hd, *Vh = V + (int64_t)(h / group) * hd;
+        float *sc = scores + (int64_t)h * n_ctx, *o = out + (int64_t)h * hd; // (n_ctx), (hd)
+        for (int64_t p0 = 0; p0 < n_ctx; p0 += bs)
+            llm_vec_dots_f16(q + (int64_t)h * hd, Kh + p0 * stride, stride,
+                             n_ctx - p0 < bs ? n_ctx - p0 : bs, hd, sc + p0);
+        llm_vec_softmax(sc, 0, n_ctx, 1.0f / sqrtf((float)hd), 0);
+        memset(o, 0, (size_t)hd * sizeof *o);
+        for (int64_t p0 = 0; p0 < n_ctx; p0 += bs)
+            llm_vec_axpys_f16(o, sc + p0, Vh + p0 * stride, stride, n_ctx - p0 < bs ? n_ctx - p0 : bs,
+                              hd);
+    }
+}
+
 /* ---- the runner ------------------------------------------------------------------ */
 
 enum { K_MATVEC, K_MATMUL, K_ATTN };
@@ -125,7 +146,7 @@ struct job {
     const float *x;       // matvec (ne0), matmul (nb, ne0), attn q (n_heads, hd)
     float *y;             // matvec (rows), matmul (nb, rows), attn out (n_heads, hd)
     int64_t rows, ne0, nb;
-    const float *K, *V;   // (n_ctx, n_kv_heads, hd)
+    const uint16_t *K, *V; // fp16 (n_ctx, n_kv_heads, hd)
     float *scores;        // (n_heads, n_ctx)
     int32_t n_heads, n_kv_heads, hd;
     llm_status st[256];   // per thread
@@ -136,7 +157,8 @@ static void job_fn(int i, int n, void *ctx)
     struct job *j = ctx;
     if (j->kind == K_ATTN) {
         int32_t h0 = (int32_t)((int64_t)j->n_heads * i / n), h1 = (int32_t)((int64_t)j->n_heads * (i + 1) / n);
-        llm_bench_attention(j->x, j->K, j->V, j->y, j->scores, j->rows, j->n_heads, j->n_kv_heads, j->hd, h0, h1);
+        llm_bench_attention_kernels(j->x, j->K, j->V, j->y, j->scores, j->rows, j->n_heads,
+                                    j->n_kv_heads, j->hd, h0, h1);
         j->st[i] = LLM_OK;
         return;
     }
@@ -238,26 +260,32 @@ static llm_status run_attn(const struct llm_bench_kspec *k, struct llm_pool **po
 {
     size_t kv = (size_t)k->n_ctx * (size_t)k->n_kv_heads * (size_t)k->head_dim;
     size_t qn = (size_t)k->n_heads * (size_t)k->head_dim;
-    float *K = llm_malloc(kv * sizeof *K), *V = llm_malloc(kv * sizeof *V);
+    /* an fp16 cache, llm-run's default */
+    uint16_t *K = llm_malloc(kv * sizeof *K), *V = llm_malloc(kv * sizeof *V);
     float *q = llm_malloc(qn * sizeof *q), *o = llm_malloc(qn * sizeof *o);
     float *sc = llm_malloc((size_t)k->n_heads * (size_t)k->n_ctx * sizeof *sc);
-    llm_status s = K && V && q && o && sc ? LLM_OK : LLM_E_NOMEM;
+    float *f = llm_malloc(kv * sizeof *f);
+    llm_status s = K && V && q && o && sc && f ? LLM_OK : LLM_E_NOMEM;
     uint64_t seed = 7;
     if (!s) {
-        fill_rand(K, kv, &seed);
-        fill_rand(V, kv, &seed);
+        fill_rand(f, kv, &seed);
+        llm_vec_to_f16(f, K, (int64_t)kv);
+        fill_rand(f, kv, &seed);
+        llm_vec_to_f16(f, V, (int64_t)kv);
         fill_rand(q, qn, &seed);
     }
+    llm_free(f);
     for (size_t ti = 0; ti < k->n_threads && !s; ti++) {
         struct llm_bench_kresult *r = &res[(*n)++];
         snprintf(r->kernel, sizeof r->kernel, "attn");
-        snprintf(r->type, sizeof r->type, "f32");
+        snprintf(r->type, sizeof r->type, "f16");
         snprintf(r->shape, sizeof r->shape, "attn");
         r->rows = k->n_ctx, r->cols = k->head_dim, r->batch = k->n_heads;
         r->n_kv_heads = k->n_kv_heads;
         r->n_threads = k->threads[ti];
         r->roof_gbs = k->roof_gbs[ti], r->roof_gflops = k->roof_gflops[ti];
-        llm_bench_attn_cost(k->n_ctx, k->n_heads, k->n_kv_heads, k->head_dim, &r->bytes, &r->flops);
+        llm_bench_attn_cost(k->n_ctx, k->n_heads, k->n_kv_heads, k->head_dim, sizeof(uint16_t),
+                            &r->bytes, &r->flops);
         struct job j = { .kind = K_ATTN, .x = q, .y = o, .K = K, .V = V, .scores = sc, .rows = k->n_ctx,
                          .n_heads = k->n_heads, .n_kv_heads = k->n_kv_heads, .hd = k->head_dim };
         s = time_job(r, &j, pools[ti], k->reps, k->warmup);

@@ -29,6 +29,7 @@ void llm_serve_params_default(struct llm_serve_params *p)
     llm_engine_params_default(&p->engine);
     p->defaults.max_tokens = -1;
     llm_sampler_params_default(&p->defaults.sp);
+    p->kv_k = p->kv_v = LLM_TYPE_F16;
 }
 
 /* An integer uniform in [lo, hi]. */
@@ -228,6 +229,8 @@ llm_status llm_bench_serve(struct llm_serve_result *r, struct llm_model *m, cons
     cp.n_batch = p->engine.step_tokens;
     cp.n_threads = n_threads;
     cp.n_ctx = n_ctx;
+    cp.kv_type_k = p->kv_k;
+    cp.kv_type_v = p->kv_v;
     if (!n_ctx && !p->requests) /* the longest synthetic sequence, BOS included */
         cp.n_ctx = 1 + p->shared_prefix + p->prompt_max + p->gen_max;
     struct llm_context *c = NULL;

@@ -20,6 +20,7 @@ void llm_spec_bench_params_default(struct llm_spec_bench_params *p)
     llm_spec_params_default(&p->spec);
     p->n_gen = 128;
     p->reps = 3;
+    p->kv_k = p->kv_v = LLM_TYPE_F16;
 }
 
 /* One prompt line (n bytes, its '\r' before the newline dropped) with its
@@ -140,6 +141,8 @@ llm_status llm_bench_spec(struct llm_spec_result *r, struct llm_model *m, const 
     struct llm_context_params cp;
     llm_context_params_default(&cp);
     cp.n_threads = n_threads;
+    cp.kv_type_k = p->kv_k;
+    cp.kv_type_v = p->kv_v;
     double *plain_ts = llm_calloc((size_t)p->reps, sizeof(double));
     double *spec_ts = llm_calloc((size_t)p->reps, sizeof(double));
     struct spec_tokens a = { 0 }, b = { 0 };

@@ -169,7 +169,7 @@ t_bench_kernels_columns() {
     has "$TMP/out" "| matvec | q4_0/x16 | attn | 64 x 64 | 1 | 1 |" && has "$TMP/out" "| matmul | f32 | ffn_up | 172 x 64 | 128 | 1 |" &&
     has "$TMP/out" "| matvec | f32/x16 | ffn_down | 64 x 172 | 1 | 1 |" && has "$TMP/out" "| matmul | q4_0/x16 | output | 512 x 64 | 128 | 1 |" &&
     has "$TMP/out" "| matvec | q4_0 | ffn_up | 172 x 64 | 1 | 1 |" &&
-    has "$TMP/out" "| attn | f32 | attn | 32 x 8 | 8 | 1 |" || { cat "$TMP/out"; return 1; }
+    has "$TMP/out" "| attn | f16 | attn | 32 x 8 | 8 | 1 |" || { cat "$TMP/out"; return 1; }
     [ "$(grep -c '^| mat' "$TMP/out")" = 16 ] || return 1
     expect 0 env LLM_X16=0 "$BENCH" --kernels --types q4_0 -r 1 -m "$B260" -t 1 --ctx 32 $BROOF || return 1
     has "$TMP/out" "| matvec | q4_0 | attn | 64 x 64 | 1 | 1 |" && ! grep -q x16 "$TMP/out" || return 1
@@ -190,7 +190,7 @@ assert q4["bytes"] == str(512 * 2 * 18) and q4["flops"] == str(2 * 512 * 64), q4
 mm = [r for r in rows if r["kernel"] == "matmul" and r["type"] == "f32/x16" and r["shape"] == "attn"][0]
 assert mm["batch"] == "128" and mm["bytes"] == str(64 * 64 * 4) and mm["flops"] == str(2 * 64 * 64 * 128), mm
 at = [r for r in rows if r["kernel"] == "attn"]
-assert [r["n_threads"] for r in at] == ["1", "2"] and at[0]["n_kv_heads"] == "4" and at[0]["bytes"] == str(2 * 32 * 4 * 8 * 4), at
+assert [r["n_threads"] for r in at] == ["1", "2"] and at[0]["n_kv_heads"] == "4" and at[0]["bytes"] == str(2 * 32 * 4 * 8 * 2) and at[0]["type"] == "f16", at
 PY
 }
 
@@ -507,6 +507,18 @@ t_bench_ppl_kv_types() {
         has "$TMP/out" "tg4 kv=bf16" || return 1
     expect 0 "$BENCH" -m "$B260" -p 16 -r 1 --kv-type-v bf16 -o csv && has "$TMP/out" "pp16 kv=f16/bf16" || return 1
     expect 0 "$BENCH" -m "$B260" -p 16 -n 4 -b 2 -r 1 --kv-type bf16 -o csv && has "$TMP/out" "b2:pp16+tg4 kv=bf16" || return 1
+    # and so do the serving, speculation and grammar tests (both models of a
+    # speculation): stories260K's heads of 8 cannot take q8, so each refuses it
+    printf 'Once upon a time\n' > "$TMP/p.txt"
+    expect 1 "$BENCH" -m "$B260" --serve-text "$DATA/text/tinystories_val.txt" --requests 2 \
+        --prompt-len 8-9 --gen-len 1-2 -t 1 --kv-type q8 && has "$TMP/err" "KV cache type q8" &&
+    expect 1 "$BENCH" -m "$B260" --lookup --prompts "$TMP/p.txt" -n 4 -r 1 -t 1 --kv-type-v q8 &&
+        has "$TMP/err" "KV cache type q8" &&
+    expect 1 "$BENCH" -m "$B260" --draft "$B260" --prompts "$TMP/p.txt" -n 4 -r 1 -t 1 --kv-type q8 &&
+        has "$TMP/err" "KV cache type q8" &&
+    expect 1 "$BENCH" -m "$B260" --regex 'a+' --prompts "$TMP/p.txt" -n 4 -r 1 -t 1 --kv-type q8 &&
+        has "$TMP/err" "KV cache type q8" &&
+    expect 0 "$BENCH" -m "$B260" --lookup --prompts "$TMP/p.txt" -n 4 -r 1 -t 1 --kv-type bf16 || return 1
     expect 2 "$BENCH" --kernels --kv-type bf16 && has "$TMP/err" "--kv-type, --kv-type-k and --kv-type-v go with --ppl"
 }
 # the KL divergence a KV cache type costs: the model against itself, the

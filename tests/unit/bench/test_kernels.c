@@ -10,6 +10,7 @@
 
 #include "../../../lib/bench/bench.h"
 #include "../../../lib/common/alloc.h"
+#include "../../../lib/common/fp16.h"
 #include "../../../lib/ops/matmul.h"
 #include "../helpers.h"
 
@@ -62,10 +63,12 @@ Test(kernels, cost_arithmetic)
     cr_assert_eq(b, 98304000);
     cr_assert_float_eq(f, 2.0 * 32000 * 768 * 128, 0);
     cr_assert_eq(llm_bench_product_cost(LLM_TYPE_F32, 0, 768, 1, &b, &f), LLM_E_INVALID);
-    /* K and V of 512 tokens x 4 KV heads x 64 floats; 12 query heads */
-    llm_bench_attn_cost(512, 12, 4, 64, &b, &f);
+    /* K and V of 512 tokens x 4 KV heads x 64 floats (fp16: half); 12 query heads */
+    llm_bench_attn_cost(512, 12, 4, 64, sizeof(float), &b, &f);
     cr_assert_eq(b, 1048576);
     cr_assert_float_eq(f, 4.0 * 12 * 512 * 64, 0);
+    llm_bench_attn_cost(512, 12, 4, 64, sizeof(uint16_t), &b, &f);
+    cr_assert_eq(b, 524288);
 }
 
 Test(kernels, figures)
@@ -100,6 +103,34 @@ Test(kernels, attention_by_hand)
     llm_bench_attention(q4, K4, V4, o4, sc4, 2, 1, 1, 4, 0, 1);
     cr_assert_float_eq(o4[0], 7.0f, 1e-5);
     cr_assert_float_eq(o4[3], 0.75f, 1e-6);
+}
+
+/* The kernels the benchmark times against the reference loop on the same
+ * fp16 values: 3 query heads on each of 2 KV heads, 37 positions (two full
+ * KV blocks and a partial one), head size 64. */
+Test(kernels, attention_kernels_match_the_reference_loop)
+{
+    enum { C = 37, HQ = 6, HK = 2, D = 64 };
+    static float q[HQ * D], Kf[C * HK * D], Vf[C * HK * D], ref[HQ * D], got[HQ * D], sc[HQ * C];
+    static uint16_t K[C * HK * D], V[C * HK * D];
+    uint32_t x = 12345;
+    for (int i = 0; i < C * HK * D; i++) {
+        x = x * 1664525u + 1013904223u;
+        K[i] = llm_fp32_to_fp16((float)(x >> 8) / 16777216.0f * 2 - 1);
+        x = x * 1664525u + 1013904223u;
+        V[i] = llm_fp32_to_fp16((float)(x >> 8) / 16777216.0f * 2 - 1);
+        Kf[i] = llm_fp16_to_fp32(K[i]), Vf[i] = llm_fp16_to_fp32(V[i]);
+    }
+    for (int i = 0; i < HQ * D; i++) {
+        x = x * 1664525u + 1013904223u;
+        q[i] = (float)(x >> 8) / 16777216.0f * 4 - 2;
+    }
+    llm_bench_attention(q, Kf, Vf, ref, sc, C, HQ, HK, D, 0, HQ);
+    llm_bench_attention_kernels(q, K, V, got, sc, C, HQ, HK, D, 0, 3);
+    llm_bench_attention_kernels(q, K, V, got, sc, C, HQ, HK, D, 3, HQ);
+    for (int i = 0; i < HQ * D; i++)
+        cr_assert(fabsf(got[i] - ref[i]) <= 1e-5f * (1 + fabsf(ref[i])), "element %d: %.9g vs %.9g", i,
+                  got[i], ref[i]);
 }
 
 static const int threads[2] = { 1, 2 };
@@ -141,7 +172,8 @@ Test(kernels, small_run)
     }
     cr_assert_str_eq(r[32].kernel, "attn");
     cr_assert(r[32].rows == 16 && r[32].cols == 4 && r[32].batch == 2 && r[32].n_kv_heads == 1);
-    cr_assert_eq(r[33].bytes, 2 * 16 * 1 * 4 * 4);
+    cr_assert_eq(r[33].bytes, 2 * 16 * 1 * 4 * 2); /* fp16 K and V */
+    cr_assert_str_eq(r[33].type, "f16");
     for (size_t i = 0; i < n; i++)
         llm_bench_kresult_release(&r[i]);
     llm_free(r);
@@ -189,7 +221,7 @@ Test(kernels, printers)
     cr_assert(strstr(buf, "| kernel | type | shape | rows x cols | batch | threads |"));
     cr_assert(strstr(buf, llm_x16_enabled() ? "| matvec | q4_0/x16 | output | 48 x 32 | 1 | 2 |"
                                             : "| matvec | q4_0 | output | 48 x 32 | 1 | 2 |"));
-    cr_assert(strstr(buf, "| attn | f32 | attn | 16 x 4 | 2 | 1 |"));
+    cr_assert(strstr(buf, "| attn | f16 | attn | 16 x 4 | 2 | 1 |"));
     free(buf);
     for (size_t i = 0; i < n; i++)
         llm_bench_kresult_release(&r[i]);
