@@ -157,7 +157,7 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
                "  \"calibration\": {\"windows\": %lld, \"window_tokens\": %lld, "
                "\"text_tokens\": %llu, \"seconds\": {\"total\": %.3f, \"forward\": %.3f, "
                "\"hessians\": %.3f, \"solve\": %.3f, \"search\": %.3f, \"sensitivity\": %.3f}, "
-               "\"ffn_hidden_kept\": %s},\n"
+               "\"ffn_hidden_kept\": %s, \"products\": \"%s\"},\n"
                "  \"dequantized_input\": %s,\n  \"tensors\": [",
             r->seconds, (unsigned long long)r->params, (unsigned long long)r->bytes_in,
             (unsigned long long)r->bytes_out,
@@ -167,7 +167,7 @@ static llm_status write_report(const char *path, const struct llm_qreport *r, co
             r->calib_seconds[LLM_QP_FORWARD], r->calib_seconds[LLM_QP_HESSIAN],
             r->calib_seconds[LLM_QP_SOLVE], r->calib_seconds[LLM_QP_SEARCH],
             r->calib_seconds[LLM_QP_SENS],
-            r->calib_ffn_kept ? "true" : "false",
+            r->calib_ffn_kept ? "true" : "false", r->calib_bf16 ? "bf16" : "f32",
             r->dequantized_input ? "true" : "false");
     for (size_t i = 0; i < r->n; i++) {
         const struct llm_qtensor_report *t = &r->t[i];

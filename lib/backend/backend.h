@@ -44,6 +44,11 @@ struct llm_weight {
      * widened to bytes), whose interleaved kernels read 1.5x the bytes with
      * far fewer instructions (cpu.c). 0 (f32) when x16 is NULL. */
     enum llm_type x16_type;
+    /* 1: the product may round W (f32) and the activations to bf16, where
+     * the CPU has matrix units for it (ops/matmul.h llm_matmul_bf16): the
+     * quantizer's calibration sets it on its float weights. Inference never
+     * does (its bits must not depend on the step's token count). */
+    int lowp;
 };
 
 /* Rotary embedding: θ_i = inv_freq[i] for pair i of n_dims/2; cos and sin

@@ -37,6 +37,8 @@ struct cpu_backend {
     uint16_t *win;          /* q4ch keys: (cap_win) fp16 rows of each segment's own blocks */
     size_t cap_win;
     int64_t *win_off;       /* (cap_task0) where each segment's rows start in win */
+    uint16_t *xbf;          /* (cap_xbf bytes) a lowp product's activations in bf16 */
+    size_t cap_xbf;
 };
 
 static int work_threads(const struct cpu_backend *cb, double work)
@@ -56,6 +58,7 @@ static void cpu_destroy(struct llm_backend *b)
     llm_free(cb->task0);
     llm_free(cb->win);
     llm_free(cb->win_off);
+    llm_free(cb->xbf);
     for (size_t i = 0; i < cb->n_owned; i++)
         llm_free(cb->owned[i]);
     llm_free(cb->owned);
@@ -243,12 +246,17 @@ struct mm_job {
     const struct llm_weight *const *W;
     const struct llm_weight *const *bias;
     const float *X;
+    const uint16_t *Xbf;    /* X for the lowp weights (ops/matmul.h llm_bf16_pack_x) */
     float *const *Y;
     int32_t n;
     int64_t total_rows;
     int use;                /* threads that take a share */
     llm_status status[64];
 };
+
+/* Tokens from which a lowp product runs in bf16 on the matrix units (the
+ * tiles take 16 tokens; fewer would round for little gain). */
+#define LOWP_MIN_TOKENS 8
 
 /* Thread i takes an equal slice of the weights' rows laid end to end. */
 static void mm_run(int i, int nth, void *arg)
@@ -276,6 +284,8 @@ static void mm_run(int i, int nth, void *arg)
             s = j->n == 1 ? llm_matvec_x16(W->x16_type, W->x16, j->X, j->Y[w], W->ne0, r0, r1)
                           : llm_matmul_x16(W->x16_type, W->x16, j->X, j->Y[w], W->ne0, j->n,
                                            W->rows, r0, r1);
+        else if (j->Xbf && W->lowp && W->type == LLM_TYPE_F32)
+            s = llm_matmul_bf16_packed(W->data, j->Xbf, j->Y[w], W->ne0, j->n, W->rows, r0, r1);
         else if (j->n == 1)
             s = llm_matvec(W->type, W->data, j->X, j->Y[w], W->ne0, r0, r1);
         else
@@ -308,6 +318,23 @@ static llm_status cpu_matmul(struct llm_backend *b, int n_w, const struct llm_we
     for (int w = 0; w < n_w; w++) {
         j.total_rows += W[w]->rows;
         work += (double)W[w]->rows * (double)W[w]->ne0 * n;
+    }
+    /* lowp float weights read X in bf16, rounded once for all threads
+     * (the weights of one call share ne0) */
+    int lowp = n >= LOWP_MIN_TOKENS && llm_amx_ok();
+    for (int w = 0; w < n_w && lowp; w++)
+        lowp = W[w]->lowp && W[w]->type == LLM_TYPE_F32 && W[w]->ne0 == W[0]->ne0;
+    if (lowp) {
+        const size_t bytes = llm_bf16_x_bytes(n, W[0]->ne0);
+        if (bytes > cb->cap_xbf) {
+            uint16_t *p = llm_realloc(cb->xbf, bytes);
+            if (!p)
+                return LLM_E_NOMEM;
+            cb->xbf = p;
+            cb->cap_xbf = bytes;
+        }
+        llm_bf16_pack_x(X, n, W[0]->ne0, cb->xbf);
+        j.Xbf = cb->xbf;
     }
     int use = work_threads(cb, work);
     if (use > 63)

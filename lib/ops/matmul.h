@@ -10,6 +10,7 @@
 #ifndef LLM_OPS_MATMUL_H
 #define LLM_OPS_MATMUL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../common/status.h"
@@ -31,6 +32,26 @@ llm_status llm_matmul_ref(enum llm_type t, const void *W, const float *X, float 
                           int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
 llm_status llm_matmul(enum llm_type t, const void *W, const float *X, float *Y, int64_t ne0,
                       int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
+
+/* Y (nb, ldy) for rows [r0, r1) = X (nb, ne0) . W^T for a float W (rows,
+ * ne0), with W and X rounded to bf16 (to nearest even) and the sums in
+ * float, on the CPU's matrix units (AMX: several times the float GEMM on
+ * the same cores). For the products that tolerate bf16's 8-bit mantissa:
+ * the quantizer's calibration, never inference (whose bits must not depend
+ * on the number of tokens). LLM_E_UNSUPPORTED where llm_amx_ok() is 0.
+ * The reference sums the rounded products in k order; the tiles sum them in
+ * pairs, so the two agree to float rounding, not bit for bit. */
+int llm_amx_ok(void);
+llm_status llm_matmul_bf16(const float *W, const float *X, float *Y, int64_t ne0, int64_t nb,
+                           int64_t ldy, int64_t r0, int64_t r1);
+/* The same in two steps, so that threads sharing X round it once:
+ * Xp (llm_bf16_x_bytes) = X in the kernel's layout, then the product. */
+size_t llm_bf16_x_bytes(int64_t nb, int64_t ne0);
+void llm_bf16_pack_x(const float *X, int64_t nb, int64_t ne0, uint16_t *Xp);
+llm_status llm_matmul_bf16_packed(const float *W, const uint16_t *Xp, float *Y, int64_t ne0,
+                                  int64_t nb, int64_t ldy, int64_t r0, int64_t r1);
+llm_status llm_matmul_bf16_ref(const float *W, const float *X, float *Y, int64_t ne0, int64_t nb,
+                               int64_t ldy, int64_t r0, int64_t r1);
 
 /* Interleaved 4-bit rows ("x16"), the decode layout of q4_0, q4_1 and the
  * grouped q4 types (q4_g64, q4_g128, q4z_g64, q4z_g128).

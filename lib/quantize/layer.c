@@ -39,10 +39,34 @@ static int n_threads(const struct qctx *q)
     return b->n_threads > 0 ? b->n_threads : 1;
 }
 
-/* A float matrix (rows, cols) as a weight of the forward pass. */
-static struct llm_weight fw(const float *W, int64_t rows, int64_t cols)
+/* Whether the calibration's products may run in bf16 on the CPU's matrix
+ * units (backend.h llm_weight.lowp): yes unless the environment says
+ * LLM_CALIB_BF16=0 (for float products everywhere, as on a CPU without
+ * them). GPTQ's and AWQ's references calibrate in fp16 or bf16 on a GPU. */
+static int calib_lowp(void)
 {
-    struct llm_weight w = { .type = LLM_TYPE_F32, .data = W, .ne0 = cols, .rows = rows };
+    static _Atomic int v = -1;
+    int x = v;
+    if (x < 0) {
+        const char *e = getenv("LLM_CALIB_BF16");
+        v = x = !(e && strcmp(e, "0") == 0);
+    }
+    return x;
+}
+
+int llm_q_calib_bf16(void)
+{
+    return calib_lowp() && llm_amx_ok();
+}
+
+/* A float matrix (rows, cols) as a weight of the forward pass: the
+ * calibration's products, in bf16 where the CPU allows, but not in
+ * --target-bpw's first pass, whose KL divergences of the 8-bit candidates
+ * are smaller than bf16's rounding would make them. */
+static struct llm_weight fw(const struct qctx *q, const float *W, int64_t rows, int64_t cols)
+{
+    struct llm_weight w = { .type = LLM_TYPE_F32, .data = W, .ne0 = cols, .rows = rows,
+                            .lowp = !q->measure && calib_lowp() };
     return w;
 }
 
@@ -52,7 +76,7 @@ static struct llm_weight fw(const float *W, int64_t rows, int64_t cols)
 static llm_status mm(struct qctx *q, const float *W, int64_t rows, int64_t cols, const float *X,
                      int32_t n, float *Y)
 {
-    struct llm_weight w = fw(W, rows, cols);
+    struct llm_weight w = fw(q, W, rows, cols);
     const struct llm_weight *wp[1] = { &w };
     float *yp[1] = { Y };
     struct llm_backend *b = llm_context_backend(q->ctx);
@@ -131,12 +155,16 @@ static llm_status hacc_add_raw(struct qctx *q, struct hacc *h, const float *x, i
 {
     int64_t c = h->cols;
     transpose(x, n, c, h->t, n);
-    for (int64_t j = 0; j < c; j++) {
-        double a = 0.0;
-        for (int32_t i = 0; i < n; i++)
-            a += fabsf(h->t[j * n + i]);
-        h->asum[j] += a;
-    }
+    /* each feature's sum over the chunk in token order, as one running sum
+     * per feature would (the same bits), the rows read in memory order;
+     * y is free until the product */
+    double *a = (double *)(void *)h->y;
+    memset(a, 0, (size_t)c * sizeof(double));
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < c; j++)
+            a[j] += fabsf(x[(int64_t)i * c + j]);
+    for (int64_t j = 0; j < c; j++)
+        h->asum[j] += a[j];
     /* sum[i][j] for j <= i; hacc_mean fills the upper half */
     LLM_TRY(llm_q_gram_add(qmm, q, h->sum, h->t, h->t, c, n, 1, h->y));
     h->n += n;
@@ -833,8 +861,8 @@ static llm_status attn_chunk(struct qctx *q, int32_t l, const float *xb, struct 
                              const float *Wv, const float *bv, int32_t seq, int32_t off, int32_t n,
                              float *out, float *probs)
 {
-    struct llm_weight wq = fw(Wq, lq->rows, lq->cols), wk = fw(Wk, lk->rows, lk->cols),
-                      wv = fw(Wv, lv->rows, lv->cols), bvw = fvec(bv, lv->rows);
+    struct llm_weight wq = fw(q, Wq, lq->rows, lq->cols), wk = fw(q, Wk, lk->rows, lk->cols),
+                      wv = fw(q, Wv, lv->rows, lv->cols), bvw = fvec(bv, lv->rows);
     const struct llm_layer_lin lin = { .wq = &wq, .wk = &wk, .wv = &wv, .bv = bv ? &bvw : NULL };
     return llm_layer_attention(q->ctx, l, &lin, xb, seq, off, n, out, probs);
 }
@@ -983,7 +1011,7 @@ static llm_status ffn_hidden(struct qctx *q, int32_t l, const float *X, const fl
                              int32_t n, float *h)
 {
     const int64_t dim = q->m->c.dim, ff = q->m->c.ffn_dim;
-    struct llm_weight wg = fw(W[0], ff, dim), wu = fw(W[1], ff, dim);
+    struct llm_weight wg = fw(q, W[0], ff, dim), wu = fw(q, W[1], ff, dim);
     const struct llm_layer_lin lin = { .gate = &wg, .up = &wu };
     LLM_TRY(llm_layer_norm(q->ctx, l, LLM_NORM_FFN, X, q->xb, n));
     return llm_layer_ffn_hidden(q->ctx, l, &lin, q->xb, h, n);
@@ -995,7 +1023,7 @@ static llm_status ffn_hidden(struct qctx *q, int32_t l, const float *X, const fl
 static llm_status residual(struct qctx *q, int32_t l, int is_down, const struct lin *L,
                            const float *W, const float *in, float *x, int32_t n)
 {
-    struct llm_weight w = fw(W, L->rows, L->cols);
+    struct llm_weight w = fw(q, W, L->rows, L->cols);
     const struct llm_layer_lin lin = { .wo = &w, .down = &w };
     return is_down ? llm_layer_ffn_out(q->ctx, l, &lin, in, x, n)
                    : llm_layer_attn_out(q->ctx, l, &lin, in, x, n);
@@ -1096,7 +1124,7 @@ static const struct llm_moe_lin *moe_lin(struct moe *mo, int float0)
         struct llm_weight *w = &mo->w[e * NM];
         for (int i = 0; i < NM; i++) {
             const struct lin *V = &mo->v[e * NM + i];
-            w[i] = fw(float0 ? V->W0 : V->W, V->rows, V->cols);
+            w[i] = fw(mo->q, float0 ? V->W0 : V->W, V->rows, V->cols);
         }
         mo->ml[e] = (struct llm_moe_lin){ .gate = &w[MG], .up = &w[MU], .down = &w[MD] };
     }
@@ -1722,7 +1750,7 @@ static llm_status awq_block(struct qctx *q, int32_t l, struct lin *L)
             }
             if (g == GIN_D) {
                 const float *Wgu[2] = { L[LG].W, L[LU].W };
-                struct llm_weight wg = fw(Wgu[0], ff, dim), wu = fw(Wgu[1], ff, dim);
+                struct llm_weight wg = fw(q, Wgu[0], ff, dim), wu = fw(q, Wgu[1], ff, dim);
                 const struct llm_layer_lin lin = { .gate = &wg, .up = &wu };
                 s = llm_layer_ffn_hidden(q->ctx, l, &lin, q->xb, q->hb, n);
             }

@@ -187,6 +187,8 @@ struct llm_qreport {
     double calib_seconds[LLM_QP_N];
     int calib_ffn_kept;      /* GPTQ kept the FFN's hidden states between down's Hessian and
                                 its residual (else they were computed twice) */
+    int calib_bf16;          /* the calibration's products ran in bf16 on the CPU's matrix
+                                units (llm-quantize(1)); 0: in float */
 };
 void llm_qreport_free(struct llm_qreport *r);
 

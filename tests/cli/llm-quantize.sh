@@ -262,6 +262,33 @@ t_quantize_gptq_ffn_kept_or_recomputed_same_bytes() {
     [ "$(tensors "$TMP/ffn-q-base.llm")" = "$(tensors "$TMP/ffn-q-basez.llm")" ] ||
         { echo "kept and recomputed hidden states gave different bytes"; return 1; }
 }
+# On a CPU with AMX-BF16 the calibration's products run in bf16 on those
+# units: the report says so, the file differs from the float calibration's
+# (LLM_CALIB_BF16=0, or a CPU without them) and its perplexity is within 2%
+# of it. Elsewhere both runs are float: the same bytes.
+t_quantize_calib_products_bf16_where_amx() {
+    q_base || return 1
+    local v
+    for v in 1 0; do
+        LLM_CALIB_BF16=$v "$QUANT" -q -m "$TMP/q-base.llm" -o "$TMP/cb-$v.llm" --method gptq \
+            --calib "$Q_CAL" --samples 8 --seq-len 128 --report "$TMP/cb-$v.json" || return 1
+    done
+    grep -q '"products": "f32"' "$TMP/cb-0.json" || { echo "LLM_CALIB_BF16=0 did not run float"; return 1; }
+    if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
+        grep -q '"products": "bf16"' "$TMP/cb-1.json" || { echo "an AMX CPU ran float"; return 1; }
+        [ "$(tensors "$TMP/cb-1.llm")" != "$(tensors "$TMP/cb-0.llm")" ] ||
+            { echo "bf16 and float calibrations gave the same bytes"; return 1; }
+        local p1 p0
+        p1=$(q_ppl "$TMP/cb-1.llm"); p0=$(q_ppl "$TMP/cb-0.llm")
+        lt "$p1" "$(awk -v p="$p0" 'BEGIN { print p * 1.02 }')" &&
+        lt "$p0" "$(awk -v p="$p1" 'BEGIN { print p * 1.02 }')" ||
+            { echo "ppl bf16 $p1, float $p0"; return 1; }
+    else
+        grep -q '"products": "f32"' "$TMP/cb-1.json" &&
+        [ "$(tensors "$TMP/cb-1.llm")" = "$(tensors "$TMP/cb-0.llm")" ] ||
+            { echo "no AMX: the runs differ"; return 1; }
+    fi
+}
 # --mse, the reference's range search: recorded in the metadata, different
 # bytes, and at 3 bits a clear gain (on all 3070 windows 8.15 -> 7.27, base
 # 4.97); a recipe whose gptq tensors are fp8 (no integer range) is refused.
