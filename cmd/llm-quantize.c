@@ -12,7 +12,7 @@ enum { OPT_METHOD = 256, OPT_BITS, OPT_GROUP, OPT_SYM, OPT_ASYM, OPT_DQ, OPT_FP8
        OPT_SAMPLES, OPT_SEQLEN, OPT_SEED, OPT_DAMP, OPT_ACT, OPT_STATIC, OPT_BLOCK, OPT_GRID,
        OPT_NO_DUO, OPT_NO_CLIP, OPT_AWQ_TOKENS, OPT_RECIPE, OPT_REPORT, OPT_REQUANT,
        OPT_COMPRESS, OPT_PROGRESS, OPT_REFGRID, OPT_VHESS, OPT_GPTAQ,
-       OPT_MSE, OPT_TYPE, OPT_TARGET };
+       OPT_MSE, OPT_TYPE, OPT_TARGET, OPT_CALIB_BF16 };
 
 static const struct llm_opt opts[] = {
     { 'm', "model", LLM_ARG_REQUIRED, "FILE", "the float model to quantize (.llm, GGUF, ...)", "file" },
@@ -30,6 +30,7 @@ static const struct llm_opt opts[] = {
     { OPT_SAMPLES, "samples", LLM_ARG_REQUIRED, "N", "calibration windows (default: 128)", NULL },
     { OPT_SEQLEN, "seq-len", LLM_ARG_REQUIRED, "L", "tokens per calibration window (default: 512)", NULL },
     { OPT_SEED, "seed", LLM_ARG_REQUIRED, "N", "seed of the window positions (default: 1)", NULL },
+    { OPT_CALIB_BF16, "calib-bf16", LLM_ARG_NONE, NULL, "the calibration's products in bf16 on the CPU's AMX units: faster, at a slightly higher perplexity (needs AMX-BF16)", NULL },
     { OPT_DAMP, "damp", LLM_ARG_REQUIRED, "F", "gptq (and fp8 with --calib): dampening, a fraction of the mean Hessian diagonal (default: 0.01)", NULL },
     { OPT_ACT, "act-order", LLM_ARG_NONE, NULL, "gptq (and fp8 with --calib): quantize columns in descending Hessian-diagonal order", NULL },
     { OPT_STATIC, "static-groups", LLM_ARG_NONE, NULL, "gptq: group parameters from the original weights (act-order stays in column order)", NULL },
@@ -381,6 +382,7 @@ int main(int argc, char **argv)
             break;
         case OPT_RECIPE: recipe_path = arg; break;
         case OPT_REPORT: report = arg; break;
+        case OPT_CALIB_BF16: p.calib_bf16 = 1; break;
         case OPT_REQUANT: p.allow_requantize = 1; break;
         case 't':
             if (parse_int(arg, 1, 63, "--threads", &v))
@@ -448,9 +450,14 @@ int main(int argc, char **argv)
     if (have_awq && m != LLM_QM_AWQ && !recipe_path)
         return llm_cli_usage(&cli, "--awq-grid, --awq-tokens, --no-clip and --no-duo-scaling "
                              "apply to awq");
-    if (have_window && !p.calib_path)
-        return llm_cli_usage(&cli, "--samples, --seq-len and --seed apply to the calibration "
-                             "text (--calib)");
+    if ((have_window || p.calib_bf16) && !p.calib_path)
+        return llm_cli_usage(&cli, "--samples, --seq-len, --seed and --calib-bf16 apply to the "
+                             "calibration text (--calib)");
+    if (p.calib_bf16 && !llm_q_calib_bf16_ok()) {
+        fprintf(stderr, "llm-quantize: --calib-bf16: this CPU has no AMX-BF16 units (or the "
+                        "kernel does not grant them)\n");
+        return 1;
+    }
     if (have_fp8 && m != LLM_QM_FP8 && !recipe_path)
         return llm_cli_usage(&cli, "--fp8-scale applies to fp8");
     /* with calibration fp8's scope is chosen per tensor unless given: the

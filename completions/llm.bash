@@ -467,7 +467,7 @@ _llm_quantize()
             ;;
         esac
         if [[ $cur == -* ]]; then
-            _llm_words '-m --model -o --output --method --type --target-bpw --bits --group --sym --asym --double-quant --fp8-scale --calib --samples --seq-len --seed --damp --act-order --static-groups --reference-grid --v-hessian --gptaq --mse --block-size --awq-grid --no-duo-scaling --no-clip --awq-tokens --recipe --report --allow-requantize -t --threads --compress --progress -h --help -V --version -v --verbose -q --quiet'
+            _llm_words '-m --model -o --output --method --type --target-bpw --bits --group --sym --asym --double-quant --fp8-scale --calib --samples --seq-len --seed --calib-bf16 --damp --act-order --static-groups --reference-grid --v-hessian --gptaq --mse --block-size --awq-grid --no-duo-scaling --no-clip --awq-tokens --recipe --report --allow-requantize -t --threads --compress --progress -h --help -V --version -v --verbose -q --quiet'
             return
         fi
     fi

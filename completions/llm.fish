@@ -113,6 +113,7 @@ complete -c llm-quantize -l calib -r -F -d 'calibration text for gptq and awq (a
 complete -c llm-quantize -l samples -x -d 'calibration windows (default: 128)'
 complete -c llm-quantize -l seq-len -x -d 'tokens per calibration window (default: 512)'
 complete -c llm-quantize -l seed -x -d 'seed of the window positions (default: 1)'
+complete -c llm-quantize -l calib-bf16 -d 'the calibration\'s products in bf16 on the CPU\'s AMX units: faster, at a slightly higher perplexity (needs AMX-BF16)'
 complete -c llm-quantize -l damp -x -d 'gptq (and fp8 with --calib): dampening, a fraction of the mean Hessian diagonal (default: 0.01)'
 complete -c llm-quantize -l act-order -d 'gptq (and fp8 with --calib): quantize columns in descending Hessian-diagonal order'
 complete -c llm-quantize -l static-groups -d 'gptq: group parameters from the original weights (act-order stays in column order)'

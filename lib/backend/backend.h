@@ -82,6 +82,11 @@ struct llm_backend;
 struct llm_backend_ops {
     const char *name;
     void (*destroy)(struct llm_backend *b);
+    /* Run fn(i, n, ctx) for i < n on the backend's n host threads and
+     * wait: a caller's own loops over host memory (the quantizer's
+     * element-wise work between products). NULL: the caller runs
+     * fn(0, 1, ctx). */
+    void (*host_run)(struct llm_backend *b, void (*fn)(int i, int n, void *ctx), void *ctx);
     /* Run with n threads from now on (n > 0). */
     llm_status (*threads)(struct llm_backend *b, int n);
     /* Device memory for activations and the KV cache (zeroed). */

@@ -85,6 +85,12 @@ static llm_status cpu_threads(struct llm_backend *b, int n)
     return LLM_OK;
 }
 
+static void cpu_host_run(struct llm_backend *b, void (*fn)(int i, int n, void *ctx), void *ctx)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    llm_pool_run(cb->pool, fn, ctx);
+}
+
 static llm_status cpu_alloc(struct llm_backend *b, size_t bytes, void **out)
 {
     (void)b;
@@ -223,21 +229,43 @@ static llm_status cpu_embed(struct llm_backend *b, const struct llm_weight *W, c
     return s;
 }
 
+struct norm_job {
+    const float *x, *g;
+    float *y;
+    int32_t n;
+    int64_t dim;
+    float eps;
+};
+
+/* tokens [n i / nth, n (i + 1) / nth): each row's arithmetic is the same
+ * whichever thread takes it */
+static void norm_run(int i, int nth, void *arg)
+{
+    const struct norm_job *j = arg;
+    const int64_t dim = j->dim;
+    for (int32_t t = (int32_t)((int64_t)j->n * i / nth); t < (int64_t)j->n * (i + 1) / nth; t++) {
+        const float *xi = j->x + (int64_t)t * dim;
+        float *yi = j->y + (int64_t)t * dim;
+        float ss = 0.0f;
+        for (int64_t k = 0; k < dim; k++)
+            ss += xi[k] * xi[k];
+        ss = 1.0f / sqrtf(ss / (float)dim + j->eps);
+        for (int64_t k = 0; k < dim; k++)
+            yi[k] = j->g[k] * (ss * xi[k]);
+    }
+}
+
+/* Over threads for a prefill's or a calibration chunk's rows (each row's
+ * sum of squares is one dependent chain of dim adds). */
 static llm_status cpu_rmsnorm(struct llm_backend *b, const float *x, const struct llm_weight *w,
                               float *y, int32_t n, int64_t dim, float eps)
 {
-    (void)b;
-    const float *g = w->data;
-    for (int32_t i = 0; i < n; i++) {
-        const float *xi = x + (int64_t)i * dim;
-        float *yi = y + (int64_t)i * dim;
-        float ss = 0.0f;
-        for (int64_t j = 0; j < dim; j++)
-            ss += xi[j] * xi[j];
-        ss = 1.0f / sqrtf(ss / (float)dim + eps);
-        for (int64_t j = 0; j < dim; j++)
-            yi[j] = g[j] * (ss * xi[j]);
-    }
+    struct cpu_backend *cb = (struct cpu_backend *)b;
+    struct norm_job j = { x, w->data, y, n, dim, eps };
+    if (n < 8 || (int64_t)n * dim < 32768 || llm_pool_size(cb->pool) == 1)
+        norm_run(0, 1, &j);
+    else
+        llm_pool_run(cb->pool, norm_run, &j);
     return LLM_OK;
 }
 
@@ -827,6 +855,7 @@ static llm_status cpu_gather(struct llm_backend *b, const float *x, const int32_
 static const struct llm_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
+    .host_run = cpu_host_run,
     .threads = cpu_threads,
     .alloc = cpu_alloc,
     .release = cpu_release,

@@ -39,34 +39,21 @@ static int n_threads(const struct qctx *q)
     return b->n_threads > 0 ? b->n_threads : 1;
 }
 
-/* Whether the calibration's products may run in bf16 on the CPU's matrix
- * units (backend.h llm_weight.lowp): yes unless the environment says
- * LLM_CALIB_BF16=0 (for float products everywhere, as on a CPU without
- * them). GPTQ's and AWQ's references calibrate in fp16 or bf16 on a GPU. */
-static int calib_lowp(void)
+int llm_q_calib_bf16_ok(void)
 {
-    static _Atomic int v = -1;
-    int x = v;
-    if (x < 0) {
-        const char *e = getenv("LLM_CALIB_BF16");
-        v = x = !(e && strcmp(e, "0") == 0);
-    }
-    return x;
+    return llm_amx_ok();
 }
 
-int llm_q_calib_bf16(void)
-{
-    return calib_lowp() && llm_amx_ok();
-}
-
-/* A float matrix (rows, cols) as a weight of the forward pass: the
- * calibration's products, in bf16 where the CPU allows, but not in
- * --target-bpw's first pass, whose KL divergences of the 8-bit candidates
- * are smaller than bf16's rounding would make them. */
+/* A float matrix (rows, cols) as a weight of the forward pass. With
+ * calib_bf16 the calibration's products round to bf16 on the CPU's
+ * matrix units (backend.h llm_weight.lowp), but not in --target-bpw's
+ * first pass, whose KL divergences of the 8-bit candidates are smaller
+ * than bf16's rounding would make them. Not the default: on SmolLM2 it
+ * costs 0.4-0.5% of perplexity (llm-quantize(1)). */
 static struct llm_weight fw(const struct qctx *q, const float *W, int64_t rows, int64_t cols)
 {
     struct llm_weight w = { .type = LLM_TYPE_F32, .data = W, .ne0 = cols, .rows = rows,
-                            .lowp = !q->measure && calib_lowp() };
+                            .lowp = !q->measure && q->p->calib_bf16 };
     return w;
 }
 
@@ -127,6 +114,18 @@ static void hacc_free(struct hacc *h)
     memset(h, 0, sizeof *h);
 }
 
+/* The backend's host threads for the loops between products (vhess.h
+ * llm_qpar_fn) */
+static void qpar(void *ctx, void (*fn)(int i, int n, void *arg), void *arg)
+{
+    struct qctx *q = ctx;
+    struct llm_backend *b = llm_context_backend(q->ctx);
+    if (b->ops->host_run)
+        b->ops->host_run(b, fn, arg);
+    else
+        fn(0, 1, arg);
+}
+
 /* mm as the products of vhess.h */
 static llm_status qmm(void *ctx, const float *W, int64_t rows, int64_t cols, const float *X,
                       int32_t n, float *Y)
@@ -134,17 +133,42 @@ static llm_status qmm(void *ctx, const float *W, int64_t rows, int64_t cols, con
     return mm(ctx, W, rows, cols, X, n, Y);
 }
 
-/* t[j * ldt + i] = x[i * c + j] for x (n, c): in tiles of 16 tokens, each
- * reading 16 rows and writing 16-float runs (a plain loop writes one float
- * per cache line) */
-static void transpose(const float *x, int32_t n, int64_t c, float *t, int64_t ldt)
+/* t[j * ldt + i] = x[i * c + j] for x (n, c) and features j in [j0, j1):
+ * in tiles of 16 tokens, each reading 16 rows and writing 16-float runs (a
+ * plain loop writes one float per cache line) */
+static void transpose(const float *x, int32_t n, int64_t c, float *t, int64_t ldt, int64_t j0,
+                      int64_t j1)
 {
     for (int32_t a = 0; a < n; a += 16) {
         const int32_t a1 = n - a < 16 ? n : a + 16;
-        for (int64_t j = 0; j < c; j++)
+        for (int64_t j = j0; j < j1; j++)
             for (int32_t i = a; i < a1; i++)
                 t[j * ldt + i] = x[(int64_t)i * c + j];
     }
+}
+
+/* hacc_add_raw's loops over the chunk x (n, c), features split between
+ * the threads: the transpose, and into a (c) each feature's sum of |x| in
+ * token order (the bits of one running sum per feature), rows read in
+ * memory order */
+struct tr_job {
+    const float *x;
+    int32_t n;
+    int64_t c;
+    float *t;
+    double *a;
+};
+
+static void tr_run(int i, int nth, void *arg)
+{
+    const struct tr_job *J = arg;
+    const int64_t j0 = J->c * i / nth, j1 = J->c * (i + 1) / nth;
+    transpose(J->x, J->n, J->c, J->t, J->n, j0, j1);
+    for (int64_t j = j0; j < j1; j++)
+        J->a[j] = 0.0;
+    for (int32_t r = 0; r < J->n; r++)
+        for (int64_t j = j0; j < j1; j++)
+            J->a[j] += fabsf(J->x[(int64_t)r * J->c + j]);
 }
 
 /* Add the n tokens x (n, cols): the product T . T^T of the transposed
@@ -154,19 +178,13 @@ static void transpose(const float *x, int32_t n, int64_t c, float *t, int64_t ld
 static llm_status hacc_add_raw(struct qctx *q, struct hacc *h, const float *x, int32_t n)
 {
     int64_t c = h->cols;
-    transpose(x, n, c, h->t, n);
-    /* each feature's sum over the chunk in token order, as one running sum
-     * per feature would (the same bits), the rows read in memory order;
-     * y is free until the product */
-    double *a = (double *)(void *)h->y;
-    memset(a, 0, (size_t)c * sizeof(double));
-    for (int32_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < c; j++)
-            a[j] += fabsf(x[(int64_t)i * c + j]);
+    /* y is free until the product */
+    struct tr_job J = { x, n, c, h->t, (double *)(void *)h->y };
+    qpar(q, tr_run, &J);
     for (int64_t j = 0; j < c; j++)
-        h->asum[j] += a[j];
+        h->asum[j] += J.a[j];
     /* sum[i][j] for j <= i; hacc_mean fills the upper half */
-    LLM_TRY(llm_q_gram_add(qmm, q, h->sum, h->t, h->t, c, n, 1, h->y));
+    LLM_TRY(llm_q_gram_add(qmm, qpar, q, h->sum, h->t, h->t, c, n, 1, h->y));
     h->n += n;
     return LLM_OK;
 }
@@ -190,7 +208,7 @@ static llm_status hacc_add_pair(struct qctx *q, struct hacc *h, const float *x, 
     llm_status s = hacc_add_raw(q, h, x, n);
     if (!s && h->dsum && xf) {
         int64_t c = h->cols;
-        transpose(xf, n, c, h->td, n);
+        transpose(xf, n, c, h->td, n, 0, c);
         for (int64_t i = 0; i < c * n; i++) /* td = xf^T - x^T, t holding x^T */
             h->td[i] -= h->t[i];
         s = mm(q, h->t, c, n, h->td, (int32_t)c, h->y); /* y = td t^T */
@@ -942,6 +960,7 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
         s = hacc_init_x(&h[g], dim, 1, asym);
         if (!s)
             s = llm_vhess_init(&vh[g], len, dim, hpg, nb, asym);
+        vh[g].par = qpar; /* (init zeroes it, also on failure) */
     }
     for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
         /* the model's attention of the chunk with the quantized q and k (and
@@ -951,7 +970,7 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
             const float *X = (v ? q->Xf : q->X) + k.row0 * dim;
             s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, X, q->xb, k.n);
             if (!s)
-                transpose(q->xb, k.n, dim, XT[v] + k.off, len);
+                transpose(q->xb, k.n, dim, XT[v] + k.off, len, 0, dim);
             if (!s)
                 s = attn_chunk(q, l, q->xb, lq, v ? lq->W0 : lq->W, lk, v ? lk->W0 : lk->W, lv,
                                v ? lv->W0 : lv->W, NULL, v, k.off, k.n, att, probs[v]);

@@ -115,9 +115,6 @@ enum llm_type llm_q_fit_group(enum llm_type t, int64_t ne0);
 
 /* layer.c: calibrated processing of stage s (a block, or the head) */
 llm_status llm_q_calib_begin(struct qctx *q);
-/* Whether the calibration's products (but --target-bpw's first pass) run
- * in bf16 on this CPU's matrix units (layer.c fw). */
-int llm_q_calib_bf16(void);
 llm_status llm_q_calib_stage(struct qctx *q, int stage);
 void llm_q_calib_end(struct qctx *q);
 

@@ -961,7 +961,7 @@ llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p
         rep->target_bpw = p->target_bpw;
         memcpy(rep->calib_seconds, q.ph, sizeof q.ph);
         rep->calib_ffn_kept = q.hc_kept;
-        rep->calib_bf16 = q.cal.n > 0 && llm_q_calib_bf16();
+        rep->calib_bf16 = q.cal.n > 0 && p->calib_bf16 && llm_q_calib_bf16_ok();
         /* the forward passes: what the stages did besides the rest */
         rep->calib_seconds[LLM_QP_FORWARD] =
             q.ph[LLM_QP_TOTAL] - q.ph[LLM_QP_HESSIAN] - q.ph[LLM_QP_SOLVE] - q.ph[LLM_QP_SEARCH] -

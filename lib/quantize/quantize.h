@@ -239,6 +239,9 @@ struct llm_quantize_params {
     float gptq_mse;                    /* > 0: each group's range searched for the least
                                           error in this norm (llm_gptq_params.mse; the
                                           reference's is LLM_GPTQ_MSE); 0 (default): off */
+    int calib_bf16;                    /* the calibration's products (but --target-bpw's first
+                                          pass) in bf16 on the CPU's AMX units; needs
+                                          llm_q_calib_bf16_ok() */
     int input_v_hessian;               /* v's Hessian from its input, as the reference, instead
                                           of the attention-weighted input per KV head */
     /* awq */
@@ -267,6 +270,9 @@ void llm_quantize_params_default(struct llm_quantize_params *p);
  * options `wo` (compression). `rep` (optional) receives per-tensor figures.
  * Refuses a file whose metadata says it was quantized already, or whose
  * weights are quantized, unless allow_requantize. */
+/* Whether this CPU (and kernel) has the AMX-BF16 units calib_bf16 needs. */
+int llm_q_calib_bf16_ok(void);
+
 llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p,
                         const char *out_path, const struct llm_write_opts *wo,
                         struct llm_qreport *rep);

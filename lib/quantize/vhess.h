@@ -27,14 +27,20 @@
 typedef llm_status (*llm_qmm_fn)(void *ctx, const float *W, int64_t rows, int64_t cols,
                                  const float *X, int32_t n, float *Y);
 
+/* Run fn(i, n, arg) for i < n on the caller's threads and wait (the
+ * element-wise loops between the products); NULL: serially. Every loop
+ * given to it splits disjoint outputs, so the results do not depend on
+ * the threads. */
+typedef void (*llm_qpar_fn)(void *ctx, void (*fn)(int i, int n, void *arg), void *arg);
+
 /* Rows of features per product of llm_q_gram_add (and of M's key blocks). */
 #define LLM_Q_GRAM_BLOCK 96
 
 /* sum (c, c) += A B^T for A, B (c, len) (rows: features): the blocks on
  * and below the diagonal when `lower` (for a symmetric product; j <= i is
  * written), else all of it. y: scratch (LLM_Q_GRAM_BLOCK, c). */
-llm_status llm_q_gram_add(llm_qmm_fn mm, void *ctx, double *sum, const float *A, const float *B,
-                          int64_t c, int64_t len, int lower, float *y);
+llm_status llm_q_gram_add(llm_qmm_fn mm, llm_qpar_fn par, void *ctx, double *sum, const float *A,
+                          const float *B, int64_t c, int64_t len, int lower, float *y);
 
 struct llm_vhess {
     int64_t len, dim, hpg, nb; /* window tokens, features, heads of the group, chunk tokens */
@@ -43,6 +49,7 @@ struct llm_vhess {
     float *S, *Sf;             /* (len, hpg * nb) the chunk's probabilities, gathered */
     float *Z, *U;              /* (dim, len) X^T M, and X_f^T C - X^T M */
     float *y;                  /* (LLM_Q_GRAM_BLOCK, max(len, dim)) products */
+    llm_qpar_fn par;           /* the gathers' and sums' threads (NULL after init: serial) */
 };
 
 llm_status llm_vhess_init(struct llm_vhess *v, int64_t len, int64_t dim, int64_t hpg, int64_t nb,

@@ -685,11 +685,6 @@ static double kl_alone(struct llm_file *f, const char *txt, const char *name, en
  * errors, between the two on the line through them. */
 Test(quantize, target_bpw_costs_are_kl_divergences)
 {
-    /* kl_alone's run takes its importance from a calibration whose
-     * products may be bf16 (layer.c calib_lowp), the first pass's are
-     * float: a few roundings differ and the divergence with them (0.6%).
-     * Both in float, the equality is the first pass's own. */
-    setenv("LLM_CALIB_BF16", "0", 1);
     TEST_DATA(txt, "text/calibration_datav3.txt");
     TEST_DATA(bin, "llama2c/stories260K.bin");
     TEST_DATA(tokp, "llama2c/tok512.bin");

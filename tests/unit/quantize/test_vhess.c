@@ -61,6 +61,15 @@ static void make_probs(double *P, int64_t nh, int64_t len)
         }
 }
 
+/* the threads' shares run one after the other: 3 of them, so that every
+ * loop given to llm_qpar_fn is split into uneven parts */
+static void par3(void *ctx, void (*fn)(int i, int n, void *arg), void *arg)
+{
+    (void)ctx;
+    for (int i = 0; i < 3; i++)
+        fn(i, 3, arg);
+}
+
 static void check(llm_qmm_fn mm, int64_t nh, int64_t nkv, int64_t len, int64_t nb, int64_t dim,
                   int cross, double tol)
 {
@@ -85,26 +94,37 @@ static void check(llm_qmm_fn mm, int64_t nh, int64_t nkv, int64_t len, int64_t n
             XfT[j * len + t] = (float)Xf[t * dim + j];
         }
     for (int64_t g = 0; g < nkv; g++) {
-        struct llm_vhess v;
-        cr_assert(llm_vhess_init(&v, len, dim, hpg, nb, cross) == LLM_OK);
         double *sum = calloc((size_t)(dim * dim), sizeof(double));
         double *dsum = calloc((size_t)(dim * dim), sizeof(double));
-        /* two windows: M and C must start again at zero after the first */
-        for (int w = 0; w < 2; w++) {
-            for (int64_t off = 0; off < len; off += nb) {
-                const int32_t n = (int32_t)(len - off < nb ? len - off : nb);
-                const int64_t pl = off + n;
-                for (int v2 = 0; v2 < 2; v2++)
-                    for (int64_t h = 0; h < nh; h++)
-                        for (int32_t i = 0; i < n; i++)
-                            for (int64_t j = 0; j < pl; j++)
-                                probs[v2][(h * n + i) * pl + j] =
-                                    (float)(v2 ? Pf : P)[(h * len + off + i) * len + j];
-                cr_assert(llm_vhess_add(&v, mm, NULL, probs, g * hpg, (int32_t)off, n) ==
-                          LLM_OK);
+        double *sum3 = calloc((size_t)(dim * dim), sizeof(double));
+        double *dsum3 = calloc((size_t)(dim * dim), sizeof(double));
+        /* serially, then with the loops split in 3 (par3): the same bits */
+        for (int split = 0; split < 2; split++) {
+            struct llm_vhess v;
+            cr_assert(llm_vhess_init(&v, len, dim, hpg, nb, cross) == LLM_OK);
+            v.par = split ? par3 : NULL;
+            /* two windows: M and C must start again at zero after the first */
+            for (int w = 0; w < 2; w++) {
+                for (int64_t off = 0; off < len; off += nb) {
+                    const int32_t n = (int32_t)(len - off < nb ? len - off : nb);
+                    const int64_t pl = off + n;
+                    for (int v2 = 0; v2 < 2; v2++)
+                        for (int64_t h = 0; h < nh; h++)
+                            for (int32_t i = 0; i < n; i++)
+                                for (int64_t j = 0; j < pl; j++)
+                                    probs[v2][(h * n + i) * pl + j] =
+                                        (float)(v2 ? Pf : P)[(h * len + off + i) * len + j];
+                    cr_assert(llm_vhess_add(&v, mm, NULL, probs, g * hpg, (int32_t)off, n) ==
+                              LLM_OK);
+                }
+                cr_assert(llm_vhess_window(&v, mm, NULL, XT, XfT, split ? sum3 : sum,
+                                           split ? dsum3 : dsum) == LLM_OK);
             }
-            cr_assert(llm_vhess_window(&v, mm, NULL, XT, XfT, sum, dsum) == LLM_OK);
+            llm_vhess_free(&v);
         }
+        cr_assert_eq(memcmp(sum, sum3, sizeof(double) * (size_t)(dim * dim)), 0);
+        cr_assert_eq(memcmp(dsum, dsum3, sizeof(double) * (size_t)(dim * dim)), 0);
+        free(sum3), free(dsum3);
         /* the definition, once, doubled for the two windows */
         double *Y = malloc(sizeof(double) * (size_t)(len * dim));
         double *Yf = malloc(sizeof(double) * (size_t)(len * dim));
@@ -144,7 +164,6 @@ static void check(llm_qmm_fn mm, int64_t nh, int64_t nkv, int64_t len, int64_t n
                           "group %lld D[%lld][%lld]: %g, definition %g", (long long)g,
                           (long long)a, (long long)b, dsum[a * dim + b], dref[a * dim + b]);
         free(Y), free(Yf), free(ref), free(dref), free(sum), free(dsum);
-        llm_vhess_free(&v);
     }
     free(P), free(Pf), free(X), free(Xf), free(XT), free(XfT), free(probs[0]), free(probs[1]);
 }
