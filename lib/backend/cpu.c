@@ -21,6 +21,9 @@
 
 /* Multiply-adds below which an op stays on one thread. */
 #define CPU_SERIAL_WORK (1 << 16)
+/* Elements below which an element-wise op (a gate, a norm) stays on one
+ * thread. */
+#define CPU_SPLIT_MIN 32768
 
 struct cpu_backend {
     struct llm_backend base;
@@ -262,7 +265,7 @@ static llm_status cpu_rmsnorm(struct llm_backend *b, const float *x, const struc
 {
     struct cpu_backend *cb = (struct cpu_backend *)b;
     struct norm_job j = { x, w->data, y, n, dim, eps };
-    if (n < 8 || (int64_t)n * dim < 32768 || llm_pool_size(cb->pool) == 1)
+    if (n < 8 || (int64_t)n * dim < CPU_SPLIT_MIN || llm_pool_size(cb->pool) == 1)
         norm_run(0, 1, &j);
     else
         llm_pool_run(cb->pool, norm_run, &j);
@@ -312,7 +315,7 @@ static void mm_run(int i, int nth, void *arg)
             s = j->n == 1 ? llm_matvec_x16(W->x16_type, W->x16, j->X, j->Y[w], W->ne0, r0, r1)
                           : llm_matmul_x16(W->x16_type, W->x16, j->X, j->Y[w], W->ne0, j->n,
                                            W->rows, r0, r1);
-        else if (j->Xbf && W->lowp && W->type == LLM_TYPE_F32)
+        else if (j->Xbf) /* every weight of the call is lowp f32 (cpu_matmul) */
             s = llm_matmul_bf16_packed(W->data, j->Xbf, j->Y[w], W->ne0, j->n, W->rows, r0, r1);
         else if (j->n == 1)
             s = llm_matvec(W->type, W->data, j->X, j->Y[w], W->ne0, r0, r1);
@@ -349,10 +352,10 @@ static llm_status cpu_matmul(struct llm_backend *b, int n_w, const struct llm_we
     }
     /* lowp float weights read X in bf16, rounded once for all threads
      * (the weights of one call share ne0) */
-    int lowp = n >= LOWP_MIN_TOKENS && llm_amx_ok();
+    int lowp = n >= LOWP_MIN_TOKENS;
     for (int w = 0; w < n_w && lowp; w++)
         lowp = W[w]->lowp && W[w]->type == LLM_TYPE_F32 && W[w]->ne0 == W[0]->ne0;
-    if (lowp) {
+    if (lowp && llm_amx_ok()) {
         const size_t bytes = llm_bf16_x_bytes(n, W[0]->ne0);
         if (bytes > cb->cap_xbf) {
             uint16_t *p = llm_realloc(cb->xbf, bytes);
@@ -768,7 +771,7 @@ static llm_status ew_gate(struct llm_backend *b, float *gate, const float *up, i
                           void (*range)(float *, const float *, int64_t, int64_t))
 {
     struct cpu_backend *cb = (struct cpu_backend *)b;
-    if (m < 32768 || llm_pool_size(cb->pool) == 1) {
+    if (m < CPU_SPLIT_MIN || llm_pool_size(cb->pool) == 1) {
         range(gate, up, 0, m);
     } else {
         struct ew_job j = { gate, up, m, range };

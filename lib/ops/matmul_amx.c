@@ -44,13 +44,15 @@ static _Atomic int amx_state = -1;
 int llm_amx_ok(void)
 {
     int v = amx_state;
-    if (v >= 0) /* LLM_ISA=avx2 or scalar (llm_matmul_isa) rules the units out too */
-        return v && llm_matmul_isa() == LLM_ISA_AVX512;
-    unsigned a, b, c, d, a1, b1, c1, d1;
-    v = __get_cpuid_count(7, 0, &a, &b, &c, &d) && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) &&
-        (d & (1u << 24)) && (d & (1u << 22)) && (b & (1u << 16)) && (b & (1u << 30)) &&
-        (a1 & (1u << 5)) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    amx_state = v;
+    if (v < 0) {
+        unsigned a, b, c, d, a1, b1, c1, d1;
+        v = __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+            __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (d & (1u << 24)) && (d & (1u << 22)) &&
+            (b & (1u << 16)) && (b & (1u << 30)) && (a1 & (1u << 5)) &&
+            syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        amx_state = v;
+    }
+    /* LLM_ISA=avx2 or scalar (llm_matmul_isa) rules the units out too */
     return v && llm_matmul_isa() == LLM_ISA_AVX512;
 }
 

@@ -265,14 +265,14 @@ struct llm_quantize_params {
 };
 void llm_quantize_params_default(struct llm_quantize_params *p);
 
+/* Whether this CPU (and kernel) has the AMX-BF16 units calib_bf16 needs. */
+int llm_q_calib_bf16_ok(void);
+
 /* Quantize `in` (its weights are read in place, float or dequantized) and
  * write the result to out_path (a .llm; "-" = stdout) with the writer
  * options `wo` (compression). `rep` (optional) receives per-tensor figures.
  * Refuses a file whose metadata says it was quantized already, or whose
  * weights are quantized, unless allow_requantize. */
-/* Whether this CPU (and kernel) has the AMX-BF16 units calib_bf16 needs. */
-int llm_q_calib_bf16_ok(void);
-
 llm_status llm_quantize(struct llm_file *in, const struct llm_quantize_params *p,
                         const char *out_path, const struct llm_write_opts *wo,
                         struct llm_qreport *rep);
