@@ -255,7 +255,11 @@ void llm_vec_to_f16_ref(const float *x, uint16_t *y, int64_t n)
 
 static float exp_poly(float x)
 {
-    x = x < EXP_LO ? EXP_LO : x > EXP_HI ? EXP_HI : x;
+    /* max then min, as the vector kernels' _mm*_max_ps and _mm*_min_ps:
+     * a NaN becomes EXP_LO there, so it does here (and never reaches the
+     * integer conversion below, where it would be undefined) */
+    x = x > EXP_LO ? x : EXP_LO;
+    x = x < EXP_HI ? x : EXP_HI;
     const float n = nearbyintf(x * EXP_LOG2E);
     const float r = x - n * EXP_C1 - n * EXP_C2;
     float p = EXP_P0;
@@ -933,7 +937,9 @@ static T_AVX2 void softmax_avx2(float *s, int64_t lo, int64_t hi, float scale, f
             const __m256i m = full ? ones : softmax_mask(c, lo, hi);
             const __m256 v = _mm256_mul_ps(SOFTMAX_LOAD(c, m, full), _mm256_set1_ps(scale));
             SOFTMAX_STORE(c, m, full, v);
-            m8 = _mm256_max_ps(m8, full ? v : _mm256_blendv_ps(m8, v, _mm256_castsi256_ps(m)));
+            /* v first: maxps gives its second operand where one is NaN,
+             * so a NaN score is passed over, as in the reference */
+            m8 = _mm256_max_ps(full ? v : _mm256_blendv_ps(m8, v, _mm256_castsi256_ps(m)), m8);
         }
         m8 = _mm256_max_ps(m8, _mm256_permute2f128_ps(m8, m8, 1));
         m8 = _mm256_max_ps(m8, _mm256_shuffle_ps(m8, m8, 0x4e));

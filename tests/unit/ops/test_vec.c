@@ -682,6 +682,53 @@ Test(vec, softmax_close_to_exact_and_the_reference_bits, .fini = restore)
         }
 }
 
+/* Non-finite inputs (a damaged or fuzzed model's NaN and infinities):
+ * the gates and the softmax give each SIMD variant the reference's
+ * values (NaN where the reference has NaN), and the reference converts
+ * no NaN to an integer (the sanitizer builds fail on that). */
+static int same_or_both_nan(const float *a, const float *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(isnan(a[i]) && isnan(b[i])) && memcmp(&a[i], &b[i], sizeof(float)))
+            return 0;
+    return 1;
+}
+
+Test(vec, non_finite_inputs_give_the_reference_values_anywhere, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    enum { N = 37 };
+    float x[N], u[N], ref[N], got[N];
+    for (int i = 0; i < N; i++)
+        x[i] = 3.0f * rnd(), u[i] = 1.0f + rnd();
+    x[1] = NAN, x[9] = INFINITY, x[17] = -INFINITY, x[33] = NAN, x[35] = INFINITY;
+    void (*refs[2])(float *, const float *, int64_t) = { llm_vec_geglu_ref, llm_vec_swiglu_ref };
+    void (*gates[2])(float *, const float *, int64_t) = { llm_vec_geglu, llm_vec_swiglu };
+    for (int gi = 0; gi < 2; gi++) {
+        memcpy(ref, x, sizeof x);
+        refs[gi](ref, u, N);
+        for (int ii = 0; ii < ni; ii++) {
+            llm_matmul_set_isa(is[ii]);
+            memcpy(got, x, sizeof x);
+            gates[gi](got, u, N);
+            cr_assert(same_or_both_nan(got, ref, N), "gate %d isa %d", gi, is[ii]);
+        }
+    }
+    /* a window with a NaN, one with +inf, one with only -inf and finite */
+    static const int64_t wins[][2] = { { 0, 8 }, { 2, 30 }, { 10, 20 }, { 18, 33 } };
+    for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++) {
+        memcpy(ref, x, sizeof x);
+        llm_vec_softmax_ref(ref, wins[w][0], wins[w][1], 0.5f, 0.0f);
+        for (int ii = 0; ii < ni; ii++) {
+            llm_matmul_set_isa(is[ii]);
+            memcpy(got, x, sizeof x);
+            llm_vec_softmax(got, wins[w][0], wins[w][1], 0.5f, 0.0f);
+            cr_assert(same_or_both_nan(got, ref, N), "softmax window %zu isa %d", w, is[ii]);
+        }
+    }
+}
+
 /* The multi-query forms: 1 to 7 queries over the same rows (f32, fp16 and
  * bf16 rows; every length and row count above), each query's scores and
  * sums the bits of its own one-query call, and nothing written past m rows
