@@ -715,7 +715,7 @@ Test(vec, non_finite_inputs_give_the_reference_values_anywhere, .fini = restore)
             cr_assert(same_or_both_nan(got, ref, N), "gate %d isa %d", gi, is[ii]);
         }
     }
-    /* a window with a NaN, one with +inf, one with only -inf and finite */
+    /* windows with a NaN, with +inf and -inf, with -inf alone, and finite */
     static const int64_t wins[][2] = { { 0, 8 }, { 2, 30 }, { 10, 20 }, { 18, 33 } };
     for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++) {
         memcpy(ref, x, sizeof x);
