@@ -368,6 +368,31 @@ enum llm_isa llm_isa_detect(void)
 #endif
 }
 
+/* Both paths give each token decode's bits, so the choice is speed alone.
+ * The group kernels widen each block's codes once for up to four tokens;
+ * the int16 GEMM widens the group into memory first, which costs more than
+ * it saves for a few tokens. On Zen 4 (AVX-512 on 256-bit units) the group
+ * kernels were 10-20% faster at 16 tokens; on Sapphire Rapids the GEMM is
+ * as fast at 6 tokens and faster from 8 (1536 x 576 q4_1 rows, one thread:
+ * 0.066 against 0.079 ms at 8 tokens, 0.099 against 0.130 at 12, 0.138
+ * against 0.168 at 16). 0: not yet detected. */
+static _Atomic int x16_few = 0;
+
+int llm_x16_few_max(void)
+{
+    int n = x16_few;
+    if (!n) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_cpu_init();
+        n = __builtin_cpu_is("amd") ? 16 : 6;
+#else
+        n = 16;
+#endif
+        x16_few = n;
+    }
+    return n;
+}
+
 /* -1: not yet detected */
 static _Atomic int isa_in_use = -1;
 

@@ -51,6 +51,10 @@ enum llm_isa llm_matmul_isa(void);
 /* Limit the dispatch to `isa` (clamped to what the CPU runs); returns the
  * ISA now in use. Not thread-safe against concurrent products. */
 enum llm_isa llm_matmul_set_isa(enum llm_isa isa);
+/* The most tokens that products on interleaved rows give the AVX-512
+ * group kernels rather than the int16 GEMM (matmul.c says why it depends
+ * on the CPU's vendor). */
+int llm_x16_few_max(void);
 
 /* The SIMD variants' path for t: LLM_SIMD_NONE (the dispatch runs the
  * reference), LLM_SIMD_FLOAT (float FMAs on float x always: f32, f16,

@@ -1923,27 +1923,11 @@ X16_MULTI_FN(3)
 X16_MULTI_FN(4)
 #undef X16_MULTI_FN
 
-/* Y[j ldy + r] for tokens j < nb (2 to x16_few_max()) and rows r in [r0,
- * r1) of interleaved integer rows P: each group of 16 rows passes all the
- * tokens, two to four at a time (x16_group_n), while it stays in cache.
- * The int16 GEMM widens each block into memory first, which costs more
- * than it saves for a few tokens (2 tokens of a SmolLM2 q4 draft took 1.7
- * times one, now 1.2). Where the GEMM takes over depends on the core: on
- * Zen 4 (AVX-512 on 256-bit units) these kernels were 10-20% faster at 16
- * tokens; on Sapphire Rapids the GEMM is as fast at 6 tokens and faster
- * from 8 (1536 x 576 q4_1 rows, one thread: 0.066 against 0.079 ms at 8
- * tokens, 0.099 against 0.130 at 12, 0.138 against 0.168 at 16). Both give
- * decode's bits, so the choice is speed alone. */
-static int SIMD(x16_few_max)(void)
-{
-    static _Atomic int v;
-    int n = v;
-    if (!n) {
-        __builtin_cpu_init();
-        v = n = __builtin_cpu_is("amd") ? 16 : 6;
-    }
-    return n;
-}
+/* Y[j ldy + r] for tokens j < nb (2 to llm_x16_few_max()) and rows r in
+ * [r0, r1) of interleaved integer rows P: each group of 16 rows passes all
+ * the tokens, two to four at a time (x16_group_n), while it stays in cache
+ * (2 tokens of a SmolLM2 q4 draft took 1.7 times one through the int16
+ * GEMM, 1.2 here). */
 static llm_status SIMD(x16_few)(enum llm_type t, const void *P, const float *X, float *Y,
                                 int64_t ne0, int64_t nb, int64_t ldy, int64_t r0, int64_t r1)
 {
@@ -1970,7 +1954,7 @@ static llm_status SIMD(x16_few)(enum llm_type t, const void *P, const float *X, 
 }
 #endif
 
-/* Products of several tokens on interleaved rows: 2 to x16_few_max() tokens
+/* Products of several tokens on interleaved rows: 2 to llm_x16_few_max() tokens
  * of the integer types by the group kernels (AVX-512), more by the int16
  * GEMM reading the groups in place; each token's result is
  * SIMD(llm_matvec_x16)'s. */
@@ -1982,7 +1966,7 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
         return LLM_OK;
     }
 #ifdef X16_MULTI
-    if (nb >= 2 && nb <= SIMD(x16_few_max)())
+    if (nb >= 2 && nb <= llm_x16_few_max())
         return SIMD(x16_few)(t, P, X, Y, ne0, nb, ldy, r0, r1);
 #endif
     struct SIMD(shape) sh;
