@@ -377,7 +377,9 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
 //   - the micro-kernel keeps GQ_NR tokens x 16 rows: per block an int32 dot
 //     per token (16 multiply-adds with the token's pair broadcast), exact,
 //     then one float FMA with d_w d_x and, for the zero-point types, one
-//     with m ds.
+//     with m ds. Q6_K, whose scales cover 16 elements, takes a float FMA
+//     per half block (s16: D holds two scales a block), so that no int32
+//     sum has more than 16 of its products (32 could overflow).
 // That float order, per row and token, is the same for every number of
 // tokens, every ISA and both layouts (rows, x16), and x16_group's decode
 // follows it too: this GEMM is also the decode of the rows that are not
@@ -536,7 +538,16 @@ struct SIMD(gq_src) {
     const float *D, *M;
     const uint8_t *grp;
     int q8, G, BB;
+    int s16; /* a scale per 16 elements: D (nq, 2, 16), packed P only */
 };
+
+/* Whether t's blocks of 32 have a scale per half (gq_src.s16): Q6_K.
+ * (Q3_K folds its 16-element sub-scales into the codes; Q2_K, with a
+ * minimum per 16, takes matmul_kq.h's row kernel.) */
+static inline int SIMD(gq_s16)(enum llm_type t)
+{
+    return t == LLM_TYPE_Q6_K;
+}
 
 /* The 32 code bytes at c (AVX2: 16) as int16 lanes, their low and high
  * nibbles, and a store of a vector of pairs */
@@ -685,7 +696,7 @@ SIMD_INLINE SIMD(gqf) SIMD(gq_scales)(const float *f, const uint8_t *h16, int h)
  * moves per dot product, half the micro-kernel's time at 16 tokens). */
 #define GQ_TOKENS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
-                                const struct llm_qx16 *xq, int64_t nq, int NT,
+                                const struct llm_qx16 *xq, int64_t nq, int NT, int S16,
                                 SIMD(gqf) out[][GQ_H])
 {
     _Alignas(64) int32_t wb[256];
@@ -726,11 +737,30 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
     }
             GQ_TOKENS(GQ_DOT)
 #undef GQ_DOT
+            if (S16 && p == 7) { /* the first half's scales, then sums from 0 */
+                const float *ph = src->D + 2 * k * 16;
+#ifdef SIMD_AVX512
+                const SIMD(gqf) h0 = _mm512_loadu_ps(ph), h1 = h0;
+#else
+                const SIMD(gqf) h0 = _mm256_loadu_ps(ph), h1 = _mm256_loadu_ps(ph + 8);
+#endif
+#define GQ_HALF(t)                                                            \
+    if ((t) < NT) {                                                           \
+        acc##t##_0 = SIMD(gq_fma)(acc##t##_0, ia##t##_0, h0, fz, x##t + k, 0); \
+        if (GQ_H > 1)                                                         \
+            acc##t##_1 = SIMD(gq_fma)(acc##t##_1, ia##t##_1, h1, fz, x##t + k, 0); \
+        ia##t##_0 = ia##t##_1 = SIMD(gq_set1)(0);                             \
+    }
+                GQ_TOKENS(GQ_HALF)
+#undef GQ_HALF
+            }
         }
-        /* the group's 16 scales (and mins), or the packed ones */
+        /* the group's 16 scales (and mins), or the packed ones (s16: the
+         * second half's) */
         const uint8_t *blk =
             src->P ? NULL : src->grp + (uint64_t)(k / (src->G / 32)) * 16 * (uint64_t)src->BB;
-        const float *pd = src->P ? src->D + k * 16 : NULL, *pm = src->P ? src->M + k * 16 : NULL;
+        const float *pd = src->P ? src->D + (S16 ? 2 * k + 1 : k) * 16 : NULL;
+        const float *pm = src->P ? src->M + k * 16 : NULL;
         const SIMD(gqf) d0 = SIMD(gq_scales)(pd, blk, 0), d1 = SIMD(gq_scales)(pd, blk, 1);
         const uint8_t *mins = blk ? blk + 32 : NULL;
         const SIMD(gqf) m0 = zp ? SIMD(gq_scales)(pm, mins, 0) : fz;
@@ -759,20 +789,32 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
 static void SIMD(gq_micro_n)(const struct SIMD(gq_src) *src, int zp, const struct llm_qx16 *xq,
                              int64_t nq, int nt, SIMD(gqf) out[][GQ_H])
 {
-    switch (nt) {
-#define GQ_CASE(n)                                        \
+#define GQ_CASE(n, s)                                     \
     case n:                                               \
-        SIMD(gq_micro)(src, zp, xq, nq, n, out);          \
+        SIMD(gq_micro)(src, zp, xq, nq, n, s, out);       \
         break;
-        GQ_CASE(1) GQ_CASE(2) GQ_CASE(3)
 #if GQ_NR > 3
-        GQ_CASE(4) GQ_CASE(5) GQ_CASE(6) GQ_CASE(7) GQ_CASE(8) GQ_CASE(9) GQ_CASE(10)
-        GQ_CASE(11) GQ_CASE(12)
+#define GQ_CASES(s)                                                                        \
+    GQ_CASE(1, s) GQ_CASE(2, s) GQ_CASE(3, s) GQ_CASE(4, s) GQ_CASE(5, s) GQ_CASE(6, s)    \
+    GQ_CASE(7, s) GQ_CASE(8, s) GQ_CASE(9, s) GQ_CASE(10, s) GQ_CASE(11, s) GQ_CASE(12, s)
+#else
+#define GQ_CASES(s) GQ_CASE(1, s) GQ_CASE(2, s) GQ_CASE(3, s)
 #endif
-#undef GQ_CASE
+    if (src->s16) {
+        switch (nt) {
+            GQ_CASES(1)
+        default:
+            break;
+        }
+        return;
+    }
+    switch (nt) {
+        GQ_CASES(0)
     default:
         break;
     }
+#undef GQ_CASES
+#undef GQ_CASE
 }
 
 /* 8 vectors of 8 int32 lanes -> their 8 sums, in order (exact) */
@@ -788,11 +830,13 @@ SIMD_INLINE __m256i SIMD(hsum8x8)(const __m256i v[8])
 /* The float side of decode for 16 rows, in gq_micro's order: their
  * exact block dots R (16, nq8; rows 0..15) are transposed into I (nq8, 16)
  * and meet the scales D and minimums M (nq, 16) block after block; y gets
- * the first nr. */
+ * the first nr. s16: R, I and D hold half blocks (2 nq of them), each
+ * with its block's activation scale. */
 static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D, const float *M,
-                                   const struct llm_qx16 *xq, int64_t nq, int zp, float *y, int nr)
+                                   const struct llm_qx16 *xq, int64_t nq, int zp, float *y, int nr,
+                                   int s16)
 {
-    const int64_t nq8 = (nq + 7) / 8 * 8;
+    const int64_t nh = nq << s16, nq8 = (nh + 7) / 8 * 8;
     /* R (16, nq8) -> I (nq8, 16): 8 x 8 blocks through the float
      * transpose (bits moved, never changed) */
     for (int64_t k0 = 0; k0 < nq8; k0 += 8)
@@ -811,8 +855,8 @@ static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D,
 #else
         acc[h] = _mm256_setzero_ps();
 #endif
-    for (int64_t k = 0; k < nq; k++) {
-        const struct llm_qx16 *b = xq + k;
+    for (int64_t k = 0; k < nh; k++) {
+        const struct llm_qx16 *b = xq + (k >> s16);
         for (int h = 0; h < GQ_H; h++) {
 #ifdef SIMD_AVX512
             const __m512i iv = _mm512_loadu_si512((const void *)(I + k * 16));
@@ -900,7 +944,7 @@ SIMD_INLINE void SIMD(gq_decode_rows)(const uint8_t *W, uint64_t rb, const struc
                 _mm256_storeu_si256((__m256i *)(R + i * nq8 + k0), SIMD(hsum8x8)(v));
             }
         }
-        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, zp, y + r, nr);
+        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, zp, y + r, nr, 0);
     }
 }
 
@@ -908,10 +952,11 @@ SIMD_INLINE void SIMD(gq_decode_rows)(const uint8_t *W, uint64_t rb, const struc
 static llm_status SIMD(gq_decode)(enum llm_type t, const uint8_t *W, uint64_t rb, const float *x,
                                   float *y, int64_t ne0, int64_t r0, int64_t r1)
 {
-    const int64_t nq = (ne0 + 31) / 32, nq8 = (nq + 7) / 8 * 8;
-    /* xq (nq), R and I (16 nq8 each), D and M (16 nq each) */
-    const uint64_t bytes = (uint64_t)nq * sizeof(struct llm_qx16) + (uint64_t)nq8 * 128 +
-                           (uint64_t)nq * 128;
+    /* nh: the units of one scale each (gq_s16: half blocks) */
+    const int64_t nq = (ne0 + 31) / 32, nh = nq << SIMD(gq_s16)(t), nh8 = (nh + 7) / 8 * 8;
+    /* xq (nq), R and I (16 nh8 each), D (16 nh) and M (16 nq) */
+    const uint64_t bytes = (uint64_t)nq * sizeof(struct llm_qx16) + (uint64_t)nh8 * 128 +
+                           (uint64_t)(nh + nq) * 64;
     uint8_t stack[24576], *buf = stack;
     if (bytes > sizeof stack) {
         buf = llm_malloc((size_t)bytes);
@@ -919,8 +964,8 @@ static llm_status SIMD(gq_decode)(enum llm_type t, const uint8_t *W, uint64_t rb
             return LLM_E_NOMEM;
     }
     struct llm_qx16 *xq = (struct llm_qx16 *)buf;
-    int32_t *R = (int32_t *)(xq + nq), *I = R + 16 * nq8;
-    float *D = (float *)(I + 16 * nq8), *M = D + 16 * nq;
+    int32_t *R = (int32_t *)(xq + nq), *I = R + 16 * nh8;
+    float *D = (float *)(I + 16 * nh8), *M = D + 16 * nh;
     SIMD(quantize_x16)(x, ne0, xq);
     if (llm_kq_type(t))
         SIMD(kq_decode_rows)(t, W, rb, xq, nq, ne0, y, r0, r1, R, I, D, M);
@@ -966,10 +1011,11 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
                                  int64_t r0, int64_t r1, int x16)
 {
     const int64_t nq = (ne0 + 31) / 32, nbc = nb < GQ_NBC ? nb : GQ_NBC;
-    const int zp = FAM_ZP(sh->fam);
-    /* one packed tile: (nq, 16, 16) int32, then (nq, 16) d and m (1152
-     * bytes a block: 28 KB for 768-wide rows); activations (nbc, nq) */
-    const uint64_t tile = (uint64_t)nq * (256 * 4 + 2 * 16 * 4);
+    const int zp = FAM_ZP(sh->fam), s16 = SIMD(gq_s16)(t);
+    /* one packed tile: (nq, 16, 16) int32, then (nq, 16) d (s16: (nq, 2,
+     * 16)) and m (1152 bytes a block: 28 KB for 768-wide rows);
+     * activations (nbc, nq) */
+    const uint64_t tile = (uint64_t)nq * (256 * 4 + (2 + s16) * 16 * 4);
     uint64_t xb;
     if (!llm_mul_ok((uint64_t)nbc * (uint64_t)nq, sizeof(struct llm_qx16), &xb) ||
         tile + xb + 64 < xb)
@@ -979,11 +1025,11 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
     if (!buf)
         return LLM_E_NOMEM;
     int32_t *P = (int32_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
-    float *D = (float *)(P + nq * 256), *M = D + nq * 16;
+    float *D = (float *)(P + nq * 256), *M = D + (nq << s16) * 16;
     struct llm_qx16 *xq = (struct llm_qx16 *)(M + nq * 16);
     /* interleaved groups are read in place, the rows packed a tile at a time */
     struct SIMD(gq_src) src = { .P = x16 ? NULL : P, .D = D, .M = M, .q8 = sh->fam == F_SYM8 ||
-                                sh->fam == F_ZP8, .G = sh->G, .BB = sh->BB };
+                                sh->fam == F_ZP8, .G = sh->G, .BB = sh->BB, .s16 = s16 };
     const uint64_t gbytes = x16 ? (uint64_t)(ne0 / sh->G) * 16 * (uint64_t)sh->BB : 0;
     for (int64_t c0 = 0; c0 < nb; c0 += GQ_NBC) {
         const int64_t nc = nb - c0 < GQ_NBC ? nb - c0 : GQ_NBC;

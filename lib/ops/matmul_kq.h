@@ -15,9 +15,9 @@
  * the int16 sums of q). Even and odd blocks go to two accumulators (two
  * FMA chains, in registers), summed at the end of the row.
  *
- * Q6_K and Q2_K take the row kernel below (kq_row); the others the int16
- * GEMM of matmul_gemm.h, for decode and prefill alike (kq_pack,
- * kq_decode_rows: see SIMD(kq_gemm_ok)).
+ * Q2_K takes the row kernel below (kq_row); the others the int16 GEMM of
+ * matmul_gemm.h, for decode and prefill alike (kq_pack, kq_decode_rows:
+ * see SIMD(kq_gemm_ok)), Q6_K with a float scale per half block there.
  *
  * Each token's arithmetic is the same whatever else is in the call: a row
  * is unpacked once for up to SIMD_NT tokens, which then run the same
@@ -352,38 +352,29 @@ SIMD_INLINE void SIMD(kq_row_n)(enum llm_type t, const uint8_t *row, int64_t ne0
         out[j] = SIMD(hsum)(_mm256_add_ps(acc0[j], acc1[j])) + mac[j];
 }
 
-/* the same with constant token counts and flags */
+/* the same with constant token counts, for Q2_K (the one type here:
+ * scales and minimums per 16, SIMD(kq_gemm_ok)) */
 static void SIMD(kq_row)(enum llm_type t, const uint8_t *row, int64_t ne0, const struct llm_qx16 *xq,
                          int64_t nq, int nt, float *out)
 {
-    const int G16 = llm_kq_scale_group(t) == 16, MIN = llm_kq_has_min(t);
-#define KQ_ROW(NT)                                                                     \
-    if (G16 && MIN)                                                                    \
-        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 1, 1, out);                            \
-    else if (G16)                                                                      \
-        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 1, 0, out);                            \
-    else if (MIN)                                                                      \
-        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 0, 1, out);                            \
-    else                                                                               \
-        SIMD(kq_row_n)(t, row, ne0, xq, nq, NT, 0, 0, out);
     switch (nt) {
-    case 1: KQ_ROW(1) break;
-    case 2: KQ_ROW(2) break;
-    case 3: KQ_ROW(3) break;
-    default: KQ_ROW(4) break;
+    case 1: SIMD(kq_row_n)(t, row, ne0, xq, nq, 1, 1, 1, out); break;
+    case 2: SIMD(kq_row_n)(t, row, ne0, xq, nq, 2, 1, 1, out); break;
+    case 3: SIMD(kq_row_n)(t, row, ne0, xq, nq, 3, 1, 1, out); break;
+    default: SIMD(kq_row_n)(t, row, ne0, xq, nq, 4, 1, 1, out); break;
     }
-#undef KQ_ROW
 }
 
 /* Whether t runs the int16 GEMM of matmul_gemm.h (decode and prefill
  * alike): one float scale and minimum per 32 elements, or per 16 with
  * integer sub-scales small enough to fold into the codes (Q3_K: |c sc| <=
- * 128). Q6_K (|c sc| up to 4096: 32 of them times int16 activations could
- * overflow the int32 sums) and Q2_K (a minimum per 16) keep the row
- * kernel above. */
+ * 128), or, for Q6_K, a float scale per 16 (SIMD(gq_s16): its |c sc| up to
+ * 4096 cannot be folded, since 32 of them times int16 activations could
+ * overflow an int32 sum; 16 of its plain codes, |c| <= 32, cannot). Q2_K (a
+ * minimum per 16) keeps the row kernel above. */
 static int SIMD(kq_gemm_ok)(enum llm_type t)
 {
-    return t != LLM_TYPE_Q6_K && t != LLM_TYPE_Q2_K;
+    return t != LLM_TYPE_Q2_K;
 }
 
 /* A chunk in the GEMM's form: the canonical one, except that Q3_K's 6-bit
@@ -406,17 +397,21 @@ SIMD_INLINE void SIMD(kq_unpack_gemm)(enum llm_type t, const uint8_t *row, int64
 /* matmul_gemm.h's packing (SIMD(gq_pack_rows)) for these types: rows
  * [r, r + nr) (nr <= 16; missing rows are zero) into P (nq, 16 pairs, 16
  * lanes) int32, D and M (nq, 16): each 32-element block's int16 codes and
- * its float scale and minimum, from the canonical form. */
+ * its float scale and minimum, from the canonical form (SIMD(gq_s16): D
+ * (nq, 2, 16), a scale per half block). */
 static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
                           int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
 {
+    const int s16 = SIMD(gq_s16)(t);
     struct SIMD(kq_chunk) k;
     for (int i = 0; i < 16; i++) {
         if (i >= nr) {
             for (int64_t q = 0; q < nq; q++) {
                 memset(P + q * 256 + i * 16, 0, 16 * sizeof(int32_t));
-                D[q * 16 + i] = M[q * 16 + i] = 0.0f;
+                M[q * 16 + i] = 0.0f;
             }
+            for (int64_t q = 0; q < nq << s16; q++)
+                D[q * 16 + i] = 0.0f;
             continue;
         }
         const uint8_t *row = W + (uint64_t)(r + i) * rb;
@@ -429,6 +424,12 @@ static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_
                                     _mm256_load_si256((const __m256i *)(k.c + 32 * b)));
                 _mm256_storeu_si256((__m256i *)(P + q * 256 + i * 16 + 8),
                                     _mm256_load_si256((const __m256i *)(k.c + 32 * b + 16)));
+                if (s16) { /* D (nq, 2, 16): each half's scale */
+                    D[2 * q * 16 + i] = k.s[2 * b];
+                    D[(2 * q + 1) * 16 + i] = k.s[2 * b + 1];
+                    M[q * 16 + i] = 0.0f;
+                    continue;
+                }
                 D[q * 16 + i] = k.s[b];
                 M[q * 16 + i] = k.m[b];
             }
@@ -524,19 +525,38 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                                  const struct llm_qx16 *xq, int64_t nq, int64_t ne0, float *y,
                                  int64_t r0, int64_t r1, int32_t *R, int32_t *I, float *D, float *M)
 {
-    const int64_t nq8 = (nq + 7) / 8 * 8;
+    const int s16 = SIMD(gq_s16)(t);
+    const int64_t nq8 = (nq + 7) / 8 * 8, nh8 = ((nq << s16) + 7) / 8 * 8;
     struct SIMD(kq_chunk) k;
     for (int64_t r = r0; r < r1; r += 16) {
         const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
         for (int i = 0; i < 16; i++) {
             if (i >= nr) {
-                memset(R + i * nq8, 0, (size_t)nq8 * sizeof(int32_t));
+                memset(R + i * nh8, 0, (size_t)nh8 * sizeof(int32_t));
                 for (int64_t q = 0; q < nq; q++)
-                    D[q * 16 + i] = M[q * 16 + i] = 0.0f;
+                    M[q * 16 + i] = 0.0f;
+                for (int64_t q = 0; q < nq << s16; q++)
+                    D[q * 16 + i] = 0.0f;
                 continue;
             }
             const uint8_t *row = W + (uint64_t)(r + i) * rb;
-            for (int64_t e0 = 0; e0 < nq8 * 32; e0 += 256) {
+            for (int64_t e0 = 0; s16 && e0 < ne0; e0 += 256) {
+                /* Q6_K (whole super-blocks): the exact dot of each half
+                 * block, 16 of them a chunk, with its scale */
+                SIMD(kq_unpack)(t, row, e0, 256, &k);
+                __m256i v[16];
+#pragma GCC unroll 16
+                for (int g = 0; g < 16; g++) {
+                    const struct llm_qx16 *x = xq + e0 / 32 + g / 2;
+                    v[g] = KQ_DOT(_mm256_setzero_si256(),
+                                  _mm256_load_si256((const __m256i *)(k.c + 16 * g)),
+                                  _mm256_loadu_si256((const __m256i *)(x->qs + 16 * (g % 2))));
+                    D[(e0 / 16 + g) * 16 + i] = k.s[g];
+                }
+                _mm256_storeu_si256((__m256i *)(R + i * nh8 + e0 / 16), SIMD(hsum8x8)(v));
+                _mm256_storeu_si256((__m256i *)(R + i * nh8 + e0 / 16 + 8), SIMD(hsum8x8)(v + 8));
+            }
+            for (int64_t e0 = 0; !s16 && e0 < nq8 * 32; e0 += 256) {
                 const int n = ne0 - e0 < 256 ? (int)(ne0 - e0) : 256;
                 __m256i v[8];
 #ifdef SIMD_AVX512
@@ -571,7 +591,7 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                 _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
             }
         }
-        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, llm_kq_has_min(t), y + r, nr);
+        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, llm_kq_has_min(t), y + r, nr, s16);
     }
 }
 
