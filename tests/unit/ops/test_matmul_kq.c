@@ -176,6 +176,51 @@ Test(matmul_kq, batch_invariant_bit_for_bit)
     }
 }
 
+/* Q6_K's largest products: every code -32, every sub-scale -128, every
+ * activation at the int16 maximum. Folded into the codes (c sc = 4096, as
+ * Q3_K's sub-scales are), a 32-element block's int32 sum would overflow
+ * (32 x 4096 x 32767 > 2^31); the int16 GEMM and decode keep the plain
+ * codes and take a float step per half block (matmul_gemm.h s16), so the
+ * result is the reference's, alone and batched, on every ISA. */
+Test(matmul_kq, q6_k_largest_products_do_not_overflow)
+{
+    const int64_t ne0 = 768, rows = 21, nb = 11;
+    const uint64_t rb = llm_type_row_bytes(LLM_TYPE_Q6_K, (uint64_t)ne0);
+    uint8_t *w = calloc(rows, rb); /* ql = qh = 0: codes 0 - 32 */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < ne0 / 256; b++) {
+            uint8_t *blk = w + (uint64_t)r * rb + (uint64_t)b * 210;
+            memset(blk + 192, 0x80, 16);          /* sub-scales -128 */
+            blk[208] = 0x00, blk[209] = 0x3c;     /* d = 1.0 (fp16) */
+        }
+    float *X = malloc(sizeof(float) * (size_t)(ne0 * nb)), *Y = malloc(sizeof(float) * (size_t)(rows * nb));
+    float y[21], yr[21];
+    for (int64_t i = 0; i < ne0 * nb; i++)
+        X[i] = 1.0f;
+    /* each element: 1.0 * -128 * -32 * 1.0 */
+    const double want = 4096.0 * (double)ne0;
+    const enum llm_isa best = llm_isa_detect();
+    for (int isa = LLM_ISA_REF; isa <= (int)best; isa++) {
+        llm_matmul_set_isa((enum llm_isa)isa);
+        cr_assert_eq(llm_matvec_ref(LLM_TYPE_Q6_K, w, X, yr, ne0, 0, rows), LLM_OK);
+        cr_assert_eq(llm_matvec(LLM_TYPE_Q6_K, w, X, y, ne0, 0, rows), LLM_OK);
+        cr_assert_eq(llm_matmul(LLM_TYPE_Q6_K, w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
+        for (int64_t r = 0; r < rows; r++) {
+            cr_assert(fabs(yr[r] - want) <= 1e-6 * want, "ref row %lld: %g", (long long)r, yr[r]);
+            cr_assert(fabs(y[r] - want) <= 1e-3 * want, "isa %d row %lld: %g, want %g", isa,
+                      (long long)r, y[r], want);
+            for (int64_t b = 0; b < nb; b++)
+                cr_assert(memcmp(&Y[b * rows + r], &y[r], sizeof(float)) == 0,
+                          "isa %d token %lld row %lld: %g batched, %g alone", isa, (long long)b,
+                          (long long)r, Y[b * rows + r], y[r]);
+        }
+    }
+    llm_matmul_set_isa(LLM_ISA_AVX512);
+    free(w);
+    free(X);
+    free(Y);
+}
+
 Test(matmul_kq, refuses_partial_blocks)
 {
     uint8_t w[144 * 2] = { 0 };
