@@ -377,9 +377,10 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
 //   - the micro-kernel keeps GQ_NR tokens x 16 rows: per block an int32 dot
 //     per token (16 multiply-adds with the token's pair broadcast), exact,
 //     then one float FMA with d_w d_x and, for the zero-point types, one
-//     with m ds. Q6_K, whose scales cover 16 elements, takes a float FMA
-//     per half block (s16: D holds two scales a block), so that no int32
-//     sum has more than 16 of its products (32 could overflow).
+//     with m ds. Q6_K, whose scales cover 16 elements and cannot be
+//     folded into its codes (32 such products could overflow an int32
+//     sum), takes a float FMA per half block (s16: D holds two scales a
+//     block).
 // That float order, per row and token, is the same for every number of
 // tokens, every ISA and both layouts (rows, x16), and x16_group's decode
 // follows it too: this GEMM is also the decode of the rows that are not
