@@ -5,19 +5,17 @@
  *
  * A row is read a chunk of 256 elements at a time (one super-block, or up
  * to eight 32-element blocks), unpacked into the canonical form: int16
- * codes c, and per 16 elements a float scale s and minimum m. Per
- * 32-element activation block k (x ~ dx * q, struct llm_qx16) the integer
- * dot of c with q is exact (|c| <= 128, |q| <= 32767: four products per
- * int32 lane), then
- *     acc += float(dot) * (s * dx)             one FMA on 8 lanes
- * per 32 elements when the scale covers 32 (per 16 for Q2_K, Q3_K, Q6_K),
- * and the minimum adds m * (dx * sum q) (= m * ds; per 16 for Q2_K, from
- * the int16 sums of q). Even and odd blocks go to two accumulators (two
- * FMA chains, in registers), summed at the end of the row.
+ * codes c, and per 16 or 32 elements a float scale s and minimum m. Per
+ * 32-element activation block (x ~ dx * q, struct llm_qx16) the integer
+ * dot of c with q is exact (|c| <= 128, |q| <= 32767), then meets the
+ * scales in float.
  *
- * Q2_K takes the row kernel below (kq_row); the others the int16 GEMM of
- * matmul_gemm.h, for decode and prefill alike (kq_pack, kq_decode_rows:
- * see SIMD(kq_gemm_ok)), Q6_K with a float scale per half block there.
+ * Every type but Q2_K runs the int16 GEMM of matmul_gemm.h, for decode and
+ * prefill alike (kq_pack, kq_decode_rows: see SIMD(kq_gemm_ok)); Q6_K with
+ * a float step per half block there. Q2_K (a minimum per 16) takes the row
+ * kernel below (kq_row): per 16 elements acc += float(dot) * (s * dx) and
+ * acc += float(sum q) * (m * dx), on 8 lanes, even and odd blocks in two
+ * accumulators summed at the end of the row.
  *
  * Each token's arithmetic is the same whatever else is in the call: a row
  * is unpacked once for up to SIMD_NT tokens, which then run the same
@@ -274,94 +272,72 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
 #define KQ_DOT(i, a, b) _mm256_add_epi32((i), _mm256_madd_epi16((a), (b)))
 #endif
 
-/* One activation block: block b of chunk k with token x into acc (and
- * mac). G16: scales per 16; MIN: minimums present. */
+/* Q2_K's row kernel (the one type left on it: a minimum per 16 elements,
+ * SIMD(kq_gemm_ok)). One activation block: block b of chunk k with token
+ * x into acc, a float step per 16 elements for the scale and one for the
+ * minimum (from the int16 sums of q). */
 SIMD_INLINE void SIMD(kq_block)(const struct SIMD(kq_chunk) *k, int b, __m256i c0, __m256i c1,
-                                const struct llm_qx16 *x, int G16, int MIN, __m256 *acc,
-                                float *mac)
+                                const struct llm_qx16 *x, __m256 *acc)
 {
     const __m256i q0 = _mm256_loadu_si256((const __m256i *)x->qs);
     const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x->qs + 16));
-    if (!G16) {
-        const __m256i i = KQ_DOT(KQ_DOT(_mm256_setzero_si256(), c0, q0), c1, q1);
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(k->s[b] * x->d), *acc);
-        if (MIN)
-            *mac += k->m[b] * x->ds;
-        return;
-    }
     const __m256i i0 = KQ_DOT(_mm256_setzero_si256(), c0, q0);
     const __m256i i1 = KQ_DOT(_mm256_setzero_si256(), c1, q1);
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_set1_ps(k->s[2 * b] * x->d), *acc);
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_set1_ps(k->s[2 * b + 1] * x->d), *acc);
-    if (MIN) {
-        const __m256i ones = _mm256_set1_epi16(1);
-        const __m256i u0 = _mm256_madd_epi16(q0, ones), u1 = _mm256_madd_epi16(q1, ones);
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_set1_ps(k->m[2 * b] * x->d), *acc);
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_set1_ps(k->m[2 * b + 1] * x->d), *acc);
-    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i u0 = _mm256_madd_epi16(q0, ones), u1 = _mm256_madd_epi16(q1, ones);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_set1_ps(k->m[2 * b] * x->d), *acc);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_set1_ps(k->m[2 * b + 1] * x->d), *acc);
 }
 
-/* The chunk k (n elements) with the activation blocks xq[t * nq ..] of NT
- * tokens (a constant, so that the accumulators stay in registers): even
+/* The chunk k (256 elements) with the activation blocks xq[t * nq ..] of
+ * NT tokens (a constant, so that the accumulators stay in registers): even
  * blocks into acc0, odd ones into acc1. */
-SIMD_INLINE void SIMD(kq_dot)(const struct SIMD(kq_chunk) *k, int n, const struct llm_qx16 *xq,
-                              int64_t nq, int NT, int G16, int MIN, __m256 *acc0, __m256 *acc1,
-                              float *mac)
+SIMD_INLINE void SIMD(kq_dot)(const struct SIMD(kq_chunk) *k, const struct llm_qx16 *xq, int64_t nq,
+                              int NT, __m256 *acc0, __m256 *acc1)
 {
-    int b = 0;
-    for (; b + 2 <= n / 32; b += 2) {
+    for (int b = 0; b < 8; b += 2) {
         const __m256i c0 = _mm256_load_si256((const __m256i *)(k->c + 32 * b));
         const __m256i c1 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 16));
         const __m256i c2 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 32));
         const __m256i c3 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 48));
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
-            SIMD(kq_block)(k, b, c0, c1, xq + t * nq + b, G16, MIN, &acc0[t], &mac[t]);
-            SIMD(kq_block)(k, b + 1, c2, c3, xq + t * nq + b + 1, G16, MIN, &acc1[t], &mac[t]);
+            SIMD(kq_block)(k, b, c0, c1, xq + t * nq + b, &acc0[t]);
+            SIMD(kq_block)(k, b + 1, c2, c3, xq + t * nq + b + 1, &acc1[t]);
         }
-    }
-    if (b < n / 32) { /* an odd block count (rows of 32-element types) */
-        const __m256i c0 = _mm256_load_si256((const __m256i *)(k->c + 32 * b));
-        const __m256i c1 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 16));
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            SIMD(kq_block)(k, b, c0, c1, xq + t * nq + b, G16, MIN, &acc0[t], &mac[t]);
     }
 }
 
-/* Row `row` (ne0) with NT tokens' activations xq (NT, nq): out[t] */
+/* Row `row` (ne0, whole super-blocks) with NT tokens' activations xq (NT,
+ * nq): out[t] */
 SIMD_INLINE void SIMD(kq_row_n)(enum llm_type t, const uint8_t *row, int64_t ne0,
-                                const struct llm_qx16 *xq, int64_t nq, int NT, int G16, int MIN,
-                                float *out)
+                                const struct llm_qx16 *xq, int64_t nq, int NT, float *out)
 {
     __m256 acc0[SIMD_NT], acc1[SIMD_NT];
-    float mac[SIMD_NT];
 #pragma GCC unroll 4
-    for (int j = 0; j < NT; j++) {
+    for (int j = 0; j < NT; j++)
         acc0[j] = acc1[j] = _mm256_setzero_ps();
-        mac[j] = 0.0f;
-    }
     struct SIMD(kq_chunk) k;
     for (int64_t e0 = 0; e0 < ne0; e0 += 256) {
-        const int n = ne0 - e0 < 256 ? (int)(ne0 - e0) : 256;
-        SIMD(kq_unpack)(t, row, e0, n, &k);
-        SIMD(kq_dot)(&k, n, xq + e0 / 32, nq, NT, G16, MIN, acc0, acc1, mac);
+        SIMD(kq_unpack)(t, row, e0, 256, &k);
+        SIMD(kq_dot)(&k, xq + e0 / 32, nq, NT, acc0, acc1);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NT; j++)
-        out[j] = SIMD(hsum)(_mm256_add_ps(acc0[j], acc1[j])) + mac[j];
+        out[j] = SIMD(hsum)(_mm256_add_ps(acc0[j], acc1[j]));
 }
 
-/* the same with constant token counts, for Q2_K (the one type here:
- * scales and minimums per 16, SIMD(kq_gemm_ok)) */
+/* the same with constant token counts */
 static void SIMD(kq_row)(enum llm_type t, const uint8_t *row, int64_t ne0, const struct llm_qx16 *xq,
                          int64_t nq, int nt, float *out)
 {
     switch (nt) {
-    case 1: SIMD(kq_row_n)(t, row, ne0, xq, nq, 1, 1, 1, out); break;
-    case 2: SIMD(kq_row_n)(t, row, ne0, xq, nq, 2, 1, 1, out); break;
-    case 3: SIMD(kq_row_n)(t, row, ne0, xq, nq, 3, 1, 1, out); break;
-    default: SIMD(kq_row_n)(t, row, ne0, xq, nq, 4, 1, 1, out); break;
+    case 1: SIMD(kq_row_n)(t, row, ne0, xq, nq, 1, out); break;
+    case 2: SIMD(kq_row_n)(t, row, ne0, xq, nq, 2, out); break;
+    case 3: SIMD(kq_row_n)(t, row, ne0, xq, nq, 3, out); break;
+    default: SIMD(kq_row_n)(t, row, ne0, xq, nq, 4, out); break;
     }
 }
 
@@ -517,6 +493,28 @@ static int SIMD(kq_dots)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
 }
 #endif
 
+/* kq_decode_rows for Q6_K (SIMD(gq_s16)): of one row (ne0, whole
+ * super-blocks), the exact dot of each 16 elements with the token into R
+ * (2 ne0 / 32) and its scale into D (2 ne0 / 32, 16 apart), through the
+ * chunk k. */
+SIMD_INLINE void SIMD(kq_half_dots)(const uint8_t *row, int64_t ne0, const struct llm_qx16 *xq,
+                                    int32_t *R, float *D, struct SIMD(kq_chunk) *k)
+{
+    for (int64_t e0 = 0; e0 < ne0; e0 += 256) {
+        SIMD(kq_unpack)(LLM_TYPE_Q6_K, row, e0, 256, k);
+        __m256i v[16];
+#pragma GCC unroll 16
+        for (int g = 0; g < 16; g++) {
+            const struct llm_qx16 *x = xq + e0 / 32 + g / 2;
+            v[g] = KQ_DOT(_mm256_setzero_si256(), _mm256_load_si256((const __m256i *)(k->c + 16 * g)),
+                          _mm256_loadu_si256((const __m256i *)(x->qs + 16 * (g % 2))));
+            D[(e0 / 16 + g) * 16] = k->s[g];
+        }
+        _mm256_storeu_si256((__m256i *)(R + e0 / 16), SIMD(hsum8x8)(v));
+        _mm256_storeu_si256((__m256i *)(R + e0 / 16 + 8), SIMD(hsum8x8)(v + 8));
+    }
+}
+
 /* matmul_gemm.h's decode (SIMD(gq_decode_rows)) for these types: each row
  * read once, a chunk at a time, each block's exact int32 dot with the
  * token (8 lanes, summed 8 blocks at a time: a chunk of 256 is 8 blocks),
@@ -540,23 +538,11 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                 continue;
             }
             const uint8_t *row = W + (uint64_t)(r + i) * rb;
-            for (int64_t e0 = 0; s16 && e0 < ne0; e0 += 256) {
-                /* Q6_K (whole super-blocks): the exact dot of each half
-                 * block, 16 of them a chunk, with its scale */
-                SIMD(kq_unpack)(t, row, e0, 256, &k);
-                __m256i v[16];
-#pragma GCC unroll 16
-                for (int g = 0; g < 16; g++) {
-                    const struct llm_qx16 *x = xq + e0 / 32 + g / 2;
-                    v[g] = KQ_DOT(_mm256_setzero_si256(),
-                                  _mm256_load_si256((const __m256i *)(k.c + 16 * g)),
-                                  _mm256_loadu_si256((const __m256i *)(x->qs + 16 * (g % 2))));
-                    D[(e0 / 16 + g) * 16 + i] = k.s[g];
-                }
-                _mm256_storeu_si256((__m256i *)(R + i * nh8 + e0 / 16), SIMD(hsum8x8)(v));
-                _mm256_storeu_si256((__m256i *)(R + i * nh8 + e0 / 16 + 8), SIMD(hsum8x8)(v + 8));
+            if (s16) {
+                SIMD(kq_half_dots)(row, ne0, xq, R + i * nh8, D + i, &k);
+                continue;
             }
-            for (int64_t e0 = 0; !s16 && e0 < nq8 * 32; e0 += 256) {
+            for (int64_t e0 = 0; e0 < nq8 * 32; e0 += 256) {
                 const int n = ne0 - e0 < 256 ? (int)(ne0 - e0) : 256;
                 __m256i v[8];
 #ifdef SIMD_AVX512
