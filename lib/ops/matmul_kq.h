@@ -29,7 +29,7 @@
 struct SIMD(kq_chunk) {
     int16_t c[256] __attribute__((aligned(32)));
     float s[16], m[16];
-    int16_t sc3[16];
+    int16_t sc3[16] __attribute__((aligned(32)));
 };
 
 SIMD_INLINE void SIMD(kq_st16)(int16_t *c, __m128i lo, __m128i hi, int sgn)
@@ -72,6 +72,43 @@ SIMD_INLINE void SIMD(kq_scales_k4)(const uint8_t *b, float *s, float *m)
                         (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4) << 32;
     SIMD(kq_scale8)(sc, SIMD(ldh)(b), 0, s);
     SIMD(kq_scale8)(mn, SIMD(ldh)(b + 2), 1, m);
+}
+
+/* A Q3_K block's sixteen 6-bit sub-scales (12 bytes at sc, formats.md
+ * §1.6) minus 32, as int8: the low nibbles of bytes 0-7 then their high
+ * ones, each with two bits of bytes 8-11 on top, a word at a time */
+SIMD_INLINE __m128i SIMD(kq_scales_k3)(const uint8_t *sc)
+{
+    uint64_t a;
+    uint32_t h;
+    memcpy(&a, sc, 8);
+    memcpy(&h, sc + 8, 4);
+    const uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
+    const uint32_t m2 = 0x03030303u;
+    const uint64_t lo = (a & m4) | ((uint64_t)(h & m2) | (uint64_t)((h >> 2) & m2) << 32) << 4;
+    const uint64_t hi = ((a >> 4) & m4) | ((uint64_t)((h >> 4) & m2) | (uint64_t)((h >> 6) & m2) << 32) << 4;
+    return _mm_sub_epi8(_mm_set_epi64x((long long)hi, (long long)lo), _mm_set1_epi8(32));
+}
+
+/* An IQ4_XS block's eight scales d (ls - 32) into s: nibble j of the word
+ * at 4 with bits 2j, 2j + 1 of the one at 2 on top (formats.md), spread to
+ * byte j a word at a time */
+SIMD_INLINE void SIMD(kq_scales_xs)(const uint8_t *b, float *s)
+{
+    uint32_t l;
+    uint16_t h;
+    memcpy(&l, b + 4, 4);
+    memcpy(&h, b + 2, 2);
+    uint64_t lo = l, hi = h;
+    lo = (lo | lo << 16) & 0x0000FFFF0000FFFFull;
+    lo = (lo | lo << 8) & 0x00FF00FF00FF00FFull;
+    lo = (lo | lo << 4) & 0x0F0F0F0F0F0F0F0Full;
+    hi = (hi | hi << 24) & 0x000000FF000000FFull;
+    hi = (hi | hi << 12) & 0x000F000F000F000Full;
+    hi = (hi | hi << 6) & 0x0303030303030303ull;
+    const __m256i ls = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(lo | hi << 4)));
+    _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_set1_ps(SIMD(ldh)(b)),
+                                      _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)))));
 }
 
 /* bits of a 32-bit word (little-endian bytes at p) as 32 bytes, 0 or `v` */
@@ -183,15 +220,13 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
             }
         }
         if (q3) {
-            const uint8_t *sc = b + 96;
-            const float d = SIMD(ldh)(b + 108);
-            for (int g = 0; g < 16; g++) {
-                const int low4 = g < 8 ? sc[g] & 0xF : sc[g - 8] >> 4;
-                const int high2 = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
-                k->sc3[g] = (int16_t)((low4 | high2 << 4) - 32);
-                k->s[g] = d * (float)k->sc3[g];
-                k->m[g] = 0.0f;
-            }
+            const __m256i sc = _mm256_cvtepi8_epi16(SIMD(kq_scales_k3)(b + 96));
+            const __m256 d = _mm256_set1_ps(SIMD(ldh)(b + 108));
+            _mm256_store_si256((__m256i *)k->sc3, sc);
+            const __m128i s0 = _mm256_castsi256_si128(sc), s1 = _mm256_extracti128_si256(sc, 1);
+            _mm256_storeu_ps(k->s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(s0))));
+            _mm256_storeu_ps(k->s + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(s1))));
+            memset(k->m, 0, sizeof k->m);
         } else {
             uint64_t lo[2], hi[2];
             memcpy(lo, b, 16);
@@ -235,12 +270,7 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
             return;
         }
         const uint8_t *b = row + e0 / 256 * 136;
-        const float d = SIMD(ldh)(b);
-        const unsigned sh = (unsigned)b[2] | (unsigned)b[3] << 8;
-        for (int j = 0; j < 8; j++) {
-            const int ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 0xF) | ((sh >> 2 * j) & 3) << 4;
-            k->s[j] = d * (float)(ls - 32);
-        }
+        SIMD(kq_scales_xs)(b, k->s);
         for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low lane) and 2p+1 (high lane) */
             const __m256i v = _mm256_loadu_si256((const __m256i *)(b + 8 + 32 * p));
             const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, f));
@@ -485,6 +515,53 @@ static int SIMD(kq_dots)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
             v[2 * p] = SIMD(kq_dot512)(lo, x + 2 * p);
             v[2 * p + 1] = SIMD(kq_dot512)(hi, x + 2 * p + 1);
         }
+        return 1;
+    }
+    case LLM_TYPE_IQ4_XS: {
+        /* sub-block j: 16 bytes at b + 8 + 16 j, its elements 0-15 in the
+         * low nibbles and 16-31 in the high ones (kq_unpack's order), scale
+         * d (ls - 32) */
+        static const int8_t kv[16] = LLM_IQ4NL_VALUES;
+        /* the 16 values as int16, looked up by vpermw */
+        const __m512i lut = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)kv)));
+        const uint8_t *b = row + e0 / 256 * 136;
+        for (int j = 0; j < 8; j += 2) {
+            /* sub-blocks j, j + 1: lo (hi) holds elements 0-15 (16-31) of
+             * each, as 128-bit lanes 0-1 and 2-3 */
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + 8 + 16 * j)));
+            const __m512i lo = _mm512_permutexvar_epi16(_mm512_and_si512(w, f16), lut);
+            const __m512i hi = _mm512_permutexvar_epi16(_mm512_srli_epi16(w, 4), lut);
+            v[j] = SIMD(kq_dot512)(_mm512_shuffle_i64x2(lo, hi, 0x44), x + j);
+            v[j + 1] = SIMD(kq_dot512)(_mm512_shuffle_i64x2(lo, hi, 0xEE), x + j + 1);
+        }
+        SIMD(kq_scales_xs)(b, s);
+        _mm256_storeu_ps(m, _mm256_setzero_ps());
+        return 1;
+    }
+    case LLM_TYPE_Q3_K: {
+        /* the GEMM's form (kq_unpack_gemm): the codes times their
+         * sub-scales (|c sc| <= 128), s = d; block 4h + j is bits 2j of
+         * qs[32 h + l], minus 4 unless bit 4h + j of hmask[l] */
+        const uint8_t *b = row + e0 / 256 * 110;
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b);
+        const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(SIMD(kq_scales_k3)(b + 96)));
+        /* lanes 0-15: sub-scale 0, lanes 16-31: sub-scale 1 (plus 2 per block) */
+        const __m512i half = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
+        const __m512i three = _mm512_set1_epi16(3), four = _mm512_set1_epi16(4);
+        for (int h = 0; h < 2; h++) {
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + 32 + 32 * h)));
+            for (int j = 0; j < 4; j++) {
+                const int blk = 4 * h + j;
+                const __mmask32 hi = (__mmask32)_mm256_movemask_epi8(_mm256_slli_epi16(hm, 7 - blk));
+                __m512i c = _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 2 * j), three), four);
+                c = _mm512_mask_add_epi16(c, hi, c, four);
+                const __m512i s2 =
+                    _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * blk))), sc);
+                v[blk] = SIMD(kq_dot512)(_mm512_mullo_epi16(c, s2), x + blk);
+            }
+        }
+        _mm256_storeu_ps(s, _mm256_set1_ps(SIMD(ldh)(b + 108)));
+        _mm256_storeu_ps(m, _mm256_setzero_ps());
         return 1;
     }
     default:
