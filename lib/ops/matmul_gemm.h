@@ -380,7 +380,9 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
 //     with m ds. Q6_K, whose scales cover 16 elements and cannot be
 //     folded into its codes (32 such products could overflow an int32
 //     sum), takes a float FMA per half block (s16: D holds two scales a
-//     block).
+//     block); Q2_K, a minimum per 16 elements, folds its 4-bit sub-scales
+//     into its codes and takes its minimums from the token's half-block
+//     sums (q2: M holds three vectors a block, SIMD(gq_q2min)).
 // That float order, per row and token, is the same for every number of
 // tokens, every ISA and both layouts (rows, x16), and x16_group's decode
 // follows it too: this GEMM is also the decode of the rows that are not
@@ -540,14 +542,20 @@ struct SIMD(gq_src) {
     const uint8_t *grp;
     int q8, G, BB;
     int s16; /* a scale per 16 elements: D (nq, 2, 16), packed P only */
+    int q2;  /* Q2_K's minimums: M (nq, 3, 16), packed P only (gq_q2min) */
 };
 
 /* Whether t's blocks of 32 have a scale per half (gq_src.s16): Q6_K.
- * (Q3_K folds its 16-element sub-scales into the codes; Q2_K, with a
- * minimum per 16, takes matmul_kq.h's row kernel.) */
+ * (Q3_K and Q2_K fold their 16-element sub-scales into the codes.) */
 static inline int SIMD(gq_s16)(enum llm_type t)
 {
     return t == LLM_TYPE_Q6_K;
+}
+
+/* Whether t's minimums cover 16 elements (gq_src.q2): Q2_K. */
+static inline int SIMD(gq_q2)(enum llm_type t)
+{
+    return t == LLM_TYPE_Q2_K;
 }
 
 /* The 32 code bytes at c (AVX2: 16) as int16 lanes, their low and high
@@ -676,6 +684,24 @@ SIMD_INLINE SIMD(gqf) SIMD(gq_fma)(SIMD(gqf) acc, SIMD(gqi) ia, SIMD(gqf) d, SIM
 #endif
 }
 
+/* Q2_K's minimums of a block for 16 rows (AVX2: 8), after its scale:
+ * acc + (m0 s0 + m1 s1) (-dmin d_x), with m0, m1 the rows' integer
+ * minimums of the two halves (as floats), s0, s1 the token's sums of qs
+ * over them. m0 s0 + m1 s1 is exact in float: integers below 2^24 (m <=
+ * 15, |s| <= 16 * 32767), so only the last FMA rounds. */
+SIMD_INLINE SIMD(gqf) SIMD(gq_q2min)(SIMD(gqf) acc, SIMD(gqf) m0, SIMD(gqf) m1, SIMD(gqf) dm,
+                                     const struct llm_qx16 *b)
+{
+    const float s0 = (float)b->h0, s1 = (float)(-b->m8 / 8 - b->h0);
+#ifdef SIMD_AVX512
+    const __m512 t = _mm512_fmadd_ps(m1, _mm512_set1_ps(s1), _mm512_mul_ps(m0, _mm512_set1_ps(s0)));
+    return _mm512_fmadd_ps(t, _mm512_mul_ps(dm, _mm512_set1_ps(b->d)), acc);
+#else
+    const __m256 t = _mm256_fmadd_ps(m1, _mm256_set1_ps(s1), _mm256_mul_ps(m0, _mm256_set1_ps(s0)));
+    return _mm256_fmadd_ps(t, _mm256_mul_ps(dm, _mm256_set1_ps(b->d)), acc);
+#endif
+}
+
 /* Half h of a block's 16 scales (or mins): packed floats, or the group's
  * fp16 (AVX-512: h is 0, all 16) */
 SIMD_INLINE SIMD(gqf) SIMD(gq_scales)(const float *f, const uint8_t *h16, int h)
@@ -697,7 +723,7 @@ SIMD_INLINE SIMD(gqf) SIMD(gq_scales)(const float *f, const uint8_t *h16, int h)
  * moves per dot product, half the micro-kernel's time at 16 tokens). */
 #define GQ_TOKENS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
-                                const struct llm_qx16 *xq, int64_t nq, int NT, int S16,
+                                const struct llm_qx16 *xq, int64_t nq, int NT, int S16, int Q2,
                                 SIMD(gqf) out[][GQ_H])
 {
     _Alignas(64) int32_t wb[256];
@@ -764,8 +790,31 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
         const float *pm = src->P ? src->M + k * 16 : NULL;
         const SIMD(gqf) d0 = SIMD(gq_scales)(pd, blk, 0), d1 = SIMD(gq_scales)(pd, blk, 1);
         const uint8_t *mins = blk ? blk + 32 : NULL;
-        const SIMD(gqf) m0 = zp ? SIMD(gq_scales)(pm, mins, 0) : fz;
-        const SIMD(gqf) m1 = zp ? SIMD(gq_scales)(pm, mins, 1) : fz;
+        const SIMD(gqf) m0 = zp && !Q2 ? SIMD(gq_scales)(pm, mins, 0) : fz;
+        const SIMD(gqf) m1 = zp && !Q2 ? SIMD(gq_scales)(pm, mins, 1) : fz;
+        if (Q2) { /* M (nq, 3, 16): the halves' minimums, then -dmin */
+            const float *q = src->M + 3 * k * 16;
+#ifdef SIMD_AVX512
+            const __m512 a0 = _mm512_loadu_ps(q), b0 = _mm512_loadu_ps(q + 16);
+            const __m512 c0 = _mm512_loadu_ps(q + 32), a1 = a0, b1 = b0, c1 = c0;
+#else
+            const __m256 a0 = _mm256_loadu_ps(q), b0 = _mm256_loadu_ps(q + 16);
+            const __m256 c0 = _mm256_loadu_ps(q + 32), a1 = _mm256_loadu_ps(q + 8);
+            const __m256 b1 = _mm256_loadu_ps(q + 24), c1 = _mm256_loadu_ps(q + 40);
+#endif
+#define GQ_SCALE(t)                                                                \
+    if ((t) < NT) {                                                                \
+        acc##t##_0 = SIMD(gq_fma)(acc##t##_0, ia##t##_0, d0, fz, x##t + k, 0);     \
+        acc##t##_0 = SIMD(gq_q2min)(acc##t##_0, a0, b0, c0, x##t + k);              \
+        if (GQ_H > 1) {                                                            \
+            acc##t##_1 = SIMD(gq_fma)(acc##t##_1, ia##t##_1, d1, fz, x##t + k, 0); \
+            acc##t##_1 = SIMD(gq_q2min)(acc##t##_1, a1, b1, c1, x##t + k);          \
+        }                                                                          \
+    }
+            GQ_TOKENS(GQ_SCALE)
+#undef GQ_SCALE
+            continue;
+        }
 #define GQ_SCALE(t)                                                      \
     if ((t) < NT) {                                                      \
         acc##t##_0 = SIMD(gq_fma)(acc##t##_0, ia##t##_0, d0, m0, x##t + k, zp); \
@@ -790,27 +839,36 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
 static void SIMD(gq_micro_n)(const struct SIMD(gq_src) *src, int zp, const struct llm_qx16 *xq,
                              int64_t nq, int nt, SIMD(gqf) out[][GQ_H])
 {
-#define GQ_CASE(n, s)                                     \
+#define GQ_CASE(n, s, q2)                                 \
     case n:                                               \
-        SIMD(gq_micro)(src, zp, xq, nq, n, s, out);       \
+        SIMD(gq_micro)(src, zp, xq, nq, n, s, q2, out);   \
         break;
 #if GQ_NR > 3
-#define GQ_CASES(s)                                                                        \
-    GQ_CASE(1, s) GQ_CASE(2, s) GQ_CASE(3, s) GQ_CASE(4, s) GQ_CASE(5, s) GQ_CASE(6, s)    \
-    GQ_CASE(7, s) GQ_CASE(8, s) GQ_CASE(9, s) GQ_CASE(10, s) GQ_CASE(11, s) GQ_CASE(12, s)
+#define GQ_CASES(s, q2)                                                                    \
+    GQ_CASE(1, s, q2) GQ_CASE(2, s, q2) GQ_CASE(3, s, q2) GQ_CASE(4, s, q2)                \
+    GQ_CASE(5, s, q2) GQ_CASE(6, s, q2) GQ_CASE(7, s, q2) GQ_CASE(8, s, q2)                \
+    GQ_CASE(9, s, q2) GQ_CASE(10, s, q2) GQ_CASE(11, s, q2) GQ_CASE(12, s, q2)
 #else
-#define GQ_CASES(s) GQ_CASE(1, s) GQ_CASE(2, s) GQ_CASE(3, s)
+#define GQ_CASES(s, q2) GQ_CASE(1, s, q2) GQ_CASE(2, s, q2) GQ_CASE(3, s, q2)
 #endif
     if (src->s16) {
         switch (nt) {
-            GQ_CASES(1)
+            GQ_CASES(1, 0)
+        default:
+            break;
+        }
+        return;
+    }
+    if (src->q2) {
+        switch (nt) {
+            GQ_CASES(0, 1)
         default:
             break;
         }
         return;
     }
     switch (nt) {
-        GQ_CASES(0)
+        GQ_CASES(0, 0)
     default:
         break;
     }
@@ -832,10 +890,11 @@ SIMD_INLINE __m256i SIMD(hsum8x8)(const __m256i v[8])
  * exact block dots R (16, nq8; rows 0..15) are transposed into I (nq8, 16)
  * and meet the scales D and minimums M (nq, 16) block after block; y gets
  * the first nr. s16: R, I and D hold half blocks (2 nq of them), each
- * with its block's activation scale. */
+ * with its block's activation scale. q2: M (nq, 3, 16), gq_micro's Q2_K
+ * minimums. */
 static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D, const float *M,
                                    const struct llm_qx16 *xq, int64_t nq, int zp, float *y, int nr,
-                                   int s16)
+                                   int s16, int q2)
 {
     const int64_t nh = nq << s16, nq8 = (nh + 7) / 8 * 8;
     /* R (16, nq8) -> I (nq8, 16): 8 x 8 blocks through the float
@@ -865,7 +924,11 @@ static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D,
                                      _mm512_mul_ps(_mm512_loadu_ps(D + k * 16),
                                                    _mm512_set1_ps(b->d)),
                                      acc[h]);
-            if (zp)
+            if (q2)
+                acc[h] = SIMD(gq_q2min)(acc[h], _mm512_loadu_ps(M + 3 * k * 16),
+                                        _mm512_loadu_ps(M + (3 * k + 1) * 16),
+                                        _mm512_loadu_ps(M + (3 * k + 2) * 16), b);
+            else if (zp)
                 acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(M + k * 16), _mm512_set1_ps(b->ds),
                                          acc[h]);
 #else
@@ -874,7 +937,11 @@ static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D,
                                      _mm256_mul_ps(_mm256_loadu_ps(D + k * 16 + 8 * h),
                                                    _mm256_set1_ps(b->d)),
                                      acc[h]);
-            if (zp)
+            if (q2)
+                acc[h] = SIMD(gq_q2min)(acc[h], _mm256_loadu_ps(M + 3 * k * 16 + 8 * h),
+                                        _mm256_loadu_ps(M + (3 * k + 1) * 16 + 8 * h),
+                                        _mm256_loadu_ps(M + (3 * k + 2) * 16 + 8 * h), b);
+            else if (zp)
                 acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(M + k * 16 + 8 * h),
                                          _mm256_set1_ps(b->ds), acc[h]);
 #endif
@@ -945,7 +1012,7 @@ SIMD_INLINE void SIMD(gq_decode_rows)(const uint8_t *W, uint64_t rb, const struc
                 _mm256_storeu_si256((__m256i *)(R + i * nq8 + k0), SIMD(hsum8x8)(v));
             }
         }
-        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, zp, y + r, nr, 0);
+        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, zp, y + r, nr, 0, 0);
     }
 }
 
@@ -955,9 +1022,10 @@ static llm_status SIMD(gq_decode)(enum llm_type t, const uint8_t *W, uint64_t rb
 {
     /* nh: the units of one scale each (gq_s16: half blocks) */
     const int64_t nq = (ne0 + 31) / 32, nh = nq << SIMD(gq_s16)(t), nh8 = (nh + 7) / 8 * 8;
-    /* xq (nq), R and I (16 nh8 each), D (16 nh) and M (16 nq) */
+    /* xq (nq), R and I (16 nh8 each), D (16 nh) and M (16 nq; gq_q2: 48 nq) */
+    const int64_t nm = nq * (SIMD(gq_q2)(t) ? 3 : 1);
     const uint64_t bytes = (uint64_t)nq * sizeof(struct llm_qx16) + (uint64_t)nh8 * 128 +
-                           (uint64_t)(nh + nq) * 64;
+                           (uint64_t)(nh + nm) * 64;
     uint8_t stack[24576], *buf = stack;
     if (bytes > sizeof stack) {
         buf = llm_malloc((size_t)bytes);
@@ -1012,11 +1080,12 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
                                  int64_t r0, int64_t r1, int x16)
 {
     const int64_t nq = (ne0 + 31) / 32, nbc = nb < GQ_NBC ? nb : GQ_NBC;
-    const int zp = FAM_ZP(sh->fam), s16 = SIMD(gq_s16)(t);
+    const int zp = FAM_ZP(sh->fam), s16 = SIMD(gq_s16)(t), q2 = SIMD(gq_q2)(t);
     /* one packed tile: (nq, 16, 16) int32, then (nq, 16) d (s16: (nq, 2,
-     * 16)) and m (1152 bytes a block: 28 KB for 768-wide rows);
-     * activations (nbc, nq) */
-    const uint64_t tile = (uint64_t)nq * (256 * 4 + (2 + s16) * 16 * 4);
+     * 16)) and m (q2: (nq, 3, 16)) (1152 bytes a block: 28 KB for
+     * 768-wide rows); activations (nbc, nq) */
+    const int nm = q2 ? 3 : 1;
+    const uint64_t tile = (uint64_t)nq * (256 * 4 + ((1 << s16) + nm) * 16 * 4);
     uint64_t xb;
     if (!llm_mul_ok((uint64_t)nbc * (uint64_t)nq, sizeof(struct llm_qx16), &xb) ||
         tile + xb + 64 < xb)
@@ -1027,10 +1096,11 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
         return LLM_E_NOMEM;
     int32_t *P = (int32_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
     float *D = (float *)(P + nq * 256), *M = D + (nq << s16) * 16;
-    struct llm_qx16 *xq = (struct llm_qx16 *)(M + nq * 16);
+    struct llm_qx16 *xq = (struct llm_qx16 *)(M + nq * nm * 16);
     /* interleaved groups are read in place, the rows packed a tile at a time */
     struct SIMD(gq_src) src = { .P = x16 ? NULL : P, .D = D, .M = M, .q8 = sh->fam == F_SYM8 ||
-                                sh->fam == F_ZP8, .G = sh->G, .BB = sh->BB, .s16 = s16 };
+                                sh->fam == F_ZP8, .G = sh->G, .BB = sh->BB, .s16 = s16,
+                                .q2 = q2 };
     const uint64_t gbytes = x16 ? (uint64_t)(ne0 / sh->G) * 16 * (uint64_t)sh->BB : 0;
     for (int64_t c0 = 0; c0 < nb; c0 += GQ_NBC) {
         const int64_t nc = nb - c0 < GQ_NBC ? nb - c0 : GQ_NBC;

@@ -27,11 +27,12 @@ struct llm_qx {
 };
 
 /* The same with int16 activations: x[j] ~ d * qs[j], qs in [-32767,
- * 32767]; m8 = -8 sum(qs); ds = d * sum(qs). */
+ * 32767]; m8 = -8 sum(qs); ds = d * sum(qs); h0 = the sum of qs[0..15]
+ * (Q2_K's minimums cover 16 elements; the other half's is -m8/8 - h0). */
 struct llm_qx16 {
     float d;
     float ds;
-    int32_t m8, pad_;
+    int32_t m8, h0;
     int16_t qs[32];
 };
 

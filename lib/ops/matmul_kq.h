@@ -10,26 +10,24 @@
  * dot of c with q is exact (|c| <= 128, |q| <= 32767), then meets the
  * scales in float.
  *
- * Every type but Q2_K runs the int16 GEMM of matmul_gemm.h, for decode and
- * prefill alike (kq_pack, kq_decode_rows: see SIMD(kq_gemm_ok)); Q6_K with
- * a float step per half block there. Q2_K (a minimum per 16) takes the row
- * kernel below (kq_row): per 16 elements acc += float(dot) * (s * dx) and
- * acc += float(sum q) * (m * dx), on 8 lanes, even and odd blocks in two
- * accumulators summed at the end of the row.
- *
- * Each token's arithmetic is the same whatever else is in the call: a row
- * is unpacked once for up to SIMD_NT tokens, which then run the same
- * sequence of operations one after the other, so llm_matmul gives
- * llm_matvec's bits for every token (batch invariance, matmul_impl.h).
+ * Every type runs the int16 GEMM of matmul_gemm.h, for decode and prefill
+ * alike (kq_pack, kq_decode_rows): Q6_K with a float step per half block
+ * there (gq_s16), Q2_K with its minimums per 16 from the token's half-block
+ * sums (gq_q2); Q3_K and Q2_K fold their integer sub-scales into the codes.
+ * Decode follows the GEMM's float order, so llm_matmul gives llm_matvec's
+ * bits for every token (batch invariance, matmul_impl.h).
  */
 
 /* the codes, scales and minimums of one chunk: s and m per 32-element
- * block (b) for the types whose scales cover 32, per 16 (g) for Q2_K, Q3_K
- * and Q6_K; sc3: Q3_K's integer sub-scales, for the GEMM's folding */
+ * block (b) for the types whose scales cover 32, per 16 (g) for Q3_K and
+ * Q6_K; sc3: Q3_K's and Q2_K's integer sub-scales, for the GEMM's folding.
+ * Q2_K: s = d for every block, m per 16 its integer minimums (as floats),
+ * dm = -dmin (gq_q2min). */
 struct SIMD(kq_chunk) {
     int16_t c[256] __attribute__((aligned(32)));
     float s[16], m[16];
     int16_t sc3[16] __attribute__((aligned(32)));
+    float dm;
 };
 
 SIMD_INLINE void SIMD(kq_st16)(int16_t *c, __m128i lo, __m128i hi, int sgn)
@@ -227,15 +225,16 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
             _mm256_storeu_ps(k->s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(s0))));
             _mm256_storeu_ps(k->s + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(s1))));
             memset(k->m, 0, sizeof k->m);
-        } else {
-            uint64_t lo[2], hi[2];
-            memcpy(lo, b, 16);
-            for (int i = 0; i < 2; i++) {
-                hi[i] = (lo[i] >> 4) & 0x0f0f0f0f0f0f0f0full;
-                lo[i] &= 0x0f0f0f0f0f0f0f0full;
-                SIMD(kq_scale8)(lo[i], SIMD(ldh)(b + 80), 0, k->s + 8 * i);
-                SIMD(kq_scale8)(hi[i], SIMD(ldh)(b + 82), 1, k->m + 8 * i);
-            }
+        } else { /* Q2_K: byte g of the 16 at b, scale low nibble, minimum high */
+            const __m128i sc = _mm_loadu_si128((const __m128i *)b);
+            _mm256_store_si256((__m256i *)k->sc3, _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F))));
+            const __m128i mn = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F));
+            _mm256_storeu_ps(k->m, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
+            _mm256_storeu_ps(k->m + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8))));
+            const __m256 d = _mm256_set1_ps(SIMD(ldh)(b + 80));
+            _mm256_storeu_ps(k->s, d);
+            _mm256_storeu_ps(k->s + 8, d);
+            k->dm = -SIMD(ldh)(b + 82);
         }
         return;
     }
@@ -302,101 +301,23 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
 #define KQ_DOT(i, a, b) _mm256_add_epi32((i), _mm256_madd_epi16((a), (b)))
 #endif
 
-/* Q2_K's row kernel (the one type left on it: a minimum per 16 elements,
- * SIMD(kq_gemm_ok)). One activation block: block b of chunk k with token
- * x into acc, a float step per 16 elements for the scale and one for the
- * minimum (from the int16 sums of q). */
-SIMD_INLINE void SIMD(kq_block)(const struct SIMD(kq_chunk) *k, int b, __m256i c0, __m256i c1,
-                                const struct llm_qx16 *x, __m256 *acc)
-{
-    const __m256i q0 = _mm256_loadu_si256((const __m256i *)x->qs);
-    const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x->qs + 16));
-    const __m256i i0 = KQ_DOT(_mm256_setzero_si256(), c0, q0);
-    const __m256i i1 = KQ_DOT(_mm256_setzero_si256(), c1, q1);
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_set1_ps(k->s[2 * b] * x->d), *acc);
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_set1_ps(k->s[2 * b + 1] * x->d), *acc);
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i u0 = _mm256_madd_epi16(q0, ones), u1 = _mm256_madd_epi16(q1, ones);
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_set1_ps(k->m[2 * b] * x->d), *acc);
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_set1_ps(k->m[2 * b + 1] * x->d), *acc);
-}
-
-/* The chunk k (256 elements) with the activation blocks xq[t * nq ..] of
- * NT tokens (a constant, so that the accumulators stay in registers): even
- * blocks into acc0, odd ones into acc1. */
-SIMD_INLINE void SIMD(kq_dot)(const struct SIMD(kq_chunk) *k, const struct llm_qx16 *xq, int64_t nq,
-                              int NT, __m256 *acc0, __m256 *acc1)
-{
-    for (int b = 0; b < 8; b += 2) {
-        const __m256i c0 = _mm256_load_si256((const __m256i *)(k->c + 32 * b));
-        const __m256i c1 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 16));
-        const __m256i c2 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 32));
-        const __m256i c3 = _mm256_load_si256((const __m256i *)(k->c + 32 * b + 48));
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            SIMD(kq_block)(k, b, c0, c1, xq + t * nq + b, &acc0[t]);
-            SIMD(kq_block)(k, b + 1, c2, c3, xq + t * nq + b + 1, &acc1[t]);
-        }
-    }
-}
-
-/* Row `row` (ne0, whole super-blocks) with NT tokens' activations xq (NT,
- * nq): out[t] */
-SIMD_INLINE void SIMD(kq_row_n)(enum llm_type t, const uint8_t *row, int64_t ne0,
-                                const struct llm_qx16 *xq, int64_t nq, int NT, float *out)
-{
-    __m256 acc0[SIMD_NT], acc1[SIMD_NT];
-#pragma GCC unroll 4
-    for (int j = 0; j < NT; j++)
-        acc0[j] = acc1[j] = _mm256_setzero_ps();
-    struct SIMD(kq_chunk) k;
-    for (int64_t e0 = 0; e0 < ne0; e0 += 256) {
-        SIMD(kq_unpack)(t, row, e0, 256, &k);
-        SIMD(kq_dot)(&k, xq + e0 / 32, nq, NT, acc0, acc1);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < NT; j++)
-        out[j] = SIMD(hsum)(_mm256_add_ps(acc0[j], acc1[j]));
-}
-
-/* the same with constant token counts */
-static void SIMD(kq_row)(enum llm_type t, const uint8_t *row, int64_t ne0, const struct llm_qx16 *xq,
-                         int64_t nq, int nt, float *out)
-{
-    switch (nt) {
-    case 1: SIMD(kq_row_n)(t, row, ne0, xq, nq, 1, out); break;
-    case 2: SIMD(kq_row_n)(t, row, ne0, xq, nq, 2, out); break;
-    case 3: SIMD(kq_row_n)(t, row, ne0, xq, nq, 3, out); break;
-    default: SIMD(kq_row_n)(t, row, ne0, xq, nq, 4, out); break;
-    }
-}
-
-/* Whether t runs the int16 GEMM of matmul_gemm.h (decode and prefill
- * alike): one float scale and minimum per 32 elements, or per 16 with
- * integer sub-scales small enough to fold into the codes (Q3_K: |c sc| <=
- * 128), or, for Q6_K, a float scale per 16 (SIMD(gq_s16): its |c sc| up to
- * 4096 cannot be folded, since 32 of them times int16 activations could
- * overflow an int32 sum; 16 of its plain codes, |c| <= 32, cannot). Q2_K (a
- * minimum per 16) keeps the row kernel above. */
-static int SIMD(kq_gemm_ok)(enum llm_type t)
-{
-    return t != LLM_TYPE_Q2_K;
-}
-
 /* A chunk in the GEMM's form: the canonical one, except that Q3_K's 6-bit
- * sub-scales are folded into its codes and s is then the super-block's d
- * for every 32 elements. */
+ * and Q2_K's 4-bit sub-scales are folded into their codes (|c sc| <= 128,
+ * 45) and s is then the super-block's d for every 32 elements. */
 SIMD_INLINE void SIMD(kq_unpack_gemm)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
                                       struct SIMD(kq_chunk) *k)
 {
     SIMD(kq_unpack)(t, row, e0, n, k);
-    if (t != LLM_TYPE_Q3_K)
+    if (t != LLM_TYPE_Q3_K && t != LLM_TYPE_Q2_K)
         return;
-    const float d = SIMD(ldh)(row + e0 / 256 * 110 + 108);
     for (int g = 0; g < 16; g++) {
         const __m256i v = _mm256_load_si256((const __m256i *)(k->c + 16 * g));
         _mm256_store_si256((__m256i *)(k->c + 16 * g), _mm256_mullo_epi16(v, _mm256_set1_epi16(k->sc3[g])));
-        k->s[g] = d; /* per 32 elements (b) now, as the other GEMM types */
+    }
+    if (t == LLM_TYPE_Q3_K) { /* per 32 elements (b) now, as the other GEMM types */
+        const __m256 d = _mm256_set1_ps(SIMD(ldh)(row + e0 / 256 * 110 + 108));
+        _mm256_storeu_ps(k->s, d);
+        _mm256_storeu_ps(k->s + 8, d);
     }
 }
 
@@ -404,18 +325,19 @@ SIMD_INLINE void SIMD(kq_unpack_gemm)(enum llm_type t, const uint8_t *row, int64
  * [r, r + nr) (nr <= 16; missing rows are zero) into P (nq, 16 pairs, 16
  * lanes) int32, D and M (nq, 16): each 32-element block's int16 codes and
  * its float scale and minimum, from the canonical form (SIMD(gq_s16): D
- * (nq, 2, 16), a scale per half block). */
+ * (nq, 2, 16), a scale per half block; SIMD(gq_q2): M (nq, 3, 16), the
+ * halves' minimums and -dmin). */
 static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_t r, int nr,
                           int64_t ne0, int64_t nq, int32_t *P, float *D, float *M)
 {
-    const int s16 = SIMD(gq_s16)(t);
+    const int s16 = SIMD(gq_s16)(t), q2 = SIMD(gq_q2)(t), nm = q2 ? 3 : 1;
     struct SIMD(kq_chunk) k;
     for (int i = 0; i < 16; i++) {
         if (i >= nr) {
-            for (int64_t q = 0; q < nq; q++) {
+            for (int64_t q = 0; q < nq; q++)
                 memset(P + q * 256 + i * 16, 0, 16 * sizeof(int32_t));
+            for (int64_t q = 0; q < nq * nm; q++)
                 M[q * 16 + i] = 0.0f;
-            }
             for (int64_t q = 0; q < nq << s16; q++)
                 D[q * 16 + i] = 0.0f;
             continue;
@@ -437,6 +359,12 @@ static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_
                     continue;
                 }
                 D[q * 16 + i] = k.s[b];
+                if (q2) { /* M (nq, 3, 16) */
+                    M[3 * q * 16 + i] = k.m[2 * b];
+                    M[(3 * q + 1) * 16 + i] = k.m[2 * b + 1];
+                    M[(3 * q + 2) * 16 + i] = k.dm;
+                    continue;
+                }
                 M[q * 16 + i] = k.m[b];
             }
         }
@@ -538,29 +466,37 @@ static int SIMD(kq_dots)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
         _mm256_storeu_ps(m, _mm256_setzero_ps());
         return 1;
     }
+    case LLM_TYPE_Q2_K:
     case LLM_TYPE_Q3_K: {
         /* the GEMM's form (kq_unpack_gemm): the codes times their
          * sub-scales (|c sc| <= 128), s = d; block 4h + j is bits 2j of
-         * qs[32 h + l], minus 4 unless bit 4h + j of hmask[l] */
-        const uint8_t *b = row + e0 / 256 * 110;
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)b);
-        const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(SIMD(kq_scales_k3)(b + 96)));
+         * qs[32 h + l], for Q3_K minus 4 unless bit 4h + j of hmask[l]
+         * (Q2_K's minimums: kq_decode_rows) */
+        const int q3 = t == LLM_TYPE_Q3_K;
+        const uint8_t *b = row + e0 / 256 * (q3 ? 110 : 84);
+        const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
+        const __m512i sc = _mm512_castsi256_si512(
+            q3 ? _mm256_cvtepi8_epi16(SIMD(kq_scales_k3)(b + 96))
+               : _mm256_cvtepu8_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)b), _mm_set1_epi8(0x0F))));
         /* lanes 0-15: sub-scale 0, lanes 16-31: sub-scale 1 (plus 2 per block) */
         const __m512i half = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
         const __m512i three = _mm512_set1_epi16(3), four = _mm512_set1_epi16(4);
         for (int h = 0; h < 2; h++) {
-            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + 32 + 32 * h)));
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + (q3 ? 32 : 16) + 32 * h)));
             for (int j = 0; j < 4; j++) {
                 const int blk = 4 * h + j;
-                const __mmask32 hi = (__mmask32)_mm256_movemask_epi8(_mm256_slli_epi16(hm, 7 - blk));
-                __m512i c = _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 2 * j), three), four);
-                c = _mm512_mask_add_epi16(c, hi, c, four);
+                __m512i c = _mm512_and_si512(_mm512_srli_epi16(w, 2 * j), three);
+                if (q3) {
+                    const __mmask32 hi = (__mmask32)_mm256_movemask_epi8(_mm256_slli_epi16(hm, 7 - blk));
+                    c = _mm512_sub_epi16(c, four);
+                    c = _mm512_mask_add_epi16(c, hi, c, four);
+                }
                 const __m512i s2 =
                     _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * blk))), sc);
                 v[blk] = SIMD(kq_dot512)(_mm512_mullo_epi16(c, s2), x + blk);
             }
         }
-        _mm256_storeu_ps(s, _mm256_set1_ps(SIMD(ldh)(b + 108)));
+        _mm256_storeu_ps(s, _mm256_set1_ps(SIMD(ldh)(b + (q3 ? 108 : 80))));
         _mm256_storeu_ps(m, _mm256_setzero_ps());
         return 1;
     }
@@ -600,7 +536,7 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                                  const struct llm_qx16 *xq, int64_t nq, int64_t ne0, float *y,
                                  int64_t r0, int64_t r1, int32_t *R, int32_t *I, float *D, float *M)
 {
-    const int s16 = SIMD(gq_s16)(t);
+    const int s16 = SIMD(gq_s16)(t), q2 = SIMD(gq_q2)(t);
     const int64_t nq8 = (nq + 7) / 8 * 8, nh8 = ((nq << s16) + 7) / 8 * 8;
     struct SIMD(kq_chunk) k;
     for (int64_t r = r0; r < r1; r += 16) {
@@ -608,7 +544,7 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
         for (int i = 0; i < 16; i++) {
             if (i >= nr) {
                 memset(R + i * nh8, 0, (size_t)nh8 * sizeof(int32_t));
-                for (int64_t q = 0; q < nq; q++)
+                for (int64_t q = 0; q < nq * (q2 ? 3 : 1); q++)
                     M[q * 16 + i] = 0.0f;
                 for (int64_t q = 0; q < nq << s16; q++)
                     D[q * 16 + i] = 0.0f;
@@ -627,6 +563,19 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                 if (SIMD(kq_dots)(t, row, e0, n, xq + e0 / 32, v, s8, m8)) {
                     for (int b = n / 32; b < 8; b++)
                         v[b] = _mm256_setzero_si256();
+                    if (q2) { /* the high nibbles of the 16 scale bytes, -dmin */
+                        const uint8_t *qb = row + e0 / 256 * 84;
+                        const float dm = -SIMD(ldh)(qb + 82);
+                        for (int b = 0; b < 8; b++) {
+                            const int64_t q = e0 / 32 + b;
+                            D[q * 16 + i] = s8[b];
+                            M[3 * q * 16 + i] = (float)(qb[2 * b] >> 4);
+                            M[(3 * q + 1) * 16 + i] = (float)(qb[2 * b + 1] >> 4);
+                            M[(3 * q + 2) * 16 + i] = dm;
+                        }
+                        _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
+                        continue;
+                    }
                     for (int b = 0; b < n / 32; b++) {
                         D[(e0 / 32 + b) * 16 + i] = s8[b];
                         M[(e0 / 32 + b) * 16 + i] = m8[b];
@@ -648,13 +597,20 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                     v[b] = KQ_DOT(KQ_DOT(_mm256_setzero_si256(), c0,
                                          _mm256_loadu_si256((const __m256i *)x->qs)),
                                   c1, _mm256_loadu_si256((const __m256i *)(x->qs + 16)));
-                    D[(e0 / 32 + b) * 16 + i] = k.s[b];
-                    M[(e0 / 32 + b) * 16 + i] = k.m[b];
+                    const int64_t q = e0 / 32 + b;
+                    D[q * 16 + i] = k.s[b];
+                    if (q2) { /* M (nq, 3, 16), as kq_pack's */
+                        M[3 * q * 16 + i] = k.m[2 * b];
+                        M[(3 * q + 1) * 16 + i] = k.m[2 * b + 1];
+                        M[(3 * q + 2) * 16 + i] = k.dm;
+                    } else {
+                        M[q * 16 + i] = k.m[b];
+                    }
                 }
                 _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
             }
         }
-        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, llm_kq_has_min(t), y + r, nr, s16);
+        SIMD(gq_decode_finish)(R, I, D, M, xq, nq, llm_kq_has_min(t), y + r, nr, s16, q2);
     }
 }
 
@@ -663,28 +619,11 @@ static llm_status SIMD(kq_matmul)(enum llm_type t, const uint8_t *W, uint64_t rb
                                   float *Y, int64_t ne0, int64_t nb, int64_t ldy, int64_t r0,
                                   int64_t r1)
 {
-    if (SIMD(kq_gemm_ok)(t)) {
-        /* the int16 GEMM's zero-point form carries the minimums (m ds);
-         * the symmetric one starts its sums at 0 (q8: codes are signed) */
-        const struct SIMD(shape) sh = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
-        if (nb == 1)
-            return SIMD(gq_decode)(t, W, rb, X, Y, ne0, r0, r1);
-        return SIMD(gemm_q16)(t, &sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
-    }
-    const int64_t nq = ne0 / 32;
-    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
-    LLM_TRY(SIMD(quantize_x16_all)(X, ne0, nb, stack, SIMD_STACK_QX / 2, &xq));
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = W + (uint64_t)r * rb;
-        float out[SIMD_NT];
-        for (int64_t b = 0; b < nb; b += SIMD_NT) {
-            const int nt = nb - b < SIMD_NT ? (int)(nb - b) : SIMD_NT;
-            SIMD(kq_row)(t, row, ne0, xq + b * nq, nq, nt, out);
-            for (int j = 0; j < nt; j++)
-                Y[(b + j) * ldy + r] = out[j];
-        }
-    }
-    if (xq != stack)
-        llm_free(xq);
-    return LLM_OK;
+    /* the int16 GEMM's zero-point form carries the minimums (m ds; Q2_K's
+     * gq_q2min); the symmetric one starts its sums at 0 (q8: codes are
+     * signed) */
+    const struct SIMD(shape) sh = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
+    if (nb == 1)
+        return SIMD(gq_decode)(t, W, rb, X, Y, ne0, r0, r1);
+    return SIMD(gemm_q16)(t, &sh, W, rb, X, Y, ne0, nb, ldy, r0, r1, 0);
 }

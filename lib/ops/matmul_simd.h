@@ -169,7 +169,7 @@ static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
         if (SIMD(any_nan)(v0, v1, v2, v3) || !isfinite(_mm_cvtss_f32(m))) {
             SIMD(nonfinite)(&out[b].d, &out[b].ds, out[b].qs, 64);
-            out[b].m8 = out[b].pad_ = 0;
+            out[b].m8 = out[b].h0 = 0;
             continue;
         }
         const float d = _mm_cvtss_f32(m) / 32767.0f;
@@ -179,9 +179,11 @@ static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
         __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
         __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
         __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
-        __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+        const __m256i s01 = _mm256_add_epi32(i0, i1);
+        __m256i s = _mm256_add_epi32(s01, _mm256_add_epi32(i2, i3));
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_hadd_epi32(s4, s4);
+        __m128i h4 = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
+        s4 = _mm_hadd_epi32(s4, h4);
         s4 = _mm_hadd_epi32(s4, s4);
         /* packs works within 128-bit lanes: restore element order */
         __m256i p01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xd8);
@@ -191,7 +193,7 @@ static void SIMD(quantize_x16)(const float *x, int64_t n, struct llm_qx16 *out)
         const int sum = _mm_cvtsi128_si32(s4);
         out[b].d = d;
         out[b].m8 = -8 * sum;
-        out[b].pad_ = 0;
+        out[b].h0 = _mm_extract_epi32(s4, 1);
         out[b].ds = d * (float)sum;
     }
 }
