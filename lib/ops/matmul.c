@@ -592,6 +592,8 @@ static int x16_group(enum llm_type t)
     case LLM_TYPE_Q8_G128:
     case LLM_TYPE_Q8Z_G128:
         return 128;
+    case LLM_TYPE_Q4_K: /* its 144-byte super-blocks, 2-byte units as the rest */
+        return 256;
     default:
         return 0;
     }
@@ -610,6 +612,12 @@ int llm_x16_enabled(void)
     /* without a kernel that reads the layout, decode would unpack it every
      * token: keep the rows then */
     return !(e && strcmp(e, "0") == 0) && isa_now() != LLM_ISA_REF && act_now() == LLM_ACT_Q16;
+}
+
+int llm_x16_decodes(enum llm_type t)
+{
+    /* Q4_K's group kernel is AVX-512's alone */
+    return llm_x16_enabled() && (!llm_kq_type(t) || isa_now() == LLM_ISA_AVX512);
 }
 
 /* Row r of a group between the layouts; UNITS 2-byte units per block of
@@ -763,6 +771,8 @@ llm_status llm_matvec_x16(enum llm_type t, const void *P, const float *x, float 
         return LLM_OK;
     if (!x || !y)
         return llm_error_set(LLM_E_INVALID, "matvec: NULL buffer");
+    if (llm_kq_type(t) && !llm_x16_decodes(t))
+        return x16_by_rows(t, P, x, y, ne0, 1, 0, r0, r1);
     if (x16_float(t) || act_now() == LLM_ACT_Q16) {
         switch (isa_now()) {
         case LLM_ISA_AVX512:
@@ -787,6 +797,10 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
                              (long long)nb, (long long)ldy, (long long)r1);
     if (nb == 1)
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
+    /* Q4_K's groups back to rows, a GEMM tile at a time, for its int16
+     * GEMM: the same bits per token as its decode on the groups */
+    if (llm_kq_type(t))
+        return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
     if (x16_float(t) && isa_now() != LLM_ISA_REF)
         return isa_now() == LLM_ISA_AVX512 ? llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1)
                                            : llm_matmul_x16_avx2(t, P, X, Y, ne0, nb, ldy, r0, r1);

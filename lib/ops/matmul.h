@@ -85,6 +85,10 @@ int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
  * reads it (the scalar build, LLM_MATMUL_ACT other than q16), where decode
  * would unpack it every token. */
 int llm_x16_enabled(void);
+/* Whether decode reads t's interleaved form in place on this machine
+ * (llm_x16_enabled, and for Q4_K an AVX-512 CPU): the CPU backend and
+ * llm-bench --kernels interleave only such matrices. */
+int llm_x16_decodes(enum llm_type t);
 /* P (rows/16 groups) = the interleaved form of W (rows, ne0). */
 llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t rows, void *P);
 /* W' (r1 - r0, row bytes) = rows [r0, r1) of P in the row layout again;

@@ -1394,6 +1394,82 @@ SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, i
 #endif
 }
 
+#ifdef SIMD_AVX512
+/* Q4_K interleaved (matmul.c x16_group: 256): one group of 16 rows, y (16)
+ * = the rows . x, ns super-blocks. A super-block is 72 units of 2 bytes,
+ * row r's at 32 u + 2 r: d, dmin, the 12 scale bytes (units 2-7), then
+ * qs: unit 8 + 16 p + u holds bytes 2u, 2u+1 of the p-th 32, whose low
+ * nibbles are elements 2u, 2u+1 of sub-block 2p and the high ones those of
+ * 2p+1. The scales unpack with the rows in lanes, and each sub-block meets
+ * its scale and minimum in the int16 GEMM's order (gq_micro, zero-point
+ * form: the same d sc and -(dmin mn) as kq_scales_k4), so that a token's
+ * bits are those of the rows' decode and GEMM. */
+SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
+                                    float *y)
+{
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 144;
+        const struct llm_qx16 *b = xq + 8 * k;
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+        /* scale bytes 0-3, 4-7, 8-11 of each row as words, row r in lane r */
+        __m512i w[3];
+        for (int i = 0; i < 3; i++)
+            w[i] = _mm512_or_si512(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 64 + 64 * i))),
+                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 96 + 64 * i))), 16));
+        __m512 D[8], M[8];
+        for (int j = 0; j < 8; j++) {
+            __m512i sc, mn;
+            if (j < 4) {
+                sc = _mm512_and_si512(_mm512_srli_epi32(w[0], 8 * j), m6);
+                mn = _mm512_and_si512(_mm512_srli_epi32(w[1], 8 * j), m6);
+            } else {
+                const int sh = 8 * (j - 4);
+                sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w[2], sh), m4),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w[0], sh + 6), m2), 4));
+                mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w[2], sh + 4), m4),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w[1], sh + 6), m2), 4));
+            }
+            D[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+            M[j] = _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), _mm512_set1_epi32((int)0x80000000u)));
+        }
+        const uint8_t *cq = blk + 32 * 8;
+        for (int p = 0; p < 4; p++) {
+            /* two chains a sub-block (by unit parity): one would wait on
+             * vpdpwssd's latency */
+            __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+            const struct llm_qx16 *bl = b + 2 * p, *bh = b + 2 * p + 1;
+#pragma GCC unroll 16
+            for (int u = 0; u < 16; u += 2) {
+                __m512i lo, hi, lo2, hi2;
+                SIMD(x16_codes)(cq + 32 * (16 * p + u), &lo, &hi);
+                SIMD(x16_codes)(cq + 32 * (16 * p + u + 1), &lo2, &hi2);
+                int32_t pl, ph, pl2, ph2;
+                memcpy(&pl, bl->qs + 2 * u, 4);
+                memcpy(&ph, bh->qs + 2 * u, 4);
+                memcpy(&pl2, bl->qs + 2 * u + 2, 4);
+                memcpy(&ph2, bh->qs + 2 * u + 2, 4);
+                s0 = _mm512_dpwssd_epi32(s0, lo, _mm512_set1_epi32(pl));
+                s2 = _mm512_dpwssd_epi32(s2, hi, _mm512_set1_epi32(ph));
+                s1 = _mm512_dpwssd_epi32(s1, lo2, _mm512_set1_epi32(pl2));
+                s3 = _mm512_dpwssd_epi32(s3, hi2, _mm512_set1_epi32(ph2));
+            }
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                  _mm512_mul_ps(D[2 * p], _mm512_set1_ps(bl->d)), acc);
+            acc = _mm512_fmadd_ps(M[2 * p], _mm512_set1_ps(bl->ds), acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s2, s3)),
+                                  _mm512_mul_ps(D[2 * p + 1], _mm512_set1_ps(bh->d)), acc);
+            acc = _mm512_fmadd_ps(M[2 * p + 1], _mm512_set1_ps(bh->ds), acc);
+        }
+    }
+    _mm512_storeu_ps(y, acc);
+}
+#endif
+
 /* The 8-bit types interleaved (q8_0, q8_g64/g128: signed codes; q8z_*:
  * unsigned, with a min): unit u of a block is the pair of elements (2u,
  * 2u+1) of all 16 rows, one widening to int16 lanes, row r in int32 lane r
@@ -1859,11 +1935,25 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         SIMD(xf_products)(t, P, x, y, ne0, 1, 0, r0, r1);
         return LLM_OK;
     }
+    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
+    if (t == LLM_TYPE_Q4_K) { /* matmul.c sends it on AVX-512 alone */
+#ifdef SIMD_AVX512
+        LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
+        const int64_t ns = ne0 / 256;
+        for (int64_t g = r0 / 16; g < r1 / 16; g++)
+            SIMD(x16_group_k4)((const uint8_t *)P + (uint64_t)g * (uint64_t)ns * 16 * 144, xq, ns,
+                               y + 16 * g);
+        if (xq != stack)
+            llm_free(xq);
+        return LLM_OK;
+#else
+        return LLM_E_INVALID;
+#endif
+    }
     struct SIMD(shape) sh;
     SIMD(shape_of)(t, &sh);
     const int64_t ng = ne0 / sh.G;
     const uint64_t gbytes = (uint64_t)ng * 16 * (uint64_t)sh.BB; /* a group of 16 rows */
-    struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
     LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
     for (int64_t g = r0 / 16; g < r1 / 16; g++) {
         const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gbytes;
