@@ -592,7 +592,8 @@ static int x16_group(enum llm_type t)
     case LLM_TYPE_Q8_G128:
     case LLM_TYPE_Q8Z_G128:
         return 128;
-    case LLM_TYPE_Q4_K: /* its 144-byte super-blocks, 2-byte units as the rest */
+    case LLM_TYPE_Q4_K: /* their super-blocks, in 2-byte units as the rest */
+    case LLM_TYPE_Q6_K:
         return 256;
     default:
         return 0;
@@ -616,7 +617,7 @@ int llm_x16_enabled(void)
 
 int llm_x16_decodes(enum llm_type t)
 {
-    /* Q4_K's group kernel is AVX-512's alone */
+    /* Q4_K's and Q6_K's group kernels are AVX-512's alone */
     return llm_x16_enabled() && (!llm_kq_type(t) || isa_now() == LLM_ISA_AVX512);
 }
 
@@ -638,6 +639,41 @@ static inline __attribute__((always_inline)) void x16_row(uint8_t *row, uint8_t 
         }
     }
 }
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* Block k of a group back to its 16 rows (row i's block at rows + i rb),
+ * eight units at a time: unit u's 16 rows are 32 bytes, 8 rows a vector of
+ * 16-bit lanes, and an 8 x 8 transpose gives each row its 8 units. A
+ * fifth of a K-quant prefill went to the plain loop (x16_by_rows). */
+static void x16_unpack_block(const uint8_t *blk, uint8_t *rows, uint64_t rb, int units)
+{
+    int u0 = 0;
+    for (; u0 + 8 <= units; u0 += 8)
+        for (int h = 0; h < 2; h++) {
+            __m128i v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = _mm_loadu_si128((const __m128i *)(blk + 32 * (u0 + i) + 16 * h));
+            /* a: rows (0-3 | 4-7) of units pairs; b: rows pairs of 4 units */
+            const __m128i a0 = _mm_unpacklo_epi16(v[0], v[1]), a1 = _mm_unpackhi_epi16(v[0], v[1]);
+            const __m128i a2 = _mm_unpacklo_epi16(v[2], v[3]), a3 = _mm_unpackhi_epi16(v[2], v[3]);
+            const __m128i a4 = _mm_unpacklo_epi16(v[4], v[5]), a5 = _mm_unpackhi_epi16(v[4], v[5]);
+            const __m128i a6 = _mm_unpacklo_epi16(v[6], v[7]), a7 = _mm_unpackhi_epi16(v[6], v[7]);
+            const __m128i b[8] = { _mm_unpacklo_epi32(a0, a2), _mm_unpackhi_epi32(a0, a2),
+                                   _mm_unpacklo_epi32(a1, a3), _mm_unpackhi_epi32(a1, a3),
+                                   _mm_unpacklo_epi32(a4, a6), _mm_unpackhi_epi32(a4, a6),
+                                   _mm_unpacklo_epi32(a5, a7), _mm_unpackhi_epi32(a5, a7) };
+            for (int r = 0; r < 8; r++) {
+                const __m128i lo = b[r / 2], hi = b[4 + r / 2];
+                _mm_storeu_si128((__m128i *)(rows + (uint64_t)(8 * h + r) * rb + 2 * (uint64_t)u0),
+                                 r % 2 ? _mm_unpackhi_epi64(lo, hi) : _mm_unpacklo_epi64(lo, hi));
+            }
+        }
+    for (; u0 < units; u0++)
+        for (int r = 0; r < 16; r++)
+            memcpy(rows + (uint64_t)r * rb + 2 * (uint64_t)u0, blk + 32 * u0 + 2 * r, 2);
+}
+#endif
 
 /* Groups [g0, g1) between the two layouts: pack (1) rows -> P, or unpack
  * (0) P -> rows; W holds rows 16 g0 onwards. Every field is a 2-byte unit
@@ -682,6 +718,15 @@ static void x16_move(enum llm_type t, uint8_t *W, uint8_t *P, int64_t ne0, int64
     const uint64_t rb = (uint64_t)nq * (uint64_t)BB;
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *grp = P + (uint64_t)g * 16 * rb;
+#if defined(__SSE2__)
+        if (!pack && units >= 8) {
+            uint8_t *rows = W + (uint64_t)(g - g0) * 16 * rb;
+            for (int64_t k = 0; k < nq; k++)
+                x16_unpack_block(grp + (uint64_t)k * 32 * (uint64_t)units, rows + (uint64_t)k * BB,
+                                 rb, units);
+            continue;
+        }
+#endif
         for (int r = 0; r < 16; r++) {
             uint8_t *row = W + ((uint64_t)(g - g0) * 16 + (uint64_t)r) * rb;
             /* constant arguments for q4_0 and q4_1, so that they unroll */
@@ -797,9 +842,9 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
                              (long long)nb, (long long)ldy, (long long)r1);
     if (nb == 1)
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
-    /* Q4_K's groups back to rows, a GEMM tile at a time, for its int16
-     * GEMM: the same bits per token as its decode on the groups */
-    if (llm_kq_type(t))
+    /* Q4_K's and Q6_K's groups: AVX-512 packs them for its int16 GEMM (as
+     * the rows' tiles), elsewhere back to rows a GEMM tile at a time */
+    if (llm_kq_type(t) && !llm_x16_decodes(t))
         return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
     if (x16_float(t) && isa_now() != LLM_ISA_REF)
         return isa_now() == LLM_ISA_AVX512 ? llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1)

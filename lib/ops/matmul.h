@@ -86,7 +86,7 @@ int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
  * would unpack it every token. */
 int llm_x16_enabled(void);
 /* Whether decode reads t's interleaved form in place on this machine
- * (llm_x16_enabled, and for Q4_K an AVX-512 CPU): the CPU backend and
+ * (llm_x16_enabled, and for Q4_K and Q6_K an AVX-512 CPU): the CPU backend and
  * llm-bench --kernels interleave only such matrices. */
 int llm_x16_decodes(enum llm_type t);
 /* P (rows/16 groups) = the interleaved form of W (rows, ne0). */

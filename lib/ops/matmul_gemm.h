@@ -1101,7 +1101,11 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
     struct SIMD(gq_src) src = { .P = x16 ? NULL : P, .D = D, .M = M, .q8 = sh->fam == F_SYM8 ||
                                 sh->fam == F_ZP8, .G = sh->G, .BB = sh->BB, .s16 = s16,
                                 .q2 = q2 };
-    const uint64_t gbytes = x16 ? (uint64_t)(ne0 / sh->G) * 16 * (uint64_t)sh->BB : 0;
+    /* a group of 16 interleaved rows (the K-quants: super-blocks of 256) */
+    const int kq = llm_kq_type(t);
+    const uint64_t gbytes = !x16 ? 0
+                            : kq ? (uint64_t)(ne0 / 256) * 16 * llm_type_traits(t)->block_bytes
+                                 : (uint64_t)(ne0 / sh->G) * 16 * (uint64_t)sh->BB;
     for (int64_t c0 = 0; c0 < nb; c0 += GQ_NBC) {
         const int64_t nc = nb - c0 < GQ_NBC ? nb - c0 : GQ_NBC;
         for (int64_t b = 0; b < nc; b++)
@@ -1120,7 +1124,12 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
                 /* one micro-kernel call widens each block into L1 as it
                  * goes; widening the whole group first (tens of KB) made
                  * 2-4 tokens 20-28% slower, but pays from two calls on */
-                if (nc > GQ_NR) {
+                if (kq) {
+#ifdef SIMD_AVX512
+                    SIMD(x16_k_to_packed)(t, src.grp, ne0 / 256, P, D, M);
+#endif
+                    src.P = P;
+                } else if (nc > GQ_NR) {
                     SIMD(gq_x16_to_packed)(&src, zp, nq, P, D, M);
                     src.P = P;
                 }

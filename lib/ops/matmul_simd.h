@@ -1404,39 +1404,72 @@ SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, i
  * its scale and minimum in the int16 GEMM's order (gq_micro, zero-point
  * form: the same d sc and -(dmin mn) as kq_scales_k4), so that a token's
  * bits are those of the rows' decode and GEMM. */
+/* An interleaved Q4_K super-block's scales d sc (D) and minimums
+ * -(dmin mn) (M) of its 8 sub-blocks, row r in lane r: kq_scales_k4's
+ * values. Units 0, 1: d, dmin; 2-7: the 12 scale bytes. */
+SIMD_INLINE void SIMD(x16_k4_scales)(const uint8_t *blk, __m512 D[8], __m512 M[8])
+{
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    /* scale bytes 0-3, 4-7, 8-11 of each row as words */
+    __m512i w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = _mm512_or_si512(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 64 + 64 * i))),
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 96 + 64 * i))), 16));
+    for (int j = 0; j < 8; j++) {
+        __m512i sc, mn;
+        if (j < 4) {
+            sc = _mm512_and_si512(_mm512_srli_epi32(w[0], 8 * j), m6);
+            mn = _mm512_and_si512(_mm512_srli_epi32(w[1], 8 * j), m6);
+        } else {
+            const int sh = 8 * (j - 4);
+            sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w[2], sh), m4),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w[0], sh + 6), m2), 4));
+            mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w[2], sh + 4), m4),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w[1], sh + 6), m2), 4));
+        }
+        D[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+        M[j] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))),
+                                                    _mm512_set1_epi32((int)0x80000000u)));
+    }
+}
+
+/* Codes of an interleaved Q6_K super-block's half h, pair v: blocks 4h + j's
+ * elements 2v, 2v+1 of the 16 rows as int16 pairs (kq_unpack's c - 32) */
+SIMD_INLINE void SIMD(x16_k6_codes)(const uint8_t *blk, int h, int v, __m512i cj[4])
+{
+    const __m512i f = _mm512_set1_epi16(15), t3 = _mm512_set1_epi16(0x30), o32 = _mm512_set1_epi16(32);
+    const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + v))));
+    const __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + 16 + v))));
+    const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (64 + 16 * h + v))));
+    cj[0] = _mm512_or_si512(_mm512_and_si512(a, f), _mm512_and_si512(_mm512_slli_epi16(q, 4), t3));
+    cj[1] = _mm512_or_si512(_mm512_and_si512(c, f), _mm512_and_si512(_mm512_slli_epi16(q, 2), t3));
+    cj[2] = _mm512_or_si512(_mm512_srli_epi16(a, 4), _mm512_and_si512(q, t3));
+    cj[3] = _mm512_or_si512(_mm512_srli_epi16(c, 4), _mm512_and_si512(_mm512_srli_epi16(q, 2), t3));
+    for (int j = 0; j < 4; j++)
+        cj[j] = _mm512_sub_epi16(cj[j], o32);
+}
+
+/* Sub-block scales 2B, 2B + 1 (d sc) of an interleaved Q6_K super-block */
+SIMD_INLINE void SIMD(x16_k6_scales)(const uint8_t *blk, int B, __m512 *d0, __m512 *d1)
+{
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * 104)));
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * (96 + B))));
+    *d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24)));
+    *d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24)));
+}
+
 SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
                                     float *y)
 {
     __m512 acc = _mm512_setzero_ps();
-    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
     for (int64_t k = 0; k < ns; k++) {
         const uint8_t *blk = gp + (uint64_t)k * 16 * 144;
         const struct llm_qx16 *b = xq + 8 * k;
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
-        /* scale bytes 0-3, 4-7, 8-11 of each row as words, row r in lane r */
-        __m512i w[3];
-        for (int i = 0; i < 3; i++)
-            w[i] = _mm512_or_si512(
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 64 + 64 * i))),
-                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 96 + 64 * i))), 16));
         __m512 D[8], M[8];
-        for (int j = 0; j < 8; j++) {
-            __m512i sc, mn;
-            if (j < 4) {
-                sc = _mm512_and_si512(_mm512_srli_epi32(w[0], 8 * j), m6);
-                mn = _mm512_and_si512(_mm512_srli_epi32(w[1], 8 * j), m6);
-            } else {
-                const int sh = 8 * (j - 4);
-                sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w[2], sh), m4),
-                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w[0], sh + 6), m2), 4));
-                mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w[2], sh + 4), m4),
-                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w[1], sh + 6), m2), 4));
-            }
-            D[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
-            M[j] = _mm512_castsi512_ps(_mm512_xor_si512(
-                _mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), _mm512_set1_epi32((int)0x80000000u)));
-        }
+        SIMD(x16_k4_scales)(blk, D, M);
         const uint8_t *cq = blk + 32 * 8;
         for (int p = 0; p < 4; p++) {
             /* two chains a sub-block (by unit parity): one would wait on
@@ -1467,6 +1500,92 @@ SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq
         }
     }
     _mm512_storeu_ps(y, acc);
+}
+
+/* Q6_K interleaved (matmul.c x16_group: 256), as x16_group_k4: a
+ * super-block is 105 units, ql (units 0-63), qh (64-95), the 16 int8
+ * scales (96-103), d (104). Per half h and pair v of elements (2v, 2v+1),
+ * the units 32h + v (a), 32h + 16 + v (c) and 64 + 16h + v (q) give blocks
+ * 4h + j, elements 2v, 2v+1: a's low nibbles (j = 0), c's (1), a's high
+ * (2), c's (3), with bits 2j, 2j+1 of q on top, minus 32 (kq_unpack's
+ * codes). Each 16 elements meet their scale in the int16 GEMM's order
+ * (gq_micro's s16: half blocks in order, no minimum). */
+SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
+                                    float *y)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
+        const struct llm_qx16 *b = xq + 8 * k;
+        for (int h = 0; h < 2; h++) {
+            /* s[j][half]: block 4h + j's exact sums over elements 0-15, 16-31 */
+            __m512i s[4][2];
+            for (int j = 0; j < 4; j++)
+                s[j][0] = s[j][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int v = 0; v < 16; v++) {
+                __m512i cj[4];
+                SIMD(x16_k6_codes)(blk, h, v, cj);
+                for (int j = 0; j < 4; j++) {
+                    int32_t pr;
+                    memcpy(&pr, b[4 * h + j].qs + 2 * v, 4);
+                    s[j][v >> 3] = _mm512_dpwssd_epi32(s[j][v >> 3], cj[j], _mm512_set1_epi32(pr));
+                }
+            }
+            for (int j = 0; j < 4; j++) {
+                const int B = 4 * h + j;
+                __m512 d0, d1;
+                SIMD(x16_k6_scales)(blk, B, &d0, &d1);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][0]), _mm512_mul_ps(d0, _mm512_set1_ps(b[B].d)), acc);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][1]), _mm512_mul_ps(d1, _mm512_set1_ps(b[B].d)), acc);
+            }
+        }
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
+/* A group of 16 interleaved Q4_K or Q6_K rows (ns super-blocks) into the
+ * int16 GEMM's packed tile (matmul_gemm.h: P (nq, 16 pairs, 16 lanes), D
+ * and M (nq, 16), Q6_K's D (nq, 2, 16)): the group kernels' codes and
+ * scales are already the tile's vectors, so this is a copy, and the
+ * several tokens of a step or a prompt do not unpack the groups to rows. */
+SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64_t ns, int32_t *P,
+                                       float *D, float *M)
+{
+    for (int64_t k = 0; k < ns; k++) {
+        if (t == LLM_TYPE_Q4_K) {
+            const uint8_t *blk = gp + (uint64_t)k * 16 * 144, *cq = blk + 32 * 8;
+            __m512 Dv[8], Mv[8];
+            SIMD(x16_k4_scales)(blk, Dv, Mv);
+            for (int j = 0; j < 8; j++) {
+                _mm512_storeu_ps(D + (8 * k + j) * 16, Dv[j]);
+                _mm512_storeu_ps(M + (8 * k + j) * 16, Mv[j]);
+            }
+            for (int p = 0; p < 4; p++)
+                for (int u = 0; u < 16; u++) {
+                    __m512i lo, hi;
+                    SIMD(x16_codes)(cq + 32 * (16 * p + u), &lo, &hi);
+                    _mm512_storeu_si512((void *)(P + (8 * k + 2 * p) * 256 + 16 * u), lo);
+                    _mm512_storeu_si512((void *)(P + (8 * k + 2 * p + 1) * 256 + 16 * u), hi);
+                }
+            continue;
+        }
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
+        for (int B = 0; B < 8; B++) {
+            __m512 d0, d1;
+            SIMD(x16_k6_scales)(blk, B, &d0, &d1);
+            _mm512_storeu_ps(D + (2 * (8 * k + B)) * 16, d0);
+            _mm512_storeu_ps(D + (2 * (8 * k + B) + 1) * 16, d1);
+            _mm512_storeu_ps(M + (8 * k + B) * 16, _mm512_setzero_ps());
+        }
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < 16; v++) {
+                __m512i cj[4];
+                SIMD(x16_k6_codes)(blk, h, v, cj);
+                for (int j = 0; j < 4; j++)
+                    _mm512_storeu_si512((void *)(P + (8 * k + 4 * h + j) * 256 + 16 * v), cj[j]);
+            }
+    }
 }
 #endif
 
@@ -1936,13 +2055,18 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         return LLM_OK;
     }
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
-    if (t == LLM_TYPE_Q4_K) { /* matmul.c sends it on AVX-512 alone */
+    if (t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q6_K) { /* matmul.c sends them on AVX-512 alone */
 #ifdef SIMD_AVX512
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
-        for (int64_t g = r0 / 16; g < r1 / 16; g++)
-            SIMD(x16_group_k4)((const uint8_t *)P + (uint64_t)g * (uint64_t)ns * 16 * 144, xq, ns,
-                               y + 16 * g);
+        const uint64_t gb = (uint64_t)ns * 16 * (t == LLM_TYPE_Q4_K ? 144 : 210);
+        for (int64_t g = r0 / 16; g < r1 / 16; g++) {
+            const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
+            if (t == LLM_TYPE_Q4_K)
+                SIMD(x16_group_k4)(gp, xq, ns, y + 16 * g);
+            else
+                SIMD(x16_group_k6)(gp, xq, ns, y + 16 * g);
+        }
         if (xq != stack)
             llm_free(xq);
         return LLM_OK;
@@ -2057,6 +2181,12 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
         SIMD(xf_products)(t, P, X, Y, ne0, nb, ldy, r0, r1);
         return LLM_OK;
     }
+#ifdef SIMD_AVX512
+    if (t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q6_K) { /* matmul.c sends them on AVX-512 alone */
+        const struct SIMD(shape) ks = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
+        return SIMD(gemm_q16)(t, &ks, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
+    }
+#endif
 #ifdef X16_MULTI
     if (nb >= 2 && nb <= llm_x16_few_max())
         return SIMD(x16_few)(t, P, X, Y, ne0, nb, ldy, r0, r1);

@@ -231,60 +231,65 @@ Test(matmul_kq, refuses_partial_blocks)
     cr_assert_eq(llm_matmul_simd_type(LLM_TYPE_Q6_K), LLM_SIMD_KQ);
 }
 
-/* Q4_K's interleaved copy (matmul.h x16: what the CPU backend decodes on
- * AVX-512): the layout round-trips to the rows byte for byte, and every
- * product on it gives the rows' bits, one token (the group kernel) or
- * many (the rows' GEMM), on every ISA, so a token's result does not
- * depend on the layout either. Rows must be whole super-blocks and whole
- * groups of 16. */
-Test(matmul_kq, q4_k_interleaved_is_the_rows_bit_for_bit)
+/* Q4_K's and Q6_K's interleaved copies (matmul.h x16: what the CPU
+ * backend decodes on AVX-512): the layout round-trips to the rows byte for
+ * byte, and every product on it gives the rows' bits, one token (the group
+ * kernels) or many (the rows' GEMM), on every ISA, so a token's result
+ * does not depend on the layout either. Rows must be whole super-blocks
+ * and whole groups of 16. */
+Test(matmul_kq, k_interleaved_is_the_rows_bit_for_bit)
 {
     const enum llm_isa best = llm_isa_detect();
     const int64_t ne0 = 768, rows = 48, nb = 7;
-    cr_assert(llm_x16_ok(LLM_TYPE_Q4_K, ne0, rows));
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_K, 576, 16)); /* not whole super-blocks */
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_K, ne0, 24));
-    cr_assert(!llm_x16_ok(LLM_TYPE_Q6_K, ne0, rows)); /* no group kernel */
-    struct mat m;
-    mat_make(&m, LLM_TYPE_Q4_K, ne0, rows);
-    uint8_t *P = malloc(m.rb * (uint64_t)rows), *back = malloc(m.rb * (uint64_t)rows);
-    cr_assert_eq(llm_x16_pack(LLM_TYPE_Q4_K, m.w, ne0, rows, P), LLM_OK);
-    /* unit u of row r of super-block k at 32 u + 2 r of its group's block
-     * (here group 1, super-block 2) */
-    const uint64_t BB = 144;
-    for (int r = 0; r < 16; r++)
-        for (uint64_t u = 0; u < BB / 2; u++)
-            cr_assert_eq(memcmp(P + (3 + 2) * 16 * BB + 32 * u + 2 * (uint64_t)r,
-                                m.w + (uint64_t)(16 + r) * m.rb + 2 * BB + 2 * u, 2), 0,
-                         "row %d unit %llu", 16 + r, (unsigned long long)u);
-    cr_assert_eq(llm_x16_unpack(LLM_TYPE_Q4_K, P, ne0, 0, rows, back), LLM_OK);
-    cr_assert(memcmp(back, m.w, m.rb * (uint64_t)rows) == 0);
-    float *X = malloc(sizeof(float) * (size_t)(ne0 * nb));
-    float *Y = malloc(sizeof(float) * (size_t)(rows * nb)), *Z = malloc(sizeof(float) * (size_t)(rows * nb));
-    for (int64_t i = 0; i < ne0 * nb; i++)
-        X[i] = gauss() * (i % 97 == 0 ? 20.0f : 1.0f);
-    for (int isa = LLM_ISA_AVX2; isa <= (int)best; isa++) {
-        llm_matmul_set_isa((enum llm_isa)isa);
-        for (int64_t b = 0; b < nb; b++) {
-            cr_assert_eq(llm_matvec(LLM_TYPE_Q4_K, m.w, X + b * ne0, Y, ne0, 0, rows), LLM_OK);
-            cr_assert_eq(llm_matvec_x16(LLM_TYPE_Q4_K, P, X + b * ne0, Z, ne0, 0, rows), LLM_OK);
-            cr_assert(memcmp(Y, Z, sizeof(float) * rows) == 0, "isa %d token %lld: decode", isa,
-                      (long long)b);
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q5_K, ne0, rows)); /* no group kernel */
+    const enum llm_type types[] = { LLM_TYPE_Q4_K, LLM_TYPE_Q6_K };
+    for (int ti = 0; ti < 2; ti++) {
+        const enum llm_type t = types[ti];
+        cr_assert(llm_x16_ok(t, ne0, rows));
+        struct mat m;
+        mat_make(&m, t, ne0, rows);
+        uint8_t *P = malloc(m.rb * (uint64_t)rows), *back = malloc(m.rb * (uint64_t)rows);
+        cr_assert_eq(llm_x16_pack(t, m.w, ne0, rows, P), LLM_OK);
+        /* unit u of row r of super-block k at 32 u + 2 r of its group's
+         * block (here group 1, super-block 2) */
+        const uint64_t BB = llm_type_traits(t)->block_bytes;
+        for (int r = 0; r < 16; r++)
+            for (uint64_t u = 0; u < BB / 2; u++)
+                cr_assert_eq(memcmp(P + (3 + 2) * 16 * BB + 32 * u + 2 * (uint64_t)r,
+                                    m.w + (uint64_t)(16 + r) * m.rb + 2 * BB + 2 * u, 2), 0,
+                             "%s row %d unit %llu", llm_type_name(t), 16 + r, (unsigned long long)u);
+        cr_assert_eq(llm_x16_unpack(t, P, ne0, 0, rows, back), LLM_OK);
+        cr_assert(memcmp(back, m.w, m.rb * (uint64_t)rows) == 0);
+        float *X = malloc(sizeof(float) * (size_t)(ne0 * nb));
+        float *Y = malloc(sizeof(float) * (size_t)(rows * nb)), *Z = malloc(sizeof(float) * (size_t)(rows * nb));
+        for (int64_t i = 0; i < ne0 * nb; i++)
+            X[i] = gauss() * (i % 97 == 0 ? 20.0f : 1.0f);
+        for (int isa = LLM_ISA_AVX2; isa <= (int)best; isa++) {
+            llm_matmul_set_isa((enum llm_isa)isa);
+            for (int64_t b = 0; b < nb; b++) {
+                cr_assert_eq(llm_matvec(t, m.w, X + b * ne0, Y, ne0, 0, rows), LLM_OK);
+                cr_assert_eq(llm_matvec_x16(t, P, X + b * ne0, Z, ne0, 0, rows), LLM_OK);
+                cr_assert(memcmp(Y, Z, sizeof(float) * rows) == 0, "%s isa %d token %lld: decode",
+                          llm_type_name(t), isa, (long long)b);
+            }
+            cr_assert_eq(llm_matmul(t, m.w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
+            cr_assert_eq(llm_matmul_x16(t, P, X, Z, ne0, nb, rows, 16, 48), LLM_OK);
+            for (int64_t b = 0; b < nb; b++)
+                cr_assert(memcmp(Y + b * rows + 16, Z + b * rows + 16, sizeof(float) * 32) == 0,
+                          "%s isa %d token %lld: batch", llm_type_name(t), isa, (long long)b);
+            /* and the group kernel gives each token of the batch its bits */
+            cr_assert_eq(llm_matvec_x16(t, P, X + 3 * ne0, Z, ne0, 16, 32), LLM_OK);
+            cr_assert(memcmp(Z + 16, Y + 3 * rows + 16, sizeof(float) * 16) == 0,
+                      "%s isa %d: rows 16-31", llm_type_name(t), isa);
         }
-        cr_assert_eq(llm_matmul(LLM_TYPE_Q4_K, m.w, X, Y, ne0, nb, rows, 0, rows), LLM_OK);
-        cr_assert_eq(llm_matmul_x16(LLM_TYPE_Q4_K, P, X, Z, ne0, nb, rows, 16, 48), LLM_OK);
-        for (int64_t b = 0; b < nb; b++)
-            cr_assert(memcmp(Y + b * rows + 16, Z + b * rows + 16, sizeof(float) * 32) == 0,
-                      "isa %d token %lld: batch", isa, (long long)b);
-        /* and the group kernel gives each token of the batch its bits */
-        cr_assert_eq(llm_matvec_x16(LLM_TYPE_Q4_K, P, X + 3 * ne0, Z, ne0, 16, 32), LLM_OK);
-        cr_assert(memcmp(Z + 16, Y + 3 * rows + 16, sizeof(float) * 16) == 0, "isa %d: rows 16-31", isa);
+        llm_matmul_set_isa(LLM_ISA_AVX512);
+        free(X);
+        free(Y);
+        free(Z);
+        free(P);
+        free(back);
+        mat_free(&m);
     }
-    llm_matmul_set_isa(LLM_ISA_AVX512);
-    free(X);
-    free(Y);
-    free(Z);
-    free(P);
-    free(back);
-    mat_free(&m);
 }
