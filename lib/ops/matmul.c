@@ -593,6 +593,7 @@ static int x16_group(enum llm_type t)
     case LLM_TYPE_Q8Z_G128:
         return 128;
     case LLM_TYPE_Q4_K: /* their super-blocks, in 2-byte units as the rest */
+    case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
         return 256;
     default:
@@ -617,7 +618,7 @@ int llm_x16_enabled(void)
 
 int llm_x16_decodes(enum llm_type t)
 {
-    /* Q4_K's and Q6_K's group kernels are AVX-512's alone */
+    /* the K-quants' group kernels (Q4_K, Q5_K, Q6_K) are AVX-512's alone */
     return llm_x16_enabled() && (!llm_kq_type(t) || isa_now() == LLM_ISA_AVX512);
 }
 
@@ -842,8 +843,8 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
                              (long long)nb, (long long)ldy, (long long)r1);
     if (nb == 1)
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
-    /* Q4_K's and Q6_K's groups: AVX-512 packs them for its int16 GEMM (as
-     * the rows' tiles), elsewhere back to rows a GEMM tile at a time */
+    /* the K-quants' groups: AVX-512 packs them for its int16 GEMM (as the
+     * rows' tiles), elsewhere back to rows a GEMM tile at a time */
     if (llm_kq_type(t) && !llm_x16_decodes(t))
         return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
     if (x16_float(t) && isa_now() != LLM_ISA_REF)

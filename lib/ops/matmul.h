@@ -77,6 +77,13 @@ llm_status llm_matmul_bf16_ref(const float *W, const float *X, float *Y, int64_t
  * and q4_1 has the 16 mins in [32, 64) before the codes. A group is
  * exactly as large as its 16 rows.
  *
+ * GGUF's Q4_K, Q5_K and Q6_K take the same layout with their super-blocks
+ * as blocks (G = 256, every field of the 144, 176 or 210 bytes a 2-byte
+ * unit in file order): matmul_simd.h's group kernels unpack their scales
+ * and codes with the rows in lanes, on AVX-512 (llm_x16_decodes), where
+ * the row kernels summed each block across lanes and decode ran at half
+ * llama.cpp's speed on LLaMA-shaped models.
+ *
  * llm_x16_ok: t is one of those types, ne0 a positive multiple of G and
  * rows a positive multiple of 16 (the shapes the layout takes). */
 int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
@@ -86,8 +93,8 @@ int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
  * would unpack it every token. */
 int llm_x16_enabled(void);
 /* Whether decode reads t's interleaved form in place on this machine
- * (llm_x16_enabled, and for Q4_K and Q6_K an AVX-512 CPU): the CPU backend and
- * llm-bench --kernels interleave only such matrices. */
+ * (llm_x16_enabled, and for Q4_K, Q5_K and Q6_K an AVX-512 CPU): the CPU
+ * backend and llm-bench --kernels interleave only such matrices. */
 int llm_x16_decodes(enum llm_type t);
 /* P (rows/16 groups) = the interleaved form of W (rows, ne0). */
 llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t rows, void *P);
@@ -96,7 +103,8 @@ llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t row
 llm_status llm_x16_unpack(enum llm_type t, const void *P, int64_t ne0, int64_t r0, int64_t r1,
                           void *W);
 /* llm_matvec and llm_matmul on P, for rows [r0, r1), multiples of 16.
- * Same results as on the row layout within the tolerances of matmul.c.
+ * Same results as on the row layout within the tolerances of matmul.c
+ * (the K-quants: the rows' bits).
  * Under int16 activations (the default) decode reads P directly (AVX2,
  * AVX-512), and so do several tokens on AVX-512 (the int16 GEMM, bit for
  * bit decode's per token); everything else unpacks a few hundred rows at a

@@ -1461,16 +1461,30 @@ SIMD_INLINE void SIMD(x16_k6_scales)(const uint8_t *blk, int B, __m512 *d0, __m5
     *d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24)));
 }
 
+/* Codes of pair u of chunk p of an interleaved Q4_K (five: Q5_K) super-block:
+ * sub-block 2p's elements 2u, 2u+1 of the 16 rows (lo) and 2p+1's (hi), as
+ * int16 pairs; Q5_K's fifth bits are bits 2p, 2p+1 of qh (units 8-23). */
+SIMD_INLINE void SIMD(x16_k45_codes)(const uint8_t *blk, int five, int p, int u, __m512i *lo,
+                                     __m512i *hi)
+{
+    SIMD(x16_codes)(blk + 32 * ((five ? 24 : 8) + 16 * p + u), lo, hi);
+    if (five) {
+        const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (8 + u))));
+        const __m512i one = _mm512_set1_epi16(1);
+        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q, 2 * p), one), 4));
+        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q, 2 * p + 1), one), 4));
+    }
+}
+
 SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
-                                    float *y)
+                                    int five, float *y)
 {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t k = 0; k < ns; k++) {
-        const uint8_t *blk = gp + (uint64_t)k * 16 * 144;
+        const uint8_t *blk = gp + (uint64_t)k * 16 * (five ? 176 : 144);
         const struct llm_qx16 *b = xq + 8 * k;
         __m512 D[8], M[8];
         SIMD(x16_k4_scales)(blk, D, M);
-        const uint8_t *cq = blk + 32 * 8;
         for (int p = 0; p < 4; p++) {
             /* two chains a sub-block (by unit parity): one would wait on
              * vpdpwssd's latency */
@@ -1479,8 +1493,8 @@ SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq
 #pragma GCC unroll 16
             for (int u = 0; u < 16; u += 2) {
                 __m512i lo, hi, lo2, hi2;
-                SIMD(x16_codes)(cq + 32 * (16 * p + u), &lo, &hi);
-                SIMD(x16_codes)(cq + 32 * (16 * p + u + 1), &lo2, &hi2);
+                SIMD(x16_k45_codes)(blk, five, p, u, &lo, &hi);
+                SIMD(x16_k45_codes)(blk, five, p, u + 1, &lo2, &hi2);
                 int32_t pl, ph, pl2, ph2;
                 memcpy(&pl, bl->qs + 2 * u, 4);
                 memcpy(&ph, bh->qs + 2 * u, 4);
@@ -1553,8 +1567,9 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                                        float *D, float *M)
 {
     for (int64_t k = 0; k < ns; k++) {
-        if (t == LLM_TYPE_Q4_K) {
-            const uint8_t *blk = gp + (uint64_t)k * 16 * 144, *cq = blk + 32 * 8;
+        if (t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q5_K) {
+            const int five = t == LLM_TYPE_Q5_K;
+            const uint8_t *blk = gp + (uint64_t)k * 16 * (five ? 176 : 144);
             __m512 Dv[8], Mv[8];
             SIMD(x16_k4_scales)(blk, Dv, Mv);
             for (int j = 0; j < 8; j++) {
@@ -1564,7 +1579,7 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
             for (int p = 0; p < 4; p++)
                 for (int u = 0; u < 16; u++) {
                     __m512i lo, hi;
-                    SIMD(x16_codes)(cq + 32 * (16 * p + u), &lo, &hi);
+                    SIMD(x16_k45_codes)(blk, five, p, u, &lo, &hi);
                     _mm512_storeu_si512((void *)(P + (8 * k + 2 * p) * 256 + 16 * u), lo);
                     _mm512_storeu_si512((void *)(P + (8 * k + 2 * p + 1) * 256 + 16 * u), hi);
                 }
@@ -2055,17 +2070,18 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         return LLM_OK;
     }
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
-    if (t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q6_K) { /* matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q4_K, Q5_K, Q6_K: matmul.c sends them on AVX-512 alone */
 #ifdef SIMD_AVX512
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
-        const uint64_t gb = (uint64_t)ns * 16 * (t == LLM_TYPE_Q4_K ? 144 : 210);
+        const uint64_t gb = (uint64_t)ns * 16 * llm_type_traits(t)->block_bytes;
         for (int64_t g = r0 / 16; g < r1 / 16; g++) {
             const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
-            if (t == LLM_TYPE_Q4_K)
-                SIMD(x16_group_k4)(gp, xq, ns, y + 16 * g);
-            else
+            if (t == LLM_TYPE_Q6_K)
                 SIMD(x16_group_k6)(gp, xq, ns, y + 16 * g);
+            else /* constant, so that the code loop unrolls apart */
+                t == LLM_TYPE_Q5_K ? SIMD(x16_group_k4)(gp, xq, ns, 1, y + 16 * g)
+                                   : SIMD(x16_group_k4)(gp, xq, ns, 0, y + 16 * g);
         }
         if (xq != stack)
             llm_free(xq);
@@ -2182,7 +2198,7 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
         return LLM_OK;
     }
 #ifdef SIMD_AVX512
-    if (t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q6_K) { /* matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q4_K, Q5_K, Q6_K: matmul.c sends them on AVX-512 alone */
         const struct SIMD(shape) ks = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
         return SIMD(gemm_q16)(t, &ks, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
     }
