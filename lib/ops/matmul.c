@@ -592,7 +592,9 @@ static int x16_group(enum llm_type t)
     case LLM_TYPE_Q8_G128:
     case LLM_TYPE_Q8Z_G128:
         return 128;
-    case LLM_TYPE_Q4_K: /* their super-blocks, in 2-byte units as the rest */
+    case LLM_TYPE_Q2_K: /* their super-blocks, in 2-byte units as the rest */
+    case LLM_TYPE_Q3_K:
+    case LLM_TYPE_Q4_K:
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
         return 256;
@@ -618,7 +620,7 @@ int llm_x16_enabled(void)
 
 int llm_x16_decodes(enum llm_type t)
 {
-    /* the K-quants' group kernels (Q4_K, Q5_K, Q6_K) are AVX-512's alone */
+    /* the K-quants' group kernels (Q2_K to Q6_K) are AVX-512's alone */
     return llm_x16_enabled() && (!llm_kq_type(t) || isa_now() == LLM_ISA_AVX512);
 }
 

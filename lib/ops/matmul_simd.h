@@ -1558,6 +1558,111 @@ SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq
     _mm512_storeu_ps(y, acc);
 }
 
+/* Q3_K and Q2_K interleaved (q2: Q2_K): the 16 sub-scales of a
+ * super-block as int16 pairs (the same value in both halves of lane r),
+ * ready to fold into code pairs, and Q2_K's minimums as floats (M0, M1 of
+ * block b: mn[2b], mn[2b+1]). Q3_K: units 48-53 hold the 12 scale bytes
+ * (kq_scales_k3's fields), Q2_K: units 0-7 the 16 scale bytes (low nibble
+ * scale, high minimum). */
+SIMD_INLINE void SIMD(x16_k23_scales)(const uint8_t *blk, int q2, __m512i sc[16], __m512 mn[16])
+{
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    if (q2) {
+        for (int b = 0; b < 8; b++) {
+            const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * b)));
+            for (int e = 0; e < 2; e++) {
+                const __m512i byte = _mm512_and_si512(_mm512_srli_epi32(w, 8 * e), _mm512_set1_epi32(255));
+                const __m512i v = _mm512_and_si512(byte, _mm512_set1_epi32(15));
+                sc[2 * b + e] = _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+                mn[2 * b + e] = _mm512_cvtepi32_ps(_mm512_srli_epi32(byte, 4));
+            }
+        }
+        return;
+    }
+    __m512i u[6];
+    for (int i = 0; i < 6; i++)
+        u[i] = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * (48 + i))));
+    const __m512i A0 = _mm512_or_si512(u[0], _mm512_slli_epi32(u[1], 16));
+    const __m512i A1 = _mm512_or_si512(u[2], _mm512_slli_epi32(u[3], 16));
+    const __m512i H = _mm512_or_si512(u[4], _mm512_slli_epi32(u[5], 16));
+    for (int g = 0; g < 16; g++) {
+        const int bi = g % 8;
+        const __m512i low4 = _mm512_and_si512(
+            _mm512_srli_epi32(bi < 4 ? A0 : A1, 8 * (bi % 4) + (g >= 8 ? 4 : 0)), _mm512_set1_epi32(15));
+        const __m512i high2 = _mm512_and_si512(_mm512_srli_epi32(H, 8 * (g % 4) + 2 * (g / 4)), _mm512_set1_epi32(3));
+        const __m512i v = _mm512_and_si512(
+            _mm512_sub_epi32(_mm512_or_si512(low4, _mm512_slli_epi32(high2, 4)), _mm512_set1_epi32(32)), lo16);
+        sc[g] = _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+    }
+}
+
+/* Codes of pair v of half h of an interleaved Q3_K (q2: Q2_K) super-block,
+ * blocks 4h + j, their sub-scales folded in (the GEMM's form: kq_unpack_gemm):
+ * bits 2j of qs's unit, Q3_K minus 4 unless bit 4h + j of hmask's */
+SIMD_INLINE void SIMD(x16_k23_codes)(const uint8_t *blk, int q2, int h, int v, const __m512i sc[16],
+                                     __m512i cj[4])
+{
+    const __m512i three = _mm512_set1_epi16(3);
+    const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * ((q2 ? 8 : 16) + 16 * h + v))));
+    const __m512i hm = q2 ? q : _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * v)));
+    for (int j = 0; j < 4; j++) {
+        __m512i c = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), three);
+        if (!q2) /* + 4 hbit - 4 */
+            c = _mm512_sub_epi16(_mm512_add_epi16(c, _mm512_slli_epi16(_mm512_and_si512(
+                                     _mm512_srli_epi16(hm, 4 * h + j), _mm512_set1_epi16(1)), 2)),
+                                 _mm512_set1_epi16(4));
+        cj[j] = _mm512_mullo_epi16(c, sc[2 * (4 * h + j) + (v >> 3)]);
+    }
+}
+
+/* Q3_K and Q2_K interleaved: one group of 16 rows, as x16_group_k4, each
+ * 32-element block in the int16 GEMM's order (its d; Q2_K then its
+ * minimums as gq_q2min adds them). */
+SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
+                                     int q2, float *y)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * (q2 ? 84 : 110);
+        const struct llm_qx16 *b = xq + 8 * k;
+        __m512i sc[16];
+        __m512 mn[16];
+        SIMD(x16_k23_scales)(blk, q2, sc, mn);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * (q2 ? 40 : 54))));
+        const __m512 dm = q2 ? _mm512_sub_ps(_mm512_setzero_ps(),
+                                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * 41))))
+                             : _mm512_setzero_ps();
+        for (int h = 0; h < 2; h++) {
+            __m512i s[4][2];
+            for (int j = 0; j < 4; j++)
+                s[j][0] = s[j][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int v = 0; v < 16; v++) {
+                __m512i cj[4];
+                SIMD(x16_k23_codes)(blk, q2, h, v, sc, cj);
+                for (int j = 0; j < 4; j++) {
+                    int32_t pr;
+                    memcpy(&pr, b[4 * h + j].qs + 2 * v, 4);
+                    s[j][v & 1] = _mm512_dpwssd_epi32(s[j][v & 1], cj[j], _mm512_set1_epi32(pr));
+                }
+            }
+            for (int j = 0; j < 4; j++) {
+                const struct llm_qx16 *x = b + 4 * h + j;
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[j][0], s[j][1])),
+                                      _mm512_mul_ps(d, _mm512_set1_ps(x->d)), acc);
+                if (q2) { /* gq_q2min */
+                    const int B = 4 * h + j;
+                    const float s0 = (float)x->h0, s1 = (float)(-x->m8 / 8 - x->h0);
+                    const __m512 t = _mm512_fmadd_ps(mn[2 * B + 1], _mm512_set1_ps(s1),
+                                                     _mm512_mul_ps(mn[2 * B], _mm512_set1_ps(s0)));
+                    acc = _mm512_fmadd_ps(t, _mm512_mul_ps(dm, _mm512_set1_ps(x->d)), acc);
+                }
+            }
+        }
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
 /* A group of 16 interleaved Q4_K or Q6_K rows (ns super-blocks) into the
  * int16 GEMM's packed tile (matmul_gemm.h: P (nq, 16 pairs, 16 lanes), D
  * and M (nq, 16), Q6_K's D (nq, 2, 16)): the group kernels' codes and
@@ -1582,6 +1687,35 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                     SIMD(x16_k45_codes)(blk, five, p, u, &lo, &hi);
                     _mm512_storeu_si512((void *)(P + (8 * k + 2 * p) * 256 + 16 * u), lo);
                     _mm512_storeu_si512((void *)(P + (8 * k + 2 * p + 1) * 256 + 16 * u), hi);
+                }
+            continue;
+        }
+        if (t == LLM_TYPE_Q3_K || t == LLM_TYPE_Q2_K) {
+            const int q2 = t == LLM_TYPE_Q2_K;
+            const uint8_t *blk = gp + (uint64_t)k * 16 * (q2 ? 84 : 110);
+            __m512i sc[16];
+            __m512 mn[16];
+            SIMD(x16_k23_scales)(blk, q2, sc, mn);
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * (q2 ? 40 : 54))));
+            const __m512 dm = _mm512_sub_ps(_mm512_setzero_ps(),
+                                            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * 41))));
+            for (int B = 0; B < 8; B++) {
+                const int64_t q = 8 * k + B;
+                _mm512_storeu_ps(D + q * 16, d);
+                if (q2) { /* M (nq, 3, 16): matmul_gemm.h gq_q2min */
+                    _mm512_storeu_ps(M + 3 * q * 16, mn[2 * B]);
+                    _mm512_storeu_ps(M + (3 * q + 1) * 16, mn[2 * B + 1]);
+                    _mm512_storeu_ps(M + (3 * q + 2) * 16, dm);
+                } else {
+                    _mm512_storeu_ps(M + q * 16, _mm512_setzero_ps());
+                }
+            }
+            for (int h = 0; h < 2; h++)
+                for (int v = 0; v < 16; v++) {
+                    __m512i cj[4];
+                    SIMD(x16_k23_codes)(blk, q2, h, v, sc, cj);
+                    for (int j = 0; j < 4; j++)
+                        _mm512_storeu_si512((void *)(P + (8 * k + 4 * h + j) * 256 + 16 * v), cj[j]);
                 }
             continue;
         }
@@ -2070,7 +2204,7 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         return LLM_OK;
     }
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
-    if (llm_kq_type(t)) { /* Q4_K, Q5_K, Q6_K: matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q2_K to Q6_K: matmul.c sends them on AVX-512 alone */
 #ifdef SIMD_AVX512
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
@@ -2079,6 +2213,10 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
             const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
             if (t == LLM_TYPE_Q6_K)
                 SIMD(x16_group_k6)(gp, xq, ns, y + 16 * g);
+            else if (t == LLM_TYPE_Q3_K)
+                SIMD(x16_group_k23)(gp, xq, ns, 0, y + 16 * g);
+            else if (t == LLM_TYPE_Q2_K)
+                SIMD(x16_group_k23)(gp, xq, ns, 1, y + 16 * g);
             else /* constant, so that the code loop unrolls apart */
                 t == LLM_TYPE_Q5_K ? SIMD(x16_group_k4)(gp, xq, ns, 1, y + 16 * g)
                                    : SIMD(x16_group_k4)(gp, xq, ns, 0, y + 16 * g);
@@ -2198,7 +2336,7 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
         return LLM_OK;
     }
 #ifdef SIMD_AVX512
-    if (llm_kq_type(t)) { /* Q4_K, Q5_K, Q6_K: matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q2_K to Q6_K: matmul.c sends them on AVX-512 alone */
         const struct SIMD(shape) ks = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
         return SIMD(gemm_q16)(t, &ks, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
     }

@@ -231,7 +231,7 @@ Test(matmul_kq, refuses_partial_blocks)
     cr_assert_eq(llm_matmul_simd_type(LLM_TYPE_Q6_K), LLM_SIMD_KQ);
 }
 
-/* Q4_K's, Q5_K's and Q6_K's interleaved copies (matmul.h x16: what the CPU
+/* The K-quants' interleaved copies (matmul.h x16: what the CPU
  * backend decodes on AVX-512): the layout round-trips to the rows byte for
  * byte, and every product on it gives the rows' bits, one token (the group
  * kernels) or many (the rows' GEMM), on every ISA, so a token's result
@@ -243,9 +243,10 @@ Test(matmul_kq, k_interleaved_is_the_rows_bit_for_bit)
     const int64_t ne0 = 768, rows = 48, nb = 7;
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_K, 576, 16)); /* not whole super-blocks */
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_K, ne0, 24));
-    cr_assert(!llm_x16_ok(LLM_TYPE_Q3_K, ne0, rows)); /* no group kernel */
-    const enum llm_type types[] = { LLM_TYPE_Q4_K, LLM_TYPE_Q5_K, LLM_TYPE_Q6_K };
-    for (int ti = 0; ti < 3; ti++) {
+    cr_assert(!llm_x16_ok(LLM_TYPE_IQ4_XS, ne0, rows)); /* no group kernel */
+    const enum llm_type types[] = { LLM_TYPE_Q2_K, LLM_TYPE_Q3_K, LLM_TYPE_Q4_K, LLM_TYPE_Q5_K,
+                                    LLM_TYPE_Q6_K };
+    for (int ti = 0; ti < 5; ti++) {
         const enum llm_type t = types[ti];
         cr_assert(llm_x16_ok(t, ne0, rows));
         struct mat m;
