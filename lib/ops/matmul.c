@@ -597,6 +597,7 @@ static int x16_group(enum llm_type t)
     case LLM_TYPE_Q4_K:
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
+    case LLM_TYPE_IQ4_XS:
         return 256;
     default:
         return 0;
@@ -620,7 +621,7 @@ int llm_x16_enabled(void)
 
 int llm_x16_decodes(enum llm_type t)
 {
-    /* the K-quants' group kernels (Q2_K to Q6_K) are AVX-512's alone */
+    /* the K-quants' group kernels (Q2_K to Q6_K, IQ4_XS) are AVX-512's alone */
     return llm_x16_enabled() && (!llm_kq_type(t) || isa_now() == LLM_ISA_AVX512);
 }
 

@@ -1663,7 +1663,68 @@ SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *x
     _mm512_storeu_ps(y, acc);
 }
 
-/* A group of 16 interleaved Q4_K or Q6_K rows (ns super-blocks) into the
+/* IQ4_XS interleaved (136 bytes, 68 units): d (unit 0), the scales' high
+ * bits (1) and low nibbles (2-3), then sub-block j's 16 code bytes in
+ * units 4 + 8j + w, whose low nibbles index elements 2w, 2w+1 and high
+ * ones 16 + 2w, 17 + 2w in the code book. D: the 8 sub-blocks' d (ls - 32)
+ * (kq_scales_xs's values), row r in lane r. */
+SIMD_INLINE void SIMD(x16_xs_scales)(const uint8_t *blk, __m512 D[8])
+{
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    const __m512i sl = _mm512_or_si512(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 64))),
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 96))), 16));
+    for (int j = 0; j < 8; j++) {
+        const __m512i ls = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), _mm512_set1_epi32(15)),
+            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3)), 4));
+        D[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
+    }
+}
+
+/* Code pairs of unit w of sub-block j: elements 2w, 2w+1 (lo) and 16 + 2w,
+ * 17 + 2w (hi) of the 16 rows, looked up in the code book */
+SIMD_INLINE void SIMD(x16_xs_codes)(const uint8_t *blk, int j, int w, __m512i *lo, __m512i *hi)
+{
+    static const int8_t kv[16] = LLM_IQ4NL_VALUES;
+    const __m512i lut = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)kv)));
+    SIMD(x16_codes)(blk + 32 * (4 + 8 * j + w), lo, hi);
+    *lo = _mm512_permutexvar_epi16(*lo, lut);
+    *hi = _mm512_permutexvar_epi16(*hi, lut);
+}
+
+/* IQ4_XS interleaved: one group of 16 rows, each sub-block in the int16
+ * GEMM's order (its scale, no minimum) */
+SIMD_INLINE void SIMD(x16_group_xs)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
+                                    float *y)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 136;
+        const struct llm_qx16 *b = xq + 8 * k;
+        __m512 D[8];
+        SIMD(x16_xs_scales)(blk, D);
+        for (int j = 0; j < 8; j++) {
+            __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+#pragma GCC unroll 8
+            for (int w = 0; w < 8; w++) {
+                __m512i lo, hi;
+                SIMD(x16_xs_codes)(blk, j, w, &lo, &hi);
+                int32_t pl, ph;
+                memcpy(&pl, b[j].qs + 2 * w, 4);
+                memcpy(&ph, b[j].qs + 16 + 2 * w, 4);
+                s0 = _mm512_dpwssd_epi32(s0, lo, _mm512_set1_epi32(pl));
+                s1 = _mm512_dpwssd_epi32(s1, hi, _mm512_set1_epi32(ph));
+            }
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                  _mm512_mul_ps(D[j], _mm512_set1_ps(b[j].d)), acc);
+        }
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
+/* A group of 16 interleaved K-quant rows (ns super-blocks) into the
  * int16 GEMM's packed tile (matmul_gemm.h: P (nq, 16 pairs, 16 lanes), D
  * and M (nq, 16), Q6_K's D (nq, 2, 16)): the group kernels' codes and
  * scales are already the tile's vectors, so this is a copy, and the
@@ -1688,6 +1749,22 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                     _mm512_storeu_si512((void *)(P + (8 * k + 2 * p) * 256 + 16 * u), lo);
                     _mm512_storeu_si512((void *)(P + (8 * k + 2 * p + 1) * 256 + 16 * u), hi);
                 }
+            continue;
+        }
+        if (t == LLM_TYPE_IQ4_XS) {
+            const uint8_t *blk = gp + (uint64_t)k * 16 * 136;
+            __m512 Dv[8];
+            SIMD(x16_xs_scales)(blk, Dv);
+            for (int j = 0; j < 8; j++) {
+                _mm512_storeu_ps(D + (8 * k + j) * 16, Dv[j]);
+                _mm512_storeu_ps(M + (8 * k + j) * 16, _mm512_setzero_ps());
+                for (int w = 0; w < 8; w++) {
+                    __m512i lo, hi;
+                    SIMD(x16_xs_codes)(blk, j, w, &lo, &hi);
+                    _mm512_storeu_si512((void *)(P + (8 * k + j) * 256 + 16 * w), lo);
+                    _mm512_storeu_si512((void *)(P + (8 * k + j) * 256 + 16 * (8 + w)), hi);
+                }
+            }
             continue;
         }
         if (t == LLM_TYPE_Q3_K || t == LLM_TYPE_Q2_K) {
@@ -2204,7 +2281,7 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         return LLM_OK;
     }
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
-    if (llm_kq_type(t)) { /* Q2_K to Q6_K: matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q2_K to Q6_K, IQ4_XS: matmul.c sends them on AVX-512 alone */
 #ifdef SIMD_AVX512
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
@@ -2217,6 +2294,8 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
                 SIMD(x16_group_k23)(gp, xq, ns, 0, y + 16 * g);
             else if (t == LLM_TYPE_Q2_K)
                 SIMD(x16_group_k23)(gp, xq, ns, 1, y + 16 * g);
+            else if (t == LLM_TYPE_IQ4_XS)
+                SIMD(x16_group_xs)(gp, xq, ns, y + 16 * g);
             else /* constant, so that the code loop unrolls apart */
                 t == LLM_TYPE_Q5_K ? SIMD(x16_group_k4)(gp, xq, ns, 1, y + 16 * g)
                                    : SIMD(x16_group_k4)(gp, xq, ns, 0, y + 16 * g);
@@ -2336,7 +2415,7 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
         return LLM_OK;
     }
 #ifdef SIMD_AVX512
-    if (llm_kq_type(t)) { /* Q2_K to Q6_K: matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q2_K to Q6_K, IQ4_XS: matmul.c sends them on AVX-512 alone */
         const struct SIMD(shape) ks = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
         return SIMD(gemm_q16)(t, &ks, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
     }

@@ -243,10 +243,10 @@ Test(matmul_kq, k_interleaved_is_the_rows_bit_for_bit)
     const int64_t ne0 = 768, rows = 48, nb = 7;
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_K, 576, 16)); /* not whole super-blocks */
     cr_assert(!llm_x16_ok(LLM_TYPE_Q4_K, ne0, 24));
-    cr_assert(!llm_x16_ok(LLM_TYPE_IQ4_XS, ne0, rows)); /* no group kernel */
+    cr_assert(!llm_x16_ok(LLM_TYPE_Q8_K, ne0, rows)); /* no group kernel */
     const enum llm_type types[] = { LLM_TYPE_Q2_K, LLM_TYPE_Q3_K, LLM_TYPE_Q4_K, LLM_TYPE_Q5_K,
-                                    LLM_TYPE_Q6_K };
-    for (int ti = 0; ti < 5; ti++) {
+                                    LLM_TYPE_Q6_K, LLM_TYPE_IQ4_XS };
+    for (int ti = 0; ti < 6; ti++) {
         const enum llm_type t = types[ti];
         cr_assert(llm_x16_ok(t, ne0, rows));
         struct mat m;
