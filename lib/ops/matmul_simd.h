@@ -1437,19 +1437,22 @@ SIMD_INLINE void SIMD(x16_k4_scales)(const uint8_t *blk, __m512 D[8], __m512 M[8
 }
 
 /* Codes of an interleaved Q6_K super-block's half h, pair v: blocks 4h + j's
- * elements 2v, 2v+1 of the 16 rows as int16 pairs (kq_unpack's c - 32) */
+ * elements 2v, 2v+1 of the 16 rows as int16 pairs, kq_unpack's c + 32
+ * (0..63: the group kernel takes the 32 off through the token's sums).
+ * The bits are put together in bytes (256-bit operations, which more
+ * ports run than 512-bit ones), then widened. */
 SIMD_INLINE void SIMD(x16_k6_codes)(const uint8_t *blk, int h, int v, __m512i cj[4])
 {
-    const __m512i f = _mm512_set1_epi16(15), t3 = _mm512_set1_epi16(0x30), o32 = _mm512_set1_epi16(32);
-    const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + v))));
-    const __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + 16 + v))));
-    const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (64 + 16 * h + v))));
-    cj[0] = _mm512_or_si512(_mm512_and_si512(a, f), _mm512_and_si512(_mm512_slli_epi16(q, 4), t3));
-    cj[1] = _mm512_or_si512(_mm512_and_si512(c, f), _mm512_and_si512(_mm512_slli_epi16(q, 2), t3));
-    cj[2] = _mm512_or_si512(_mm512_srli_epi16(a, 4), _mm512_and_si512(q, t3));
-    cj[3] = _mm512_or_si512(_mm512_srli_epi16(c, 4), _mm512_and_si512(_mm512_srli_epi16(q, 2), t3));
-    for (int j = 0; j < 4; j++)
-        cj[j] = _mm512_sub_epi16(cj[j], o32);
+    const __m256i f = _mm256_set1_epi8(0x0F), t3 = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + v)));
+    const __m256i c = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + 16 + v)));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * (64 + 16 * h + v)));
+    cj[0] = _mm512_cvtepu8_epi16(_mm256_or_si256(_mm256_and_si256(a, f), _mm256_and_si256(_mm256_slli_epi16(q, 4), t3)));
+    cj[1] = _mm512_cvtepu8_epi16(_mm256_or_si256(_mm256_and_si256(c, f), _mm256_and_si256(_mm256_slli_epi16(q, 2), t3)));
+    cj[2] = _mm512_cvtepu8_epi16(
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), f), _mm256_and_si256(q, t3)));
+    cj[3] = _mm512_cvtepu8_epi16(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), f),
+                                                 _mm256_and_si256(_mm256_srli_epi16(q, 2), t3)));
 }
 
 /* Sub-block scales 2B, 2B + 1 (d sc) of an interleaved Q6_K super-block */
@@ -1548,6 +1551,10 @@ SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq
             }
             for (int j = 0; j < 4; j++) {
                 const int B = 4 * h + j;
+                /* sum (c - 32) q = sum c q - 32 sum q, exactly: the halves'
+                 * sums of q are h0 and -m8/8 - h0 */
+                s[j][0] = _mm512_sub_epi32(s[j][0], _mm512_set1_epi32(32 * b[B].h0));
+                s[j][1] = _mm512_sub_epi32(s[j][1], _mm512_set1_epi32(32 * (-b[B].m8 / 8 - b[B].h0)));
                 __m512 d0, d1;
                 SIMD(x16_k6_scales)(blk, B, &d0, &d1);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][0]), _mm512_mul_ps(d0, _mm512_set1_ps(b[B].d)), acc);
@@ -1809,7 +1816,8 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                 __m512i cj[4];
                 SIMD(x16_k6_codes)(blk, h, v, cj);
                 for (int j = 0; j < 4; j++)
-                    _mm512_storeu_si512((void *)(P + (8 * k + 4 * h + j) * 256 + 16 * v), cj[j]);
+                    _mm512_storeu_si512((void *)(P + (8 * k + 4 * h + j) * 256 + 16 * v),
+                                        _mm512_sub_epi16(cj[j], _mm512_set1_epi16(32)));
             }
     }
 }
