@@ -1566,21 +1566,18 @@ SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq
 }
 
 /* Q3_K and Q2_K interleaved (q2: Q2_K): the 16 sub-scales of a
- * super-block as int16 pairs (the same value in both halves of lane r),
- * ready to fold into code pairs, and Q2_K's minimums as floats (M0, M1 of
- * block b: mn[2b], mn[2b+1]). Q3_K: units 48-53 hold the 12 scale bytes
- * (kq_scales_k3's fields), Q2_K: units 0-7 the 16 scale bytes (low nibble
- * scale, high minimum). */
+ * super-block as int32 lanes (row r in lane r), and Q2_K's minimums as
+ * floats (M0, M1 of block b: mn[2b], mn[2b+1]). Q3_K: units 48-53 hold
+ * the 12 scale bytes (kq_scales_k3's fields), Q2_K: units 0-7 the 16 scale
+ * bytes (low nibble scale, high minimum). */
 SIMD_INLINE void SIMD(x16_k23_scales)(const uint8_t *blk, int q2, __m512i sc[16], __m512 mn[16])
 {
-    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
     if (q2) {
         for (int b = 0; b < 8; b++) {
             const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * b)));
             for (int e = 0; e < 2; e++) {
                 const __m512i byte = _mm512_and_si512(_mm512_srli_epi32(w, 8 * e), _mm512_set1_epi32(255));
-                const __m512i v = _mm512_and_si512(byte, _mm512_set1_epi32(15));
-                sc[2 * b + e] = _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+                sc[2 * b + e] = _mm512_and_si512(byte, _mm512_set1_epi32(15));
                 mn[2 * b + e] = _mm512_cvtepi32_ps(_mm512_srli_epi32(byte, 4));
             }
         }
@@ -1597,9 +1594,7 @@ SIMD_INLINE void SIMD(x16_k23_scales)(const uint8_t *blk, int q2, __m512i sc[16]
         const __m512i low4 = _mm512_and_si512(
             _mm512_srli_epi32(bi < 4 ? A0 : A1, 8 * (bi % 4) + (g >= 8 ? 4 : 0)), _mm512_set1_epi32(15));
         const __m512i high2 = _mm512_and_si512(_mm512_srli_epi32(H, 8 * (g % 4) + 2 * (g / 4)), _mm512_set1_epi32(3));
-        const __m512i v = _mm512_and_si512(
-            _mm512_sub_epi32(_mm512_or_si512(low4, _mm512_slli_epi32(high2, 4)), _mm512_set1_epi32(32)), lo16);
-        sc[g] = _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+        sc[g] = _mm512_sub_epi32(_mm512_or_si512(low4, _mm512_slli_epi32(high2, 4)), _mm512_set1_epi32(32));
     }
 }
 
@@ -1618,7 +1613,24 @@ SIMD_INLINE void SIMD(x16_k23_codes)(const uint8_t *blk, int q2, int h, int v, c
             c = _mm512_sub_epi16(_mm512_add_epi16(c, _mm512_slli_epi16(_mm512_and_si512(
                                      _mm512_srli_epi16(hm, 4 * h + j), _mm512_set1_epi16(1)), 2)),
                                  _mm512_set1_epi16(4));
-        cj[j] = _mm512_mullo_epi16(c, sc[2 * (4 * h + j) + (v >> 3)]);
+        const __m512i g = _mm512_and_si512(sc[2 * (4 * h + j) + (v >> 3)], _mm512_set1_epi32(0xFFFF));
+        cj[j] = _mm512_mullo_epi16(c, _mm512_or_si512(g, _mm512_slli_epi32(g, 16))); /* both halves */
+    }
+}
+
+/* The same codes unfolded and Q3_K's without its - 4 (0..7; the group
+ * kernel takes both off per half block in its int32 sums), put together
+ * in bytes before one widening, as x16_k6_codes */
+SIMD_INLINE void SIMD(x16_k23_raw)(const uint8_t *blk, int q2, int h, int v, __m512i cj[4])
+{
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * ((q2 ? 8 : 16) + 16 * h + v)));
+    const __m256i hm = q2 ? q : _mm256_loadu_si256((const __m256i *)(blk + 32 * v));
+    for (int j = 0; j < 4; j++) {
+        __m256i c = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+        if (!q2)
+            c = _mm256_or_si256(c, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
+        cj[j] = _mm512_cvtepu8_epi16(c);
     }
 }
 
@@ -1646,19 +1658,28 @@ SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *x
 #pragma GCC unroll 16
             for (int v = 0; v < 16; v++) {
                 __m512i cj[4];
-                SIMD(x16_k23_codes)(blk, q2, h, v, sc, cj);
+                SIMD(x16_k23_raw)(blk, q2, h, v, cj);
                 for (int j = 0; j < 4; j++) {
                     int32_t pr;
                     memcpy(&pr, b[4 * h + j].qs + 2 * v, 4);
-                    s[j][v & 1] = _mm512_dpwssd_epi32(s[j][v & 1], cj[j], _mm512_set1_epi32(pr));
+                    s[j][v >> 3] = _mm512_dpwssd_epi32(s[j][v >> 3], cj[j], _mm512_set1_epi32(pr));
                 }
             }
             for (int j = 0; j < 4; j++) {
                 const struct llm_qx16 *x = b + 4 * h + j;
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[j][0], s[j][1])),
-                                      _mm512_mul_ps(d, _mm512_set1_ps(x->d)), acc);
+                const int B = 4 * h + j;
+                /* the folded form's sum, exactly: sum over the halves of
+                 * sc (sum c q - 4 sum q) (Q3_K; Q2_K without the 4), the
+                 * halves' sums of q h0 and -m8/8 - h0 */
+                __m512i t0 = s[j][0], t1 = s[j][1];
+                if (!q2) {
+                    t0 = _mm512_sub_epi32(t0, _mm512_set1_epi32(4 * x->h0));
+                    t1 = _mm512_sub_epi32(t1, _mm512_set1_epi32(4 * (-x->m8 / 8 - x->h0)));
+                }
+                const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(t0, sc[2 * B]),
+                                                    _mm512_mullo_epi32(t1, sc[2 * B + 1]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(x->d)), acc);
                 if (q2) { /* gq_q2min */
-                    const int B = 4 * h + j;
                     const float s0 = (float)x->h0, s1 = (float)(-x->m8 / 8 - x->h0);
                     const __m512 t = _mm512_fmadd_ps(mn[2 * B + 1], _mm512_set1_ps(s1),
                                                      _mm512_mul_ps(mn[2 * B], _mm512_set1_ps(s0)));
