@@ -37,6 +37,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -645,11 +648,12 @@ static inline __attribute__((always_inline)) void x16_row(uint8_t *row, uint8_t 
 }
 
 #if defined(__SSE2__)
-#include <emmintrin.h>
 /* Block k of a group back to its 16 rows (row i's block at rows + i rb),
  * eight units at a time: unit u's 16 rows are 32 bytes, 8 rows a vector of
- * 16-bit lanes, and an 8 x 8 transpose gives each row its 8 units. A
- * fifth of a K-quant prefill went to the plain loop (x16_by_rows). */
+ * 16-bit lanes, and an 8 x 8 transpose gives each row its 8 units. The
+ * plain loop below took a fifth of a K-quant prefill when batches went
+ * through x16_by_rows (which they still do where decode does not read the
+ * K-quants' groups). */
 static void x16_unpack_block(const uint8_t *blk, uint8_t *rows, uint64_t rb, int units)
 {
     int u0 = 0;

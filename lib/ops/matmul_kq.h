@@ -227,7 +227,8 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
             memset(k->m, 0, sizeof k->m);
         } else { /* Q2_K: byte g of the 16 at b, scale low nibble, minimum high */
             const __m128i sc = _mm_loadu_si128((const __m128i *)b);
-            _mm256_store_si256((__m256i *)k->sc3, _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F))));
+            const __m128i lo4 = _mm_and_si128(sc, _mm_set1_epi8(0x0F));
+            _mm256_store_si256((__m256i *)k->sc3, _mm256_cvtepu8_epi16(lo4));
             const __m128i mn = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F));
             _mm256_storeu_ps(k->m, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
             _mm256_storeu_ps(k->m + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8))));
@@ -451,7 +452,8 @@ static int SIMD(kq_dots)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
          * d (ls - 32) */
         static const int8_t kv[16] = LLM_IQ4NL_VALUES;
         /* the 16 values as int16, looked up by vpermw */
-        const __m512i lut = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)kv)));
+        const __m512i lut =
+            _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)kv)));
         const uint8_t *b = row + e0 / 256 * 136;
         for (int j = 0; j < 8; j += 2) {
             /* sub-blocks j, j + 1: lo (hi) holds elements 0-15 (16-31) of
@@ -475,14 +477,15 @@ static int SIMD(kq_dots)(enum llm_type t, const uint8_t *row, int64_t e0, int n,
         const int q3 = t == LLM_TYPE_Q3_K;
         const uint8_t *b = row + e0 / 256 * (q3 ? 110 : 84);
         const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
-        const __m512i sc = _mm512_castsi256_si512(
-            q3 ? _mm256_cvtepi8_epi16(SIMD(kq_scales_k3)(b + 96))
-               : _mm256_cvtepu8_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)b), _mm_set1_epi8(0x0F))));
+        const __m128i sc8 = q3 ? SIMD(kq_scales_k3)(b + 96)
+                               : _mm_and_si128(_mm_loadu_si128((const __m128i *)b), _mm_set1_epi8(0x0F));
+        const __m512i sc = _mm512_castsi256_si512(q3 ? _mm256_cvtepi8_epi16(sc8) : _mm256_cvtepu8_epi16(sc8));
         /* lanes 0-15: sub-scale 0, lanes 16-31: sub-scale 1 (plus 2 per block) */
         const __m512i half = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
         const __m512i three = _mm512_set1_epi16(3), four = _mm512_set1_epi16(4);
         for (int h = 0; h < 2; h++) {
-            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + (q3 ? 32 : 16) + 32 * h)));
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + (q3 ? 32 : 16) + 32 * h));
+            const __m512i w = _mm512_cvtepu8_epi16(qs);
             for (int j = 0; j < 4; j++) {
                 const int blk = 4 * h + j;
                 __m512i c = _mm512_and_si512(_mm512_srli_epi16(w, 2 * j), three);

@@ -1395,29 +1395,34 @@ SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, i
 }
 
 #ifdef SIMD_AVX512
-/* Q4_K interleaved (matmul.c x16_group: 256): one group of 16 rows, y (16)
- * = the rows . x, ns super-blocks. A super-block is 72 units of 2 bytes,
- * row r's at 32 u + 2 r: d, dmin, the 12 scale bytes (units 2-7), then
- * qs: unit 8 + 16 p + u holds bytes 2u, 2u+1 of the p-th 32, whose low
- * nibbles are elements 2u, 2u+1 of sub-block 2p and the high ones those of
- * 2p+1. The scales unpack with the rows in lanes, and each sub-block meets
- * its scale and minimum in the int16 GEMM's order (gq_micro, zero-point
- * form: the same d sc and -(dmin mn) as kq_scales_k4), so that a token's
- * bits are those of the rows' decode and GEMM. */
+/* Unit u of an interleaved group's block (32 bytes: 2 of each of 16 rows)
+ * as int16 lanes (its bytes), as int32 lanes (its 16-bit words: row r in
+ * lane r), as floats (its binary16 words) */
+SIMD_INLINE __m512i SIMD(x16_u8)(const uint8_t *blk, int u)
+{
+    return _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * u)));
+}
+SIMD_INLINE __m512i SIMD(x16_u16)(const uint8_t *blk, int u)
+{
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * u)));
+}
+SIMD_INLINE __m512 SIMD(x16_uf)(const uint8_t *blk, int u)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * u)));
+}
+
 /* An interleaved Q4_K super-block's scales d sc (D) and minimums
  * -(dmin mn) (M) of its 8 sub-blocks, row r in lane r: kq_scales_k4's
  * values. Units 0, 1: d, dmin; 2-7: the 12 scale bytes. */
 SIMD_INLINE void SIMD(x16_k4_scales)(const uint8_t *blk, __m512 D[8], __m512 M[8])
 {
     const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    const __m512 d = SIMD(x16_uf)(blk, 0), dmin = SIMD(x16_uf)(blk, 1);
     /* scale bytes 0-3, 4-7, 8-11 of each row as words */
     __m512i w[3];
     for (int i = 0; i < 3; i++)
-        w[i] = _mm512_or_si512(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 64 + 64 * i))),
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 96 + 64 * i))), 16));
+        w[i] = _mm512_or_si512(SIMD(x16_u16)(blk, 2 + 2 * i),
+                               _mm512_slli_epi32(SIMD(x16_u16)(blk, 3 + 2 * i), 16));
     for (int j = 0; j < 8; j++) {
         __m512i sc, mn;
         if (j < 4) {
@@ -1431,8 +1436,9 @@ SIMD_INLINE void SIMD(x16_k4_scales)(const uint8_t *blk, __m512 D[8], __m512 M[8
                                  _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w[1], sh + 6), m2), 4));
         }
         D[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
-        M[j] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))),
-                                                    _mm512_set1_epi32((int)0x80000000u)));
+        const __m512 m = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn));
+        M[j] = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32((int)0x80000000u)));
     }
 }
 
@@ -1447,19 +1453,22 @@ SIMD_INLINE void SIMD(x16_k6_codes)(const uint8_t *blk, int h, int v, __m512i cj
     const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + v)));
     const __m256i c = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + 16 + v)));
     const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * (64 + 16 * h + v)));
-    cj[0] = _mm512_cvtepu8_epi16(_mm256_or_si256(_mm256_and_si256(a, f), _mm256_and_si256(_mm256_slli_epi16(q, 4), t3)));
-    cj[1] = _mm512_cvtepu8_epi16(_mm256_or_si256(_mm256_and_si256(c, f), _mm256_and_si256(_mm256_slli_epi16(q, 2), t3)));
-    cj[2] = _mm512_cvtepu8_epi16(
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), f), _mm256_and_si256(q, t3)));
-    cj[3] = _mm512_cvtepu8_epi16(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), f),
-                                                 _mm256_and_si256(_mm256_srli_epi16(q, 2), t3)));
+    const __m256i b[4] = {
+        _mm256_or_si256(_mm256_and_si256(a, f), _mm256_and_si256(_mm256_slli_epi16(q, 4), t3)),
+        _mm256_or_si256(_mm256_and_si256(c, f), _mm256_and_si256(_mm256_slli_epi16(q, 2), t3)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), f), _mm256_and_si256(q, t3)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), f),
+                        _mm256_and_si256(_mm256_srli_epi16(q, 2), t3)),
+    };
+    for (int j = 0; j < 4; j++)
+        cj[j] = _mm512_cvtepu8_epi16(b[j]);
 }
 
 /* Sub-block scales 2B, 2B + 1 (d sc) of an interleaved Q6_K super-block */
 SIMD_INLINE void SIMD(x16_k6_scales)(const uint8_t *blk, int B, __m512 *d0, __m512 *d1)
 {
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * 104)));
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * (96 + B))));
+    const __m512 d = SIMD(x16_uf)(blk, 104);
+    const __m512i w = SIMD(x16_u16)(blk, 96 + B);
     *d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24)));
     *d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24)));
 }
@@ -1472,13 +1481,24 @@ SIMD_INLINE void SIMD(x16_k45_codes)(const uint8_t *blk, int five, int p, int u,
 {
     SIMD(x16_codes)(blk + 32 * ((five ? 24 : 8) + 16 * p + u), lo, hi);
     if (five) {
-        const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * (8 + u))));
-        const __m512i one = _mm512_set1_epi16(1);
-        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q, 2 * p), one), 4));
-        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q, 2 * p + 1), one), 4));
+        const __m512i q = SIMD(x16_u8)(blk, 8 + u), one = _mm512_set1_epi16(1);
+        const __m512i b0 = _mm512_and_si512(_mm512_srli_epi16(q, 2 * p), one);
+        const __m512i b1 = _mm512_and_si512(_mm512_srli_epi16(q, 2 * p + 1), one);
+        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(b0, 4));
+        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(b1, 4));
     }
 }
 
+/* Q4_K interleaved (matmul.c x16_group: 256; five: Q5_K): one group of 16
+ * rows, y (16) = the rows . x, ns super-blocks. A super-block is 72 units
+ * of 2 bytes (Q5_K 88), row r's at 32 u + 2 r: d, dmin, the 12 scale bytes
+ * (units 2-7), (Q5_K: qh, units 8-23), then qs: unit 8 (24) + 16 p + u
+ * holds bytes 2u, 2u+1 of the p-th 32, whose low nibbles are elements 2u,
+ * 2u+1 of sub-block 2p and the high ones those of 2p+1 (x16_k45_codes).
+ * The scales unpack with the rows in lanes, and each sub-block meets
+ * its scale and minimum in the int16 GEMM's order (gq_micro, zero-point
+ * form: the same d sc and -(dmin mn) as kq_scales_k4), so that a token's
+ * bits are those of the rows' decode and GEMM. */
 SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
                                     int five, float *y)
 {
@@ -1557,8 +1577,9 @@ SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq
                 s[j][1] = _mm512_sub_epi32(s[j][1], _mm512_set1_epi32(32 * (-b[B].m8 / 8 - b[B].h0)));
                 __m512 d0, d1;
                 SIMD(x16_k6_scales)(blk, B, &d0, &d1);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][0]), _mm512_mul_ps(d0, _mm512_set1_ps(b[B].d)), acc);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][1]), _mm512_mul_ps(d1, _mm512_set1_ps(b[B].d)), acc);
+                const __m512 dx = _mm512_set1_ps(b[B].d);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][0]), _mm512_mul_ps(d0, dx), acc);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][1]), _mm512_mul_ps(d1, dx), acc);
             }
         }
     }
@@ -1574,7 +1595,7 @@ SIMD_INLINE void SIMD(x16_k23_scales)(const uint8_t *blk, int q2, __m512i sc[16]
 {
     if (q2) {
         for (int b = 0; b < 8; b++) {
-            const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * b)));
+            const __m512i w = SIMD(x16_u16)(blk, b);
             for (int e = 0; e < 2; e++) {
                 const __m512i byte = _mm512_and_si512(_mm512_srli_epi32(w, 8 * e), _mm512_set1_epi32(255));
                 sc[2 * b + e] = _mm512_and_si512(byte, _mm512_set1_epi32(15));
@@ -1585,7 +1606,7 @@ SIMD_INLINE void SIMD(x16_k23_scales)(const uint8_t *blk, int q2, __m512i sc[16]
     }
     __m512i u[6];
     for (int i = 0; i < 6; i++)
-        u[i] = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32 * (48 + i))));
+        u[i] = SIMD(x16_u16)(blk, 48 + i);
     const __m512i A0 = _mm512_or_si512(u[0], _mm512_slli_epi32(u[1], 16));
     const __m512i A1 = _mm512_or_si512(u[2], _mm512_slli_epi32(u[3], 16));
     const __m512i H = _mm512_or_si512(u[4], _mm512_slli_epi32(u[5], 16));
@@ -1593,7 +1614,8 @@ SIMD_INLINE void SIMD(x16_k23_scales)(const uint8_t *blk, int q2, __m512i sc[16]
         const int bi = g % 8;
         const __m512i low4 = _mm512_and_si512(
             _mm512_srli_epi32(bi < 4 ? A0 : A1, 8 * (bi % 4) + (g >= 8 ? 4 : 0)), _mm512_set1_epi32(15));
-        const __m512i high2 = _mm512_and_si512(_mm512_srli_epi32(H, 8 * (g % 4) + 2 * (g / 4)), _mm512_set1_epi32(3));
+        const __m512i high2 =
+            _mm512_and_si512(_mm512_srli_epi32(H, 8 * (g % 4) + 2 * (g / 4)), _mm512_set1_epi32(3));
         sc[g] = _mm512_sub_epi32(_mm512_or_si512(low4, _mm512_slli_epi32(high2, 4)), _mm512_set1_epi32(32));
     }
 }
@@ -1605,8 +1627,8 @@ SIMD_INLINE void SIMD(x16_k23_codes)(const uint8_t *blk, int q2, int h, int v, c
                                      __m512i cj[4])
 {
     const __m512i three = _mm512_set1_epi16(3);
-    const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * ((q2 ? 8 : 16) + 16 * h + v))));
-    const __m512i hm = q2 ? q : _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 32 * v)));
+    const __m512i q = SIMD(x16_u8)(blk, (q2 ? 8 : 16) + 16 * h + v);
+    const __m512i hm = q2 ? q : SIMD(x16_u8)(blk, v);
     for (int j = 0; j < 4; j++) {
         __m512i c = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), three);
         if (!q2) /* + 4 hbit - 4 */
@@ -1629,7 +1651,8 @@ SIMD_INLINE void SIMD(x16_k23_raw)(const uint8_t *blk, int q2, int h, int v, __m
     for (int j = 0; j < 4; j++) {
         __m256i c = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
         if (!q2)
-            c = _mm256_or_si256(c, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
+            c = _mm256_or_si256(c, _mm256_slli_epi16(
+                                       _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
         cj[j] = _mm512_cvtepu8_epi16(c);
     }
 }
@@ -1647,10 +1670,9 @@ SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *x
         __m512i sc[16];
         __m512 mn[16];
         SIMD(x16_k23_scales)(blk, q2, sc, mn);
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * (q2 ? 40 : 54))));
-        const __m512 dm = q2 ? _mm512_sub_ps(_mm512_setzero_ps(),
-                                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * 41))))
-                             : _mm512_setzero_ps();
+        const __m512 d = SIMD(x16_uf)(blk, q2 ? 40 : 54);
+        const __m512 dm =
+            q2 ? _mm512_sub_ps(_mm512_setzero_ps(), SIMD(x16_uf)(blk, 41)) : _mm512_setzero_ps();
         for (int h = 0; h < 2; h++) {
             __m512i s[4][2];
             for (int j = 0; j < 4; j++)
@@ -1698,11 +1720,9 @@ SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *x
  * (kq_scales_xs's values), row r in lane r. */
 SIMD_INLINE void SIMD(x16_xs_scales)(const uint8_t *blk, __m512 D[8])
 {
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-    const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 32)));
-    const __m512i sl = _mm512_or_si512(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 64))),
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 96))), 16));
+    const __m512 d = SIMD(x16_uf)(blk, 0);
+    const __m512i sh = SIMD(x16_u16)(blk, 1);
+    const __m512i sl = _mm512_or_si512(SIMD(x16_u16)(blk, 2), _mm512_slli_epi32(SIMD(x16_u16)(blk, 3), 16));
     for (int j = 0; j < 8; j++) {
         const __m512i ls = _mm512_or_si512(
             _mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), _mm512_set1_epi32(15)),
@@ -1801,9 +1821,8 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
             __m512i sc[16];
             __m512 mn[16];
             SIMD(x16_k23_scales)(blk, q2, sc, mn);
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * (q2 ? 40 : 54))));
-            const __m512 dm = _mm512_sub_ps(_mm512_setzero_ps(),
-                                            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * 41))));
+            const __m512 d = SIMD(x16_uf)(blk, q2 ? 40 : 54);
+            const __m512 dm = _mm512_sub_ps(_mm512_setzero_ps(), SIMD(x16_uf)(blk, 41));
             for (int B = 0; B < 8; B++) {
                 const int64_t q = 8 * k + B;
                 _mm512_storeu_ps(D + q * 16, d);

@@ -264,7 +264,8 @@ Test(matmul_kq, k_interleaved_is_the_rows_bit_for_bit)
         cr_assert_eq(llm_x16_unpack(t, P, ne0, 0, rows, back), LLM_OK);
         cr_assert(memcmp(back, m.w, m.rb * (uint64_t)rows) == 0);
         float *X = malloc(sizeof(float) * (size_t)(ne0 * nb));
-        float *Y = malloc(sizeof(float) * (size_t)(rows * nb)), *Z = malloc(sizeof(float) * (size_t)(rows * nb));
+        float *Y = malloc(sizeof(float) * (size_t)(rows * nb));
+        float *Z = malloc(sizeof(float) * (size_t)(rows * nb));
         for (int64_t i = 0; i < ne0 * nb; i++)
             X[i] = gauss() * (i % 97 == 0 ? 20.0f : 1.0f);
         for (int isa = LLM_ISA_AVX2; isa <= (int)best; isa++) {
