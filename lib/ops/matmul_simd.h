@@ -1539,53 +1539,6 @@ SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq
     _mm512_storeu_ps(y, acc);
 }
 
-/* Q6_K interleaved (matmul.c x16_group: 256), as x16_group_k4: a
- * super-block is 105 units, ql (units 0-63), qh (64-95), the 16 int8
- * scales (96-103), d (104). Per half h and pair v of elements (2v, 2v+1),
- * the units 32h + v (a), 32h + 16 + v (c) and 64 + 16h + v (q) give blocks
- * 4h + j, elements 2v, 2v+1: a's low nibbles (j = 0), c's (1), a's high
- * (2), c's (3), with bits 2j, 2j+1 of q on top, minus 32 (kq_unpack's
- * codes). Each 16 elements meet their scale in the int16 GEMM's order
- * (gq_micro's s16: half blocks in order, no minimum). */
-SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
-                                    float *y)
-{
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t k = 0; k < ns; k++) {
-        const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
-        const struct llm_qx16 *b = xq + 8 * k;
-        for (int h = 0; h < 2; h++) {
-            /* s[j][half]: block 4h + j's exact sums over elements 0-15, 16-31 */
-            __m512i s[4][2];
-            for (int j = 0; j < 4; j++)
-                s[j][0] = s[j][1] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-            for (int v = 0; v < 16; v++) {
-                __m512i cj[4];
-                SIMD(x16_k6_codes)(blk, h, v, cj);
-                for (int j = 0; j < 4; j++) {
-                    int32_t pr;
-                    memcpy(&pr, b[4 * h + j].qs + 2 * v, 4);
-                    s[j][v >> 3] = _mm512_dpwssd_epi32(s[j][v >> 3], cj[j], _mm512_set1_epi32(pr));
-                }
-            }
-            for (int j = 0; j < 4; j++) {
-                const int B = 4 * h + j;
-                /* sum (c - 32) q = sum c q - 32 sum q, exactly: the halves'
-                 * sums of q are h0 and -m8/8 - h0 */
-                s[j][0] = _mm512_sub_epi32(s[j][0], _mm512_set1_epi32(32 * b[B].h0));
-                s[j][1] = _mm512_sub_epi32(s[j][1], _mm512_set1_epi32(32 * (-b[B].m8 / 8 - b[B].h0)));
-                __m512 d0, d1;
-                SIMD(x16_k6_scales)(blk, B, &d0, &d1);
-                const __m512 dx = _mm512_set1_ps(b[B].d);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][0]), _mm512_mul_ps(d0, dx), acc);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][1]), _mm512_mul_ps(d1, dx), acc);
-            }
-        }
-    }
-    _mm512_storeu_ps(y, acc);
-}
-
 /* Q3_K and Q2_K interleaved (q2: Q2_K): the 16 sub-scales of a
  * super-block as int32 lanes (row r in lane r), and Q2_K's minimums as
  * floats (M0, M1 of block b: mn[2b], mn[2b+1]). Q3_K: units 48-53 hold
@@ -1657,6 +1610,65 @@ SIMD_INLINE void SIMD(x16_k23_raw)(const uint8_t *blk, int q2, int h, int v, __m
     }
 }
 
+/* Half h of an interleaved Q6_K, Q3_K or Q2_K super-block (t, a constant
+ * at each call) with the token's blocks b: s[j][e], the exact sums of
+ * block 4h + j's elements 16e .. 16e + 15 over its codes as x16_k6_codes
+ * and x16_k23_raw give them (the offsets and sub-scales come after) */
+SIMD_INLINE void SIMD(x16_half_sums)(enum llm_type t, const uint8_t *blk, int h,
+                                     const struct llm_qx16 *b, __m512i s[4][2])
+{
+    for (int j = 0; j < 4; j++)
+        s[j][0] = s[j][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int v = 0; v < 16; v++) {
+        __m512i cj[4];
+        if (t == LLM_TYPE_Q6_K)
+            SIMD(x16_k6_codes)(blk, h, v, cj);
+        else
+            SIMD(x16_k23_raw)(blk, t == LLM_TYPE_Q2_K, h, v, cj);
+        for (int j = 0; j < 4; j++) {
+            int32_t pr;
+            memcpy(&pr, b[4 * h + j].qs + 2 * v, 4);
+            s[j][v >> 3] = _mm512_dpwssd_epi32(s[j][v >> 3], cj[j], _mm512_set1_epi32(pr));
+        }
+    }
+}
+
+/* Q6_K interleaved (matmul.c x16_group: 256), as x16_group_k4: a
+ * super-block is 105 units, ql (units 0-63), qh (64-95), the 16 int8
+ * scales (96-103), d (104). Per half h and pair v of elements (2v, 2v+1),
+ * the units 32h + v (a), 32h + 16 + v (c) and 64 + 16h + v (q) give blocks
+ * 4h + j, elements 2v, 2v+1: a's low nibbles (j = 0), c's (1), a's high
+ * (2), c's (3), with bits 2j, 2j+1 of q on top, minus 32 (kq_unpack's
+ * codes). Each 16 elements meet their scale in the int16 GEMM's order
+ * (gq_micro's s16: half blocks in order, no minimum). */
+SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
+                                    float *y)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
+        const struct llm_qx16 *b = xq + 8 * k;
+        for (int h = 0; h < 2; h++) {
+            __m512i s[4][2];
+            SIMD(x16_half_sums)(LLM_TYPE_Q6_K, blk, h, b, s);
+            for (int j = 0; j < 4; j++) {
+                const int B = 4 * h + j;
+                /* sum (c - 32) q = sum c q - 32 sum q, exactly: the halves'
+                 * sums of q are h0 and -m8/8 - h0 */
+                s[j][0] = _mm512_sub_epi32(s[j][0], _mm512_set1_epi32(32 * b[B].h0));
+                s[j][1] = _mm512_sub_epi32(s[j][1], _mm512_set1_epi32(32 * (-b[B].m8 / 8 - b[B].h0)));
+                __m512 d0, d1;
+                SIMD(x16_k6_scales)(blk, B, &d0, &d1);
+                const __m512 dx = _mm512_set1_ps(b[B].d);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][0]), _mm512_mul_ps(d0, dx), acc);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][1]), _mm512_mul_ps(d1, dx), acc);
+            }
+        }
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
 /* Q3_K and Q2_K interleaved: one group of 16 rows, as x16_group_k4, each
  * 32-element block in the int16 GEMM's order (its d; Q2_K then its
  * minimums as gq_q2min adds them). */
@@ -1675,18 +1687,7 @@ SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *x
             q2 ? _mm512_sub_ps(_mm512_setzero_ps(), SIMD(x16_uf)(blk, 41)) : _mm512_setzero_ps();
         for (int h = 0; h < 2; h++) {
             __m512i s[4][2];
-            for (int j = 0; j < 4; j++)
-                s[j][0] = s[j][1] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-            for (int v = 0; v < 16; v++) {
-                __m512i cj[4];
-                SIMD(x16_k23_raw)(blk, q2, h, v, cj);
-                for (int j = 0; j < 4; j++) {
-                    int32_t pr;
-                    memcpy(&pr, b[4 * h + j].qs + 2 * v, 4);
-                    s[j][v >> 3] = _mm512_dpwssd_epi32(s[j][v >> 3], cj[j], _mm512_set1_epi32(pr));
-                }
-            }
+            SIMD(x16_half_sums)(q2 ? LLM_TYPE_Q2_K : LLM_TYPE_Q3_K, blk, h, b, s);
             for (int j = 0; j < 4; j++) {
                 const struct llm_qx16 *x = b + 4 * h + j;
                 const int B = 4 * h + j;
