@@ -1453,15 +1453,15 @@ SIMD_INLINE void SIMD(x16_k6_codes)(const uint8_t *blk, int h, int v, __m512i cj
     const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + v)));
     const __m256i c = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + 16 + v)));
     const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * (64 + 16 * h + v)));
-    const __m256i b[4] = {
-        _mm256_or_si256(_mm256_and_si256(a, f), _mm256_and_si256(_mm256_slli_epi16(q, 4), t3)),
-        _mm256_or_si256(_mm256_and_si256(c, f), _mm256_and_si256(_mm256_slli_epi16(q, 2), t3)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), f), _mm256_and_si256(q, t3)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), f),
-                        _mm256_and_si256(_mm256_srli_epi16(q, 2), t3)),
-    };
-    for (int j = 0; j < 4; j++)
-        cj[j] = _mm512_cvtepu8_epi16(b[j]);
+    const __m256i b0 = _mm256_or_si256(_mm256_and_si256(a, f), _mm256_and_si256(_mm256_slli_epi16(q, 4), t3));
+    const __m256i b1 = _mm256_or_si256(_mm256_and_si256(c, f), _mm256_and_si256(_mm256_slli_epi16(q, 2), t3));
+    const __m256i b2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), f), _mm256_and_si256(q, t3));
+    const __m256i b3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), f),
+                                       _mm256_and_si256(_mm256_srli_epi16(q, 2), t3));
+    cj[0] = _mm512_cvtepu8_epi16(b0);
+    cj[1] = _mm512_cvtepu8_epi16(b1);
+    cj[2] = _mm512_cvtepu8_epi16(b2);
+    cj[3] = _mm512_cvtepu8_epi16(b3);
 }
 
 /* Sub-block scales 2B, 2B + 1 (d sc) of an interleaved Q6_K super-block */
