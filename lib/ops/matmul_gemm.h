@@ -382,7 +382,7 @@ static llm_status SIMD(gemm)(enum llm_type t, const uint8_t *W, uint64_t rb, con
 //     sum), takes a float FMA per half block (s16: D holds two scales a
 //     block); Q2_K, a minimum per 16 elements, folds its 4-bit sub-scales
 //     into its codes and takes its minimums from the token's half-block
-//     sums (q2: M holds three vectors a block, SIMD(gq_q2min)).
+//     sums (q2: M holds three vectors a block, SIMD(q2min)).
 // That float order, per row and token, is the same for every number of
 // tokens, every ISA and both layouts (rows, x16), and x16_group's decode
 // follows it too: this GEMM is also the decode of the rows that are not
@@ -542,7 +542,7 @@ struct SIMD(gq_src) {
     const uint8_t *grp;
     int q8, G, BB;
     int s16; /* a scale per 16 elements: D (nq, 2, 16), packed P only */
-    int q2;  /* Q2_K's minimums: M (nq, 3, 16), packed P only (gq_q2min) */
+    int q2;  /* Q2_K's minimums: M (nq, 3, 16), packed P only (SIMD(q2min)) */
 };
 
 /* Whether t's blocks of 32 have a scale per half (gq_src.s16): Q6_K.
@@ -684,24 +684,6 @@ SIMD_INLINE SIMD(gqf) SIMD(gq_fma)(SIMD(gqf) acc, SIMD(gqi) ia, SIMD(gqf) d, SIM
 #endif
 }
 
-/* Q2_K's minimums of a block for 16 rows (AVX2: 8), after its scale:
- * acc + (m0 s0 + m1 s1) (-dmin d_x), with m0, m1 the rows' integer
- * minimums of the two halves (as floats), s0, s1 the token's sums of qs
- * over them. m0 s0 + m1 s1 is exact in float: integers below 2^24 (m <=
- * 15, |s| <= 16 * 32767), so only the last FMA rounds. */
-SIMD_INLINE SIMD(gqf) SIMD(gq_q2min)(SIMD(gqf) acc, SIMD(gqf) m0, SIMD(gqf) m1, SIMD(gqf) dm,
-                                     const struct llm_qx16 *b)
-{
-    const float s0 = (float)b->h0, s1 = (float)(-b->m8 / 8 - b->h0);
-#ifdef SIMD_AVX512
-    const __m512 t = _mm512_fmadd_ps(m1, _mm512_set1_ps(s1), _mm512_mul_ps(m0, _mm512_set1_ps(s0)));
-    return _mm512_fmadd_ps(t, _mm512_mul_ps(dm, _mm512_set1_ps(b->d)), acc);
-#else
-    const __m256 t = _mm256_fmadd_ps(m1, _mm256_set1_ps(s1), _mm256_mul_ps(m0, _mm256_set1_ps(s0)));
-    return _mm256_fmadd_ps(t, _mm256_mul_ps(dm, _mm256_set1_ps(b->d)), acc);
-#endif
-}
-
 /* Half h of a block's 16 scales (or mins): packed floats, or the group's
  * fp16 (AVX-512: h is 0, all 16) */
 SIMD_INLINE SIMD(gqf) SIMD(gq_scales)(const float *f, const uint8_t *h16, int h)
@@ -805,10 +787,10 @@ SIMD_INLINE void SIMD(gq_micro)(const struct SIMD(gq_src) *src, int zp,
 #define GQ_SCALE(t)                                                                \
     if ((t) < NT) {                                                                \
         acc##t##_0 = SIMD(gq_fma)(acc##t##_0, ia##t##_0, d0, fz, x##t + k, 0);     \
-        acc##t##_0 = SIMD(gq_q2min)(acc##t##_0, a0, b0, c0, x##t + k);              \
+        acc##t##_0 = SIMD(q2min)(acc##t##_0, a0, b0, c0, x##t + k);              \
         if (GQ_H > 1) {                                                            \
             acc##t##_1 = SIMD(gq_fma)(acc##t##_1, ia##t##_1, d1, fz, x##t + k, 0); \
-            acc##t##_1 = SIMD(gq_q2min)(acc##t##_1, a1, b1, c1, x##t + k);          \
+            acc##t##_1 = SIMD(q2min)(acc##t##_1, a1, b1, c1, x##t + k);          \
         }                                                                          \
     }
             GQ_TOKENS(GQ_SCALE)
@@ -925,7 +907,7 @@ static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D,
                                                    _mm512_set1_ps(b->d)),
                                      acc[h]);
             if (q2)
-                acc[h] = SIMD(gq_q2min)(acc[h], _mm512_loadu_ps(M + 3 * k * 16),
+                acc[h] = SIMD(q2min)(acc[h], _mm512_loadu_ps(M + 3 * k * 16),
                                         _mm512_loadu_ps(M + (3 * k + 1) * 16),
                                         _mm512_loadu_ps(M + (3 * k + 2) * 16), b);
             else if (zp)
@@ -938,7 +920,7 @@ static void SIMD(gq_decode_finish)(const int32_t *R, int32_t *I, const float *D,
                                                    _mm256_set1_ps(b->d)),
                                      acc[h]);
             if (q2)
-                acc[h] = SIMD(gq_q2min)(acc[h], _mm256_loadu_ps(M + 3 * k * 16 + 8 * h),
+                acc[h] = SIMD(q2min)(acc[h], _mm256_loadu_ps(M + 3 * k * 16 + 8 * h),
                                         _mm256_loadu_ps(M + (3 * k + 1) * 16 + 8 * h),
                                         _mm256_loadu_ps(M + (3 * k + 2) * 16 + 8 * h), b);
             else if (zp)

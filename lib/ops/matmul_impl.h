@@ -36,6 +36,12 @@ struct llm_qx16 {
     int16_t qs[32];
 };
 
+/* The sum of qs[16..31] of an int16 block (exact: m8 is -8 sum(qs)) */
+static inline int32_t llm_qx16_h1(const struct llm_qx16 *b)
+{
+    return -b->m8 / 8 - b->h0;
+}
+
 /* Quantize x (n) into ceil(n/32) blocks; the last block is zero-padded.
  * Plain C; the SIMD variants have their own (same rounding rule: nearest). */
 void llm_quantize_x_ref(const float *x, int64_t n, struct llm_qx *out);

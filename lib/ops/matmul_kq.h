@@ -22,7 +22,7 @@
  * block (b) for the types whose scales cover 32, per 16 (g) for Q3_K and
  * Q6_K; sc3: Q3_K's and Q2_K's integer sub-scales, for the GEMM's folding.
  * Q2_K: s = d for every block, m per 16 its integer minimums (as floats),
- * dm = -dmin (gq_q2min). */
+ * dm = -dmin (SIMD(q2min)). */
 struct SIMD(kq_chunk) {
     int16_t c[256] __attribute__((aligned(32)));
     float s[16], m[16];
@@ -107,6 +107,33 @@ SIMD_INLINE void SIMD(kq_scales_xs)(const uint8_t *b, float *s)
     const __m256i ls = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(lo | hi << 4)));
     _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_set1_ps(SIMD(ldh)(b)),
                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)))));
+}
+
+/* A Q2_K block's 16 integer minimums (the high nibbles of its 16 scale
+ * bytes at b) as floats into m, and -dmin into *dm */
+SIMD_INLINE void SIMD(kq_mins_k2)(const uint8_t *b, float *m, float *dm)
+{
+    const __m128i sc = _mm_loadu_si128((const __m128i *)b);
+    const __m128i mn = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F));
+    _mm256_storeu_ps(m, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
+    _mm256_storeu_ps(m + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8))));
+    *dm = -SIMD(ldh)(b + 82);
+}
+
+/* Block q's scale s and minimum at lane i of the GEMM's D and M (nq, 16):
+ * m[0]; Q2_K (q2): M (nq, 3, 16) gets its halves' minimums m[0], m[1] and
+ * dm (SIMD(q2min)) */
+SIMD_INLINE void SIMD(kq_put)(float *D, float *M, int64_t q, int i, float s, const float *m, float dm,
+                              int q2)
+{
+    D[q * 16 + i] = s;
+    if (!q2) {
+        M[q * 16 + i] = m[0];
+        return;
+    }
+    M[3 * q * 16 + i] = m[0];
+    M[(3 * q + 1) * 16 + i] = m[1];
+    M[(3 * q + 2) * 16 + i] = dm;
 }
 
 /* bits of a 32-bit word (little-endian bytes at p) as 32 bytes, 0 or `v` */
@@ -226,16 +253,12 @@ static void SIMD(kq_unpack)(enum llm_type t, const uint8_t *row, int64_t e0, int
             _mm256_storeu_ps(k->s + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(s1))));
             memset(k->m, 0, sizeof k->m);
         } else { /* Q2_K: byte g of the 16 at b, scale low nibble, minimum high */
-            const __m128i sc = _mm_loadu_si128((const __m128i *)b);
-            const __m128i lo4 = _mm_and_si128(sc, _mm_set1_epi8(0x0F));
+            const __m128i lo4 = _mm_and_si128(_mm_loadu_si128((const __m128i *)b), _mm_set1_epi8(0x0F));
             _mm256_store_si256((__m256i *)k->sc3, _mm256_cvtepu8_epi16(lo4));
-            const __m128i mn = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F));
-            _mm256_storeu_ps(k->m, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
-            _mm256_storeu_ps(k->m + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8))));
+            SIMD(kq_mins_k2)(b, k->m, &k->dm);
             const __m256 d = _mm256_set1_ps(SIMD(ldh)(b + 80));
             _mm256_storeu_ps(k->s, d);
             _mm256_storeu_ps(k->s + 8, d);
-            k->dm = -SIMD(ldh)(b + 82);
         }
         return;
     }
@@ -359,14 +382,7 @@ static void SIMD(kq_pack)(enum llm_type t, const uint8_t *W, uint64_t rb, int64_
                     M[q * 16 + i] = 0.0f;
                     continue;
                 }
-                D[q * 16 + i] = k.s[b];
-                if (q2) { /* M (nq, 3, 16) */
-                    M[3 * q * 16 + i] = k.m[2 * b];
-                    M[(3 * q + 1) * 16 + i] = k.m[2 * b + 1];
-                    M[(3 * q + 2) * 16 + i] = k.dm;
-                    continue;
-                }
-                M[q * 16 + i] = k.m[b];
+                SIMD(kq_put)(D, M, q, i, k.s[b], k.m + (b << q2), q2 ? k.dm : 0.0f, q2);
             }
         }
     }
@@ -566,23 +582,13 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                 if (SIMD(kq_dots)(t, row, e0, n, xq + e0 / 32, v, s8, m8)) {
                     for (int b = n / 32; b < 8; b++)
                         v[b] = _mm256_setzero_si256();
-                    if (q2) { /* the high nibbles of the 16 scale bytes, -dmin */
-                        const uint8_t *qb = row + e0 / 256 * 84;
-                        const float dm = -SIMD(ldh)(qb + 82);
-                        for (int b = 0; b < 8; b++) {
-                            const int64_t q = e0 / 32 + b;
-                            D[q * 16 + i] = s8[b];
-                            M[3 * q * 16 + i] = (float)(qb[2 * b] >> 4);
-                            M[(3 * q + 1) * 16 + i] = (float)(qb[2 * b + 1] >> 4);
-                            M[(3 * q + 2) * 16 + i] = dm;
-                        }
-                        _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
-                        continue;
+                    float m16[16], dm = 0.0f, *m = m8;
+                    if (q2) { /* Q2_K's minimums per 16 */
+                        SIMD(kq_mins_k2)(row + e0 / 256 * 84, m16, &dm);
+                        m = m16;
                     }
-                    for (int b = 0; b < n / 32; b++) {
-                        D[(e0 / 32 + b) * 16 + i] = s8[b];
-                        M[(e0 / 32 + b) * 16 + i] = m8[b];
-                    }
+                    for (int b = 0; b < n / 32; b++)
+                        SIMD(kq_put)(D, M, e0 / 32 + b, i, s8[b], m + (b << q2), dm, q2);
                     _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
                     continue;
                 }
@@ -600,15 +606,7 @@ static void SIMD(kq_decode_rows)(enum llm_type t, const uint8_t *W, uint64_t rb,
                     v[b] = KQ_DOT(KQ_DOT(_mm256_setzero_si256(), c0,
                                          _mm256_loadu_si256((const __m256i *)x->qs)),
                                   c1, _mm256_loadu_si256((const __m256i *)(x->qs + 16)));
-                    const int64_t q = e0 / 32 + b;
-                    D[q * 16 + i] = k.s[b];
-                    if (q2) { /* M (nq, 3, 16), as kq_pack's */
-                        M[3 * q * 16 + i] = k.m[2 * b];
-                        M[(3 * q + 1) * 16 + i] = k.m[2 * b + 1];
-                        M[(3 * q + 2) * 16 + i] = k.dm;
-                    } else {
-                        M[q * 16 + i] = k.m[b];
-                    }
+                    SIMD(kq_put)(D, M, e0 / 32 + b, i, k.s[b], k.m + (b << q2), q2 ? k.dm : 0.0f, q2);
                 }
                 _mm256_storeu_si256((__m256i *)(R + i * nq8 + e0 / 32), SIMD(hsum8x8)(v));
             }
@@ -623,7 +621,7 @@ static llm_status SIMD(kq_matmul)(enum llm_type t, const uint8_t *W, uint64_t rb
                                   int64_t r1)
 {
     /* the int16 GEMM's zero-point form carries the minimums (m ds; Q2_K's
-     * gq_q2min); the symmetric one starts its sums at 0 (q8: codes are
+     * SIMD(q2min)); the symmetric one starts its sums at 0 (q8: codes are
      * signed) */
     const struct SIMD(shape) sh = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
     if (nb == 1)

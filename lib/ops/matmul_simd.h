@@ -1394,6 +1394,29 @@ SIMD_INLINE void SIMD(x16_group)(const uint8_t *gp, const struct llm_qx16 *xq, i
 #endif
 }
 
+/* Q2_K's minimums of a block for 16 rows (AVX2: 8), after its scale:
+ * acc + (m0 s0 + m1 s1) (-dmin d_x), with m0, m1 the rows' integer
+ * minimums of the two halves (as floats), s0, s1 the token's sums of qs
+ * over them. m0 s0 + m1 s1 is exact in float: integers below 2^24 (m <=
+ * 15, |s| <= 16 * 32767), so only the last FMA rounds. The int16 GEMM
+ * (matmul_gemm.h), its decode and the interleaved group kernel all take
+ * this step, so their bits agree. */
+#ifdef SIMD_AVX512
+SIMD_INLINE __m512 SIMD(q2min)(__m512 acc, __m512 m0, __m512 m1, __m512 dm, const struct llm_qx16 *b)
+{
+    const __m512 t = _mm512_fmadd_ps(m1, _mm512_set1_ps((float)llm_qx16_h1(b)),
+                                     _mm512_mul_ps(m0, _mm512_set1_ps((float)b->h0)));
+    return _mm512_fmadd_ps(t, _mm512_mul_ps(dm, _mm512_set1_ps(b->d)), acc);
+}
+#else
+SIMD_INLINE __m256 SIMD(q2min)(__m256 acc, __m256 m0, __m256 m1, __m256 dm, const struct llm_qx16 *b)
+{
+    const __m256 t = _mm256_fmadd_ps(m1, _mm256_set1_ps((float)llm_qx16_h1(b)),
+                                     _mm256_mul_ps(m0, _mm256_set1_ps((float)b->h0)));
+    return _mm256_fmadd_ps(t, _mm256_mul_ps(dm, _mm256_set1_ps(b->d)), acc);
+}
+#endif
+
 #ifdef SIMD_AVX512
 /* Unit u of an interleaved group's block (32 bytes: 2 of each of 16 rows)
  * as int16 lanes (its bytes), as int32 lanes (its 16-bit words: row r in
@@ -1573,6 +1596,12 @@ SIMD_INLINE void SIMD(x16_k23_scales)(const uint8_t *blk, int q2, __m512i sc[16]
     }
 }
 
+/* Q2_K's -dmin (unit 41), row r in lane r */
+SIMD_INLINE __m512 SIMD(x16_k2_dm)(const uint8_t *blk)
+{
+    return _mm512_sub_ps(_mm512_setzero_ps(), SIMD(x16_uf)(blk, 41));
+}
+
 /* Codes of pair v of half h of an interleaved Q3_K (q2: Q2_K) super-block,
  * blocks 4h + j, their sub-scales folded in (the GEMM's form: kq_unpack_gemm):
  * bits 2j of qs's unit, Q3_K minus 4 unless bit 4h + j of hmask's */
@@ -1654,10 +1683,9 @@ SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq
             SIMD(x16_half_sums)(LLM_TYPE_Q6_K, blk, h, b, s);
             for (int j = 0; j < 4; j++) {
                 const int B = 4 * h + j;
-                /* sum (c - 32) q = sum c q - 32 sum q, exactly: the halves'
-                 * sums of q are h0 and -m8/8 - h0 */
+                /* sum (c - 32) q = sum c q - 32 sum q, exactly, per half */
                 s[j][0] = _mm512_sub_epi32(s[j][0], _mm512_set1_epi32(32 * b[B].h0));
-                s[j][1] = _mm512_sub_epi32(s[j][1], _mm512_set1_epi32(32 * (-b[B].m8 / 8 - b[B].h0)));
+                s[j][1] = _mm512_sub_epi32(s[j][1], _mm512_set1_epi32(32 * llm_qx16_h1(b + B)));
                 __m512 d0, d1;
                 SIMD(x16_k6_scales)(blk, B, &d0, &d1);
                 const __m512 dx = _mm512_set1_ps(b[B].d);
@@ -1671,7 +1699,7 @@ SIMD_INLINE void SIMD(x16_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq
 
 /* Q3_K and Q2_K interleaved: one group of 16 rows, as x16_group_k4, each
  * 32-element block in the int16 GEMM's order (its d; Q2_K then its
- * minimums as gq_q2min adds them). */
+ * minimums, SIMD(q2min)). */
 SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns,
                                      int q2, float *y)
 {
@@ -1683,8 +1711,7 @@ SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *x
         __m512 mn[16];
         SIMD(x16_k23_scales)(blk, q2, sc, mn);
         const __m512 d = SIMD(x16_uf)(blk, q2 ? 40 : 54);
-        const __m512 dm =
-            q2 ? _mm512_sub_ps(_mm512_setzero_ps(), SIMD(x16_uf)(blk, 41)) : _mm512_setzero_ps();
+        const __m512 dm = q2 ? SIMD(x16_k2_dm)(blk) : _mm512_setzero_ps();
         for (int h = 0; h < 2; h++) {
             __m512i s[4][2];
             SIMD(x16_half_sums)(q2 ? LLM_TYPE_Q2_K : LLM_TYPE_Q3_K, blk, h, b, s);
@@ -1692,22 +1719,17 @@ SIMD_INLINE void SIMD(x16_group_k23)(const uint8_t *gp, const struct llm_qx16 *x
                 const struct llm_qx16 *x = b + 4 * h + j;
                 const int B = 4 * h + j;
                 /* the folded form's sum, exactly: sum over the halves of
-                 * sc (sum c q - 4 sum q) (Q3_K; Q2_K without the 4), the
-                 * halves' sums of q h0 and -m8/8 - h0 */
+                 * sc (sum c q - 4 sum q) (Q3_K; Q2_K without the 4) */
                 __m512i t0 = s[j][0], t1 = s[j][1];
                 if (!q2) {
                     t0 = _mm512_sub_epi32(t0, _mm512_set1_epi32(4 * x->h0));
-                    t1 = _mm512_sub_epi32(t1, _mm512_set1_epi32(4 * (-x->m8 / 8 - x->h0)));
+                    t1 = _mm512_sub_epi32(t1, _mm512_set1_epi32(4 * llm_qx16_h1(x)));
                 }
                 const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(t0, sc[2 * B]),
                                                     _mm512_mullo_epi32(t1, sc[2 * B + 1]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(x->d)), acc);
-                if (q2) { /* gq_q2min */
-                    const float s0 = (float)x->h0, s1 = (float)(-x->m8 / 8 - x->h0);
-                    const __m512 t = _mm512_fmadd_ps(mn[2 * B + 1], _mm512_set1_ps(s1),
-                                                     _mm512_mul_ps(mn[2 * B], _mm512_set1_ps(s0)));
-                    acc = _mm512_fmadd_ps(t, _mm512_mul_ps(dm, _mm512_set1_ps(x->d)), acc);
-                }
+                if (q2)
+                    acc = SIMD(q2min)(acc, mn[2 * B], mn[2 * B + 1], dm, x);
             }
         }
     }
@@ -1823,14 +1845,13 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
             __m512 mn[16];
             SIMD(x16_k23_scales)(blk, q2, sc, mn);
             const __m512 d = SIMD(x16_uf)(blk, q2 ? 40 : 54);
-            const __m512 dm = _mm512_sub_ps(_mm512_setzero_ps(), SIMD(x16_uf)(blk, 41));
             for (int B = 0; B < 8; B++) {
                 const int64_t q = 8 * k + B;
                 _mm512_storeu_ps(D + q * 16, d);
-                if (q2) { /* M (nq, 3, 16): matmul_gemm.h gq_q2min */
+                if (q2) { /* M (nq, 3, 16): SIMD(q2min)'s m0, m1, dm */
                     _mm512_storeu_ps(M + 3 * q * 16, mn[2 * B]);
                     _mm512_storeu_ps(M + (3 * q + 1) * 16, mn[2 * B + 1]);
-                    _mm512_storeu_ps(M + (3 * q + 2) * 16, dm);
+                    _mm512_storeu_ps(M + (3 * q + 2) * 16, SIMD(x16_k2_dm)(blk));
                 } else {
                     _mm512_storeu_ps(M + q * 16, _mm512_setzero_ps());
                 }
