@@ -359,9 +359,14 @@ PY
 t_device_model_stops_at_the_header() {
     local dev
     mkdir -p "$TMP/spool"
+    # /dev/zero is a legacy llama2.c header of zeros; /dev/urandom's ninth
+    # byte is '{' one time in 256, and then it is a safetensors header, so
+    # only the file's name is fixed there (CI once drew that byte).
     for dev in /dev/zero /dev/urandom; do
         expect 1 limited env TMPDIR="$TMP/spool" timeout 20 "$CONVERT" "$dev" -o "$TMP/x.llm" &&
-        has "$TMP/err" "llm-convert: $dev: not a llama2.c checkpoint" && one_line || return 1
+        has "$TMP/err" "llm-convert: $dev: " && one_line || return 1
+        [ "$dev" != /dev/zero ] || has "$TMP/err" "llm-convert: $dev: not a llama2.c checkpoint" ||
+            return 1
         expect 1 limited env TMPDIR="$TMP/spool" timeout 20 "$CONVERT" --info "$dev" || return 1
         [ -z "$(ls -A "$TMP/spool")" ] || return 1
     done
