@@ -1434,6 +1434,38 @@ SIMD_INLINE __m512 SIMD(x16_uf)(const uint8_t *blk, int u)
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32 * u)));
 }
 
+/* Units u and u + 1 of an interleaved block (64 bytes) with row r's four
+ * bytes in int32 lane r: its two of u, then its two of u + 1 (for even
+ * v = u - first unit: elements 2v .. 2v + 3 of each row) */
+SIMD_INLINE __m512i SIMD(x16_pair)(const uint8_t *blk, int u)
+{
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, _mm512_loadu_si512((const void *)(blk + 32 * u)));
+}
+
+/* The four bytes at p in every int32 lane */
+SIMD_INLINE __m512i SIMD(bcast4)(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* A token's int16 blocks (n) made ready for vpdpbusd, in place: each
+ * block's qs becomes 32 low bytes (unsigned) then 32 high bytes (signed),
+ * x = 256 xh + xl exactly; d, m8 and h0 stay. Only the group kernels of
+ * x16_half_sums read blocks so rewritten. */
+static void SIMD(x16_split)(struct llm_qx16 *xq, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const __m512i q = _mm512_loadu_si512((const void *)xq[i].qs);
+        uint8_t *x = (uint8_t *)xq[i].qs;
+        _mm256_storeu_si256((__m256i *)x, _mm512_cvtepi16_epi8(q));
+        _mm256_storeu_si256((__m256i *)(x + 32), _mm512_cvtepi16_epi8(_mm512_srai_epi16(q, 8)));
+    }
+}
+
 /* An interleaved Q4_K super-block's scales d sc (D) and minimums
  * -(dmin mn) (M) of its 8 sub-blocks, row r in lane r: kq_scales_k4's
  * values. Units 0, 1: d, dmin; 2-7: the 12 scale bytes. */
@@ -1512,6 +1544,27 @@ SIMD_INLINE void SIMD(x16_k45_codes)(const uint8_t *blk, int five, int p, int u,
     }
 }
 
+/* The same codes of units 2w, 2w + 1 (elements 4w .. 4w + 3) as bytes,
+ * row r's four in lane r (x16_pair), for x16_group_k4's vpdpbusd */
+SIMD_INLINE void SIMD(x16_k45_bytes)(const uint8_t *blk, int five, int p, int w, __m512i *lo,
+                                     __m512i *hi)
+{
+    const __m512i f = _mm512_set1_epi8(0x0F);
+    const __m512i q = SIMD(x16_pair)(blk, (five ? 24 : 8) + 16 * p + 2 * w);
+    if (!five) {
+        *lo = _mm512_and_si512(q, f);
+        *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), f);
+        return;
+    }
+    /* bits 2p and 2p + 1 of qh's byte to bit 4 (within the byte: only
+     * bits past 4 or below 4 - 2p come from the next byte, and they go) */
+    const __m512i h = SIMD(x16_pair)(blk, 8 + 2 * w), x1f = _mm512_set1_epi8(0x1F);
+    const __m512i b0 = p < 2 ? _mm512_slli_epi16(h, 4 - 2 * p) : p == 2 ? h : _mm512_srli_epi16(h, 2);
+    const __m512i b1 = p < 2 ? _mm512_slli_epi16(h, 3 - 2 * p) : _mm512_srli_epi16(h, 2 * p - 3);
+    *lo = _mm512_and_si512(_mm512_ternarylogic_epi32(q, b0, f, 0xE4), x1f);
+    *hi = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), b1, f, 0xE4), x1f);
+}
+
 /* Q4_K interleaved (matmul.c x16_group: 256; five: Q5_K): one group of 16
  * rows, y (16) = the rows . x, ns super-blocks. A super-block is 72 units
  * of 2 bytes (Q5_K 88), row r's at 32 u + 2 r: d, dmin, the 12 scale bytes
@@ -1532,25 +1585,29 @@ SIMD_INLINE void SIMD(x16_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq
         __m512 D[8], M[8];
         SIMD(x16_k4_scales)(blk, D, M);
         for (int p = 0; p < 4; p++) {
-            /* two chains a sub-block (by unit parity): one would wait on
-             * vpdpwssd's latency */
-            __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+            /* the token's split blocks (x16_split): low bytes by codes and
+             * codes by high bytes, two chains each (by pair parity) */
             const struct llm_qx16 *bl = b + 2 * p, *bh = b + 2 * p + 1;
-#pragma GCC unroll 16
-            for (int u = 0; u < 16; u += 2) {
+            __m512i la = _mm512_setzero_si512(), lb = la, ga = la, gb = la, ma = la, mb = la, na = la,
+                    nb = la;
+#pragma GCC unroll 8
+            for (int w = 0; w < 8; w += 2) {
                 __m512i lo, hi, lo2, hi2;
-                SIMD(x16_k45_codes)(blk, five, p, u, &lo, &hi);
-                SIMD(x16_k45_codes)(blk, five, p, u + 1, &lo2, &hi2);
-                int32_t pl, ph, pl2, ph2;
-                memcpy(&pl, bl->qs + 2 * u, 4);
-                memcpy(&ph, bh->qs + 2 * u, 4);
-                memcpy(&pl2, bl->qs + 2 * u + 2, 4);
-                memcpy(&ph2, bh->qs + 2 * u + 2, 4);
-                s0 = _mm512_dpwssd_epi32(s0, lo, _mm512_set1_epi32(pl));
-                s2 = _mm512_dpwssd_epi32(s2, hi, _mm512_set1_epi32(ph));
-                s1 = _mm512_dpwssd_epi32(s1, lo2, _mm512_set1_epi32(pl2));
-                s3 = _mm512_dpwssd_epi32(s3, hi2, _mm512_set1_epi32(ph2));
+                SIMD(x16_k45_bytes)(blk, five, p, w, &lo, &hi);
+                SIMD(x16_k45_bytes)(blk, five, p, w + 1, &lo2, &hi2);
+                /* sub-block 2p's bytes (xa), 2p + 1's (xb) */
+                const uint8_t *xa = (const uint8_t *)bl->qs + 4 * w, *xb = (const uint8_t *)bh->qs + 4 * w;
+                la = _mm512_dpbusd_epi32(la, SIMD(bcast4)(xa), lo);
+                ga = _mm512_dpbusd_epi32(ga, lo, SIMD(bcast4)(xa + 32));
+                ma = _mm512_dpbusd_epi32(ma, SIMD(bcast4)(xb), hi);
+                na = _mm512_dpbusd_epi32(na, hi, SIMD(bcast4)(xb + 32));
+                lb = _mm512_dpbusd_epi32(lb, SIMD(bcast4)(xa + 4), lo2);
+                gb = _mm512_dpbusd_epi32(gb, lo2, SIMD(bcast4)(xa + 36));
+                mb = _mm512_dpbusd_epi32(mb, SIMD(bcast4)(xb + 4), hi2);
+                nb = _mm512_dpbusd_epi32(nb, hi2, SIMD(bcast4)(xb + 36));
             }
+            const __m512i s0 = _mm512_add_epi32(la, lb), s1 = _mm512_slli_epi32(_mm512_add_epi32(ga, gb), 8);
+            const __m512i s2 = _mm512_add_epi32(ma, mb), s3 = _mm512_slli_epi32(_mm512_add_epi32(na, nb), 8);
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
                                   _mm512_mul_ps(D[2 * p], _mm512_set1_ps(bl->d)), acc);
             acc = _mm512_fmadd_ps(M[2 * p], _mm512_set1_ps(bl->ds), acc);
@@ -1622,44 +1679,75 @@ SIMD_INLINE void SIMD(x16_k23_codes)(const uint8_t *blk, int q2, int h, int v, c
     }
 }
 
-/* The same codes unfolded and Q3_K's without its - 4 (0..7; the group
- * kernel takes both off per half block in its int32 sums), put together
- * in bytes before one widening, as x16_k6_codes */
-SIMD_INLINE void SIMD(x16_k23_raw)(const uint8_t *blk, int q2, int h, int v, __m512i cj[4])
+/* Codes of an interleaved super-block's half h, elements 4w .. 4w + 3 of
+ * its blocks 4h + j, as bytes (row r's four in lane r): Q6_K's c + 32
+ * (0..63), Q3_K's without its - 4 (0..7), Q2_K's (0..3). The offsets and
+ * sub-scales are taken off per half block in the int32 sums. */
+SIMD_INLINE void SIMD(x16_k_bytes)(enum llm_type t, const uint8_t *blk, int h, int w, __m512i cj[4])
 {
-    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * ((q2 ? 8 : 16) + 16 * h + v)));
-    const __m256i hm = q2 ? q : _mm256_loadu_si256((const __m256i *)(blk + 32 * v));
+    if (t == LLM_TYPE_Q6_K) { /* as x16_k6_codes */
+        const __m512i f = _mm512_set1_epi8(0x0F), t3 = _mm512_set1_epi8(0x30);
+        const __m512i a = SIMD(x16_pair)(blk, 32 * h + 2 * w);
+        const __m512i c = SIMD(x16_pair)(blk, 32 * h + 16 + 2 * w);
+        const __m512i q = SIMD(x16_pair)(blk, 64 + 16 * h + 2 * w);
+        /* (A & f) | (B & ~f): ternary-logic 0xE4 with f the third operand */
+        cj[0] = _mm512_ternarylogic_epi32(a, _mm512_and_si512(_mm512_slli_epi16(q, 4), t3), f, 0xE4);
+        cj[1] = _mm512_ternarylogic_epi32(c, _mm512_and_si512(_mm512_slli_epi16(q, 2), t3), f, 0xE4);
+        cj[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), _mm512_and_si512(q, t3), f, 0xE4);
+        cj[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(c, 4),
+                                          _mm512_and_si512(_mm512_srli_epi16(q, 2), t3), f, 0xE4);
+        return;
+    }
+    const int q2 = t == LLM_TYPE_Q2_K;
+    const __m512i three = _mm512_set1_epi8(3), seven = _mm512_set1_epi8(7);
+    const __m512i q = SIMD(x16_pair)(blk, (q2 ? 8 : 16) + 16 * h + 2 * w);
+    const __m512i hm = q2 ? q : SIMD(x16_pair)(blk, 2 * w);
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
-        __m256i c = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
-        if (!q2)
-            c = _mm256_or_si256(c, _mm256_slli_epi16(
-                                       _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
-        cj[j] = _mm512_cvtepu8_epi16(c);
+        const __m512i lo = j ? _mm512_srli_epi16(q, 2 * j) : q;
+        if (q2) {
+            cj[j] = _mm512_and_si512(lo, three);
+            continue;
+        }
+        /* bit 4h + j of hmask's byte to bit 2 of the code's (within the byte: 4h + j <= 7) */
+        const int sh = 4 * h + j - 2;
+        const __m512i hb = sh > 0 ? _mm512_srli_epi16(hm, sh) : sh < 0 ? _mm512_slli_epi16(hm, -sh) : hm;
+        cj[j] = _mm512_and_si512(_mm512_ternarylogic_epi32(lo, hb, three, 0xE4), seven);
     }
 }
 
 /* Half h of an interleaved Q6_K, Q3_K or Q2_K super-block (t, a constant
- * at each call) with the token's blocks b: s[j][e], the exact sums of
- * block 4h + j's elements 16e .. 16e + 15 over its codes as x16_k6_codes
- * and x16_k23_raw give them (the offsets and sub-scales come after) */
+ * at each call) with the token's split blocks b (x16_split): s[j][e], the
+ * exact sums of block 4h + j's elements 16e .. 16e + 15 over its codes as
+ * x16_k_bytes gives them. Four codes of a row meet four activations in
+ * one vpdpbusd, twice (the low bytes, unsigned, by the codes; the codes,
+ * unsigned, by the high bytes, signed): half the instructions of the
+ * codes widened to int16, and the same integers. */
 SIMD_INLINE void SIMD(x16_half_sums)(enum llm_type t, const uint8_t *blk, int h,
                                      const struct llm_qx16 *b, __m512i s[4][2])
 {
-    for (int j = 0; j < 4; j++)
-        s[j][0] = s[j][1] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-    for (int v = 0; v < 16; v++) {
-        __m512i cj[4];
-        if (t == LLM_TYPE_Q6_K)
-            SIMD(x16_k6_codes)(blk, h, v, cj);
-        else
-            SIMD(x16_k23_raw)(blk, t == LLM_TYPE_Q2_K, h, v, cj);
-        for (int j = 0; j < 4; j++) {
-            int32_t pr;
-            memcpy(&pr, b[4 * h + j].qs + 2 * v, 4);
-            s[j][v >> 3] = _mm512_dpwssd_epi32(s[j][v >> 3], cj[j], _mm512_set1_epi32(pr));
+    /* named accumulators: in an array GCC kept them in memory (x16_group_k6) */
+    for (int e = 0; e < 2; e++) {
+        __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, g0 = l0, g1 = l0, g2 = l0, g3 = l0;
+#pragma GCC unroll 4
+        for (int w = 4 * e; w < 4 * e + 4; w++) {
+            __m512i cj[4];
+            SIMD(x16_k_bytes)(t, blk, h, w, cj);
+            /* block 4h + j's low bytes at x + j sizeof *b, its high bytes 32 on */
+            const uint8_t *x = (const uint8_t *)b[4 * h].qs + 4 * w;
+            l0 = _mm512_dpbusd_epi32(l0, SIMD(bcast4)(x), cj[0]);
+            g0 = _mm512_dpbusd_epi32(g0, cj[0], SIMD(bcast4)(x + 32));
+            l1 = _mm512_dpbusd_epi32(l1, SIMD(bcast4)(x + sizeof *b), cj[1]);
+            g1 = _mm512_dpbusd_epi32(g1, cj[1], SIMD(bcast4)(x + sizeof *b + 32));
+            l2 = _mm512_dpbusd_epi32(l2, SIMD(bcast4)(x + 2 * sizeof *b), cj[2]);
+            g2 = _mm512_dpbusd_epi32(g2, cj[2], SIMD(bcast4)(x + 2 * sizeof *b + 32));
+            l3 = _mm512_dpbusd_epi32(l3, SIMD(bcast4)(x + 3 * sizeof *b), cj[3]);
+            g3 = _mm512_dpbusd_epi32(g3, cj[3], SIMD(bcast4)(x + 3 * sizeof *b + 32));
         }
+        s[0][e] = _mm512_add_epi32(l0, _mm512_slli_epi32(g0, 8));
+        s[1][e] = _mm512_add_epi32(l1, _mm512_slli_epi32(g1, 8));
+        s[2][e] = _mm512_add_epi32(l2, _mm512_slli_epi32(g2, 8));
+        s[3][e] = _mm512_add_epi32(l3, _mm512_slli_epi32(g3, 8));
     }
 }
 
@@ -2356,6 +2444,8 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
         const uint64_t gb = (uint64_t)ns * 16 * llm_type_traits(t)->block_bytes;
+        if (t != LLM_TYPE_IQ4_XS)
+            SIMD(x16_split)(xq, 8 * ns);
         for (int64_t g = r0 / 16; g < r1 / 16; g++) {
             const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
             if (t == LLM_TYPE_Q6_K)
