@@ -1454,8 +1454,9 @@ SIMD_INLINE __m512i SIMD(bcast4)(const uint8_t *p)
 
 /* A token's int16 blocks (n) made ready for vpdpbusd, in place: each
  * block's qs becomes 32 low bytes (unsigned) then 32 high bytes (signed),
- * x = 256 xh + xl exactly; d, m8 and h0 stay. Only the group kernels of
- * x16_half_sums read blocks so rewritten. */
+ * x = 256 xh + xl exactly; d, ds, m8 and h0 stay. Only the K-quant
+ * group kernels read blocks so rewritten (x16_group_k4, x16_half_sums;
+ * not IQ4_XS's, whose signed code book would need a correction). */
 static void SIMD(x16_split)(struct llm_qx16 *xq, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -1556,8 +1557,9 @@ SIMD_INLINE void SIMD(x16_k45_bytes)(const uint8_t *blk, int five, int p, int w,
         *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), f);
         return;
     }
-    /* bits 2p and 2p + 1 of qh's byte to bit 4 (within the byte: only
-     * bits past 4 or below 4 - 2p come from the next byte, and they go) */
+    /* bit 2p (lo) and 2p + 1 (hi) of qh's byte to bit 4 by 16-bit shifts:
+     * what crosses from the neighbouring byte lands in bits 0-3, which the
+     * ternary logic takes from q, or in bits 5-7, which the mask clears */
     const __m512i h = SIMD(x16_pair)(blk, 8 + 2 * w), x1f = _mm512_set1_epi8(0x1F);
     const __m512i b0 = p < 2 ? _mm512_slli_epi16(h, 4 - 2 * p) : p == 2 ? h : _mm512_srli_epi16(h, 2);
     const __m512i b1 = p < 2 ? _mm512_slli_epi16(h, 3 - 2 * p) : _mm512_srli_epi16(h, 2 * p - 3);
