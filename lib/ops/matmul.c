@@ -624,8 +624,10 @@ int llm_x16_enabled(void)
 
 int llm_x16_decodes(enum llm_type t)
 {
-    /* the K-quants' group kernels (Q2_K to Q6_K, IQ4_XS) are AVX-512's alone */
-    return llm_x16_enabled() && (!llm_kq_type(t) || isa_now() == LLM_ISA_AVX512);
+    /* the K-quants' group kernels (Q2_K to Q6_K, IQ4_XS): AVX-512's on
+     * whole groups, AVX2's on half groups */
+    (void)t;
+    return llm_x16_enabled();
 }
 
 /* Row r of a group between the layouts; UNITS 2-byte units per block of
@@ -852,7 +854,7 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
     /* the K-quants' groups: AVX-512 packs them for its int16 GEMM (as the
      * rows' tiles), elsewhere back to rows a GEMM tile at a time */
-    if (llm_kq_type(t) && !llm_x16_decodes(t))
+    if (llm_kq_type(t) && (!llm_x16_decodes(t) || isa_now() != LLM_ISA_AVX512))
         return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
     if (x16_float(t) && isa_now() != LLM_ISA_REF)
         return isa_now() == LLM_ISA_AVX512 ? llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1)

@@ -1975,6 +1975,300 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
 }
 #endif
 
+#ifndef SIMD_AVX512
+/* AVX2: the K-quant group kernels on half groups. Rows 8h .. 8h + 7 of a
+ * group are bytes 16h .. 16h + 15 of each unit, so every helper here takes
+ * blk + 16 h and gives 8 lanes, row 8h + i in lane i. The codes are put
+ * together in bytes, widened to int16 pairs and summed by madd (vpmaddubsw
+ * on bytes, without VNNI, would take as many instructions); the integer
+ * sums are exact and the float steps those of the AVX-512 kernels above,
+ * so the bits are theirs and the rows'. */
+
+/* Unit u's 16 bytes of the half group: as bytes, as int16 lanes, as int32
+ * lanes (its 16-bit words), as floats (its binary16 words) */
+SIMD_INLINE __m128i SIMD(x8_b)(const uint8_t *blk, int u)
+{
+    return _mm_loadu_si128((const __m128i *)(blk + 32 * u));
+}
+SIMD_INLINE __m256i SIMD(x8_u8)(const uint8_t *blk, int u)
+{
+    return _mm256_cvtepu8_epi16(SIMD(x8_b)(blk, u));
+}
+SIMD_INLINE __m256i SIMD(x8_u16)(const uint8_t *blk, int u)
+{
+    return _mm256_cvtepu16_epi32(SIMD(x8_b)(blk, u));
+}
+SIMD_INLINE __m256 SIMD(x8_uf)(const uint8_t *blk, int u)
+{
+    return _mm256_cvtph_ps(SIMD(x8_b)(blk, u));
+}
+/* an int16 pair of the token (elements i, i + 1 of a block) in every lane */
+SIMD_INLINE __m256i SIMD(x8_pair)(const struct llm_qx16 *b, int i)
+{
+    int32_t v;
+    memcpy(&v, b->qs + i, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* x16_k4_scales for a half group */
+SIMD_INLINE void SIMD(x8_k4_scales)(const uint8_t *blk, __m256 D[8], __m256 M[8])
+{
+    const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(15), m2 = _mm256_set1_epi32(3);
+    const __m256 d = SIMD(x8_uf)(blk, 0), dmin = SIMD(x8_uf)(blk, 1);
+    __m256i w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = _mm256_or_si256(SIMD(x8_u16)(blk, 2 + 2 * i), _mm256_slli_epi32(SIMD(x8_u16)(blk, 3 + 2 * i), 16));
+    for (int j = 0; j < 8; j++) {
+        __m256i sc, mn;
+        if (j < 4) {
+            sc = _mm256_and_si256(_mm256_srli_epi32(w[0], 8 * j), m6);
+            mn = _mm256_and_si256(_mm256_srli_epi32(w[1], 8 * j), m6);
+        } else {
+            const int sh = 8 * (j - 4);
+            sc = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w[2], sh), m4),
+                                 _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w[0], sh + 6), m2), 4));
+            mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w[2], sh + 4), m4),
+                                 _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w[1], sh + 6), m2), 4));
+        }
+        D[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+        M[j] = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), _mm256_set1_ps(-0.0f));
+    }
+}
+
+/* x16_k45_codes for a half group: unit u of chunk p, sub-block 2p's
+ * elements 2u, 2u+1 (lo) and 2p+1's (hi) */
+SIMD_INLINE void SIMD(x8_k45_codes)(const uint8_t *blk, int five, int p, int u, __m256i *lo, __m256i *hi)
+{
+    const __m256i v = SIMD(x8_u8)(blk, (five ? 24 : 8) + 16 * p + u);
+    *lo = _mm256_and_si256(v, _mm256_set1_epi16(15));
+    *hi = _mm256_srli_epi16(v, 4);
+    if (five) {
+        const __m256i q = SIMD(x8_u8)(blk, 8 + u), one = _mm256_set1_epi16(1);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * p), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * p + 1), one), 4));
+    }
+}
+
+/* x16_group_k4 for a half group: its 8 rows . x */
+SIMD_INLINE __m256 SIMD(x8_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns, int five)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * (five ? 176 : 144);
+        const struct llm_qx16 *b = xq + 8 * k;
+        __m256 D[8], M[8];
+        SIMD(x8_k4_scales)(blk, D, M);
+        for (int p = 0; p < 4; p++) {
+            const struct llm_qx16 *bl = b + 2 * p, *bh = b + 2 * p + 1;
+            __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+#pragma GCC unroll 16
+            for (int u = 0; u < 16; u += 2) {
+                __m256i lo, hi, lo2, hi2;
+                SIMD(x8_k45_codes)(blk, five, p, u, &lo, &hi);
+                SIMD(x8_k45_codes)(blk, five, p, u + 1, &lo2, &hi2);
+                s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(lo, SIMD(x8_pair)(bl, 2 * u)));
+                s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(hi, SIMD(x8_pair)(bh, 2 * u)));
+                s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(lo2, SIMD(x8_pair)(bl, 2 * u + 2)));
+                s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(hi2, SIMD(x8_pair)(bh, 2 * u + 2)));
+            }
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
+                                  _mm256_mul_ps(D[2 * p], _mm256_set1_ps(bl->d)), acc);
+            acc = _mm256_fmadd_ps(M[2 * p], _mm256_set1_ps(bl->ds), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s2, s3)),
+                                  _mm256_mul_ps(D[2 * p + 1], _mm256_set1_ps(bh->d)), acc);
+            acc = _mm256_fmadd_ps(M[2 * p + 1], _mm256_set1_ps(bh->ds), acc);
+        }
+    }
+    return acc;
+}
+
+/* x16_k23_scales for a half group */
+SIMD_INLINE void SIMD(x8_k23_scales)(const uint8_t *blk, int q2, __m256i sc[16], __m256 mn[16])
+{
+    if (q2) {
+        for (int b = 0; b < 8; b++) {
+            const __m256i w = SIMD(x8_u16)(blk, b);
+            for (int e = 0; e < 2; e++) {
+                const __m256i byte = _mm256_and_si256(_mm256_srli_epi32(w, 8 * e), _mm256_set1_epi32(255));
+                sc[2 * b + e] = _mm256_and_si256(byte, _mm256_set1_epi32(15));
+                mn[2 * b + e] = _mm256_cvtepi32_ps(_mm256_srli_epi32(byte, 4));
+            }
+        }
+        return;
+    }
+    __m256i u[6];
+    for (int i = 0; i < 6; i++)
+        u[i] = SIMD(x8_u16)(blk, 48 + i);
+    const __m256i A0 = _mm256_or_si256(u[0], _mm256_slli_epi32(u[1], 16));
+    const __m256i A1 = _mm256_or_si256(u[2], _mm256_slli_epi32(u[3], 16));
+    const __m256i H = _mm256_or_si256(u[4], _mm256_slli_epi32(u[5], 16));
+    for (int g = 0; g < 16; g++) {
+        const int bi = g % 8;
+        const __m256i low4 = _mm256_and_si256(
+            _mm256_srli_epi32(bi < 4 ? A0 : A1, 8 * (bi % 4) + (g >= 8 ? 4 : 0)), _mm256_set1_epi32(15));
+        const __m256i high2 =
+            _mm256_and_si256(_mm256_srli_epi32(H, 8 * (g % 4) + 2 * (g / 4)), _mm256_set1_epi32(3));
+        sc[g] = _mm256_sub_epi32(_mm256_or_si256(low4, _mm256_slli_epi32(high2, 4)), _mm256_set1_epi32(32));
+    }
+}
+
+/* Codes of pair v of half h of a Q6_K (x16_k6_codes), Q3_K or Q2_K
+ * (x16_k_bytes) super-block, blocks 4h + j, widened to int16 pairs (named
+ * vectors: arrays and loops here were kept in memory, 2.5x slower) */
+SIMD_INLINE void SIMD(x8_k_codes)(enum llm_type t, const uint8_t *blk, int h, int v, __m256i *c0,
+                                  __m256i *c1, __m256i *c2, __m256i *c3)
+{
+    __m128i b0, b1, b2, b3;
+    if (t == LLM_TYPE_Q6_K) {
+        const __m128i f = _mm_set1_epi8(0x0F), t3 = _mm_set1_epi8(0x30);
+        const __m128i a = SIMD(x8_b)(blk, 32 * h + v), c = SIMD(x8_b)(blk, 32 * h + 16 + v);
+        const __m128i q = SIMD(x8_b)(blk, 64 + 16 * h + v);
+        b0 = _mm_or_si128(_mm_and_si128(a, f), _mm_and_si128(_mm_slli_epi16(q, 4), t3));
+        b1 = _mm_or_si128(_mm_and_si128(c, f), _mm_and_si128(_mm_slli_epi16(q, 2), t3));
+        b2 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), f), _mm_and_si128(q, t3));
+        b3 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), f), _mm_and_si128(_mm_srli_epi16(q, 2), t3));
+    } else {
+        const int q2 = t == LLM_TYPE_Q2_K;
+        const __m128i three = _mm_set1_epi8(3), four = _mm_set1_epi8(4);
+        const __m128i q = SIMD(x8_b)(blk, (q2 ? 8 : 16) + 16 * h + v);
+        b0 = _mm_and_si128(q, three);
+        b1 = _mm_and_si128(_mm_srli_epi16(q, 2), three);
+        b2 = _mm_and_si128(_mm_srli_epi16(q, 4), three);
+        b3 = _mm_and_si128(_mm_srli_epi16(q, 6), three);
+        if (!q2) { /* bit 4h + j of hmask's byte as 4 (within the byte: 4h + j <= 7) */
+            const __m128i hm = SIMD(x8_b)(blk, v);
+            const __m128i g0 = h ? _mm_srli_epi16(hm, 2) : _mm_slli_epi16(hm, 2);
+            b0 = _mm_or_si128(b0, _mm_and_si128(g0, four));
+            b1 = _mm_or_si128(b1, _mm_and_si128(h ? _mm_srli_epi16(hm, 3) : _mm_slli_epi16(hm, 1), four));
+            b2 = _mm_or_si128(b2, _mm_and_si128(h ? _mm_srli_epi16(hm, 4) : hm, four));
+            b3 = _mm_or_si128(b3, _mm_and_si128(_mm_srli_epi16(hm, h ? 5 : 1), four));
+        }
+    }
+    *c0 = _mm256_cvtepu8_epi16(b0);
+    *c1 = _mm256_cvtepu8_epi16(b1);
+    *c2 = _mm256_cvtepu8_epi16(b2);
+    *c3 = _mm256_cvtepu8_epi16(b3);
+}
+
+/* x16_half_sums for a half group (the same exact sums) */
+SIMD_INLINE void SIMD(x8_half_sums)(enum llm_type t, const uint8_t *blk, int h, const struct llm_qx16 *b,
+                                    __m256i s[4][2])
+{
+    const struct llm_qx16 *x = b + 4 * h;
+    for (int e = 0; e < 2; e++) {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+#pragma GCC unroll 8
+        for (int v = 8 * e; v < 8 * e + 8; v++) {
+            __m256i c0, c1, c2, c3;
+            SIMD(x8_k_codes)(t, blk, h, v, &c0, &c1, &c2, &c3);
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(c0, SIMD(x8_pair)(x, 2 * v)));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(c1, SIMD(x8_pair)(x + 1, 2 * v)));
+            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(c2, SIMD(x8_pair)(x + 2, 2 * v)));
+            s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(c3, SIMD(x8_pair)(x + 3, 2 * v)));
+        }
+        s[0][e] = s0;
+        s[1][e] = s1;
+        s[2][e] = s2;
+        s[3][e] = s3;
+    }
+}
+
+/* x16_group_k6 for a half group */
+SIMD_INLINE __m256 SIMD(x8_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
+        const struct llm_qx16 *b = xq + 8 * k;
+        const __m256 d = SIMD(x8_uf)(blk, 104);
+        for (int h = 0; h < 2; h++) {
+            __m256i s[4][2];
+            SIMD(x8_half_sums)(LLM_TYPE_Q6_K, blk, h, b, s);
+            for (int j = 0; j < 4; j++) {
+                const int B = 4 * h + j;
+                const __m256i t0 = _mm256_sub_epi32(s[j][0], _mm256_set1_epi32(32 * b[B].h0));
+                const __m256i t1 = _mm256_sub_epi32(s[j][1], _mm256_set1_epi32(32 * llm_qx16_h1(b + B)));
+                const __m256i w = SIMD(x8_u16)(blk, 96 + B); /* x16_k6_scales */
+                const __m256 d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)));
+                const __m256 d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 24)));
+                const __m256 dx = _mm256_set1_ps(b[B].d);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(d0, dx), acc);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(d1, dx), acc);
+            }
+        }
+    }
+    return acc;
+}
+
+/* x16_group_k23 for a half group */
+SIMD_INLINE __m256 SIMD(x8_group_k23)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns, int q2)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * (q2 ? 84 : 110);
+        const struct llm_qx16 *b = xq + 8 * k;
+        __m256i sc[16];
+        __m256 mn[16];
+        SIMD(x8_k23_scales)(blk, q2, sc, mn);
+        const __m256 d = SIMD(x8_uf)(blk, q2 ? 40 : 54);
+        const __m256 dm = q2 ? _mm256_sub_ps(_mm256_setzero_ps(), SIMD(x8_uf)(blk, 41)) : _mm256_setzero_ps();
+        for (int h = 0; h < 2; h++) {
+            __m256i s[4][2];
+            SIMD(x8_half_sums)(q2 ? LLM_TYPE_Q2_K : LLM_TYPE_Q3_K, blk, h, b, s);
+            for (int j = 0; j < 4; j++) {
+                const struct llm_qx16 *x = b + 4 * h + j;
+                const int B = 4 * h + j;
+                __m256i t0 = s[j][0], t1 = s[j][1];
+                if (!q2) {
+                    t0 = _mm256_sub_epi32(t0, _mm256_set1_epi32(4 * x->h0));
+                    t1 = _mm256_sub_epi32(t1, _mm256_set1_epi32(4 * llm_qx16_h1(x)));
+                }
+                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(t0, sc[2 * B]),
+                                                    _mm256_mullo_epi32(t1, sc[2 * B + 1]));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(x->d)), acc);
+                if (q2)
+                    acc = SIMD(q2min)(acc, mn[2 * B], mn[2 * B + 1], dm, x);
+            }
+        }
+    }
+    return acc;
+}
+
+/* x16_group_xs for a half group: the scales (x16_xs_scales), the codes
+ * looked up in bytes and sign-extended */
+SIMD_INLINE __m256 SIMD(x8_group_xs)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns)
+{
+    static const int8_t kv[16] = LLM_IQ4NL_VALUES;
+    const __m128i lut = _mm_loadu_si128((const __m128i *)kv), f = _mm_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 136;
+        const struct llm_qx16 *b = xq + 8 * k;
+        const __m256 d = SIMD(x8_uf)(blk, 0);
+        const __m256i sh = SIMD(x8_u16)(blk, 1);
+        const __m256i sl = _mm256_or_si256(SIMD(x8_u16)(blk, 2), _mm256_slli_epi32(SIMD(x8_u16)(blk, 3), 16));
+        for (int j = 0; j < 8; j++) {
+            const __m256i ls = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(15)),
+                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3)), 4));
+            const __m256 D = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+            __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+#pragma GCC unroll 8
+            for (int w = 0; w < 8; w++) {
+                const __m128i v = SIMD(x8_b)(blk, 4 + 8 * j + w);
+                const __m256i lo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(v, f)));
+                const __m256i hi = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), f)));
+                s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(lo, SIMD(x8_pair)(b + j, 2 * w)));
+                s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(hi, SIMD(x8_pair)(b + j, 16 + 2 * w)));
+            }
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
+                                  _mm256_mul_ps(D, _mm256_set1_ps(b[j].d)), acc);
+        }
+    }
+    return acc;
+}
+#endif
+
 /* The 8-bit types interleaved (q8_0, q8_g64/g128: signed codes; q8z_*:
  * unsigned, with a min): unit u of a block is the pair of elements (2u,
  * 2u+1) of all 16 rows, one widening to int16 lanes, row r in int32 lane r
@@ -2441,7 +2735,7 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         return LLM_OK;
     }
     struct llm_qx16 stack[SIMD_STACK_QX / 2], *xq;
-    if (llm_kq_type(t)) { /* Q2_K to Q6_K, IQ4_XS: matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q2_K to Q6_K, IQ4_XS */
 #ifdef SIMD_AVX512
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
@@ -2465,8 +2759,29 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         if (xq != stack)
             llm_free(xq);
         return LLM_OK;
-#else
-        return LLM_E_INVALID;
+#else /* half groups (x8_*) */
+        LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
+        const int64_t ns = ne0 / 256;
+        const uint64_t gb = (uint64_t)ns * 16 * llm_type_traits(t)->block_bytes;
+        for (int64_t g = r0 / 16; g < r1 / 16; g++)
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *hp = (const uint8_t *)P + (uint64_t)g * gb + 16 * h;
+                __m256 v;
+                if (t == LLM_TYPE_Q6_K)
+                    v = SIMD(x8_group_k6)(hp, xq, ns);
+                else if (t == LLM_TYPE_Q3_K)
+                    v = SIMD(x8_group_k23)(hp, xq, ns, 0);
+                else if (t == LLM_TYPE_Q2_K)
+                    v = SIMD(x8_group_k23)(hp, xq, ns, 1);
+                else if (t == LLM_TYPE_IQ4_XS)
+                    v = SIMD(x8_group_xs)(hp, xq, ns);
+                else /* constant, so that the code loop unrolls apart */
+                    v = t == LLM_TYPE_Q5_K ? SIMD(x8_group_k4)(hp, xq, ns, 1) : SIMD(x8_group_k4)(hp, xq, ns, 0);
+                _mm256_storeu_ps(y + 16 * g + 8 * h, v);
+            }
+        if (xq != stack)
+            llm_free(xq);
+        return LLM_OK;
 #endif
     }
     struct SIMD(shape) sh;
