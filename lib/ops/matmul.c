@@ -852,9 +852,9 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
                              (long long)nb, (long long)ldy, (long long)r1);
     if (nb == 1)
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
-    /* the K-quants' groups: AVX-512 packs them for its int16 GEMM (as the
-     * rows' tiles), elsewhere back to rows a GEMM tile at a time */
-    if (llm_kq_type(t) && (!llm_x16_decodes(t) || isa_now() != LLM_ISA_AVX512))
+    /* the K-quants' groups: packed for the int16 GEMM (as the rows'
+     * tiles), or back to rows a GEMM tile at a time (LLM_X16=0, no SIMD) */
+    if (llm_kq_type(t) && !llm_x16_decodes(t))
         return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
     if (x16_float(t) && isa_now() != LLM_ISA_REF)
         return isa_now() == LLM_ISA_AVX512 ? llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1)

@@ -1107,9 +1107,7 @@ static llm_status SIMD(gemm_q16)(enum llm_type t, const struct SIMD(shape) *sh, 
                  * goes; widening the whole group first (tens of KB) made
                  * 2-4 tokens 20-28% slower, but pays from two calls on */
                 if (kq) {
-#ifdef SIMD_AVX512
                     SIMD(x16_k_to_packed)(t, src.grp, ne0 / 256, P, D, M);
-#endif
                     src.P = P;
                 } else if (nc > GQ_NR) {
                     SIMD(gq_x16_to_packed)(&src, zp, nq, P, D, M);

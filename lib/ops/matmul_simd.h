@@ -2234,38 +2234,154 @@ SIMD_INLINE __m256 SIMD(x8_group_k23)(const uint8_t *gp, const struct llm_qx16 *
     return acc;
 }
 
-/* x16_group_xs for a half group: the scales (x16_xs_scales), the codes
- * looked up in bytes and sign-extended */
-SIMD_INLINE __m256 SIMD(x8_group_xs)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns)
+/* x16_xs_scales for a half group */
+SIMD_INLINE void SIMD(x8_xs_scales)(const uint8_t *blk, __m256 D[8])
+{
+    const __m256 d = SIMD(x8_uf)(blk, 0);
+    const __m256i sh = SIMD(x8_u16)(blk, 1);
+    const __m256i sl = _mm256_or_si256(SIMD(x8_u16)(blk, 2), _mm256_slli_epi32(SIMD(x8_u16)(blk, 3), 16));
+    for (int j = 0; j < 8; j++) {
+        const __m256i ls = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(15)),
+            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3)), 4));
+        D[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+    }
+}
+
+/* x16_xs_codes for a half group: looked up in bytes, then sign-extended */
+SIMD_INLINE void SIMD(x8_xs_codes)(const uint8_t *blk, int j, int w, __m256i *lo, __m256i *hi)
 {
     static const int8_t kv[16] = LLM_IQ4NL_VALUES;
     const __m128i lut = _mm_loadu_si128((const __m128i *)kv), f = _mm_set1_epi8(15);
+    const __m128i v = SIMD(x8_b)(blk, 4 + 8 * j + w);
+    *lo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(v, f)));
+    *hi = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), f)));
+}
+
+/* x16_group_xs for a half group */
+SIMD_INLINE __m256 SIMD(x8_group_xs)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns)
+{
     __m256 acc = _mm256_setzero_ps();
     for (int64_t k = 0; k < ns; k++) {
         const uint8_t *blk = gp + (uint64_t)k * 16 * 136;
         const struct llm_qx16 *b = xq + 8 * k;
-        const __m256 d = SIMD(x8_uf)(blk, 0);
-        const __m256i sh = SIMD(x8_u16)(blk, 1);
-        const __m256i sl = _mm256_or_si256(SIMD(x8_u16)(blk, 2), _mm256_slli_epi32(SIMD(x8_u16)(blk, 3), 16));
+        __m256 D[8];
+        SIMD(x8_xs_scales)(blk, D);
         for (int j = 0; j < 8; j++) {
-            const __m256i ls = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(15)),
-                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3)), 4));
-            const __m256 D = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
             __m256i s0 = _mm256_setzero_si256(), s1 = s0;
 #pragma GCC unroll 8
             for (int w = 0; w < 8; w++) {
-                const __m128i v = SIMD(x8_b)(blk, 4 + 8 * j + w);
-                const __m256i lo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(v, f)));
-                const __m256i hi = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), f)));
+                __m256i lo, hi;
+                SIMD(x8_xs_codes)(blk, j, w, &lo, &hi);
                 s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(lo, SIMD(x8_pair)(b + j, 2 * w)));
                 s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(hi, SIMD(x8_pair)(b + j, 16 + 2 * w)));
             }
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
-                                  _mm256_mul_ps(D, _mm256_set1_ps(b[j].d)), acc);
+                                  _mm256_mul_ps(D[j], _mm256_set1_ps(b[j].d)), acc);
         }
     }
     return acc;
+}
+
+/* x16_k23_codes for a half group: the GEMM's form, sub-scales folded in */
+SIMD_INLINE void SIMD(x8_k23_codes)(const uint8_t *blk, int q2, int h, int v, const __m256i sc[16],
+                                    __m256i cj[4])
+{
+    const __m256i three = _mm256_set1_epi16(3);
+    const __m256i q = SIMD(x8_u8)(blk, (q2 ? 8 : 16) + 16 * h + v);
+    const __m256i hm = q2 ? q : SIMD(x8_u8)(blk, v);
+    for (int j = 0; j < 4; j++) {
+        __m256i c = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+        if (!q2) /* + 4 hbit - 4 */
+            c = _mm256_sub_epi16(_mm256_add_epi16(c, _mm256_slli_epi16(_mm256_and_si256(
+                                     _mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi16(1)), 2)),
+                                 _mm256_set1_epi16(4));
+        const __m256i g = _mm256_and_si256(sc[2 * (4 * h + j) + (v >> 3)], _mm256_set1_epi32(0xFFFF));
+        cj[j] = _mm256_mullo_epi16(c, _mm256_or_si256(g, _mm256_slli_epi32(g, 16)));
+    }
+}
+
+/* x16_k_to_packed on AVX2: the same tile, each half group's 8 lanes (o) */
+SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64_t ns, int32_t *P,
+                                       float *D, float *M)
+{
+    const uint64_t bb = 16 * (uint64_t)llm_type_traits(t)->block_bytes;
+    for (int64_t k = 0; k < ns; k++)
+        for (int o = 0; o < 16; o += 8) {
+            const uint8_t *blk = gp + (uint64_t)k * bb + 2 * o;
+            if (t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q5_K) {
+                const int five = t == LLM_TYPE_Q5_K;
+                __m256 Dv[8], Mv[8];
+                SIMD(x8_k4_scales)(blk, Dv, Mv);
+                for (int j = 0; j < 8; j++) {
+                    _mm256_storeu_ps(D + (8 * k + j) * 16 + o, Dv[j]);
+                    _mm256_storeu_ps(M + (8 * k + j) * 16 + o, Mv[j]);
+                }
+                for (int p = 0; p < 4; p++)
+                    for (int u = 0; u < 16; u++) {
+                        __m256i lo, hi;
+                        SIMD(x8_k45_codes)(blk, five, p, u, &lo, &hi);
+                        _mm256_storeu_si256((__m256i *)(P + (8 * k + 2 * p) * 256 + 16 * u + o), lo);
+                        _mm256_storeu_si256((__m256i *)(P + (8 * k + 2 * p + 1) * 256 + 16 * u + o), hi);
+                    }
+            } else if (t == LLM_TYPE_IQ4_XS) {
+                __m256 Dv[8];
+                SIMD(x8_xs_scales)(blk, Dv);
+                for (int j = 0; j < 8; j++) {
+                    _mm256_storeu_ps(D + (8 * k + j) * 16 + o, Dv[j]);
+                    _mm256_storeu_ps(M + (8 * k + j) * 16 + o, _mm256_setzero_ps());
+                    for (int w = 0; w < 8; w++) {
+                        __m256i lo, hi;
+                        SIMD(x8_xs_codes)(blk, j, w, &lo, &hi);
+                        _mm256_storeu_si256((__m256i *)(P + (8 * k + j) * 256 + 16 * w + o), lo);
+                        _mm256_storeu_si256((__m256i *)(P + (8 * k + j) * 256 + 16 * (8 + w) + o), hi);
+                    }
+                }
+            } else if (t == LLM_TYPE_Q3_K || t == LLM_TYPE_Q2_K) {
+                const int q2 = t == LLM_TYPE_Q2_K;
+                __m256i sc[16];
+                __m256 mn[16];
+                SIMD(x8_k23_scales)(blk, q2, sc, mn);
+                const __m256 d = SIMD(x8_uf)(blk, q2 ? 40 : 54);
+                const __m256 dm = q2 ? _mm256_sub_ps(_mm256_setzero_ps(), SIMD(x8_uf)(blk, 41)) : _mm256_setzero_ps();
+                for (int B = 0; B < 8; B++) {
+                    const int64_t q = 8 * k + B;
+                    _mm256_storeu_ps(D + q * 16 + o, d);
+                    if (q2) { /* M (nq, 3, 16): SIMD(q2min)'s m0, m1, dm */
+                        _mm256_storeu_ps(M + 3 * q * 16 + o, mn[2 * B]);
+                        _mm256_storeu_ps(M + (3 * q + 1) * 16 + o, mn[2 * B + 1]);
+                        _mm256_storeu_ps(M + (3 * q + 2) * 16 + o, dm);
+                    } else {
+                        _mm256_storeu_ps(M + q * 16 + o, _mm256_setzero_ps());
+                    }
+                }
+                for (int h = 0; h < 2; h++)
+                    for (int v = 0; v < 16; v++) {
+                        __m256i cj[4];
+                        SIMD(x8_k23_codes)(blk, q2, h, v, sc, cj);
+                        for (int j = 0; j < 4; j++)
+                            _mm256_storeu_si256((__m256i *)(P + (8 * k + 4 * h + j) * 256 + 16 * v + o), cj[j]);
+                    }
+            } else { /* Q6_K */
+                const __m256 d = SIMD(x8_uf)(blk, 104);
+                for (int B = 0; B < 8; B++) {
+                    const __m256i w = SIMD(x8_u16)(blk, 96 + B);
+                    const __m256 d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)));
+                    const __m256 d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 24)));
+                    _mm256_storeu_ps(D + (2 * (8 * k + B)) * 16 + o, d0);
+                    _mm256_storeu_ps(D + (2 * (8 * k + B) + 1) * 16 + o, d1);
+                    _mm256_storeu_ps(M + (8 * k + B) * 16 + o, _mm256_setzero_ps());
+                }
+                for (int h = 0; h < 2; h++)
+                    for (int v = 0; v < 16; v++) {
+                        __m256i c[4];
+                        SIMD(x8_k_codes)(LLM_TYPE_Q6_K, blk, h, v, c, c + 1, c + 2, c + 3);
+                        for (int j = 0; j < 4; j++)
+                            _mm256_storeu_si256((__m256i *)(P + (8 * k + 4 * h + j) * 256 + 16 * v + o),
+                                                _mm256_sub_epi16(c[j], _mm256_set1_epi16(32)));
+                    }
+            }
+        }
 }
 #endif
 
@@ -2891,12 +3007,10 @@ llm_status SIMD(llm_matmul_x16)(enum llm_type t, const void *P, const float *X, 
         SIMD(xf_products)(t, P, X, Y, ne0, nb, ldy, r0, r1);
         return LLM_OK;
     }
-#ifdef SIMD_AVX512
-    if (llm_kq_type(t)) { /* Q2_K to Q6_K, IQ4_XS: matmul.c sends them on AVX-512 alone */
+    if (llm_kq_type(t)) { /* Q2_K to Q6_K, IQ4_XS: their groups packed a tile at a time */
         const struct SIMD(shape) ks = { llm_kq_has_min(t) ? F_ZP8 : F_SYM8, 32, 0, 0 };
         return SIMD(gemm_q16)(t, &ks, P, 0, X, Y, ne0, nb, ldy, r0, r1, 1);
     }
-#endif
 #ifdef X16_MULTI
     if (nb >= 2 && nb <= llm_x16_few_max())
         return SIMD(x16_few)(t, P, X, Y, ne0, nb, ldy, r0, r1);
