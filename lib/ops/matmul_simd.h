@@ -2102,6 +2102,7 @@ SIMD_INLINE void SIMD(x8_k23_scales)(const uint8_t *blk, int q2, __m256i sc[16],
     const __m256i A0 = _mm256_or_si256(u[0], _mm256_slli_epi32(u[1], 16));
     const __m256i A1 = _mm256_or_si256(u[2], _mm256_slli_epi32(u[3], 16));
     const __m256i H = _mm256_or_si256(u[4], _mm256_slli_epi32(u[5], 16));
+#pragma GCC unroll 16
     for (int g = 0; g < 16; g++) {
         const int bi = g % 8;
         const __m256i low4 = _mm256_and_si256(
@@ -2112,47 +2113,24 @@ SIMD_INLINE void SIMD(x8_k23_scales)(const uint8_t *blk, int q2, __m256i sc[16],
     }
 }
 
-/* Codes of pair v of half h of a Q6_K (x16_k6_codes), Q3_K or Q2_K
- * (x16_k_bytes) super-block, blocks 4h + j, widened to int16 pairs (named
- * vectors: arrays and loops here were kept in memory, 2.5x slower) */
-SIMD_INLINE void SIMD(x8_k_codes)(enum llm_type t, const uint8_t *blk, int h, int v, __m256i *c0,
-                                  __m256i *c1, __m256i *c2, __m256i *c3)
+/* Codes of pair v of half h of a Q6_K super-block (x16_k6_codes), blocks
+ * 4h + j, widened to int16 pairs (named vectors: arrays and loops here
+ * were kept in memory, 2.5x slower) */
+SIMD_INLINE void SIMD(x8_k6_codes)(const uint8_t *blk, int h, int v, __m256i *c0, __m256i *c1,
+                                   __m256i *c2, __m256i *c3)
 {
-    __m128i b0, b1, b2, b3;
-    if (t == LLM_TYPE_Q6_K) {
-        const __m128i f = _mm_set1_epi8(0x0F), t3 = _mm_set1_epi8(0x30);
-        const __m128i a = SIMD(x8_b)(blk, 32 * h + v), c = SIMD(x8_b)(blk, 32 * h + 16 + v);
-        const __m128i q = SIMD(x8_b)(blk, 64 + 16 * h + v);
-        b0 = _mm_or_si128(_mm_and_si128(a, f), _mm_and_si128(_mm_slli_epi16(q, 4), t3));
-        b1 = _mm_or_si128(_mm_and_si128(c, f), _mm_and_si128(_mm_slli_epi16(q, 2), t3));
-        b2 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), f), _mm_and_si128(q, t3));
-        b3 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), f), _mm_and_si128(_mm_srli_epi16(q, 2), t3));
-    } else {
-        const int q2 = t == LLM_TYPE_Q2_K;
-        const __m128i three = _mm_set1_epi8(3), four = _mm_set1_epi8(4);
-        const __m128i q = SIMD(x8_b)(blk, (q2 ? 8 : 16) + 16 * h + v);
-        b0 = _mm_and_si128(q, three);
-        b1 = _mm_and_si128(_mm_srli_epi16(q, 2), three);
-        b2 = _mm_and_si128(_mm_srli_epi16(q, 4), three);
-        b3 = _mm_and_si128(_mm_srli_epi16(q, 6), three);
-        if (!q2) { /* bit 4h + j of hmask's byte as 4 (within the byte: 4h + j <= 7) */
-            const __m128i hm = SIMD(x8_b)(blk, v);
-            const __m128i g0 = h ? _mm_srli_epi16(hm, 2) : _mm_slli_epi16(hm, 2);
-            b0 = _mm_or_si128(b0, _mm_and_si128(g0, four));
-            b1 = _mm_or_si128(b1, _mm_and_si128(h ? _mm_srli_epi16(hm, 3) : _mm_slli_epi16(hm, 1), four));
-            b2 = _mm_or_si128(b2, _mm_and_si128(h ? _mm_srli_epi16(hm, 4) : hm, four));
-            b3 = _mm_or_si128(b3, _mm_and_si128(_mm_srli_epi16(hm, h ? 5 : 1), four));
-        }
-    }
-    *c0 = _mm256_cvtepu8_epi16(b0);
-    *c1 = _mm256_cvtepu8_epi16(b1);
-    *c2 = _mm256_cvtepu8_epi16(b2);
-    *c3 = _mm256_cvtepu8_epi16(b3);
+    const __m128i f = _mm_set1_epi8(0x0F), t3 = _mm_set1_epi8(0x30);
+    const __m128i a = SIMD(x8_b)(blk, 32 * h + v), c = SIMD(x8_b)(blk, 32 * h + 16 + v);
+    const __m128i q = SIMD(x8_b)(blk, 64 + 16 * h + v);
+    *c0 = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_and_si128(a, f), _mm_and_si128(_mm_slli_epi16(q, 4), t3)));
+    *c1 = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_and_si128(c, f), _mm_and_si128(_mm_slli_epi16(q, 2), t3)));
+    *c2 = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), f), _mm_and_si128(q, t3)));
+    *c3 = _mm256_cvtepu8_epi16(
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), f), _mm_and_si128(_mm_srli_epi16(q, 2), t3)));
 }
 
-/* x16_half_sums for a half group (the same exact sums) */
-SIMD_INLINE void SIMD(x8_half_sums)(enum llm_type t, const uint8_t *blk, int h, const struct llm_qx16 *b,
-                                    __m256i s[4][2])
+/* x16_half_sums of Q6_K for a half group (the same exact sums) */
+SIMD_INLINE void SIMD(x8_half_sums)(const uint8_t *blk, int h, const struct llm_qx16 *b, __m256i s[4][2])
 {
     const struct llm_qx16 *x = b + 4 * h;
     for (int e = 0; e < 2; e++) {
@@ -2160,7 +2138,7 @@ SIMD_INLINE void SIMD(x8_half_sums)(enum llm_type t, const uint8_t *blk, int h, 
 #pragma GCC unroll 8
         for (int v = 8 * e; v < 8 * e + 8; v++) {
             __m256i c0, c1, c2, c3;
-            SIMD(x8_k_codes)(t, blk, h, v, &c0, &c1, &c2, &c3);
+            SIMD(x8_k6_codes)(blk, h, v, &c0, &c1, &c2, &c3);
             s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(c0, SIMD(x8_pair)(x, 2 * v)));
             s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(c1, SIMD(x8_pair)(x + 1, 2 * v)));
             s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(c2, SIMD(x8_pair)(x + 2, 2 * v)));
@@ -2183,7 +2161,7 @@ SIMD_INLINE __m256 SIMD(x8_group_k6)(const uint8_t *gp, const struct llm_qx16 *x
         const __m256 d = SIMD(x8_uf)(blk, 104);
         for (int h = 0; h < 2; h++) {
             __m256i s[4][2];
-            SIMD(x8_half_sums)(LLM_TYPE_Q6_K, blk, h, b, s);
+            SIMD(x8_half_sums)(blk, h, b, s);
             for (int j = 0; j < 4; j++) {
                 const int B = 4 * h + j;
                 const __m256i t0 = _mm256_sub_epi32(s[j][0], _mm256_set1_epi32(32 * b[B].h0));
@@ -2200,38 +2178,111 @@ SIMD_INLINE __m256 SIMD(x8_group_k6)(const uint8_t *gp, const struct llm_qx16 *x
     return acc;
 }
 
-/* x16_group_k23 for a half group */
-SIMD_INLINE __m256 SIMD(x8_group_k23)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns, int q2)
+/* A token's int16 blocks (n) for x16_group_k23's vpmaddubsw on AVX2, xs
+ * (n, 32): per block, each pair's low bytes (unsigned) as a 16-bit word
+ * twice in a dword (16 dwords), then its high bytes (signed) alike (16);
+ * x = 256 xh + xl exactly */
+static void SIMD(x8_split)(const struct llm_qx16 *xq, int64_t n, uint32_t *xs)
 {
-    __m256 acc = _mm256_setzero_ps();
+    const __m256i m = _mm256_set1_epi32(0xFF), m2 = _mm256_set1_epi32(0xFF00);
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 0; k < 2; k++) {
+            const __m256i d = _mm256_loadu_si256((const __m256i *)(xq[i].qs + 16 * k)); /* 8 pairs */
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(d, m), _mm256_and_si256(_mm256_srli_epi32(d, 8), m2));
+            const __m256i hi =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(d, 8), m), _mm256_and_si256(_mm256_srli_epi32(d, 16), m2));
+            _mm256_storeu_si256((__m256i *)(xs + 32 * i + 8 * k), _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16)));
+            _mm256_storeu_si256((__m256i *)(xs + 32 * i + 16 + 8 * k), _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16)));
+        }
+}
+
+/* Sums of 16 int16 lanes (rows 0-15) of the low and the high bytes' dots
+ * as int32, rows 0-7 (r = 0) or 8-15: l + 256 g */
+SIMD_INLINE __m256i SIMD(x8_lg)(__m256i l, __m256i g, int r)
+{
+    const __m128i l8 = r ? _mm256_extracti128_si256(l, 1) : _mm256_castsi256_si128(l);
+    const __m128i g8 = r ? _mm256_extracti128_si256(g, 1) : _mm256_castsi256_si128(g);
+    return _mm256_add_epi32(_mm256_cvtepi16_epi32(l8), _mm256_slli_epi32(_mm256_cvtepi16_epi32(g8), 8));
+}
+
+/* x16_group_k23 on AVX2, a whole group: the codes stay bytes, 32 of them
+ * (two of each of the 16 rows) meet a pair of the token's low bytes and
+ * of its high bytes in two vpmaddubsw (xs: x8_split), summed in int16 over
+ * a half block (at most 8 x 2 x 255 x 7 = 28560: exact), then widened by
+ * row half; each row half then takes its scales as x8 kernels do (the
+ * same float steps, so the same bits). */
+SIMD_INLINE void SIMD(x16_group_k23b)(const uint8_t *gp, const struct llm_qx16 *xq, const uint32_t *xs,
+                                      int64_t ns, int q2, float *y)
+{
+    const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
     for (int64_t k = 0; k < ns; k++) {
         const uint8_t *blk = gp + (uint64_t)k * 16 * (q2 ? 84 : 110);
         const struct llm_qx16 *b = xq + 8 * k;
-        __m256i sc[16];
-        __m256 mn[16];
-        SIMD(x8_k23_scales)(blk, q2, sc, mn);
-        const __m256 d = SIMD(x8_uf)(blk, q2 ? 40 : 54);
-        const __m256 dm = q2 ? _mm256_sub_ps(_mm256_setzero_ps(), SIMD(x8_uf)(blk, 41)) : _mm256_setzero_ps();
+        const uint32_t *xk = xs + 8 * 32 * k;
+        __m256i sc[2][16]; /* by row half */
+        __m256 mn[2][16], d[2], dm[2];
+        for (int r = 0; r < 2; r++) {
+            SIMD(x8_k23_scales)(blk + 16 * r, q2, sc[r], mn[r]);
+            d[r] = SIMD(x8_uf)(blk + 16 * r, q2 ? 40 : 54);
+            dm[r] = q2 ? _mm256_sub_ps(_mm256_setzero_ps(), SIMD(x8_uf)(blk + 16 * r, 41)) : _mm256_setzero_ps();
+        }
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m256i s[4][2];
-            SIMD(x8_half_sums)(q2 ? LLM_TYPE_Q2_K : LLM_TYPE_Q3_K, blk, h, b, s);
-            for (int j = 0; j < 4; j++) {
-                const struct llm_qx16 *x = b + 4 * h + j;
-                const int B = 4 * h + j;
-                __m256i t0 = s[j][0], t1 = s[j][1];
-                if (!q2) {
-                    t0 = _mm256_sub_epi32(t0, _mm256_set1_epi32(4 * x->h0));
-                    t1 = _mm256_sub_epi32(t1, _mm256_set1_epi32(4 * llm_qx16_h1(x)));
+            __m256i s[2][4][2]; /* row half, block 4h + j, half block e */
+            for (int e = 0; e < 2; e++) {
+                __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, g0 = l0, g1 = l0, g2 = l0, g3 = l0;
+#pragma GCC unroll 8
+                for (int v = 8 * e; v < 8 * e + 8; v++) {
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * ((q2 ? 8 : 16) + 16 * h + v)));
+                    __m256i c0 = _mm256_and_si256(q, three), c1 = _mm256_and_si256(_mm256_srli_epi16(q, 2), three);
+                    __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(q, 4), three);
+                    __m256i c3 = _mm256_and_si256(_mm256_srli_epi16(q, 6), three);
+                    if (!q2) { /* bit 4h + j of hmask's byte as 4 (within the byte) */
+                        const __m256i hm = _mm256_loadu_si256((const __m256i *)(blk + 32 * v));
+                        c0 = _mm256_or_si256(c0, _mm256_and_si256(h ? _mm256_srli_epi16(hm, 2) : _mm256_slli_epi16(hm, 2), four));
+                        c1 = _mm256_or_si256(c1, _mm256_and_si256(h ? _mm256_srli_epi16(hm, 3) : _mm256_slli_epi16(hm, 1), four));
+                        c2 = _mm256_or_si256(c2, _mm256_and_si256(h ? _mm256_srli_epi16(hm, 4) : hm, four));
+                        c3 = _mm256_or_si256(c3, _mm256_and_si256(_mm256_srli_epi16(hm, h ? 5 : 1), four));
+                    }
+                    /* block 4h + j's pair v: low bytes at x[32 j + v], high 16 on */
+                    const uint32_t *x = xk + 32 * 4 * h + v;
+                    l0 = _mm256_add_epi16(l0, _mm256_maddubs_epi16(_mm256_set1_epi32((int)x[0]), c0));
+                    g0 = _mm256_add_epi16(g0, _mm256_maddubs_epi16(c0, _mm256_set1_epi32((int)x[16])));
+                    l1 = _mm256_add_epi16(l1, _mm256_maddubs_epi16(_mm256_set1_epi32((int)x[32]), c1));
+                    g1 = _mm256_add_epi16(g1, _mm256_maddubs_epi16(c1, _mm256_set1_epi32((int)x[48])));
+                    l2 = _mm256_add_epi16(l2, _mm256_maddubs_epi16(_mm256_set1_epi32((int)x[64]), c2));
+                    g2 = _mm256_add_epi16(g2, _mm256_maddubs_epi16(c2, _mm256_set1_epi32((int)x[80])));
+                    l3 = _mm256_add_epi16(l3, _mm256_maddubs_epi16(_mm256_set1_epi32((int)x[96]), c3));
+                    g3 = _mm256_add_epi16(g3, _mm256_maddubs_epi16(c3, _mm256_set1_epi32((int)x[112])));
                 }
-                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(t0, sc[2 * B]),
-                                                    _mm256_mullo_epi32(t1, sc[2 * B + 1]));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(x->d)), acc);
-                if (q2)
-                    acc = SIMD(q2min)(acc, mn[2 * B], mn[2 * B + 1], dm, x);
+                for (int r = 0; r < 2; r++) {
+                    s[r][0][e] = SIMD(x8_lg)(l0, g0, r);
+                    s[r][1][e] = SIMD(x8_lg)(l1, g1, r);
+                    s[r][2][e] = SIMD(x8_lg)(l2, g2, r);
+                    s[r][3][e] = SIMD(x8_lg)(l3, g3, r);
+                }
             }
+            for (int r = 0; r < 2; r++)
+                for (int j = 0; j < 4; j++) {
+                    const struct llm_qx16 *x = b + 4 * h + j;
+                    const int B = 4 * h + j;
+                    __m256i t0 = s[r][j][0], t1 = s[r][j][1];
+                    if (!q2) {
+                        t0 = _mm256_sub_epi32(t0, _mm256_set1_epi32(4 * x->h0));
+                        t1 = _mm256_sub_epi32(t1, _mm256_set1_epi32(4 * llm_qx16_h1(x)));
+                    }
+                    const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(t0, sc[r][2 * B]),
+                                                        _mm256_mullo_epi32(t1, sc[r][2 * B + 1]));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d[r], _mm256_set1_ps(x->d)),
+                                             acc[r]);
+                    if (q2)
+                        acc[r] = SIMD(q2min)(acc[r], mn[r][2 * B], mn[r][2 * B + 1], dm[r], x);
+                }
         }
     }
-    return acc;
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
 }
 
 /* x16_xs_scales for a half group */
@@ -2375,7 +2426,7 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                 for (int h = 0; h < 2; h++)
                     for (int v = 0; v < 16; v++) {
                         __m256i c[4];
-                        SIMD(x8_k_codes)(LLM_TYPE_Q6_K, blk, h, v, c, c + 1, c + 2, c + 3);
+                        SIMD(x8_k6_codes)(blk, h, v, c, c + 1, c + 2, c + 3);
                         for (int j = 0; j < 4; j++)
                             _mm256_storeu_si256((__m256i *)(P + (8 * k + 4 * h + j) * 256 + 16 * v + o),
                                                 _mm256_sub_epi16(c[j], _mm256_set1_epi16(32)));
@@ -2875,20 +2926,35 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         if (xq != stack)
             llm_free(xq);
         return LLM_OK;
-#else /* half groups (x8_*) */
+#else /* half groups (x8_*), Q2_K and Q3_K whole ones */
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
         const uint64_t gb = (uint64_t)ns * 16 * llm_type_traits(t)->block_bytes;
+        if (t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K) {
+            uint32_t xstack[32 * 64], *xs = 8 * ns <= 64 ? xstack : llm_malloc((size_t)ns * 8 * 32 * 4);
+            if (!xs) {
+                if (xq != stack)
+                    llm_free(xq);
+                return LLM_E_NOMEM;
+            }
+            SIMD(x8_split)(xq, 8 * ns, xs);
+            for (int64_t g = r0 / 16; g < r1 / 16; g++) {
+                const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
+                t == LLM_TYPE_Q2_K ? SIMD(x16_group_k23b)(gp, xq, xs, ns, 1, y + 16 * g)
+                                   : SIMD(x16_group_k23b)(gp, xq, xs, ns, 0, y + 16 * g);
+            }
+            if (xs != xstack)
+                llm_free(xs);
+            if (xq != stack)
+                llm_free(xq);
+            return LLM_OK;
+        }
         for (int64_t g = r0 / 16; g < r1 / 16; g++)
             for (int h = 0; h < 2; h++) {
                 const uint8_t *hp = (const uint8_t *)P + (uint64_t)g * gb + 16 * h;
                 __m256 v;
                 if (t == LLM_TYPE_Q6_K)
                     v = SIMD(x8_group_k6)(hp, xq, ns);
-                else if (t == LLM_TYPE_Q3_K)
-                    v = SIMD(x8_group_k23)(hp, xq, ns, 0);
-                else if (t == LLM_TYPE_Q2_K)
-                    v = SIMD(x8_group_k23)(hp, xq, ns, 1);
                 else if (t == LLM_TYPE_IQ4_XS)
                     v = SIMD(x8_group_xs)(hp, xq, ns);
                 else /* constant, so that the code loop unrolls apart */
