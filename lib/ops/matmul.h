@@ -80,7 +80,7 @@ llm_status llm_matmul_bf16_ref(const float *W, const float *X, float *Y, int64_t
  * GGUF's Q2_K to Q6_K and IQ4_XS take the same layout with their
  * super-blocks as blocks (G = 256, every field of the 84 to 210 bytes a
  * 2-byte unit in file order): matmul_simd.h's group kernels unpack their scales
- * and codes with the rows in lanes, on AVX-512 (llm_x16_decodes), where
+ * and codes with the rows in lanes (AVX2: each half of 8 rows apart), where
  * the row kernels summed each block across lanes and decode ran at half
  * llama.cpp's speed on LLaMA-shaped models.
  *
@@ -93,8 +93,8 @@ int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
  * would unpack it every token. */
 int llm_x16_enabled(void);
 /* Whether decode reads t's interleaved form in place on this machine
- * (llm_x16_enabled, and for Q2_K to Q6_K and IQ4_XS an AVX-512 CPU): the CPU
- * backend and llm-bench --kernels interleave only such matrices. */
+ * (llm_x16_enabled: every type that has the layout, on AVX2 and AVX-512):
+ * the CPU backend and llm-bench --kernels interleave only such matrices. */
 int llm_x16_decodes(enum llm_type t);
 /* P (rows/16 groups) = the interleaved form of W (rows, ne0). */
 llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t rows, void *P);
