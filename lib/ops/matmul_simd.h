@@ -2010,6 +2010,21 @@ SIMD_INLINE __m256i SIMD(x8_pair)(const struct llm_qx16 *b, int i)
     return _mm256_set1_epi32(v);
 }
 
+/* Q6_K's sub-block scales 2B, 2B + 1 (d sc) for a half group (x16_k6_scales) */
+SIMD_INLINE void SIMD(x8_k6_scales)(const uint8_t *blk, int B, __m256 *d0, __m256 *d1)
+{
+    const __m256 d = SIMD(x8_uf)(blk, 104);
+    const __m256i w = SIMD(x8_u16)(blk, 96 + B);
+    *d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)));
+    *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 24)));
+}
+
+/* Q2_K's -dmin (unit 41) for a half group; 0 for Q3_K */
+SIMD_INLINE __m256 SIMD(x8_k2_dm)(const uint8_t *blk, int q2)
+{
+    return q2 ? _mm256_sub_ps(_mm256_setzero_ps(), SIMD(x8_uf)(blk, 41)) : _mm256_setzero_ps();
+}
+
 /* x16_k4_scales for a half group */
 SIMD_INLINE void SIMD(x8_k4_scales)(const uint8_t *blk, __m256 D[8], __m256 M[8])
 {
@@ -2017,7 +2032,8 @@ SIMD_INLINE void SIMD(x8_k4_scales)(const uint8_t *blk, __m256 D[8], __m256 M[8]
     const __m256 d = SIMD(x8_uf)(blk, 0), dmin = SIMD(x8_uf)(blk, 1);
     __m256i w[3];
     for (int i = 0; i < 3; i++)
-        w[i] = _mm256_or_si256(SIMD(x8_u16)(blk, 2 + 2 * i), _mm256_slli_epi32(SIMD(x8_u16)(blk, 3 + 2 * i), 16));
+        w[i] = _mm256_or_si256(SIMD(x8_u16)(blk, 2 + 2 * i),
+                               _mm256_slli_epi32(SIMD(x8_u16)(blk, 3 + 2 * i), 16));
     for (int j = 0; j < 8; j++) {
         __m256i sc, mn;
         if (j < 4) {
@@ -2044,8 +2060,10 @@ SIMD_INLINE void SIMD(x8_k45_codes)(const uint8_t *blk, int five, int p, int u, 
     *hi = _mm256_srli_epi16(v, 4);
     if (five) {
         const __m256i q = SIMD(x8_u8)(blk, 8 + u), one = _mm256_set1_epi16(1);
-        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * p), one), 4));
-        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * p + 1), one), 4));
+        const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), one);
+        const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p + 1), one);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(b0, 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(b1, 4));
     }
 }
 
@@ -2158,7 +2176,6 @@ SIMD_INLINE __m256 SIMD(x8_group_k6)(const uint8_t *gp, const struct llm_qx16 *x
     for (int64_t k = 0; k < ns; k++) {
         const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
         const struct llm_qx16 *b = xq + 8 * k;
-        const __m256 d = SIMD(x8_uf)(blk, 104);
         for (int h = 0; h < 2; h++) {
             __m256i s[4][2];
             SIMD(x8_half_sums)(blk, h, b, s);
@@ -2166,9 +2183,8 @@ SIMD_INLINE __m256 SIMD(x8_group_k6)(const uint8_t *gp, const struct llm_qx16 *x
                 const int B = 4 * h + j;
                 const __m256i t0 = _mm256_sub_epi32(s[j][0], _mm256_set1_epi32(32 * b[B].h0));
                 const __m256i t1 = _mm256_sub_epi32(s[j][1], _mm256_set1_epi32(32 * llm_qx16_h1(b + B)));
-                const __m256i w = SIMD(x8_u16)(blk, 96 + B); /* x16_k6_scales */
-                const __m256 d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)));
-                const __m256 d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 24)));
+                __m256 d0, d1;
+                SIMD(x8_k6_scales)(blk, B, &d0, &d1);
                 const __m256 dx = _mm256_set1_ps(b[B].d);
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(d0, dx), acc);
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(d1, dx), acc);
@@ -2188,11 +2204,13 @@ static void SIMD(x8_split)(const struct llm_qx16 *xq, int64_t n, uint32_t *xs)
     for (int64_t i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {
             const __m256i d = _mm256_loadu_si256((const __m256i *)(xq[i].qs + 16 * k)); /* 8 pairs */
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(d, m), _mm256_and_si256(_mm256_srli_epi32(d, 8), m2));
-            const __m256i hi =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(d, 8), m), _mm256_and_si256(_mm256_srli_epi32(d, 16), m2));
-            _mm256_storeu_si256((__m256i *)(xs + 32 * i + 8 * k), _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16)));
-            _mm256_storeu_si256((__m256i *)(xs + 32 * i + 16 + 8 * k), _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16)));
+            const __m256i d8 = _mm256_srli_epi32(d, 8);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(d, m), _mm256_and_si256(d8, m2));
+            const __m256i d16 = _mm256_srli_epi32(d, 16);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(d8, m), _mm256_and_si256(d16, m2));
+            uint32_t *o = xs + 32 * i + 8 * k;
+            _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16)));
+            _mm256_storeu_si256((__m256i *)(o + 16), _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16)));
         }
 }
 
@@ -2225,23 +2243,28 @@ SIMD_INLINE void SIMD(x16_group_k23b)(const uint8_t *gp, const struct llm_qx16 *
         for (int r = 0; r < 2; r++) {
             SIMD(x8_k23_scales)(blk + 16 * r, q2, sc[r], mn[r]);
             d[r] = SIMD(x8_uf)(blk + 16 * r, q2 ? 40 : 54);
-            dm[r] = q2 ? _mm256_sub_ps(_mm256_setzero_ps(), SIMD(x8_uf)(blk + 16 * r, 41)) : _mm256_setzero_ps();
+            dm[r] = SIMD(x8_k2_dm)(blk + 16 * r, q2);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i s[2][4][2]; /* row half, block 4h + j, half block e */
             for (int e = 0; e < 2; e++) {
-                __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, g0 = l0, g1 = l0, g2 = l0, g3 = l0;
+                __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0;
+                __m256i g0 = l0, g1 = l0, g2 = l0, g3 = l0;
 #pragma GCC unroll 8
                 for (int v = 8 * e; v < 8 * e + 8; v++) {
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * ((q2 ? 8 : 16) + 16 * h + v)));
-                    __m256i c0 = _mm256_and_si256(q, three), c1 = _mm256_and_si256(_mm256_srli_epi16(q, 2), three);
+                    const __m256i q =
+                        _mm256_loadu_si256((const __m256i *)(blk + 32 * ((q2 ? 8 : 16) + 16 * h + v)));
+                    __m256i c0 = _mm256_and_si256(q, three);
+                    __m256i c1 = _mm256_and_si256(_mm256_srli_epi16(q, 2), three);
                     __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(q, 4), three);
                     __m256i c3 = _mm256_and_si256(_mm256_srli_epi16(q, 6), three);
                     if (!q2) { /* bit 4h + j of hmask's byte as 4 (within the byte) */
                         const __m256i hm = _mm256_loadu_si256((const __m256i *)(blk + 32 * v));
-                        c0 = _mm256_or_si256(c0, _mm256_and_si256(h ? _mm256_srli_epi16(hm, 2) : _mm256_slli_epi16(hm, 2), four));
-                        c1 = _mm256_or_si256(c1, _mm256_and_si256(h ? _mm256_srli_epi16(hm, 3) : _mm256_slli_epi16(hm, 1), four));
+                        const __m256i h0 = h ? _mm256_srli_epi16(hm, 2) : _mm256_slli_epi16(hm, 2);
+                        const __m256i h1 = h ? _mm256_srli_epi16(hm, 3) : _mm256_slli_epi16(hm, 1);
+                        c0 = _mm256_or_si256(c0, _mm256_and_si256(h0, four));
+                        c1 = _mm256_or_si256(c1, _mm256_and_si256(h1, four));
                         c2 = _mm256_or_si256(c2, _mm256_and_si256(h ? _mm256_srli_epi16(hm, 4) : hm, four));
                         c3 = _mm256_or_si256(c3, _mm256_and_si256(_mm256_srli_epi16(hm, h ? 5 : 1), four));
                     }
@@ -2394,7 +2417,7 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                 __m256 mn[16];
                 SIMD(x8_k23_scales)(blk, q2, sc, mn);
                 const __m256 d = SIMD(x8_uf)(blk, q2 ? 40 : 54);
-                const __m256 dm = q2 ? _mm256_sub_ps(_mm256_setzero_ps(), SIMD(x8_uf)(blk, 41)) : _mm256_setzero_ps();
+                const __m256 dm = SIMD(x8_k2_dm)(blk, q2);
                 for (int B = 0; B < 8; B++) {
                     const int64_t q = 8 * k + B;
                     _mm256_storeu_ps(D + q * 16 + o, d);
@@ -2411,14 +2434,13 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                         __m256i cj[4];
                         SIMD(x8_k23_codes)(blk, q2, h, v, sc, cj);
                         for (int j = 0; j < 4; j++)
-                            _mm256_storeu_si256((__m256i *)(P + (8 * k + 4 * h + j) * 256 + 16 * v + o), cj[j]);
+                            _mm256_storeu_si256((__m256i *)(P + (8 * k + 4 * h + j) * 256 + 16 * v + o),
+                                                cj[j]);
                     }
             } else { /* Q6_K */
-                const __m256 d = SIMD(x8_uf)(blk, 104);
                 for (int B = 0; B < 8; B++) {
-                    const __m256i w = SIMD(x8_u16)(blk, 96 + B);
-                    const __m256 d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)));
-                    const __m256 d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 24)));
+                    __m256 d0, d1;
+                    SIMD(x8_k6_scales)(blk, B, &d0, &d1);
                     _mm256_storeu_ps(D + (2 * (8 * k + B)) * 16 + o, d0);
                     _mm256_storeu_ps(D + (2 * (8 * k + B) + 1) * 16 + o, d1);
                     _mm256_storeu_ps(M + (8 * k + B) * 16 + o, _mm256_setzero_ps());
@@ -2958,7 +2980,8 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
                 else if (t == LLM_TYPE_IQ4_XS)
                     v = SIMD(x8_group_xs)(hp, xq, ns);
                 else /* constant, so that the code loop unrolls apart */
-                    v = t == LLM_TYPE_Q5_K ? SIMD(x8_group_k4)(hp, xq, ns, 1) : SIMD(x8_group_k4)(hp, xq, ns, 0);
+                    v = t == LLM_TYPE_Q5_K ? SIMD(x8_group_k4)(hp, xq, ns, 1)
+                                           : SIMD(x8_group_k4)(hp, xq, ns, 0);
                 _mm256_storeu_ps(y + 16 * g + 8 * h, v);
             }
         if (xq != stack)
