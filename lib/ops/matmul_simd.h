@@ -1417,6 +1417,26 @@ SIMD_INLINE __m256 SIMD(q2min)(__m256 acc, __m256 m0, __m256 m1, __m256 dm, cons
 }
 #endif
 
+/* Q6_K's codes of pair v of half h of an interleaved super-block, c + 32
+ * (0..63, kq_unpack's codes plus 32), for blocks 4h + j in bytes (two of
+ * each of the 16 rows): a's low nibbles (j = 0), c's (1), a's high (2),
+ * c's (3) from units 32h + v (a) and 32h + 16 + v (c), with bits 2j, 2j+1
+ * of unit 64 + 16h + v (q) on top. 256-bit operations, which more ports
+ * run than 512-bit ones, on AVX2 and AVX-512 alike. */
+SIMD_INLINE void SIMD(k6_bytes)(const uint8_t *blk, int h, int v, __m256i *b0, __m256i *b1, __m256i *b2,
+                                __m256i *b3)
+{
+    const __m256i f = _mm256_set1_epi8(0x0F), t3 = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + v)));
+    const __m256i c = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + 16 + v)));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * (64 + 16 * h + v)));
+    *b0 = _mm256_or_si256(_mm256_and_si256(a, f), _mm256_and_si256(_mm256_slli_epi16(q, 4), t3));
+    *b1 = _mm256_or_si256(_mm256_and_si256(c, f), _mm256_and_si256(_mm256_slli_epi16(q, 2), t3));
+    *b2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), f), _mm256_and_si256(q, t3));
+    *b3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), f),
+                          _mm256_and_si256(_mm256_srli_epi16(q, 2), t3));
+}
+
 #ifdef SIMD_AVX512
 /* Unit u of an interleaved group's block (32 bytes: 2 of each of 16 rows)
  * as int16 lanes (its bytes), as int32 lanes (its 16-bit words: row r in
@@ -1498,22 +1518,12 @@ SIMD_INLINE void SIMD(x16_k4_scales)(const uint8_t *blk, __m512 D[8], __m512 M[8
     }
 }
 
-/* Codes of an interleaved Q6_K super-block's half h, pair v: blocks 4h + j's
- * elements 2v, 2v+1 of the 16 rows as int16 pairs, kq_unpack's c + 32
- * (0..63: the group kernel takes the 32 off through the token's sums).
- * The bits are put together in bytes (256-bit operations, which more
- * ports run than 512-bit ones), then widened. */
+/* k6_bytes widened: blocks 4h + j's elements 2v, 2v+1 of the 16 rows as
+ * int16 pairs (the GEMM's tile takes the 32 off) */
 SIMD_INLINE void SIMD(x16_k6_codes)(const uint8_t *blk, int h, int v, __m512i cj[4])
 {
-    const __m256i f = _mm256_set1_epi8(0x0F), t3 = _mm256_set1_epi8(0x30);
-    const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + v)));
-    const __m256i c = _mm256_loadu_si256((const __m256i *)(blk + 32 * (32 * h + 16 + v)));
-    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * (64 + 16 * h + v)));
-    const __m256i b0 = _mm256_or_si256(_mm256_and_si256(a, f), _mm256_and_si256(_mm256_slli_epi16(q, 4), t3));
-    const __m256i b1 = _mm256_or_si256(_mm256_and_si256(c, f), _mm256_and_si256(_mm256_slli_epi16(q, 2), t3));
-    const __m256i b2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), f), _mm256_and_si256(q, t3));
-    const __m256i b3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), f),
-                                       _mm256_and_si256(_mm256_srli_epi16(q, 2), t3));
+    __m256i b0, b1, b2, b3;
+    SIMD(k6_bytes)(blk, h, v, &b0, &b1, &b2, &b3);
     cj[0] = _mm512_cvtepu8_epi16(b0);
     cj[1] = _mm512_cvtepu8_epi16(b1);
     cj[2] = _mm512_cvtepu8_epi16(b2);
@@ -2067,12 +2077,12 @@ SIMD_INLINE void SIMD(x8_k45_codes)(const uint8_t *blk, int five, int p, int u, 
     }
 }
 
-/* x16_group_k4 for a half group: its 8 rows . x */
-SIMD_INLINE __m256 SIMD(x8_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns, int five)
+/* x16_group_k4 of Q4_K for a half group: its 8 rows . x (Q5_K: x16_group_k5b) */
+SIMD_INLINE __m256 SIMD(x8_group_k4)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns)
 {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t k = 0; k < ns; k++) {
-        const uint8_t *blk = gp + (uint64_t)k * 16 * (five ? 176 : 144);
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 144;
         const struct llm_qx16 *b = xq + 8 * k;
         __m256 D[8], M[8];
         SIMD(x8_k4_scales)(blk, D, M);
@@ -2082,8 +2092,8 @@ SIMD_INLINE __m256 SIMD(x8_group_k4)(const uint8_t *gp, const struct llm_qx16 *x
 #pragma GCC unroll 16
             for (int u = 0; u < 16; u += 2) {
                 __m256i lo, hi, lo2, hi2;
-                SIMD(x8_k45_codes)(blk, five, p, u, &lo, &hi);
-                SIMD(x8_k45_codes)(blk, five, p, u + 1, &lo2, &hi2);
+                SIMD(x8_k45_codes)(blk, 0, p, u, &lo, &hi);
+                SIMD(x8_k45_codes)(blk, 0, p, u + 1, &lo2, &hi2);
                 s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(lo, SIMD(x8_pair)(bl, 2 * u)));
                 s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(hi, SIMD(x8_pair)(bh, 2 * u)));
                 s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(lo2, SIMD(x8_pair)(bl, 2 * u + 2)));
@@ -2147,51 +2157,105 @@ SIMD_INLINE void SIMD(x8_k6_codes)(const uint8_t *blk, int h, int v, __m256i *c0
         _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), f), _mm_and_si128(_mm_srli_epi16(q, 2), t3)));
 }
 
-/* x16_half_sums of Q6_K for a half group (the same exact sums) */
-SIMD_INLINE void SIMD(x8_half_sums)(const uint8_t *blk, int h, const struct llm_qx16 *b, __m256i s[4][2])
+/* 32 code bytes (two of each of 16 rows) widened by row half, times a
+ * token pair: lane i of *a gets row i's dot, of *b row 8 + i's */
+SIMD_INLINE void SIMD(x8_dot2)(__m256i *a, __m256i *b, __m256i c, __m256i p)
 {
-    const struct llm_qx16 *x = b + 4 * h;
-    for (int e = 0; e < 2; e++) {
-        __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-#pragma GCC unroll 8
-        for (int v = 8 * e; v < 8 * e + 8; v++) {
-            __m256i c0, c1, c2, c3;
-            SIMD(x8_k6_codes)(blk, h, v, &c0, &c1, &c2, &c3);
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(c0, SIMD(x8_pair)(x, 2 * v)));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(c1, SIMD(x8_pair)(x + 1, 2 * v)));
-            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(c2, SIMD(x8_pair)(x + 2, 2 * v)));
-            s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(c3, SIMD(x8_pair)(x + 3, 2 * v)));
-        }
-        s[0][e] = s0;
-        s[1][e] = s1;
-        s[2][e] = s2;
-        s[3][e] = s3;
-    }
+    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(c)), p));
+    *b = _mm256_add_epi32(*b, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(c, 1)), p));
 }
 
-/* x16_group_k6 for a half group */
-SIMD_INLINE __m256 SIMD(x8_group_k6)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns)
+/* x16_group_k4 for Q5_K on AVX2, a whole group: the five bits of both
+ * row halves' codes put together in 256-bit bytes once, then widened by
+ * row half (the same sums and float steps as x8_group_k4) */
+SIMD_INLINE void SIMD(x16_group_k5b)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns, float *y)
 {
-    __m256 acc = _mm256_setzero_ps();
+    const __m256i f = _mm256_set1_epi8(0x0F), x10 = _mm256_set1_epi8(0x10);
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
     for (int64_t k = 0; k < ns; k++) {
-        const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 176;
         const struct llm_qx16 *b = xq + 8 * k;
-        for (int h = 0; h < 2; h++) {
-            __m256i s[4][2];
-            SIMD(x8_half_sums)(blk, h, b, s);
-            for (int j = 0; j < 4; j++) {
-                const int B = 4 * h + j;
-                const __m256i t0 = _mm256_sub_epi32(s[j][0], _mm256_set1_epi32(32 * b[B].h0));
-                const __m256i t1 = _mm256_sub_epi32(s[j][1], _mm256_set1_epi32(32 * llm_qx16_h1(b + B)));
-                __m256 d0, d1;
-                SIMD(x8_k6_scales)(blk, B, &d0, &d1);
-                const __m256 dx = _mm256_set1_ps(b[B].d);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(d0, dx), acc);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(d1, dx), acc);
+        __m256 D[2][8], M[2][8];
+        SIMD(x8_k4_scales)(blk, D[0], M[0]);
+        SIMD(x8_k4_scales)(blk + 16, D[1], M[1]);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const struct llm_qx16 *bl = b + 2 * p, *bh = b + 2 * p + 1;
+            __m256i l0 = _mm256_setzero_si256(), l1 = l0, h0 = l0, h1 = l0; /* rows 0-7, 8-15 */
+#pragma GCC unroll 16
+            for (int u = 0; u < 16; u++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 * (24 + 16 * p + u)));
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * (8 + u)));
+                /* bit 2p (2p + 1) of qh's byte as 16, within the byte */
+                const __m256i q0 =
+                    p < 2 ? _mm256_slli_epi16(q, 4 - 2 * p) : p == 2 ? q : _mm256_srli_epi16(q, 2);
+                const __m256i q1 = p < 2 ? _mm256_slli_epi16(q, 3 - 2 * p) : _mm256_srli_epi16(q, 2 * p - 3);
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, f), _mm256_and_si256(q0, x10));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), f),
+                                                   _mm256_and_si256(q1, x10));
+                const __m256i pl = SIMD(x8_pair)(bl, 2 * u), ph = SIMD(x8_pair)(bh, 2 * u);
+                SIMD(x8_dot2)(&l0, &l1, lo, pl);
+                SIMD(x8_dot2)(&h0, &h1, hi, ph);
+            }
+            const __m256i sl[2] = { l0, l1 }, sh[2] = { h0, h1 };
+            for (int r = 0; r < 2; r++) {
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sl[r]),
+                                         _mm256_mul_ps(D[r][2 * p], _mm256_set1_ps(bl->d)), acc[r]);
+                acc[r] = _mm256_fmadd_ps(M[r][2 * p], _mm256_set1_ps(bl->ds), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sh[r]),
+                                         _mm256_mul_ps(D[r][2 * p + 1], _mm256_set1_ps(bh->d)), acc[r]);
+                acc[r] = _mm256_fmadd_ps(M[r][2 * p + 1], _mm256_set1_ps(bh->ds), acc[r]);
             }
         }
     }
-    return acc;
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+/* x16_group_k6 on AVX2, a whole group: the codes of both row halves put
+ * together in 256-bit bytes once, then widened by row half; each token
+ * pair meets both halves (x16_group_k6's sums and float steps) */
+SIMD_INLINE void SIMD(x16_group_k6b)(const uint8_t *gp, const struct llm_qx16 *xq, int64_t ns, float *y)
+{
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int64_t k = 0; k < ns; k++) {
+        const uint8_t *blk = gp + (uint64_t)k * 16 * 210;
+        const struct llm_qx16 *b = xq + 8 * k;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const struct llm_qx16 *x = b + 4 * h;
+            __m256i s[2][4][2]; /* row half, block 4h + j, half block e */
+            for (int e = 0; e < 2; e++) {
+                __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+                __m256i b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+#pragma GCC unroll 8
+                for (int v = 8 * e; v < 8 * e + 8; v++) {
+                    __m256i c0, c1, c2, c3;
+                    SIMD(k6_bytes)(blk, h, v, &c0, &c1, &c2, &c3);
+                    SIMD(x8_dot2)(&a0, &b0, c0, SIMD(x8_pair)(x, 2 * v));
+                    SIMD(x8_dot2)(&a1, &b1, c1, SIMD(x8_pair)(x + 1, 2 * v));
+                    SIMD(x8_dot2)(&a2, &b2, c2, SIMD(x8_pair)(x + 2, 2 * v));
+                    SIMD(x8_dot2)(&a3, &b3, c3, SIMD(x8_pair)(x + 3, 2 * v));
+                }
+                s[0][0][e] = a0, s[0][1][e] = a1, s[0][2][e] = a2, s[0][3][e] = a3;
+                s[1][0][e] = b0, s[1][1][e] = b1, s[1][2][e] = b2, s[1][3][e] = b3;
+            }
+            for (int r = 0; r < 2; r++)
+                for (int j = 0; j < 4; j++) {
+                    const int B = 4 * h + j;
+                    const __m256i t0 = _mm256_sub_epi32(s[r][j][0], _mm256_set1_epi32(32 * b[B].h0));
+                    const __m256i t1 =
+                        _mm256_sub_epi32(s[r][j][1], _mm256_set1_epi32(32 * llm_qx16_h1(b + B)));
+                    __m256 d0, d1;
+                    SIMD(x8_k6_scales)(blk + 16 * r, B, &d0, &d1);
+                    const __m256 dx = _mm256_set1_ps(b[B].d);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(d0, dx), acc[r]);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(d1, dx), acc[r]);
+                }
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
 }
 
 /* A token's int16 blocks (n) for x16_group_k23's vpmaddubsw on AVX2, xs
@@ -2948,42 +3012,37 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         if (xq != stack)
             llm_free(xq);
         return LLM_OK;
-#else /* half groups (x8_*), Q2_K and Q3_K whole ones */
+#else /* AVX2: whole groups, Q4_K and IQ4_XS by half groups */
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
         const uint64_t gb = (uint64_t)ns * 16 * llm_type_traits(t)->block_bytes;
-        if (t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K) {
-            uint32_t xstack[32 * 64], *xs = 8 * ns <= 64 ? xstack : llm_malloc((size_t)ns * 8 * 32 * 4);
-            if (!xs) {
-                if (xq != stack)
-                    llm_free(xq);
-                return LLM_E_NOMEM;
-            }
-            SIMD(x8_split)(xq, 8 * ns, xs);
-            for (int64_t g = r0 / 16; g < r1 / 16; g++) {
-                const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
-                t == LLM_TYPE_Q2_K ? SIMD(x16_group_k23b)(gp, xq, xs, ns, 1, y + 16 * g)
-                                   : SIMD(x16_group_k23b)(gp, xq, xs, ns, 0, y + 16 * g);
-            }
-            if (xs != xstack)
-                llm_free(xs);
+        uint32_t xstack[32 * 64], *xs = xstack; /* Q2_K, Q3_K: x8_split's (8 ns, 32) */
+        if ((t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K) && 8 * ns > 64 &&
+            !(xs = llm_malloc((size_t)ns * 8 * 32 * sizeof *xs))) {
             if (xq != stack)
                 llm_free(xq);
-            return LLM_OK;
+            return LLM_E_NOMEM;
         }
-        for (int64_t g = r0 / 16; g < r1 / 16; g++)
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *hp = (const uint8_t *)P + (uint64_t)g * gb + 16 * h;
-                __m256 v;
-                if (t == LLM_TYPE_Q6_K)
-                    v = SIMD(x8_group_k6)(hp, xq, ns);
-                else if (t == LLM_TYPE_IQ4_XS)
-                    v = SIMD(x8_group_xs)(hp, xq, ns);
-                else /* constant, so that the code loop unrolls apart */
-                    v = t == LLM_TYPE_Q5_K ? SIMD(x8_group_k4)(hp, xq, ns, 1)
-                                           : SIMD(x8_group_k4)(hp, xq, ns, 0);
-                _mm256_storeu_ps(y + 16 * g + 8 * h, v);
+        if (t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K)
+            SIMD(x8_split)(xq, 8 * ns, xs);
+        for (int64_t g = r0 / 16; g < r1 / 16; g++) {
+            const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
+            float *yg = y + 16 * g;
+            switch (t) { /* constants, so that the code loops unroll apart */
+            case LLM_TYPE_Q2_K: SIMD(x16_group_k23b)(gp, xq, xs, ns, 1, yg); break;
+            case LLM_TYPE_Q3_K: SIMD(x16_group_k23b)(gp, xq, xs, ns, 0, yg); break;
+            case LLM_TYPE_Q5_K: SIMD(x16_group_k5b)(gp, xq, ns, yg); break;
+            case LLM_TYPE_Q6_K: SIMD(x16_group_k6b)(gp, xq, ns, yg); break;
+            default: /* Q4_K, IQ4_XS */
+                for (int h = 0; h < 2; h++)
+                    _mm256_storeu_ps(yg + 8 * h, t == LLM_TYPE_IQ4_XS
+                                                     ? SIMD(x8_group_xs)(gp + 16 * h, xq, ns)
+                                                     : SIMD(x8_group_k4)(gp + 16 * h, xq, ns));
+                break;
             }
+        }
+        if (xs != xstack)
+            llm_free(xs);
         if (xq != stack)
             llm_free(xq);
         return LLM_OK;
