@@ -295,3 +295,33 @@ Test(matmul_kq, k_interleaved_is_the_rows_bit_for_bit)
         mat_free(&m);
     }
 }
+
+/* Rows wider than the group kernels' stack buffers (AVX2's split token for
+ * Q2_K and Q3_K holds 2048 elements; wider rows take memory) decode on the
+ * copy to the rows' bits too, on every ISA. */
+Test(matmul_kq, k_interleaved_wide_rows_bit_for_bit)
+{
+    const enum llm_isa best = llm_isa_detect();
+    const int64_t ne0 = 4096, rows = 16;
+    const enum llm_type types[] = { LLM_TYPE_Q2_K, LLM_TYPE_Q3_K, LLM_TYPE_Q6_K };
+    for (int ti = 0; ti < 3; ti++) {
+        const enum llm_type t = types[ti];
+        struct mat m;
+        mat_make(&m, t, ne0, rows);
+        uint8_t *P = malloc(m.rb * (uint64_t)rows);
+        cr_assert_eq(llm_x16_pack(t, m.w, ne0, rows, P), LLM_OK);
+        float *x = malloc(sizeof(float) * (size_t)ne0), y[16], z[16];
+        for (int64_t i = 0; i < ne0; i++)
+            x[i] = gauss();
+        for (int isa = LLM_ISA_AVX2; isa <= (int)best; isa++) {
+            llm_matmul_set_isa((enum llm_isa)isa);
+            cr_assert_eq(llm_matvec(t, m.w, x, y, ne0, 0, rows), LLM_OK);
+            cr_assert_eq(llm_matvec_x16(t, P, x, z, ne0, 0, rows), LLM_OK);
+            cr_assert(memcmp(y, z, sizeof y) == 0, "%s isa %d", llm_type_name(t), isa);
+        }
+        llm_matmul_set_isa(LLM_ISA_AVX512);
+        free(x);
+        free(P);
+        mat_free(&m);
+    }
+}
