@@ -156,7 +156,7 @@ static llm_status cpu_bind(struct llm_backend *b, struct llm_weight *w,
 {
     struct cpu_backend *cb = (struct cpu_backend *)b;
     const enum llm_type xt = twin8(w->type);
-    if (!cb->repack || w->x16 || !w->data || !llm_x16_decodes(xt) ||
+    if (!cb->repack || w->x16 || !w->data || !llm_x16_enabled() ||
         !llm_x16_ok(xt, w->ne0, w->rows))
         return LLM_OK;
     const size_t rb = (size_t)llm_type_row_bytes(w->type, (uint64_t)w->ne0);

@@ -232,7 +232,7 @@ static llm_status run_shape(const struct llm_bench_kspec *k, enum llm_type t, co
     }
     fill_rand(b->x, (size_t)(k->nb * sh->ne0), &seed);
     /* the layout llm-run would use (model/model.c interleaves these) */
-    const int x16 = llm_x16_decodes(t) && llm_x16_ok(t, sh->ne0, sh->rows);
+    const int x16 = llm_x16_enabled() && llm_x16_ok(t, sh->ne0, sh->rows);
     if (x16) {
         LLM_TRY(llm_x16_pack(t, b->W, sh->ne0, sh->rows, b->W16));
     }

@@ -622,14 +622,6 @@ int llm_x16_enabled(void)
     return !(e && strcmp(e, "0") == 0) && isa_now() != LLM_ISA_REF && act_now() == LLM_ACT_Q16;
 }
 
-int llm_x16_decodes(enum llm_type t)
-{
-    /* the K-quants' group kernels (Q2_K to Q6_K, IQ4_XS): AVX-512's on
-     * whole groups, AVX2's on half groups */
-    (void)t;
-    return llm_x16_enabled();
-}
-
 /* Row r of a group between the layouts; UNITS 2-byte units per block of
  * the row (its block bytes / 2: d, m for the zero-point types, then the
  * code pairs). Unit u of row r's block k sits at unit 16 u + r of the
@@ -826,7 +818,7 @@ llm_status llm_matvec_x16(enum llm_type t, const void *P, const float *x, float 
         return LLM_OK;
     if (!x || !y)
         return llm_error_set(LLM_E_INVALID, "matvec: NULL buffer");
-    if (llm_kq_type(t) && !llm_x16_decodes(t))
+    if (llm_kq_type(t) && !llm_x16_enabled())
         return x16_by_rows(t, P, x, y, ne0, 1, 0, r0, r1);
     if (x16_float(t) || act_now() == LLM_ACT_Q16) {
         switch (isa_now()) {
@@ -854,7 +846,7 @@ llm_status llm_matmul_x16(enum llm_type t, const void *P, const float *X, float 
         return llm_matvec_x16(t, P, X, Y, ne0, r0, r1);
     /* the K-quants' groups: packed for the int16 GEMM (as the rows'
      * tiles), or back to rows a GEMM tile at a time (LLM_X16=0, no SIMD) */
-    if (llm_kq_type(t) && !llm_x16_decodes(t))
+    if (llm_kq_type(t) && !llm_x16_enabled())
         return x16_by_rows(t, P, X, Y, ne0, nb, ldy, r0, r1);
     if (x16_float(t) && isa_now() != LLM_ISA_REF)
         return isa_now() == LLM_ISA_AVX512 ? llm_matmul_x16_avx512(t, P, X, Y, ne0, nb, ldy, r0, r1)

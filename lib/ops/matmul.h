@@ -87,15 +87,12 @@ llm_status llm_matmul_bf16_ref(const float *W, const float *X, float *Y, int64_t
  * llm_x16_ok: t is one of those types, ne0 a positive multiple of G and
  * rows a positive multiple of 16 (the shapes the layout takes). */
 int llm_x16_ok(enum llm_type t, int64_t ne0, int64_t rows);
-/* Whether the CPU backend and llm-bench --kernels use the layout: not when
+/* Whether the CPU backend and llm-bench --kernels use the layout (for
+ * every type that has it: AVX2 and AVX-512 read each in place): not when
  * the environment says LLM_X16=0 (to compare the two), nor where no kernel
  * reads it (the scalar build, LLM_MATMUL_ACT other than q16), where decode
  * would unpack it every token. */
 int llm_x16_enabled(void);
-/* Whether decode reads t's interleaved form in place on this machine
- * (llm_x16_enabled: every type that has the layout, on AVX2 and AVX-512):
- * the CPU backend and llm-bench --kernels interleave only such matrices. */
-int llm_x16_decodes(enum llm_type t);
 /* P (rows/16 groups) = the interleaved form of W (rows, ne0). */
 llm_status llm_x16_pack(enum llm_type t, const void *W, int64_t ne0, int64_t rows, void *P);
 /* W' (r1 - r0, row bytes) = rows [r0, r1) of P in the row layout again;

@@ -2141,22 +2141,6 @@ SIMD_INLINE void SIMD(x8_k23_scales)(const uint8_t *blk, int q2, __m256i sc[16],
     }
 }
 
-/* Codes of pair v of half h of a Q6_K super-block (x16_k6_codes), blocks
- * 4h + j, widened to int16 pairs (named vectors: arrays and loops here
- * were kept in memory, 2.5x slower) */
-SIMD_INLINE void SIMD(x8_k6_codes)(const uint8_t *blk, int h, int v, __m256i *c0, __m256i *c1,
-                                   __m256i *c2, __m256i *c3)
-{
-    const __m128i f = _mm_set1_epi8(0x0F), t3 = _mm_set1_epi8(0x30);
-    const __m128i a = SIMD(x8_b)(blk, 32 * h + v), c = SIMD(x8_b)(blk, 32 * h + 16 + v);
-    const __m128i q = SIMD(x8_b)(blk, 64 + 16 * h + v);
-    *c0 = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_and_si128(a, f), _mm_and_si128(_mm_slli_epi16(q, 4), t3)));
-    *c1 = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_and_si128(c, f), _mm_and_si128(_mm_slli_epi16(q, 2), t3)));
-    *c2 = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), f), _mm_and_si128(q, t3)));
-    *c3 = _mm256_cvtepu8_epi16(
-        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), f), _mm_and_si128(_mm_srli_epi16(q, 2), t3)));
-}
-
 /* 32 code bytes (two of each of 16 rows) widened by row half, times a
  * token pair: lane i of *a gets row i's dot, of *b row 8 + i's */
 SIMD_INLINE void SIMD(x8_dot2)(__m256i *a, __m256i *b, __m256i c, __m256i p)
@@ -2512,10 +2496,13 @@ SIMD_INLINE void SIMD(x16_k_to_packed)(enum llm_type t, const uint8_t *gp, int64
                 for (int h = 0; h < 2; h++)
                     for (int v = 0; v < 16; v++) {
                         __m256i c[4];
-                        SIMD(x8_k6_codes)(blk, h, v, c, c + 1, c + 2, c + 3);
-                        for (int j = 0; j < 4; j++)
-                            _mm256_storeu_si256((__m256i *)(P + (8 * k + 4 * h + j) * 256 + 16 * v + o),
-                                                _mm256_sub_epi16(c[j], _mm256_set1_epi16(32)));
+                        SIMD(k6_bytes)(blk - 2 * o, h, v, c, c + 1, c + 2, c + 3); /* both halves */
+                        for (int j = 0; j < 4; j++) {
+                            const __m128i b =
+                                o ? _mm256_extracti128_si256(c[j], 1) : _mm256_castsi256_si128(c[j]);
+                            const __m256i w = _mm256_sub_epi16(_mm256_cvtepu8_epi16(b), _mm256_set1_epi16(32));
+                            _mm256_storeu_si256((__m256i *)(P + (8 * k + 4 * h + j) * 256 + 16 * v + o), w);
+                        }
                     }
             }
         }
@@ -3016,14 +3003,14 @@ llm_status SIMD(llm_matvec_x16)(enum llm_type t, const void *P, const float *x, 
         LLM_TRY(SIMD(quantize_x16_all)(x, ne0, 1, stack, SIMD_STACK_QX / 2, &xq));
         const int64_t ns = ne0 / 256;
         const uint64_t gb = (uint64_t)ns * 16 * llm_type_traits(t)->block_bytes;
-        uint32_t xstack[32 * 64], *xs = xstack; /* Q2_K, Q3_K: x8_split's (8 ns, 32) */
-        if ((t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K) && 8 * ns > 64 &&
-            !(xs = llm_malloc((size_t)ns * 8 * 32 * sizeof *xs))) {
+        const int split = t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K; /* x16_group_k23b's bytes */
+        uint32_t xstack[32 * 64], *xs = xstack; /* (8 ns, 32) */
+        if (split && 8 * ns > 64 && !(xs = llm_malloc((size_t)ns * 8 * 32 * sizeof *xs))) {
             if (xq != stack)
                 llm_free(xq);
             return LLM_E_NOMEM;
         }
-        if (t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K)
+        if (split)
             SIMD(x8_split)(xq, 8 * ns, xs);
         for (int64_t g = r0 / 16; g < r1 / 16; g++) {
             const uint8_t *gp = (const uint8_t *)P + (uint64_t)g * gb;
