@@ -323,6 +323,33 @@ void llm_vec_softmax_ref(float *s, int64_t lo, int64_t hi, float scale, float so
         s[p] *= inv;
 }
 
+void llm_vec_transpose_ref(const float *x, int64_t ldx, int64_t rows, int64_t cols, float *t,
+                           int64_t ldt)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            t[j * ldt + i] = x[i * ldx + j];
+}
+
+static float rms_scale(float ss, int64_t dim, float eps)
+{
+    return 1.0f / sqrtf(ss / (float)dim + eps);
+}
+
+void llm_vec_rmsnorm_ref(const float *x, const float *g, float *y, int64_t n, int64_t dim,
+                         float eps)
+{
+    for (int64_t t = 0; t < n; t++) {
+        const float *xi = x + t * dim;
+        float *yi = y + t * dim, ss = 0.0f;
+        for (int64_t k = 0; k < dim; k++)
+            ss += xi[k] * xi[k];
+        ss = rms_scale(ss, dim, eps);
+        for (int64_t k = 0; k < dim; k++)
+            yi[k] = g[k] * (ss * xi[k]);
+    }
+}
+
 #ifdef VEC_X86
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -903,7 +930,8 @@ static T_AVX2 void swiglu_avx2(float *g, const float *u, int64_t n)
 /* llm_vec_softmax_ref's arithmetic 8 positions at a time, position p in
  * lane p % 8 (the lanes outside [lo, hi) add zeros): the same bits. Only
  * the chunks at the ends go through masked loads and stores (AMD's masked
- * stores are slow). AVX-512 takes it too: what costs is exp's polynomial. */
+ * stores are slow). AVX-512 has softmax_avx512, the same arithmetic 16
+ * positions at a time. */
 static inline __attribute__((always_inline)) T_AVX2 __m256i softmax_mask(int64_t c, int64_t lo,
                                                                          int64_t hi)
 {
@@ -965,6 +993,185 @@ static T_AVX2 void softmax_avx2(float *s, int64_t lo, int64_t hi, float scale, f
 #undef SOFTMAX_LOAD
 #undef SOFTMAX_STORE
 
+/* exp8's operations on 16 elements */
+static inline __attribute__((always_inline)) T_AVX512 __m512 exp16(__m512 a)
+{
+    a = _mm512_min_ps(_mm512_max_ps(a, _mm512_set1_ps(EXP_LO)), _mm512_set1_ps(EXP_HI));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(EXP_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(_mm512_sub_ps(a, _mm512_mul_ps(n, _mm512_set1_ps(EXP_C1))),
+                                   _mm512_mul_ps(n, _mm512_set1_ps(EXP_C2)));
+    __m512 p = _mm512_set1_ps(EXP_P0);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(EXP_P1));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(EXP_P2));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(EXP_P3));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(EXP_P4));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(EXP_P5));
+    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
+                      _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* lanes 8..15 (AVX-512F has no 32-bit extract of 256) */
+static inline __attribute__((always_inline)) T_AVX512 __m256 hi8(__m512 v)
+{
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+/* The lanes of positions c .. c + 15 in [lo, hi) */
+static inline __attribute__((always_inline)) T_AVX512 __mmask16 softmax_mask16(int64_t c,
+                                                                               int64_t lo,
+                                                                               int64_t hi)
+{
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_cmpgt_epi32_mask(_mm512_set1_epi32((int32_t)(hi - c)), lane) &
+           _mm512_cmpgt_epi32_mask(lane, _mm512_set1_epi32((int32_t)(lo - c) - 1));
+}
+
+/* softmax_avx2's arithmetic 16 positions at a time, so the same bits:
+ * exp's polynomial (what costs) runs on 16 lanes, and each chunk's two
+ * halves go into the 8 lanes' sums one after the other, as softmax_avx2
+ * adds its chunks of 8 (a half past hi adds zeros, which changes no sum).
+ * The calibration of SmolLM2 spent 3.4% of GPTQ's time in softmax_avx2. */
+static T_AVX512 void softmax_avx512(float *s, int64_t lo, int64_t hi, float scale, float softcap)
+{
+    if (softcap > 0) { /* the soft cap's tanh is the reference's, element by element */
+        softmax_avx2(s, lo, hi, scale, softcap);
+        return;
+    }
+    const int64_t c0 = lo & ~(int64_t)7;
+    __m512 m16 = _mm512_set1_ps(-INFINITY);
+    for (int64_t c = c0; c < hi; c += 16) {
+        const __mmask16 m = softmax_mask16(c, lo, hi);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + c), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(s + c, m, v);
+        /* v first: a NaN score is passed over, as in softmax_avx2 */
+        m16 = _mm512_mask_max_ps(m16, m, v, m16);
+    }
+    const __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(m16), hi8(m16));
+    const __m256 m4 = _mm256_max_ps(m8, _mm256_permute2f128_ps(m8, m8, 1));
+    const __m256 m2 = _mm256_max_ps(m4, _mm256_shuffle_ps(m4, m4, 0x4e));
+    const __m512 mx = _mm512_broadcastss_ps(
+        _mm256_castps256_ps128(_mm256_max_ps(m2, _mm256_shuffle_ps(m2, m2, 0xb1))));
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t c = c0; c < hi; c += 16) {
+        const __mmask16 m = softmax_mask16(c, lo, hi);
+        const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + c),
+                                                                   mx)));
+        _mm512_mask_storeu_ps(s + c, m, e);
+        sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+        sum = _mm256_add_ps(sum, hi8(e));
+    }
+    float l[8];
+    _mm256_storeu_ps(l, sum);
+    const __m512 inv = _mm512_set1_ps(1.0f / softmax_lanes(l));
+    for (int64_t c = c0; c < hi; c += 16) {
+        const __mmask16 m = softmax_mask16(c, lo, hi);
+        _mm512_mask_storeu_ps(s + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + c), inv));
+    }
+}
+
+/* 8 rows of 8 floats -> 8 columns */
+static inline __attribute__((always_inline)) T_AVX2 void tr8(__m256 r[8])
+{
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* t's 8x8 block (j, i) from x's (i, j) */
+static inline __attribute__((always_inline)) T_AVX2 void tr8_block(const float *x, int64_t ldx,
+                                                                   float *t, int64_t ldt)
+{
+    __m256 v[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        v[r] = _mm256_loadu_ps(x + r * ldx);
+    tr8(v);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        _mm256_storeu_ps(t + r * ldt, v[r]);
+}
+
+/* 8x8 blocks through registers, two above each other where they can be
+ * (so that each row of t gets 16 floats, a cache line, at a time), the
+ * edges by the reference; AVX-512 takes it too (the loads and stores
+ * bound it) */
+static T_AVX2 void transpose_avx2(const float *x, int64_t ldx, int64_t rows, int64_t cols,
+                                  float *t, int64_t ldt)
+{
+    const int64_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+    for (int64_t i = 0; i < r8; i += 16)
+        for (int64_t j = 0; j < c8; j += 8) {
+            tr8_block(x + i * ldx + j, ldx, t + j * ldt + i, ldt);
+            if (i + 8 < r8)
+                tr8_block(x + (i + 8) * ldx + j, ldx, t + j * ldt + i + 8, ldt);
+        }
+    llm_vec_transpose_ref(x + c8, ldx, r8, cols - c8, t + c8 * ldt, ldt);
+    llm_vec_transpose_ref(x + r8 * ldx, ldx, rows - r8, cols, t + r8, ldt);
+}
+
+/* 8 rows at a time in the lanes: each lane's sum of squares is its row's
+ * chain of the reference's products and sums, in the same order (the
+ * reference's one chain per row waited 4 cycles an element; a GPTQ
+ * calibration of SmolLM2 spent 2.3% of its time there); AVX-512 takes it
+ * too. */
+static T_AVX2 void rmsnorm_avx2(const float *x, const float *g, float *y, int64_t n, int64_t dim,
+                                float eps)
+{
+    const int64_t d8 = dim / 8 * 8;
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        const float *xt = x + t * dim;
+        __m256 ss = _mm256_setzero_ps();
+        for (int64_t k = 0; k < d8; k += 8) {
+            __m256 v[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                v[r] = _mm256_loadu_ps(xt + r * dim + k);
+            tr8(v);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                ss = _mm256_add_ps(ss, _mm256_mul_ps(v[c], v[c]));
+        }
+        for (int64_t k = d8; k < dim; k++) {
+            const __m256 v = _mm256_setr_ps(xt[k], xt[dim + k], xt[2 * dim + k], xt[3 * dim + k],
+                                            xt[4 * dim + k], xt[5 * dim + k], xt[6 * dim + k],
+                                            xt[7 * dim + k]);
+            ss = _mm256_add_ps(ss, _mm256_mul_ps(v, v));
+        }
+        float s8[8];
+        _mm256_storeu_ps(s8, ss);
+        for (int r = 0; r < 8; r++) {
+            const float *xi = xt + r * dim;
+            float *yi = y + (t + r) * dim;
+            const float sc = rms_scale(s8[r], dim, eps);
+            const __m256 s = _mm256_set1_ps(sc);
+            for (int64_t k = 0; k < d8; k += 8)
+                _mm256_storeu_ps(yi + k, _mm256_mul_ps(_mm256_loadu_ps(g + k),
+                                                       _mm256_mul_ps(s, _mm256_loadu_ps(xi + k))));
+            for (int64_t k = d8; k < dim; k++)
+                yi[k] = g[k] * (sc * xi[k]);
+        }
+    }
+    llm_vec_rmsnorm_ref(x + t * dim, g, y + t * dim, n - t, dim, eps);
+}
+
 /* AVX-512 takes it too: the loop is bound by the divisions */
 static T_AVX2 void geglu_avx2(float *g, const float *u, int64_t n)
 {
@@ -1008,7 +1215,18 @@ void llm_vec_swiglu(float *g, const float *u, int64_t n)
 
 void llm_vec_softmax(float *s, int64_t lo, int64_t hi, float scale, float softcap)
 {
-    VEC_DISPATCH(softmax_avx2, softmax_avx2, llm_vec_softmax_ref, s, lo, hi, scale, softcap)
+    VEC_DISPATCH(softmax_avx512, softmax_avx2, llm_vec_softmax_ref, s, lo, hi, scale, softcap)
+}
+
+void llm_vec_transpose(const float *x, int64_t ldx, int64_t rows, int64_t cols, float *t,
+                       int64_t ldt)
+{
+    VEC_DISPATCH(transpose_avx2, transpose_avx2, llm_vec_transpose_ref, x, ldx, rows, cols, t, ldt)
+}
+
+void llm_vec_rmsnorm(const float *x, const float *g, float *y, int64_t n, int64_t dim, float eps)
+{
+    VEC_DISPATCH(rmsnorm_avx2, rmsnorm_avx2, llm_vec_rmsnorm_ref, x, g, y, n, dim, eps)
 }
 
 void llm_vec_geglu(float *g, const float *u, int64_t n)

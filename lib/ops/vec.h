@@ -138,4 +138,21 @@ void llm_vec_dots_q4ch_ref(const float *q, const uint8_t *blk, int64_t n, int64_
  * rounding). The rotation of the cache's q4 rows (kv.h). */
 void llm_vec_hadamard32(float *x, int64_t n);
 
+/* t[j * ldt + i] = x[i * ldx + j] for i < rows, j < cols: a block of a
+ * row-major matrix transposed (the calibration's Gram matrices take their
+ * inputs feature by feature). */
+void llm_vec_transpose(const float *x, int64_t ldx, int64_t rows, int64_t cols, float *t,
+                       int64_t ldt);
+void llm_vec_transpose_ref(const float *x, int64_t ldx, int64_t rows, int64_t cols, float *t,
+                           int64_t ldt);
+
+/* RMSNorm of n rows x (n, dim) into y (n, dim) with the gain g (dim):
+ * y[k] = g[k] (s x[k]), s = 1 / sqrt(ss / dim + eps), ss the row's sum of
+ * squares added in order of k (a product, then a sum, each rounded). The
+ * SIMD forms put rows in lanes, so every row's bits are the reference's
+ * whatever n. */
+void llm_vec_rmsnorm(const float *x, const float *g, float *y, int64_t n, int64_t dim, float eps);
+void llm_vec_rmsnorm_ref(const float *x, const float *g, float *y, int64_t n, int64_t dim,
+                         float eps);
+
 #endif

@@ -641,45 +641,51 @@ Test(vec, softmax_close_to_exact_and_the_reference_bits, .fini = restore)
     enum { N = 1100 };
     static float x[N], ref[N], got[N];
     static double want[N];
-    rng = 11;
-    for (int i = 0; i < N; i++)
-        x[i] = 40.0f * rnd();
     static const int64_t wins[][2] = { { 0, 1 },  { 3, 4 },   { 5, 7 },    { 0, 8 },    { 1, 9 },
                                        { 7, 24 }, { 8, 17 },  { 13, 100 }, { 0, 1000 }, { 77, 1100 },
                                        { 9, 10 }, { 40, 48 } };
-    for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++)
-        for (int cap = 0; cap < 2; cap++) {
-            const int64_t lo = wins[w][0], hi = wins[w][1];
-            const float scale = 0.125f, softcap = cap ? 5.0f : 0.0f;
-            double mx = -INFINITY, sum = 0;
-            for (int64_t p = lo; p < hi; p++) {
-                double v = (double)x[p] * scale;
-                if (cap)
-                    v = softcap * tanh(v / softcap);
-                want[p] = v;
-                mx = v > mx ? v : mx;
+    /* several draws: the order of a sum's terms seldom changes its
+     * rounding here (one draw in several catches the two halves of
+     * softmax_avx512's chunk added the other way round) */
+    for (int draw = 0; draw < 16; draw++) {
+        rng = 11 + (uint64_t)draw;
+        for (int i = 0; i < N; i++)
+            x[i] = 40.0f * rnd();
+        for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++)
+            for (int cap = 0; cap < 2; cap++) {
+                const int64_t lo = wins[w][0], hi = wins[w][1];
+                const float scale = 0.125f, softcap = cap ? 5.0f : 0.0f;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t p = lo; p < hi; p++) {
+                    double v = (double)x[p] * scale;
+                    if (cap)
+                        v = softcap * tanh(v / softcap);
+                    want[p] = v;
+                    mx = v > mx ? v : mx;
+                }
+                for (int64_t p = lo; p < hi; p++)
+                    sum += want[p] = exp(want[p] - mx);
+                memcpy(ref, x, sizeof x);
+                llm_vec_softmax_ref(ref, lo, hi, scale, softcap);
+                const double tol = ((double)(hi - lo) / 8 + 8) * 0x1p-23;
+                for (int64_t p = 0; p < N; p++)
+                    if (p < lo || p >= hi)
+                        cr_assert(ref[p] == x[p], "[%lld, %lld): position %lld changed", (long long)lo,
+                                  (long long)hi, (long long)p);
+                    else
+                        cr_assert(fabs(ref[p] - want[p] / sum) <= tol * want[p] / sum,
+                                  "[%lld, %lld) cap %d, position %lld: %.9g, exact %.9g", (long long)lo,
+                                  (long long)hi, cap, (long long)p, ref[p], want[p] / sum);
+                for (int ii = 0; ii < ni; ii++) {
+                    llm_matmul_set_isa(is[ii]);
+                    memcpy(got, x, sizeof x);
+                    llm_vec_softmax(got, lo, hi, scale, softcap);
+                    cr_assert(!memcmp(got, ref, sizeof got), "isa %d, draw %d, [%lld, %lld) cap %d: "
+                              "not the reference's bits", is[ii], draw, (long long)lo, (long long)hi,
+                              cap);
+                }
             }
-            for (int64_t p = lo; p < hi; p++)
-                sum += want[p] = exp(want[p] - mx);
-            memcpy(ref, x, sizeof x);
-            llm_vec_softmax_ref(ref, lo, hi, scale, softcap);
-            const double tol = ((double)(hi - lo) / 8 + 8) * 0x1p-23;
-            for (int64_t p = 0; p < N; p++)
-                if (p < lo || p >= hi)
-                    cr_assert(ref[p] == x[p], "[%lld, %lld): position %lld changed", (long long)lo,
-                              (long long)hi, (long long)p);
-                else
-                    cr_assert(fabs(ref[p] - want[p] / sum) <= tol * want[p] / sum,
-                              "[%lld, %lld) cap %d, position %lld: %.9g, exact %.9g", (long long)lo,
-                              (long long)hi, cap, (long long)p, ref[p], want[p] / sum);
-            for (int ii = 0; ii < ni; ii++) {
-                llm_matmul_set_isa(is[ii]);
-                memcpy(got, x, sizeof x);
-                llm_vec_softmax(got, lo, hi, scale, softcap);
-                cr_assert(!memcmp(got, ref, sizeof got), "isa %d, [%lld, %lld) cap %d: not the "
-                          "reference's bits", is[ii], (long long)lo, (long long)hi, cap);
-            }
-        }
+    }
 }
 
 /* Non-finite inputs (a damaged or fuzzed model's NaN and infinities):
@@ -783,4 +789,86 @@ Test(vec, multi_query_kernels_give_each_query_the_one_query_bits, .fini = restor
                                   "written past the ends)", is[ii], t, (long long)n, (long long)m, nq);
                     }
     }
+}
+
+/* The transpose: every element where it belongs on every ISA, blocks
+ * around the 8x8 tiles (edges of 0 to 9 past them), inside larger
+ * matrices (the strides), and nothing outside the block written. */
+Test(vec, transpose_puts_every_element_in_place, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    enum { LDX = 41, LDT = 37 };
+    static float x[40 * LDX], t[40 * LDT];
+    for (int i = 0; i < 40 * LDX; i++)
+        x[i] = (float)i;
+    static const int64_t dims[] = { 0, 1, 7, 8, 9, 15, 16, 17, 24, 33, 36 };
+    const int nd = sizeof dims / sizeof dims[0];
+    for (int ii = 0; ii < ni; ii++) {
+        llm_matmul_set_isa(is[ii]);
+        for (int a = 0; a < nd; a++)
+            for (int b = 0; b < nd; b++) {
+                const int64_t rows = dims[a], cols = dims[b];
+                for (int i = 0; i < 40 * LDT; i++)
+                    t[i] = -1.0f;
+                llm_vec_transpose(x + 3, LDX, rows, cols, t + 1, LDT);
+                for (int64_t j = 0; j < 40; j++)
+                    for (int64_t i = 0; i < LDT && j * LDT + i < 40 * LDT; i++) {
+                        const int64_t r = i - 1; /* t + 1: column r of row j of t */
+                        const int in = j < cols && r >= 0 && r < rows;
+                        const float want = in ? x[r * LDX + 3 + j] : -1.0f;
+                        cr_assert(t[j * LDT + i] == want, "isa %d, %lld x %lld: t[%lld][%lld] = "
+                                  "%g, not %g", is[ii], (long long)rows, (long long)cols,
+                                  (long long)j, (long long)i, t[j * LDT + i], want);
+                    }
+            }
+    }
+}
+
+/* RMSNorm: within 3 (dim + 4) 2^-24 of double arithmetic, and every SIMD
+ * variant the reference's bits for any number of rows (rows go 8 at a time
+ * into lanes) and any width (the tails past 8), also in place. */
+Test(vec, rmsnorm_close_to_exact_and_the_reference_bits, .fini = restore)
+{
+    enum llm_isa is[3];
+    int ni = isas(is);
+    enum { NR = 19, DM = 77 };
+    static float x[NR * DM], g[DM], ref[NR * DM], got[NR * DM];
+    rng = 5;
+    for (int i = 0; i < NR * DM; i++)
+        x[i] = 3.0f * rnd();
+    for (int i = 0; i < DM; i++)
+        g[i] = 1.0f + 0.5f * rnd();
+    static const int64_t dims[] = { 1, 7, 8, 9, 16, 17, 64, 77 };
+    const float eps = 1e-5f;
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int64_t n = 0; n <= NR; n++) {
+            const int64_t dim = dims[d];
+            llm_vec_rmsnorm_ref(x, g, ref, n, dim, eps);
+            for (int64_t t = 0; t < n; t++) {
+                double ss = 0;
+                for (int64_t k = 0; k < dim; k++)
+                    ss += (double)x[t * dim + k] * x[t * dim + k];
+                const double s = 1.0 / sqrt(ss / (double)dim + eps);
+                for (int64_t k = 0; k < dim; k++) {
+                    const double want = g[k] * (s * x[t * dim + k]);
+                    cr_assert(fabs(ref[t * dim + k] - want) <= 3.0 * (dim + 4) * 0x1p-24 * fabs(want),
+                              "dim %lld row %lld [%lld]: %.9g, exact %.9g", (long long)dim,
+                              (long long)t, (long long)k, ref[t * dim + k], want);
+                }
+            }
+            for (int ii = 0; ii < ni; ii++) {
+                llm_matmul_set_isa(is[ii]);
+                memset(got, 0, sizeof got);
+                llm_vec_rmsnorm(x, g, got, n, dim, eps);
+                cr_assert(!memcmp(got, ref, (size_t)(n * dim) * sizeof(float)),
+                          "isa %d, %lld rows of %lld: not the reference's bits", is[ii],
+                          (long long)n, (long long)dim);
+                memcpy(got, x, sizeof got); /* in place */
+                llm_vec_rmsnorm(got, g, got, n, dim, eps);
+                cr_assert(!memcmp(got, ref, (size_t)(n * dim) * sizeof(float)),
+                          "isa %d, %lld rows of %lld in place: not the reference's bits", is[ii],
+                          (long long)n, (long long)dim);
+            }
+        }
 }
