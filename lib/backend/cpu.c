@@ -245,17 +245,8 @@ struct norm_job {
 static void norm_run(int i, int nth, void *arg)
 {
     const struct norm_job *j = arg;
-    const int64_t dim = j->dim;
-    for (int32_t t = (int32_t)((int64_t)j->n * i / nth); t < (int64_t)j->n * (i + 1) / nth; t++) {
-        const float *xi = j->x + (int64_t)t * dim;
-        float *yi = j->y + (int64_t)t * dim;
-        float ss = 0.0f;
-        for (int64_t k = 0; k < dim; k++)
-            ss += xi[k] * xi[k];
-        ss = 1.0f / sqrtf(ss / (float)dim + j->eps);
-        for (int64_t k = 0; k < dim; k++)
-            yi[k] = j->g[k] * (ss * xi[k]);
-    }
+    const int64_t t0 = (int64_t)j->n * i / nth, t1 = (int64_t)j->n * (i + 1) / nth;
+    llm_vec_rmsnorm(j->x + t0 * j->dim, j->g, j->y + t0 * j->dim, t1 - t0, j->dim, j->eps);
 }
 
 /* Over threads for a prefill's or a calibration chunk's rows (each row's
@@ -479,9 +470,10 @@ static inline int32_t swa_start(int32_t len, int32_t swa)
  * division per position); each block's rows go to the multi-row kernels of
  * vec.h once per token while the block is in cache, and for float, fp16
  * and bf16 caches once for all nh heads (a row loaded once for them). q:
- * token i's query of head j at q + i * qs + j * hd; o likewise; sc (nh,
- * nt, cap): scratch for the scores, whose last hd floats a row hold the
- * token's rotated query when the keys are q4 (kv.h: the rotation); probs:
+ * token i's query of head j at q + i * qs + j * hd; o likewise (NULL: the
+ * probabilities alone, no values read); sc (nh, nt, cap): scratch for the
+ * scores, whose last hd floats a row hold the token's rotated query when
+ * the keys are q4 (kv.h: the rotation); probs:
  * head j's token i at probs + j * ps + i * pld. q4ch keys: a token reads its
  * own block from the fp16 rows win (kv_dim apart, the first at position
  * w0), every block before it quantized (kv.h). Each token's and head's
@@ -559,7 +551,8 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             float *si = sc + j * hs + i * cap;
             const int32_t li = len0 + i, lo = swa_start(li, swa);
             llm_vec_softmax(si, lo, li, scale, softcap);
-            memset(o + i * qs + j * hd, 0, (size_t)hd * sizeof(float));
+            if (o)
+                memset(o + i * qs + j * hd, 0, (size_t)hd * sizeof(float));
             if (probs) { /* the tap: row i's probabilities, zeros outside them */
                 float *pr = probs + j * ps + i * pld;
                 memset(pr, 0, (size_t)lo * sizeof(float));
@@ -567,7 +560,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
                 memset(pr + li, 0, (size_t)(pld - li) * sizeof(float));
             }
         }
-    for (int32_t p0 = first; p0 < len; p0 += bs) {
+    for (int32_t p0 = first; o && p0 < len; p0 += bs) {
         const int64_t row0 = llm_kv_block_row(kv, layer, table[p0 / bs]);
         for (int32_t i = 0, a; i < nt; i++) {
             const int32_t m = block_rows(swa_start(len0 + i, swa), len0 + i, p0, bs, &a);
@@ -592,7 +585,7 @@ CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t se
             }
         }
     }
-    if (tv == LLM_TYPE_Q4_0) /* the values were rotated: rotate the sum back */
+    if (o && tv == LLM_TYPE_Q4_0) /* the values were rotated: rotate the sum back */
         for (int32_t j = 0; j < nh; j++)
             for (int32_t i = 0; i < nt; i++)
                 llm_vec_hadamard32(o + i * qs + j * hd, hd);
@@ -627,7 +620,7 @@ static void att_run(int ti, int nth, void *arg)
         int64_t qo = (int64_t)(sg->row + t0) * qs + (int64_t)h * hd;
         float *pr = j->probs ? j->probs + ((int64_t)h * sg->n + t0) * pld : NULL;
         att_group(j->kv, j->layer, sg->seq, h / grp, j->per, hd, s->scale, s->softcap, j->q + qo,
-                  qs, nt, sg->pos + t0 + 1, s->window, sc, cap, j->out + qo, pr,
+                  qs, nt, sg->pos + t0 + 1, s->window, sc, cap, j->out ? j->out + qo : NULL, pr,
                   (int64_t)sg->n * pld, pld, j->win ? j->win + j->win_off[g] : NULL,
                   sg->pos / j->kv->p.block_size * j->kv->p.block_size);
     }
@@ -680,6 +673,9 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
     struct cpu_backend *cb = (struct cpu_backend *)b;
     if (probs && n_seg != 1)
         return llm_error_set(LLM_E_INVALID, "attention: probabilities of %d runs at once", n_seg);
+    if ((!out || !v) && (out || v || !probs))
+        return llm_error_set(LLM_E_INVALID, "attention: no output or no values, but not the "
+                             "probabilities alone");
     const int64_t kd = kv->kv_dim;
     if ((size_t)n_seg + 1 > cb->cap_task0) {
         void *p = cb->task0, *w = cb->win_off;
@@ -696,7 +692,7 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
     for (int32_t i = 0; i < n_seg; i++) {
         const struct llm_seg *g = &seg[i];
         llm_kv_store_host(kv, layer, g->seq, g->pos, g->n, k + (int64_t)g->row * kd,
-                          v + (int64_t)g->row * kd);
+                          v ? v + (int64_t)g->row * kd : NULL);
         const int32_t end = g->pos + g->n, seen = end - swa_start(end, s->window);
         work += 2.0 * g->n * s->n_heads * (double)seen * s->head_dim;
         groups += (g->n + ATT_GROUP - 1) / ATT_GROUP;

@@ -933,11 +933,11 @@ void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t po
         store_q4ch(kv, layer, seq, pos, n, k);
     for (int32_t i = 0; i < n; i++) {
         const int64_t r = llm_kv_row_number(kv, layer, seq, pos + i);
-        const float *src[2] = { k + (int64_t)i * d, v + (int64_t)i * d };
+        const float *src[2] = { k + (int64_t)i * d, v ? v + (int64_t)i * d : NULL };
         const enum llm_type t[2] = { kv->p.type_k, kv->p.type_v };
         uint8_t *dst[2] = { (uint8_t *)kv->k + (size_t)r * kv->row_bytes_k,
                             (uint8_t *)kv->v + (size_t)r * kv->row_bytes_v };
-        for (int j = q4ch; j < 2; j++) {
+        for (int j = q4ch; j < (v ? 2 : 1); j++) {
             if (t[j] == LLM_TYPE_FP8_E4M3) { /* no row scale, unlike the weights' fp8 */
                 for (int64_t e = 0; e < d; e++)
                     dst[j][e] = llm_fp32_to_fp8_e4m3(src[j][e]);

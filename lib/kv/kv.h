@@ -322,8 +322,9 @@ static inline int64_t llm_kv_row_index(const struct llm_kv *kv, int32_t layer, i
 
 /* Store n rows of keys and values (n, kv_dim) float32 at positions
  * pos..pos+n-1 of `seq` in `layer` (host storage only), converting to the
- * cache type. The positions must have been prepared. q4ch keys go into the
- * tail as fp16, and each block they fill is quantized from its fp16 rows. */
+ * cache type; v NULL: the keys alone. The positions must have been
+ * prepared. q4ch keys go into the tail as fp16, and each block they fill
+ * is quantized from its fp16 rows. */
 void llm_kv_store_host(struct llm_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                        const float *k, const float *v);
 

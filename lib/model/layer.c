@@ -92,7 +92,8 @@ static llm_status attention_stage(struct llm_context *c, int32_t l, const struct
                                          pick_bias(lin->bv, &L->bv) };
     const int any_bias = bias[0] || bias[1] || bias[2];
     float *qkv_out[3] = { c->q, c->k, c->v };
-    LLM_TRY(llm_model_matmul(c, 3, qkv, any_bias ? bias : NULL, xb, qkv_out, n));
+    /* without att, the probabilities alone: no v */
+    LLM_TRY(llm_model_matmul(c, att ? 3 : 2, qkv, any_bias ? bias : NULL, xb, qkv_out, n));
     const struct llm_config *cf = &c->m->c;
     if (cf->qk_norm) { /* each head's row (head_dim) normed on its own */
         LLM_TRY(b->ops->rmsnorm(b, c->q, &L->q_norm, c->q, n * cf->n_heads, cf->head_dim,
@@ -104,7 +105,8 @@ static llm_status attention_stage(struct llm_context *c, int32_t l, const struct
     sh.window = llm_config_layer_window(cf, l);
     const float *cs = sh.window && c->cs_swa ? c->cs_swa : c->cs;
     LLM_TRY(b->ops->rope(b, &c->ash, c->rope.n_dims, c->rope.neox, cs, c->q, c->k, n));
-    return b->ops->attention(b, &sh, c->kv, l, sl, n_sl, c->q, c->k, c->v, att, probs);
+    return b->ops->attention(b, &sh, c->kv, l, sl, n_sl, c->q, c->k, att ? c->v : NULL, att,
+                             probs);
 }
 
 llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,

@@ -42,7 +42,9 @@ llm_status llm_layer_norm(struct llm_context *c, int32_t l, enum llm_norm which,
  * cache is cut there): q, k, v projections, RoPE, k and v stored in the
  * KV cache, causal attention: att (n, n_heads * head_dim). probs (when not
  * NULL): (n_heads, n, pos + n) each head's attention probabilities of each
- * row over the positions (0 past the row's own). */
+ * row over the positions (0 past the row's own). att NULL (probs given):
+ * the probabilities alone, without v's product and the values' sums (v's
+ * rows of the cache are not written). */
 llm_status llm_layer_attention(struct llm_context *c, int32_t l, const struct llm_layer_lin *lin,
                                const float *xb, int32_t seq, int32_t pos, int32_t n, float *att,
                                float *probs);

@@ -27,6 +27,7 @@
 #include "vhess.h"
 #include "../quant/grid.h"
 #include "../ops/matmul.h" // llm_pool
+#include "../ops/vec.h"
 #include "../quant/kquants.h"
 #include "../model/layer.h"
 #include "qimpl.h"
@@ -133,18 +134,11 @@ static llm_status qmm(void *ctx, const float *W, int64_t rows, int64_t cols, con
     return mm(ctx, W, rows, cols, X, n, Y);
 }
 
-/* t[j * ldt + i] = x[i * c + j] for x (n, c) and features j in [j0, j1):
- * in tiles of 16 tokens, each reading 16 rows and writing 16-float runs (a
- * plain loop writes one float per cache line) */
+/* t[j * ldt + i] = x[i * c + j] for x (n, c) and features j in [j0, j1) */
 static void transpose(const float *x, int32_t n, int64_t c, float *t, int64_t ldt, int64_t j0,
                       int64_t j1)
 {
-    for (int32_t a = 0; a < n; a += 16) {
-        const int32_t a1 = n - a < 16 ? n : a + 16;
-        for (int64_t j = j0; j < j1; j++)
-            for (int32_t i = a; i < a1; i++)
-                t[j * ldt + i] = x[(int64_t)i * c + j];
-    }
+    llm_vec_transpose(x + j0, c, n, j1 - j0, t + j0 * ldt, ldt);
 }
 
 /* hacc_add_raw's loops over the chunk x (n, c), features split between
@@ -159,7 +153,9 @@ struct tr_job {
     double *a;
 };
 
-static void tr_run(int i, int nth, void *arg)
+/* (O3: GCC vectorizes the sums across features, each feature's sum the
+ * same chain) */
+__attribute__((optimize("O3"))) static void tr_run(int i, int nth, void *arg)
 {
     const struct tr_job *J = arg;
     const int64_t j0 = J->c * i / nth, j1 = J->c * (i + 1) / nth;
@@ -943,7 +939,7 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
 {
     const struct llm_config *cf = &q->m->c;
     const int64_t dim = cf->dim, nh = cf->n_heads, nkv = cf->n_kv_heads, hpg = nh / nkv;
-    const int64_t qd = nh * cf->head_dim, len = q->cal.len, nb = q->nb;
+    const int64_t len = q->cal.len, nb = q->nb;
     const int asym = q->Xf != NULL, nv = asym ? 2 : 1; /* quantized, float */
     float *XT[2] = { 0 }, *probs[2] = { 0 };
     int fail = 0;
@@ -952,10 +948,9 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
         probs[v] = llm_malloc((size_t)(nh * nb * len) * sizeof(float)); /* (nh, nb, <= len) */
         fail |= !XT[v] || !probs[v];
     }
-    float *att = llm_malloc((size_t)(nb * qd) * sizeof(float)); /* (nb, qd) not used */
     struct hacc *h = llm_calloc((size_t)nkv, sizeof *h);
     struct llm_vhess *vh = llm_calloc((size_t)nkv, sizeof *vh); /* a window's M, C per group */
-    llm_status s = !fail && att && h && vh ? LLM_OK : LLM_E_NOMEM;
+    llm_status s = !fail && h && vh ? LLM_OK : LLM_E_NOMEM;
     for (int64_t g = 0; g < nkv && !s; g++) {
         s = hacc_init_x(&h[g], dim, 1, asym);
         if (!s)
@@ -965,7 +960,7 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
     for (struct chunk k = CHUNKS_BEGIN; !s && chunk_next(q, &k);) {
         /* the model's attention of the chunk with the quantized q and k (and
          * with GPTAQ the float ones, on the float stream, in sequence 1):
-         * its probabilities, and the normed input they weight */
+         * its probabilities alone (no v), and the normed input they weight */
         for (int v = 0; v < nv && !s; v++) {
             const float *X = (v ? q->Xf : q->X) + k.row0 * dim;
             s = llm_layer_norm(q->ctx, l, LLM_NORM_ATTN, X, q->xb, k.n);
@@ -973,7 +968,7 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
                 transpose(q->xb, k.n, dim, XT[v] + k.off, len, 0, dim);
             if (!s)
                 s = attn_chunk(q, l, q->xb, lq, v ? lq->W0 : lq->W, lk, v ? lk->W0 : lk->W, lv,
-                               v ? lv->W0 : lv->W, NULL, v, k.off, k.n, att, probs[v]);
+                               v ? lv->W0 : lv->W, NULL, v, k.off, k.n, NULL, probs[v]);
         }
         /* each group's M (and C) takes the chunk; at the end of the window
          * they go into its sums */
@@ -998,7 +993,6 @@ static llm_status v_hessians(struct qctx *q, int32_t l, struct lin *lq, struct l
     llm_free(vh);
     for (int v = 0; v < 2; v++)
         llm_free(XT[v]), llm_free(probs[v]);
-    llm_free(att);
     return s;
 }
 

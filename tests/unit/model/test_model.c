@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../../../lib/llm.h"
+#include "../../../lib/model/layer.h"
 #include "../../../lib/model/model_impl.h"
 #include "../helpers.h"
 
@@ -533,6 +534,57 @@ Test(model, paged_sequences_are_independent)
     cr_assert_eq(llm_decode(c, 0, b, 10, 0, lx, 0), LLM_OK);
     for (int i = 0; i < V; i++)
         cr_assert_float_eq(lx[i], lb[i], 1e-4 * (1 + fabsf(lb[i])));
+    llm_context_free(c);
+    llm_model_close(m);
+}
+
+/* The attention's probabilities alone (att NULL: what GPTQ's Hessian of v
+ * reads) are the bits of the full attention's, over two chunks of a window
+ * (the second reads the first's keys from the cache); without the
+ * probabilities either, the call is refused. */
+Test(model, attention_probabilities_alone_are_the_full_attentions)
+{
+    struct llm_file *f = synth(QWEN, LLM_TYPE_F32);
+    llm_test_scale_weights(f, 12.0f);
+    struct llm_model *m;
+    cr_assert_eq(llm_model_from_file(&m, f, NULL), LLM_OK);
+    const struct llm_config *cf = llm_model_config(m);
+    enum { N = 11, N1 = 5 };
+    const int64_t dim = cf->dim, qd = (int64_t)cf->n_heads * cf->head_dim, nh = cf->n_heads;
+    struct llm_context *c;
+    struct llm_context_params cp;
+    llm_context_params_default(&cp);
+    cp.n_ctx = 16;
+    cp.block_size = 4;
+    cr_assert_eq(llm_context_new(&c, m, &cp), LLM_OK);
+    float *x = malloc(sizeof(float) * (size_t)(N * dim)), *xb = malloc(sizeof(float) * (size_t)(N * dim));
+    float *att = malloc(sizeof(float) * (size_t)(N * qd));
+    float *pa = calloc((size_t)(nh * N * N), sizeof(float)), *pb = calloc((size_t)(nh * N * N), sizeof(float));
+    for (int64_t i = 0; i < N * dim; i++)
+        x[i] = (float)sin(0.37 * (double)i);
+    for (int l = 0; l < cf->n_layers; l++) {
+        cr_assert_eq(llm_layer_norm(c, l, LLM_NORM_ATTN, x, xb, N), LLM_OK);
+        /* alone first: this layer's cache rows hold no keys of an earlier run */
+        for (int alone = 1; alone >= 0; alone--) {
+            float *pr = alone ? pb : pa;
+            llm_context_reset(c, 0);
+            /* chunk 0 (positions 0..N1-1), then chunk 1: probs (nh, n, pos + n) each */
+            cr_assert_eq(llm_layer_attention(c, l, NULL, xb, 0, 0, N1, alone ? NULL : att, pr),
+                         LLM_OK);
+            llm_status s = llm_layer_attention(c, l, NULL, xb + N1 * dim, 0, N1, N - N1,
+                                               alone ? NULL : att, pr + nh * N1 * N1);
+            cr_assert_eq(s, LLM_OK, "%s", llm_error_detail(s));
+        }
+        cr_assert(!memcmp(pa, pb, sizeof(float) * (size_t)(nh * N * N)),
+                  "layer %d: the probabilities alone differ from the attention's", l);
+        float mx = 0;
+        for (int64_t i = 0; i < nh * N * N; i++)
+            mx = pa[i] > mx ? pa[i] : mx;
+        cr_assert(mx > 0.0f && mx <= 1.0f, "layer %d: no probabilities (max %g)", l, mx);
+    }
+    llm_context_reset(c, 0);
+    cr_assert_neq(llm_layer_attention(c, 0, NULL, xb, 0, 0, N1, NULL, NULL), LLM_OK);
+    free(x), free(xb), free(att), free(pa), free(pb);
     llm_context_free(c);
     llm_model_close(m);
 }
