@@ -129,7 +129,8 @@ struct llm_backend_ops {
      * order, whatever the segments around it. probs (one segment only; may
      * be NULL): host memory (n_heads, seg->n, seg->pos + seg->n) receiving
      * each row's attention probabilities, 0 past the row's position and
-     * before its window. */
+     * before its window. out and v NULL (with probs): the probabilities
+     * alone, the keys stored and the values not. */
     llm_status (*attention)(struct llm_backend *b, const struct llm_attn_shape *s,
                             struct llm_kv *kv, int32_t layer, const struct llm_seg *seg,
                             int32_t n_seg, const float *q, const float *k, const float *v,

@@ -1073,7 +1073,9 @@ static T_AVX512 void softmax_avx512(float *s, int64_t lo, int64_t hi, float scal
     }
 }
 
-/* 8 rows of 8 floats -> 8 columns */
+/* 8 rows of 8 floats -> 8 columns: matmul_gemm.h's packing transposes
+ * the same way, but that file is compiled once per ISA with the target set
+ * for the whole file, this one function by function */
 static inline __attribute__((always_inline)) T_AVX2 void tr8(__m256 r[8])
 {
     const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
