@@ -68,16 +68,14 @@ llm_status llm_vhess_init(struct llm_vhess *v, int64_t len, int64_t dim, int64_t
     const size_t ny = (size_t)LLM_Q_GRAM_BLOCK * (size_t)(len > dim ? len : dim);
     v->M = llm_calloc(ll, sizeof(float));
     v->S = llm_malloc(sk * sizeof(float));
-    v->S0 = llm_malloc(sk * sizeof(float));
     v->Z = llm_malloc(dl * sizeof(float));
     v->y = llm_malloc(ny * sizeof(float));
-    int ok = v->M && v->S && v->S0 && v->Z && v->y;
+    int ok = v->M && v->S && v->Z && v->y;
     if (cross) {
         v->CT = llm_calloc(ll, sizeof(float));
         v->Sf = llm_malloc(sk * sizeof(float));
-        v->Sf0 = llm_malloc(sk * sizeof(float));
         v->U = llm_malloc(dl * sizeof(float));
-        ok = ok && v->CT && v->Sf && v->Sf0 && v->U;
+        ok = ok && v->CT && v->Sf && v->U;
     }
     if (!ok) {
         llm_vhess_free(v);
@@ -89,95 +87,59 @@ llm_status llm_vhess_init(struct llm_vhess *v, int64_t len, int64_t dim, int64_t
 void llm_vhess_free(struct llm_vhess *v)
 {
     llm_free(v->M), llm_free(v->CT), llm_free(v->S), llm_free(v->Sf);
-    llm_free(v->S0), llm_free(v->Sf0);
     llm_free(v->Z), llm_free(v->U), llm_free(v->y);
     memset(v, 0, sizeof *v);
 }
 
-/* S0 (pl, hpg * n) with S0[j][h * n + i] = probs[hq0 + h][i][j] for the
- * keys j < pl and the chunk's queries i < n; probs (n_heads, n, pl).
- * Thread t of nth takes an equal share of the keys. */
+/* S (b1, hpg * m) with S[j][h * m + (i - i0)] = probs[hq0 + h][i][j] for
+ * keys j < b1 and the chunk's queries i0 <= i < n (m = n - i0); probs
+ * (n_heads, n, pl). Thread i of nth takes an equal share of the keys. */
 struct gather_job {
     const float *probs;
-    int64_t hq0, hpg, pl;
-    int32_t n;
-    float *S0;
+    int64_t hq0, hpg, pl, b1;
+    int32_t n, i0;
+    float *S;
 };
 
 static void gather_run(int t, int nth, void *arg)
 {
     const struct gather_job *G = arg;
-    const int64_t K = G->hpg * G->n, j0 = G->pl * t / nth, j1 = G->pl * (t + 1) / nth;
+    const int64_t m = G->n - G->i0, K = G->hpg * m, j0 = G->b1 * t / nth, j1 = G->b1 * (t + 1) / nth;
     for (int64_t h = 0; h < G->hpg; h++) {
         const float *P = G->probs + (G->hq0 + h) * G->n * G->pl;
-        llm_vec_transpose(P + j0, G->pl, G->n, j1 - j0, G->S0 + j0 * K + h * G->n, K);
+        llm_vec_transpose(P + (int64_t)G->i0 * G->pl + j0, G->pl, m, j1 - j0,
+                          G->S + j0 * K + h * m, K);
     }
 }
 
 static void gather(const struct llm_vhess *v, void *ctx, const float *probs, int64_t hq0,
-                   int32_t n, int64_t pl, float *S0)
+                   int32_t n, int64_t pl, int32_t i0, int64_t b1, float *S)
 {
-    struct gather_job G = { probs, hq0, v->hpg, pl, n, S0 };
+    struct gather_job G = { probs, hq0, v->hpg, pl, b1, n, i0, S };
     run(v->par, ctx, gather_run, &G);
-}
-
-/* S (b1, hpg * (n - i0)) = the queries from i0 on of S0's keys j < b1 (S0
- * (pl, hpg * n) from gather), each row's runs copied: the blocks of keys
- * take their part of one transpose of the chunk instead of transposing
- * the probabilities again for each block (three times over at 512 tokens,
- * 3.5% of GPTQ's time). Thread t of nth takes an equal share of the keys. */
-struct take_job {
-    const float *S0;
-    int64_t hpg, b1;
-    int32_t n, i0;
-    float *S;
-};
-
-static void take_run(int t, int nth, void *arg)
-{
-    const struct take_job *J = arg;
-    const int64_t m = J->n - J->i0, j0 = J->b1 * t / nth, j1 = J->b1 * (t + 1) / nth;
-    for (int64_t j = j0; j < j1; j++)
-        for (int64_t h = 0; h < J->hpg; h++)
-            memcpy(J->S + (j * J->hpg + h) * m, J->S0 + (j * J->hpg + h) * J->n + J->i0,
-                   (size_t)m * sizeof(float));
-}
-
-/* The block's S: S0 itself when it takes every query */
-static const float *take(const struct llm_vhess *v, void *ctx, const float *S0, int32_t n,
-                         int32_t i0, int64_t b1, float *S)
-{
-    if (i0 == 0)
-        return S0;
-    struct take_job J = { S0, v->hpg, b1, n, i0, S };
-    run(v->par, ctx, take_run, &J);
-    return S;
 }
 
 llm_status llm_vhess_add(struct llm_vhess *v, llm_qmm_fn mm, void *ctx, float *const probs[2],
                          int64_t hq0, int32_t off, int32_t n)
 {
     const int64_t len = v->len, pl = off + n, hpg = v->hpg;
-    gather(v, ctx, probs[0], hq0, n, pl, v->S0);
-    if (v->CT)
-        gather(v, ctx, probs[1], hq0, n, pl, v->Sf0);
     /* a key j is reached only by queries i >= j - off: a block of keys
      * [b0, b1) by the queries from b0 - off on */
     for (int64_t b0 = 0; b0 < pl; b0 += LLM_Q_GRAM_BLOCK) {
         const int64_t b1 = pl - b0 < LLM_Q_GRAM_BLOCK ? pl : b0 + LLM_Q_GRAM_BLOCK;
         const int32_t i0 = b0 > off ? (int32_t)(b0 - off) : 0;
         const int64_t K = hpg * (n - i0);
-        const float *S = take(v, ctx, v->S0, n, i0, b1, v->S);
+        gather(v, ctx, probs[0], hq0, n, pl, i0, b1, v->S);
         /* y (b1 - b0, b1) = S[b0:b1] S[0:b1]^T: M's rows b0..b1 up to the diagonal */
-        LLM_TRY(mm(ctx, S, b1, K, S + b0 * K, (int32_t)(b1 - b0), v->y));
+        LLM_TRY(mm(ctx, v->S, b1, K, v->S + b0 * K, (int32_t)(b1 - b0), v->y));
         struct acc_job J = { .f = v->M, .y = v->y, .r0 = b0, .r1 = b1, .ld = len, .w = b1,
                              .lower = 1 };
         run(v->par, ctx, acc_run, &J);
         if (!v->CT)
             continue;
         /* y (b1 - b0, pl) = S[b0:b1] Sf^T: CT's rows b0..b1, every float-side key */
-        const float *Sf = take(v, ctx, v->Sf0, n, i0, pl, v->Sf);
-        LLM_TRY(mm(ctx, Sf, pl, K, S + b0 * K, (int32_t)(b1 - b0), v->y));
+        gather(v, ctx, probs[1], hq0, n, pl, i0, pl, v->Sf);
+        LLM_TRY(mm(ctx, v->Sf, pl, K, v->S + b0 * K, (int32_t)(b1 - b0), v->y));
         struct acc_job C = { .f = v->CT, .y = v->y, .r0 = b0, .r1 = b1, .ld = len, .w = pl,
                              .n = pl };
         run(v->par, ctx, acc_run, &C);
@@ -185,35 +147,13 @@ llm_status llm_vhess_add(struct llm_vhess *v, llm_qmm_fn mm, void *ctx, float *c
     return LLM_OK;
 }
 
-/* M's upper half from its lower, strips of 8 rows each from the columns
- * below them by transposes (a loop down the columns read a cache line per
- * element); thread t of nth takes every nth strip. */
-struct mirror_job {
-    float *M;
-    int64_t len;
-};
-
-static void mirror_run(int t, int nth, void *arg)
-{
-    const struct mirror_job *J = arg;
-    const int64_t len = J->len;
-    float *M = J->M;
-    for (int64_t r0 = 8 * t; r0 < len; r0 += 8 * nth) {
-        const int64_t w = len - r0 < 8 ? len - r0 : 8;
-        for (int64_t a = 0; a < w; a++) /* the diagonal block */
-            for (int64_t b = a + 1; b < w; b++)
-                M[(r0 + a) * len + r0 + b] = M[(r0 + b) * len + r0 + a];
-        llm_vec_transpose(M + (r0 + w) * len + r0, len, len - r0 - w, w, M + r0 * len + r0 + w,
-                          len);
-    }
-}
-
 llm_status llm_vhess_window(struct llm_vhess *v, llm_qmm_fn mm, void *ctx, const float *XT,
                             const float *XfT, double *sum, double *dsum)
 {
     const int64_t len = v->len, dim = v->dim;
-    struct mirror_job Mj = { v->M, len };
-    run(v->par, ctx, mirror_run, &Mj);
+    for (int64_t r = 0; r < len; r++) /* M's upper half from its lower */
+        for (int64_t k = r + 1; k < len; k++)
+            v->M[r * len + k] = v->M[k * len + r];
     /* Z (dim, len) = (M X)^T = X^T M */
     LLM_TRY(mm(ctx, v->M, len, len, XT, (int32_t)dim, v->Z));
     LLM_TRY(llm_q_gram_add(mm, v->par, ctx, sum, XT, v->Z, dim, len, 1, v->y));

@@ -46,8 +46,7 @@ struct llm_vhess {
     int64_t len, dim, hpg, nb; /* window tokens, features, heads of the group, chunk tokens */
     float *M;                  /* (len, len) sum_h P_h^T P_h of the window */
     float *CT;                 /* cross: (len, len) CT[r][k] = sum_h sum_i P_h[i][r] P_fh[i][k] */
-    float *S0, *Sf0;           /* (len, hpg * nb) the chunk's probabilities, transposed */
-    float *S, *Sf;             /* (len, hpg * nb) a block's part of them */
+    float *S, *Sf;             /* (len, hpg * nb) the chunk's probabilities, gathered */
     float *Z, *U;              /* (dim, len) X^T M, and X_f^T C - X^T M */
     float *y;                  /* (LLM_Q_GRAM_BLOCK, max(len, dim)) products */
     llm_qpar_fn par;           /* the gathers' and sums' threads (NULL after init: serial) */
