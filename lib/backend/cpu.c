@@ -436,13 +436,6 @@ struct att_job {
     size_t scores_cap;
 };
 
-/* GCC at -O2 leaves these short loops scalar; -O3 vectorizes them. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define CPU_HOT __attribute__((optimize("O3")))
-#else
-#define CPU_HOT
-#endif
-
 /* Query tokens per attention task: the tokens of a group read each KV
  * block while it is in L1, where one token at a time read the whole
  * layer's cache from L2/L3 per token (1.5 MB a token at 512 tokens of
@@ -478,11 +471,11 @@ static inline int32_t swa_start(int32_t len, int32_t swa)
  * own block from the fp16 rows win (kv_dim apart, the first at position
  * w0), every block before it quantized (kv.h). Each token's and head's
  * arithmetic is the same whatever nt and nh. */
-CPU_HOT static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq, int32_t kvh,
-                              int32_t nh, int32_t hd, float scale, float softcap, const float *q,
-                              int64_t qs, int32_t nt, int32_t len0, int32_t swa, float *sc,
-                              int64_t cap, float *o, float *probs, int64_t ps, int64_t pld,
-                              const uint16_t *win, int32_t w0)
+LLM_VEC_O3 static void att_group(const struct llm_kv *kv, int32_t layer, int32_t seq,
+                                 int32_t kvh, int32_t nh, int32_t hd, float scale, float softcap,
+                                 const float *q, int64_t qs, int32_t nt, int32_t len0, int32_t swa,
+                                 float *sc, int64_t cap, float *o, float *probs, int64_t ps,
+                                 int64_t pld, const uint16_t *win, int32_t w0)
 {
     const int32_t bs = kv->p.block_size, len = len0 + nt - 1;
     /* blocks wholly before the first token's window are read by none */
@@ -673,7 +666,7 @@ static llm_status cpu_attention(struct llm_backend *b, const struct llm_attn_sha
     struct cpu_backend *cb = (struct cpu_backend *)b;
     if (probs && n_seg != 1)
         return llm_error_set(LLM_E_INVALID, "attention: probabilities of %d runs at once", n_seg);
-    if ((!out || !v) && (out || v || !probs))
+    if (!out != !v || (!out && !probs)) /* both or neither; neither: the probabilities alone */
         return llm_error_set(LLM_E_INVALID, "attention: no output or no values, but not the "
                              "probabilities alone");
     const int64_t kd = kv->kv_dim;

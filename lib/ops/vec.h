@@ -15,6 +15,16 @@
 
 #include <stdint.h>
 
+/* For short element-wise loops outside these kernels (attention's
+ * bookkeeping, the calibration's sums): GCC at -O2 leaves them scalar and
+ * -O3 vectorizes them, each element's arithmetic unchanged (no
+ * -ffast-math: nothing is reassociated). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define LLM_VEC_O3 __attribute__((optimize("O3")))
+#else
+#define LLM_VEC_O3
+#endif
+
 /* y[i] = x[i] rounded to fp16 (to nearest even; overflow to inf, NaN kept
  * quiet), the bits of fp16.h's llm_fp32_to_fp16: the KV cache's rows. The
  * SIMD variants use F16C's conversion, which rounds the same way. */

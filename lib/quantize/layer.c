@@ -153,9 +153,9 @@ struct tr_job {
     double *a;
 };
 
-/* (O3: GCC vectorizes the sums across features, each feature's sum the
+/* (LLM_VEC_O3: the sums vectorized across features, each feature's the
  * same chain) */
-__attribute__((optimize("O3"))) static void tr_run(int i, int nth, void *arg)
+LLM_VEC_O3 static void tr_run(int i, int nth, void *arg)
 {
     const struct tr_job *J = arg;
     const int64_t j0 = J->c * i / nth, j1 = J->c * (i + 1) / nth;

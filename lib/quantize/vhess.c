@@ -24,8 +24,8 @@ struct acc_job {
     int lower;
 };
 
-/* (O3: GCC vectorizes the rows' sums, each element's the same) */
-__attribute__((optimize("O3"))) static void acc_run(int i, int nth, void *arg)
+/* (LLM_VEC_O3: the rows' sums vectorized, each element's the same) */
+LLM_VEC_O3 static void acc_run(int i, int nth, void *arg)
 {
     const struct acc_job *J = arg;
     const int64_t rows = J->r1 - J->r0;
