@@ -58,11 +58,13 @@ static enum isa isa_pick(void)
 // C = A . B^T
 
 /* B (nb, k) packed as panels of nr rows, transposed: p[(q*k + i)*nr + j] =
- * B[q*nr + j][i], zero past nb. */
+ * B[q*nr + j][i], zero past nb. tri: B is a quadratic form's triangle
+ * (rhs_pack_form), B[j][i] zero for i > j, so a panel's products stop at
+ * its last column's i. */
 struct rhs {
     float *p;
     int64_t nb, k;
-    int nr;
+    int nr, tri;
     enum isa isa;
 };
 
@@ -70,6 +72,7 @@ static llm_status rhs_pack(struct rhs *b, const float *B, int64_t ldb, int64_t n
                            enum isa isa)
 {
     b->isa = isa;
+    b->tri = 0;
     b->nr = isa == ISA_AVX512 ? 32 : isa == ISA_AVX2 ? 16 : 8;
     b->nb = nb;
     b->k = k;
@@ -90,6 +93,28 @@ static llm_status rhs_pack(struct rhs *b, const float *B, int64_t ldb, int64_t n
                 dst[i * nr + j] = src[i];
         }
     }
+    return LLM_OK;
+}
+
+/* The errors a G a^T of the searches through G (n, n; symmetric) with
+ * half G's products: a G a^T = sum_j a_j (G_jj a_j + sum_{i<j} 2 G_ij a_i),
+ * so B[j][i] = 2 G_ij for i < j, G_jj on the diagonal and 0 above it, and
+ * gemm's EPI_DOT with R = A gives the sum. (The sums round differently
+ * from the full product's, well within the searches' tolerance.) */
+static llm_status rhs_pack_form(struct rhs *b, const float *G, int64_t ld, int64_t n,
+                                enum isa isa)
+{
+    LLM_TRY(rhs_pack(b, G, ld, n, n, isa));
+    b->tri = 1;
+    const int nr = b->nr;
+    for (int64_t q = 0; q < (n + nr - 1) / nr; q++)
+        for (int64_t i = 0; i < n; i++) {
+            float *row = b->p + (q * n + i) * nr; /* B[q*nr + jj][i] */
+            for (int jj = 0; jj < nr; jj++) {
+                const int64_t j = q * nr + jj;
+                row[jj] = i < j ? 2.0f * row[jj] : i == j ? row[jj] : 0.0f;
+            }
+        }
     return LLM_OK;
 }
 
@@ -227,9 +252,11 @@ static void gemm(const struct rhs *b, const float *A, int64_t lda, int64_t m, en
         const float *P = b->p + q * b->k * nr;
         const int64_t j0 = q * nr;
         const int nj = (int)(b->nb - j0 < nr ? b->nb - j0 : nr);
+        /* a triangle's panel is zero past its last column's row */
+        const int64_t k = b->tri && j0 + nj < b->k ? j0 + nj : b->k;
         for (int64_t i0 = 0; i0 < m;) {
             const int mr = m - i0 >= MR ? MR : 1;
-            tile(b->isa, A + i0 * lda, lda, mr, P, b->k, T);
+            tile(b->isa, A + i0 * lda, lda, mr, P, k, T);
             for (int i = 0; i < mr; i++) {
                 const float *t = T + i * nr;
                 if (e == EPI_STORE) {
@@ -658,7 +685,7 @@ llm_status llm_awq_search_scale(enum llm_type t, const float *X, int64_t n, int6
         goto done;
     if ((st = gram_of(X, n, cols, 0, cols, isa, n_threads, XT, G)) != LLM_OK)
         goto done;
-    if ((st = rhs_pack(&b, G, cols, cols, cols, isa)) != LLM_OK)
+    if ((st = rhs_pack_form(&b, G, cols, cols, isa)) != LLM_OK)
         goto done;
     mean_squares(G, cols, n, XT); /* XT is free now: (cols) of it */
     st = search_scale(&g, &b, 1, (double)n, cols, x_mean, XT, n_w, W, rows, n_grid, duo_scaling,
@@ -686,7 +713,7 @@ llm_status llm_awq_search_scale_gram(enum llm_type t, const float *G, int64_t n_
         return LLM_E_NOMEM;
     mean_squares(G, cols, n_tok, xsq);
     struct rhs b;
-    llm_status st = rhs_pack(&b, G, cols, cols, cols, isa_pick());
+    llm_status st = rhs_pack_form(&b, G, cols, cols, isa_pick());
     if (!st)
         st = search_scale(&g, &b, 1, (double)n_tok, cols, x_mean, xsq, n_w, W, rows, n_grid,
                           duo_scaling, s, r, history, n_threads);
@@ -800,7 +827,7 @@ llm_status llm_awq_search_clip(enum llm_type t, const float *X, int64_t n, int64
     for (int64_t k = 0; k < n_groups; k++) {
         const int64_t len = cols - k * gl < gl ? cols - k * gl : gl;
         if ((st = gram_of(X, n, cols, k * gl, len, isa, n_threads, XT, G)) != LLM_OK ||
-            (st = rhs_pack(&b[k], G, len, len, len, isa)) != LLM_OK)
+            (st = rhs_pack_form(&b[k], G, len, len, isa)) != LLM_OK)
             goto done;
         for (int64_t j = 0; imp && j < len; j++) /* the importance: G_k's diagonal */
             imp[k * gl + j] = G[j * len + j];
