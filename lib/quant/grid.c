@@ -255,6 +255,15 @@ void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
     llm_qgrid_group_mse(g, LLM_QRULE_AWQ, 0.0f, x, n, p);
 }
 
+void llm_qgrid_group_awq_range(const struct llm_qgrid *g, float lo, float hi,
+                               struct llm_qgroup *p)
+{
+    struct span s = { lo, hi, 0.0f }; /* AWQ's rule reads no e */
+    if (s.lo > s.hi)
+        s.lo = s.hi = 0.0f;
+    store(g, raw_awq(g, &s, 1.0f), p);
+}
+
 void llm_qgrid_group_rtn(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p)
 {

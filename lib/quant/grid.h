@@ -71,6 +71,11 @@ void llm_qgrid_group(const struct llm_qgrid *g, const float *x, int64_t n, struc
  * (2^(bits-1) - 1). AWQ clips by clamping the weights before this call. */
 void llm_qgrid_group_awq(const struct llm_qgrid *g, const float *x, int64_t n,
                          struct llm_qgroup *p);
+/* The same from the group's range: lo and hi the least and greatest of its
+ * finite values (lo > hi: none), for a caller that found them with vectors
+ * (AWQ's searches). Not for fp8. */
+void llm_qgrid_group_awq_range(const struct llm_qgrid *g, float lo, float hi,
+                               struct llm_qgroup *p);
 
 /* The same by the type's round-to-nearest rule, which uses the grid better
  * than GPTQ's: zero-point grids take AWQ's rule (the true range, an integer

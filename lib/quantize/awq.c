@@ -368,6 +368,99 @@ static void fq_row(const struct llm_qgrid *g, float *w, int64_t cols, const floa
         fq_group(g, w + c0, cols - c0 < gl ? cols - c0 : gl, imp ? imp + c0 : NULL);
 }
 
+#ifdef AWQ_X86
+/* ss_worker's three steps for one candidate's row on an integer grid,
+ * 16 lanes at a time: d = w s; each group's range and AWQ grid
+ * (llm_qgrid_group_awq), then d = fq_one(d); d = w - d / s. Every step is
+ * the scalar code's element-wise IEEE operation, so the bits are the same.
+ * The range alone is reduced in another order: its least or greatest
+ * value may come out as +0 where the scalar loop keeps -0 (or the
+ * reverse), which AWQ's scale and zero do not see (grid.c raw_awq). */
+__attribute__((target("avx512f"))) static void cand_row_avx512(const struct llm_qgrid *g,
+                                                               const float *w, const float *s,
+                                                               float *d, int64_t cols)
+{
+    const int64_t gl = group_len(g, cols);
+    const __m512 inf = _mm512_set1_ps(INFINITY), magic = _mm512_set1_ps(0x1.8p23f);
+    const __m512 lim = _mm512_set1_ps((float)(g->maxq + 1));
+    const __m512 nlim = _mm512_set1_ps(-(float)(g->maxq + 1));
+    const __m512i qmax = _mm512_set1_epi32(g->maxq), qmin = _mm512_setzero_si512();
+    for (int64_t c0 = 0; c0 < cols; c0 += gl) {
+        const int64_t n = cols - c0 < gl ? cols - c0 : gl;
+        __m512 lo = inf, hi = _mm512_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + c0 + i),
+                                           _mm512_maskz_loadu_ps(k, s + c0 + i));
+            _mm512_mask_storeu_ps(d + c0 + i, k, x);
+            /* the finite values: |x| < inf, ordered */
+            const __mmask16 f = _mm512_mask_cmp_ps_mask(k, _mm512_abs_ps(x), inf, _CMP_LT_OQ);
+            lo = _mm512_mask_min_ps(lo, f, lo, x);
+            hi = _mm512_mask_max_ps(hi, f, hi, x);
+        }
+        struct llm_qgroup p;
+        llm_qgrid_group_awq_range(g, _mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), &p);
+        const __m512 vd = _mm512_set1_ps(p.d), vm = _mm512_set1_ps(p.m);
+        const __m512i z = _mm512_set1_epi32(p.zero);
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(k, d + c0 + i), vd);
+            const __mmask16 num = _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q); /* not NaN */
+            const __m512 rc = _mm512_min_ps(_mm512_max_ps(r, nlim), lim);
+            const __m512 rr = _mm512_sub_ps(_mm512_add_ps(rc, magic), magic);
+            __m512i q = _mm512_add_epi32(z, _mm512_cvttps_epi32(rr));
+            q = _mm512_min_epi32(_mm512_max_epi32(q, qmin), qmax);
+            q = _mm512_mask_mov_epi32(z, num, q); /* NaN: the zero, unclamped */
+            const __m512 v =
+                g->zero_point
+                    ? _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q), vd), vm)
+                    : _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, z)), vd);
+            const __m512 e = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, w + c0 + i),
+                                           _mm512_div_ps(v, _mm512_maskz_loadu_ps(k, s + c0 + i)));
+            _mm512_mask_storeu_ps(d + c0 + i, k, e);
+        }
+    }
+}
+#endif
+
+/* d (cols) = w - Q(w s) / s: a scale candidate's error row (imp: the GGUF
+ * block types' importance, or NULL); vec: by cand_row_avx512 (an integer
+ * grid, imp NULL). */
+static void cand_row(const struct llm_qgrid *g, const float *w, const float *s, float *d,
+                     int64_t cols, const float *imp, int vec)
+{
+#ifdef AWQ_X86
+    if (vec) {
+        cand_row_avx512(g, w, s, d, cols);
+        return;
+    }
+#endif
+    (void)vec;
+    for (int64_t i = 0; i < cols; i++)
+        d[i] = w[i] * s[i];
+    fq_row(g, d, cols, imp);
+    for (int64_t i = 0; i < cols; i++)
+        d[i] = w[i] - d[i] / s[i];
+}
+
+/* AVX-512 and an integer grid: cand_row's vector form applies */
+static int cand_vec(const struct llm_qgrid *g, enum isa isa)
+{
+    return isa == ISA_AVX512 && !llm_kq_type(g->type) && !g->fp8;
+}
+
+llm_status llm_awq_candidate_row(enum llm_type t, const float *w, const float *s, float *d,
+                                 int64_t cols, int vec)
+{
+    struct llm_qgrid g;
+    LLM_TRY(grid_of(t, &g));
+    LLM_CHECK(w && s && d && cols >= 1, LLM_E_INVALID, "awq: candidate row: bad arguments");
+    if (vec && !cand_vec(&g, isa_pick()))
+        return LLM_E_UNSUPPORTED;
+    cand_row(&g, w, s, d, cols, NULL, vec);
+    return LLM_OK;
+}
+
 static llm_status check_shape(const char *what, int64_t rows, int64_t cols)
 {
     uint64_t n;
@@ -404,6 +497,7 @@ struct ss_ctx {
     const float *IMP;       /* (n_cand, cols) the scaled columns' mean squared inputs, or NULL */
     const struct rhs *b;    /* X (direct) or G (gram) */
     int gram;
+    int vec;                /* the candidates' rows by cand_row_avx512 */
     float *scratch;         /* (n_threads, SS_ROWS, cols) */
     double *part;           /* (n_threads, n_cand, n_w) sums of squares */
 };
@@ -430,11 +524,8 @@ static void ss_worker(int ti, int nt, void *arg)
                 for (int64_t r = 0; r < mb; r++) {
                     float *d = D + r * cols;
                     const float *wr = w + r * cols;
-                    for (int64_t i = 0; i < cols; i++)
-                        d[i] = wr[i] * s[i];
-                    fq_row(c->g, d, cols, c->IMP ? c->IMP + (int64_t)k * cols : NULL);
-                    for (int64_t i = 0; i < cols; i++)
-                        d[i] = wr[i] - d[i] / s[i];
+                    cand_row(c->g, wr, s, d, cols, c->IMP ? c->IMP + (int64_t)k * cols : NULL,
+                             c->vec);
                 }
                 memset(out, 0, sizeof out);
                 gemm(c->b, D, cols, mb, c->gram ? EPI_DOT : EPI_SUMSQ, NULL, 0, D, cols, out);
@@ -539,6 +630,7 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
             IMP[k * cols + i] = xsq[i] / (S[k * cols + i] * S[k * cols + i]);
     struct ss_ctx c = { .g = g, .cols = cols, .n_w = n_w, .W = W, .rows = rows, .total = total,
                         .n_cand = n_cand, .S = S, .IMP = IMP, .b = b, .gram = gram,
+                        .vec = cand_vec(g, b->isa),
                         .scratch = scratch, .part = part };
     if ((st = run_threads(n_threads, ss_worker, &c)) != LLM_OK)
         goto done;

@@ -42,6 +42,14 @@
  * llm_qgrid_pack_row and dequantizing would give back. */
 llm_status llm_awq_fake_quant(enum llm_type t, float *W, int64_t rows, int64_t cols);
 
+/* d (cols) = w - Q(w s) / s: one scale candidate's error row as the search
+ * computes it (Q: AWQ's rule on t's grid; t an integer grid type or a GGUF
+ * block type, unweighted), by the scalar steps (vec 0) or, on an integer
+ * grid where the CPU has AVX-512, by the vector ones (vec 1: the same bits;
+ * LLM_E_UNSUPPORTED elsewhere). For the tests. */
+llm_status llm_awq_candidate_row(enum llm_type t, const float *w, const float *s, float *d,
+                                 int64_t cols, int vec);
+
 struct llm_awq_scale_result {
     float ratio;        /* alpha of the chosen grid point, in [0, 1) */
     int duo;            /* the chosen scales have the weights' term (duo scaling) */

@@ -238,6 +238,62 @@ Test(test_awq, fold_rows_last_rows_and_bias)
 // ----------------------------------------------------------------------------
 // fake_quant
 
+/* The scale search's candidate rows on AVX-512 are the scalar steps' bits:
+ * zero-point and symmetric grids, groups of 32 to whole rows, short last
+ * groups and widths that are not multiples of 16, outliers, values that
+ * round to the grid's ends, signed zeros, non-finite weights and scales,
+ * and all-zero groups. */
+Test(test_awq, candidate_rows_vector_bits_equal_scalar)
+{
+    static const enum llm_type types[] = {
+        LLM_TYPE_Q4_1,    LLM_TYPE_Q4Z_G64, LLM_TYPE_Q4Z_G128, LLM_TYPE_Q4Z_CH, LLM_TYPE_Q4_0,
+        LLM_TYPE_Q4_G128, LLM_TYPE_Q4_CH,   LLM_TYPE_Q8_0,     LLM_TYPE_Q8Z_G32, LLM_TYPE_Q3Z_G64,
+    };
+    static const int64_t lens[] = { 576, 200, 37, 1536, 64 };
+    float w0[1] = { 1.0f }, d0[1];
+    if (llm_awq_candidate_row(LLM_TYPE_Q4_1, w0, w0, d0, 1, 1) == LLM_E_UNSUPPORTED)
+        cr_skip_test("no AVX-512 here: the vector rows are not built");
+    rng_s = 29;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (int draw = 0; draw < 6; draw++) {
+                const int64_t cols = lens[li];
+                float *w = make_weights(1, cols, 0.05), *s = fvec(cols);
+                float *a = fvec(cols), *b = fvec(cols);
+                for (int64_t i = 0; i < cols; i++)
+                    s[i] = (float)exp(2.0 * (rng_unit() - 0.5));
+                for (int64_t i = 0; i < cols; i += 13)
+                    w[i] *= 40.0f; /* outliers */
+                if (draw == 1)
+                    for (int64_t i = 0; i < cols; i += 5)
+                        w[i] = i % 2 ? 0.0f : -0.0f;
+                if (draw == 2) /* a group of zeros, of either sign */
+                    for (int64_t i = 0; i < cols && i < 70; i++)
+                        w[i] = i % 3 ? -0.0f : 0.0f;
+                if (draw == 3) {
+                    w[0] = INFINITY, w[cols / 2] = NAN, w[cols - 1] = -INFINITY;
+                    s[cols / 3] = 0.0f;
+                }
+                if (draw == 4) /* every value one sign */
+                    for (int64_t i = 0; i < cols; i++)
+                        w[i] = fabsf(w[i]);
+                if (draw == 5) /* huge scales: candidates past the float range */
+                    for (int64_t i = 0; i < cols; i += 7)
+                        s[i] = 1e30f;
+                cr_assert_eq(llm_awq_candidate_row(types[ti], w, s, a, cols, 0), LLM_OK);
+                cr_assert_eq(llm_awq_candidate_row(types[ti], w, s, b, cols, 1), LLM_OK);
+                for (int64_t i = 0; i < cols; i++) {
+                    uint32_t ua, ub;
+                    memcpy(&ua, &a[i], 4), memcpy(&ub, &b[i], 4);
+                    cr_assert(ua == ub || (isnan(a[i]) && isnan(b[i])),
+                              "%s cols %lld draw %d [%lld]: scalar %a, vector %a",
+                              llm_type_name(types[ti]), (long long)cols, draw, (long long)i,
+                              (double)a[i], (double)b[i]);
+                }
+                free(w), free(s), free(a), free(b);
+            }
+}
+
 Test(test_awq, fake_quant_equals_pack_dequantize)
 {
     static const enum llm_type types[] = {
