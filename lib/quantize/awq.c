@@ -369,6 +369,12 @@ static void fq_row(const struct llm_qgrid *g, float *w, int64_t cols, const floa
 }
 
 #ifdef AWQ_X86
+/* the first min(left, 16) lanes */
+static inline __mmask16 lanes16(int64_t left)
+{
+    return (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
+}
+
 /* ss_worker's three steps for one candidate's row on an integer grid,
  * 16 lanes at a time: d = w s; each group's range and AWQ grid
  * (llm_qgrid_group_awq), then d = fq_one(d); d = w - d / s. Every step is
@@ -389,7 +395,7 @@ __attribute__((target("avx512f"))) static void cand_row_avx512(const struct llm_
         const int64_t n = cols - c0 < gl ? cols - c0 : gl;
         __m512 lo = inf, hi = _mm512_set1_ps(-INFINITY);
         for (int64_t i = 0; i < n; i += 16) {
-            const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            const __mmask16 k = lanes16(n - i);
             const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + c0 + i),
                                            _mm512_maskz_loadu_ps(k, s + c0 + i));
             _mm512_mask_storeu_ps(d + c0 + i, k, x);
@@ -403,7 +409,7 @@ __attribute__((target("avx512f"))) static void cand_row_avx512(const struct llm_
         const __m512 vd = _mm512_set1_ps(p.d), vm = _mm512_set1_ps(p.m);
         const __m512i z = _mm512_set1_epi32(p.zero);
         for (int64_t i = 0; i < n; i += 16) {
-            const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            const __mmask16 k = lanes16(n - i);
             const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(k, d + c0 + i), vd);
             const __mmask16 num = _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q); /* not NaN */
             const __m512 rc = _mm512_min_ps(_mm512_max_ps(r, nlim), lim);
@@ -456,7 +462,8 @@ llm_status llm_awq_candidate_row(enum llm_type t, const float *w, const float *s
     LLM_TRY(grid_of(t, &g));
     LLM_CHECK(w && s && d && cols >= 1, LLM_E_INVALID, "awq: candidate row: bad arguments");
     if (vec && !cand_vec(&g, isa_pick()))
-        return LLM_E_UNSUPPORTED;
+        return llm_error_set(LLM_E_UNSUPPORTED, "awq: candidate rows of %s: no vector form "
+                             "on this CPU", llm_type_name(t));
     cand_row(&g, w, s, d, cols, NULL, vec);
     return LLM_OK;
 }
@@ -497,7 +504,6 @@ struct ss_ctx {
     const float *IMP;       /* (n_cand, cols) the scaled columns' mean squared inputs, or NULL */
     const struct rhs *b;    /* X (direct) or G (gram) */
     int gram;
-    int vec;                /* the candidates' rows by cand_row_avx512 */
     float *scratch;         /* (n_threads, SS_ROWS, cols) */
     double *part;           /* (n_threads, n_cand, n_w) sums of squares */
 };
@@ -506,6 +512,7 @@ static void ss_worker(int ti, int nt, void *arg)
 {
     struct ss_ctx *c = arg;
     const int64_t cols = c->cols;
+    const int vec = cand_vec(c->g, c->b->isa);
     float *D = c->scratch + (int64_t)ti * SS_ROWS * cols; // (SS_ROWS, cols)
     double *part = c->part + (int64_t)ti * c->n_cand * c->n_w;
     double out[SS_ROWS];
@@ -525,7 +532,7 @@ static void ss_worker(int ti, int nt, void *arg)
                     float *d = D + r * cols;
                     const float *wr = w + r * cols;
                     cand_row(c->g, wr, s, d, cols, c->IMP ? c->IMP + (int64_t)k * cols : NULL,
-                             c->vec);
+                             vec);
                 }
                 memset(out, 0, sizeof out);
                 gemm(c->b, D, cols, mb, c->gram ? EPI_DOT : EPI_SUMSQ, NULL, 0, D, cols, out);
@@ -630,7 +637,6 @@ static llm_status search_scale(const struct llm_qgrid *g, const struct rhs *b, i
             IMP[k * cols + i] = xsq[i] / (S[k * cols + i] * S[k * cols + i]);
     struct ss_ctx c = { .g = g, .cols = cols, .n_w = n_w, .W = W, .rows = rows, .total = total,
                         .n_cand = n_cand, .S = S, .IMP = IMP, .b = b, .gram = gram,
-                        .vec = cand_vec(g, b->isa),
                         .scratch = scratch, .part = part };
     if ((st = run_threads(n_threads, ss_worker, &c)) != LLM_OK)
         goto done;
